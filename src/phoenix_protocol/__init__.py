@@ -1,0 +1,102 @@
+"""Phoenix Protocol: AI-agent sessions are disposable; their state is not.
+
+Everything an agent needs to carry on lives outside the conversation (``state.json``,
+``ops.jsonl``, ``brief.md`` in a Phoenix home), is written by hooks rather than by the model's
+memory, and is handed to the next session as a brief.
+
+The public API is re-exported here and loaded on first use, so that ``import phoenix_protocol``
+stays cheap on the hook hot path.
+"""
+
+from __future__ import annotations
+
+from phoenix_protocol._version import __version__
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from phoenix_protocol._agent import Agent
+    from phoenix_protocol._clock import Clock, ManualClock, SystemClock
+    from phoenix_protocol._config import Config, load_config
+    from phoenix_protocol._errors import (
+        ConfigError,
+        CorruptStateError,
+        InvalidIdError,
+        LockTimeoutError,
+        OperationError,
+        PhoenixError,
+        SchemaVersionError,
+        StatusRefusedError,
+        StorageError,
+        UsageError,
+    )
+    from phoenix_protocol._home import Home
+    from phoenix_protocol._ids import validate_id
+    from phoenix_protocol._ops import OpsLog
+    from phoenix_protocol._redact import redact
+    from phoenix_protocol._state import AgentState, StateStore
+
+__all__ = [
+    "Agent",
+    "AgentState",
+    "Clock",
+    "Config",
+    "ConfigError",
+    "CorruptStateError",
+    "Home",
+    "InvalidIdError",
+    "LockTimeoutError",
+    "ManualClock",
+    "OperationError",
+    "OpsLog",
+    "PhoenixError",
+    "SchemaVersionError",
+    "StateStore",
+    "StatusRefusedError",
+    "StorageError",
+    "SystemClock",
+    "UsageError",
+    "__version__",
+    "load_config",
+    "redact",
+    "validate_id",
+]
+
+_LOCATIONS = {
+    "Agent": "_agent",
+    "AgentState": "_state",
+    "Clock": "_clock",
+    "Config": "_config",
+    "ConfigError": "_errors",
+    "CorruptStateError": "_errors",
+    "Home": "_home",
+    "InvalidIdError": "_errors",
+    "LockTimeoutError": "_errors",
+    "ManualClock": "_clock",
+    "OperationError": "_errors",
+    "OpsLog": "_ops",
+    "PhoenixError": "_errors",
+    "SchemaVersionError": "_errors",
+    "StateStore": "_state",
+    "StatusRefusedError": "_errors",
+    "StorageError": "_errors",
+    "SystemClock": "_clock",
+    "UsageError": "_errors",
+    "load_config": "_config",
+    "redact": "_redact",
+    "validate_id": "_ids",
+}
+
+
+def __getattr__(name: str) -> object:
+    module = _LOCATIONS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'phoenix_protocol' has no attribute {name!r}")
+    from importlib import import_module
+
+    value = getattr(import_module(f"phoenix_protocol.{module}"), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(__all__)

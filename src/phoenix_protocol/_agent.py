@@ -1,0 +1,150 @@
+"""``Agent``: one agent's state, ops log and brief in one Phoenix home.
+
+This is the library's front door; the CLI, the hooks and (later) the HTTP service all call it::
+
+    from phoenix_protocol import Agent
+
+    agent = Agent.open("zero")                 # home found from the working directory
+    agent.state.set_status("working", "Implementing user authentication")
+    agent.state.add_note("next_action", "Write integration tests for auth endpoints")
+    print(agent.render_brief())
+
+Nothing is created on disk until the first write.
+"""
+
+from __future__ import annotations
+
+import os
+
+from phoenix_protocol._clock import Clock, system_clock
+from phoenix_protocol._config import Config, load_config
+from phoenix_protocol._durable import atomic_write, ensure_dir
+from phoenix_protocol._home import Home, resolve_agent_id
+from phoenix_protocol._ops import OpsLog
+from phoenix_protocol._state import AgentState, StateStore
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+    from typing import Any
+
+__all__ = ["Agent"]
+
+
+class _PreparingStateStore(StateStore):
+    """A ``StateStore`` that creates the agent directory (and the home) on its first write."""
+
+    def __init__(self, agent: Agent, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self._agent = agent
+
+    def lock(self, timeout: float | None = None):  # type: ignore[no-untyped-def]
+        self._agent.ensure()
+        return super().lock(timeout)
+
+
+class Agent:
+    """One agent (``agent_id``) in one Phoenix home."""
+
+    def __init__(
+        self,
+        agent_id: str,
+        home: Home,
+        *,
+        config: Config | None = None,
+        clock: Clock = system_clock,
+    ) -> None:
+        self.id = resolve_agent_id(agent_id)
+        self.home = home
+        self.config = config if config is not None else load_config(home.root, project_root=home.project_root)
+        self.clock = clock
+        self.dir = home.agent_dir(self.id)
+        self.ops = OpsLog(
+            os.path.join(self.dir, "ops.jsonl"),
+            clock=clock,
+            max_bytes=self.config.ops_max_bytes,
+            keep=self.config.ops_keep,
+            lock_timeout=self.config.lock_timeout,
+        )
+        self.state: StateStore = _PreparingStateStore(
+            self, directory=self.dir, agent_id=self.id, ops=self.ops, config=self.config, clock=clock
+        )
+        self.brief_path = os.path.join(self.dir, "brief.md")
+        self._ensured = False
+
+    @classmethod
+    def open(
+        cls,
+        agent_id: str | None = None,
+        *,
+        home: str | Home | None = None,
+        cwd: str | None = None,
+        env: Mapping[str, str] | None = None,
+        config_overrides: Mapping[str, Any] | None = None,
+        clock: Clock = system_clock,
+    ) -> Agent:
+        """Open an agent: ``agent_id`` or ``$PHOENIX_AGENT`` or ``default``, in ``home`` or the
+        home resolved from ``cwd`` and the environment (see ``Home.resolve``)."""
+        if home is None:
+            resolved = Home.resolve(cwd, env)
+        elif isinstance(home, Home):
+            resolved = home
+        else:
+            resolved = Home(os.path.join(os.path.abspath(cwd or os.getcwd()), home))
+        config = load_config(resolved.root, project_root=resolved.project_root, env=env, overrides=config_overrides)
+        return cls(resolve_agent_id(agent_id, env), resolved, config=config, clock=clock)
+
+    def ensure(self) -> None:
+        """Create the home and this agent's directory (0700) if they do not exist."""
+        if self._ensured:
+            return
+        if not os.path.isdir(self.dir):
+            self.home.ensure_agent_dir(self.id)
+        self._ensured = True
+
+    def exists(self) -> bool:
+        """Whether this agent has any state on disk yet."""
+        return os.path.isdir(self.dir)
+
+    def record(self, event: str, status: str = "ok", meta: dict[str, Any] | None = None, **kwargs: Any) -> int:
+        """Append an event to the ops log (creating the agent directory if needed)."""
+        self.ensure()
+        return self.ops.record(event, status, meta, **kwargs)
+
+    def render_brief(self, state: AgentState | None = None, *, notices: list[str] | None = None, max_chars: int | None = None) -> str:
+        """Generate the brief from the current state, recent events and git (not written)."""
+        from phoenix_protocol._brief import render_brief
+        from phoenix_protocol._git import git_context
+
+        if state is None:
+            state = self.state.read()
+        events, problems = self.ops.tail(self.config.brief_recent_events) if self.config.brief_recent_events else ([], [])
+        notes = list(notices or [])
+        if problems:
+            notes.append(f"the ops log has {len(problems)} unreadable line(s); `phx doctor` reports them")
+        root = self.home.project_root
+        git = git_context(root) if root else None
+        return render_brief(
+            state,
+            agent_id=self.id,
+            events=events,
+            git=git,
+            generated_at=self.clock.now_iso(),
+            max_chars=max_chars or self.config.brief_max_chars,
+            notices=notes,
+        )
+
+    def write_brief(self, state: AgentState | None = None, *, notices: list[str] | None = None) -> str:
+        """Generate the brief and write it to ``brief.md`` atomically; returns the text."""
+        text = self.render_brief(state, notices=notices)
+        self.ensure()
+        ensure_dir(self.dir)
+        atomic_write(self.brief_path, text.encode("utf-8"))
+        return text
+
+    def read_brief(self) -> str | None:
+        """The last written ``brief.md``, or ``None``."""
+        from phoenix_protocol._durable import read_bytes
+
+        data = read_bytes(self.brief_path)
+        return None if data is None else data.decode("utf-8", "replace")

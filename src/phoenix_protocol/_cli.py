@@ -1,0 +1,606 @@
+"""The ``phx`` command line: a thin translator over the library.
+
+Every command takes ``--agent`` (default ``$PHOENIX_AGENT`` or ``default``), ``--home``
+(default ``$PHOENIX_HOME``, else ``.phoenix/`` at the git work tree root) and ``--json`` (a
+stable machine-readable answer on stdout). Errors are one line on stderr (or a JSON object
+with ``"ok": false`` under ``--json``), never a traceback.
+
+Exit codes:
+
+=====  ===============================================================
+0      success
+1      the operation failed (I/O error, lock timeout, ...)
+2      usage error or bad input; nothing was changed
+3      a state file is corrupt or from a newer Phoenix: run ``phx doctor`` / upgrade
+4      status change refused by precedence (watchdog > hook > model); ``--force`` overrides
+=====  ===============================================================
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import sys
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+import click
+
+from phoenix_protocol._agent import Agent
+from phoenix_protocol._errors import (
+    CorruptStateError,
+    PhoenixError,
+    SchemaVersionError,
+    StatusRefusedError,
+    UsageError,
+)
+from phoenix_protocol._home import Home
+from phoenix_protocol._state import AgentState
+
+__all__ = ["EXIT_CODES", "cli"]
+
+EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_DATA, EXIT_REFUSED = 0, 1, 2, 3, 4
+EXIT_CODES = {
+    EXIT_OK: "success",
+    EXIT_FAILED: "the operation failed (I/O error, lock timeout, ...)",
+    EXIT_USAGE: "usage error or bad input; nothing was changed",
+    EXIT_DATA: "a state file is corrupt or from a newer Phoenix: run `phx doctor` or upgrade",
+    EXIT_REFUSED: "status change refused by precedence (watchdog > hook > model); --force overrides",
+}
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+class _Exit(Exception):
+    def __init__(self, code: int) -> None:
+        self.code = code
+
+
+def _exit_code_for(exc: PhoenixError) -> int:
+    if isinstance(exc, UsageError):
+        return EXIT_USAGE
+    if isinstance(exc, (CorruptStateError, SchemaVersionError)):
+        return EXIT_DATA
+    if isinstance(exc, StatusRefusedError):
+        return EXIT_REFUSED
+    return EXIT_FAILED
+
+
+class Output:
+    """Where a command's answer goes: rich text for people, one JSON document with ``--json``."""
+
+    def __init__(self, as_json: bool) -> None:
+        self.as_json = as_json
+        self._console: Any = None
+
+    @property
+    def console(self) -> Any:
+        if self._console is None:
+            from rich.console import Console
+
+            self._console = Console(highlight=False, soft_wrap=True)
+        return self._console
+
+    def json(self, data: dict[str, Any]) -> None:
+        import json
+
+        sys.stdout.write(json.dumps({"ok": True, **data}, indent=2, ensure_ascii=False) + "\n")
+
+    def error(self, exc: BaseException, code: int) -> None:
+        message = " ".join(str(exc).split()) or type(exc).__name__
+        if self.as_json:
+            import json
+
+            payload = {"ok": False, "error": {"type": type(exc).__name__, "message": message, "exit_code": code}}
+            sys.stdout.write(json.dumps(payload, indent=2) + "\n")
+        else:
+            from rich.console import Console
+            from rich.markup import escape
+
+            Console(stderr=True, highlight=False, soft_wrap=True).print(f"[bold red]error:[/] {escape(message)}")
+
+
+def common(func: F) -> F:
+    """``--agent``, ``--home`` and ``--json`` for a command; builds the ``Agent`` and maps errors."""
+
+    @click.option("--json", "as_json", is_flag=True, help="Print one JSON document (stable format) instead of text.")
+    @click.option("--home", "home", metavar="PATH", help="Phoenix home (default: $PHOENIX_HOME or .phoenix/ at the git root).")
+    @click.option("--agent", "agent_id", metavar="ID", help="Agent id (default: $PHOENIX_AGENT or 'default').")
+    @functools.wraps(func)
+    def wrapper(*args: Any, agent_id: str | None, home: str | None, as_json: bool, **kwargs: Any) -> Any:
+        out = Output(as_json)
+        try:
+            agent = Agent.open(agent_id, home=Home(os.path.abspath(home)) if home else None)
+            return func(*args, agent=agent, out=out, **kwargs)
+        except PhoenixError as exc:
+            code = _exit_code_for(exc)
+            out.error(exc, code)
+            raise _Exit(code) from None
+        except OSError as exc:  # anything the library did not wrap is still reported, not dumped
+            out.error(exc, EXIT_FAILED)
+            raise _Exit(EXIT_FAILED) from None
+
+    return wrapper  # type: ignore[return-value]
+
+
+def _state_payload(agent: Agent, state: AgentState) -> dict[str, Any]:
+    return {"agent": agent.id, "home": agent.home.root, "path": agent.state.path, "state": state.to_dict()}
+
+
+def _print_state(out: Output, agent: Agent, state: AgentState, *, headline: str | None = None) -> None:
+    if out.as_json:
+        out.json(_state_payload(agent, state))
+        return
+    from rich.markup import escape
+    from rich.table import Table
+
+    colour = {"working": "yellow", "idle": "green", "error": "red"}[state.status]
+    if headline:
+        out.console.print(headline)
+    table = Table(show_header=False, box=None, padding=(0, 2))
+    table.add_column(style="bold")
+    table.add_column()
+    table.add_row("agent", escape(agent.id))
+    table.add_row("status", f"[{colour}]{state.status}[/] (by {state.updated_by}{', ' + state.status_event if state.status_event else ''})")
+    table.add_row("task", escape(state.current_task or "-"))
+    if state.last_output:
+        table.add_row("last output", escape(state.last_output))
+    if state.error_message:
+        table.add_row("error", f"[red]{escape(state.error_message)}[/]")
+    table.add_row("last active", state.last_active or "-")
+    if state.session_id:
+        table.add_row("session", escape(state.session_id))
+    if state.pid:
+        table.add_row("process", f"pid {state.pid} on {escape(state.host or '?')}")
+    table.add_row("heartbeats", str(state.heartbeat_seq))
+    if state.last_tool:
+        ok = "ok" if state.last_tool.get("ok", True) else "[red]failed[/]"
+        table.add_row("last tool", f"{escape(str(state.last_tool.get('name')))} ({ok})")
+    for item in state.open_loops:
+        table.add_row("open loop", f"[{item['id']}] {escape(item['text'])}")
+    for item in state.next_actions:
+        table.add_row("next action", f"[{item['id']}] {escape(item['text'])}")
+    out.console.print(table)
+
+
+class _Group(click.Group):
+    def format_epilog(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        with formatter.section("Exit codes"):
+            formatter.write_dl([(str(k), v) for k, v in EXIT_CODES.items()])
+
+
+@click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+@click.version_option(package_name="phoenix-protocol", prog_name="phx")
+def main_group() -> None:
+    """Phoenix Protocol: AI-agent sessions are disposable, their state is not.
+
+    State lives in a Phoenix home (.phoenix/ at the root of your git work tree), is written
+    by Claude Code hooks (`phx install claude-code`), and is handed to the next session as a
+    brief. Start with `phx demo`.
+    """
+
+
+# -- phx state ------------------------------------------------------------------------------
+
+
+@main_group.group("state")
+def state_group() -> None:
+    """Read or set the agent's status (working, idle, error).
+
+    Example: phx state working "Implementing user authentication"
+    """
+
+
+def _status_command(name: str, status: str, help_text: str, *, arg: str | None, event: str | None = None) -> None:
+    def command(agent: Agent, out: Output, text: str | None = None, session: str | None = None, force: bool = False) -> None:
+        state = agent.state.set_status(
+            status, text, source="model", session_id=session or os.environ.get("PHOENIX_SESSION_ID") or None, force=force, event=event
+        )
+        _print_state(out, agent, state, headline=f"[bold]{agent.id}[/]: {name}")
+
+    command.__doc__ = help_text
+    command.__name__ = f"state_{name}"
+    wrapped: Any = common(command)
+    wrapped = click.option("--force", is_flag=True, help="Override a higher-precedence status (logged).")(wrapped)
+    wrapped = click.option("--session", metavar="ID", help="Session making the change (default: $PHOENIX_SESSION_ID).")(wrapped)
+    if arg == "required":
+        wrapped = click.argument("text")(wrapped)
+    elif arg == "optional":
+        wrapped = click.argument("text", required=False)(wrapped)
+    state_group.command(name)(wrapped)
+
+
+_status_command(
+    "working", "working", 'Mark the agent working on TASK.\n\nExample: phx state working "Add refresh tokens"', arg="required"
+)
+_status_command(
+    "done", "idle", 'Mark the task done (status idle) with a SUMMARY.\n\nExample: phx state done "JWT middleware merged"', arg="optional"
+)
+_status_command("error", "error", 'Mark the agent in error with MESSAGE.\n\nExample: phx state error "tests fail on CI"', arg="required")
+_status_command("idle", "idle", "Mark the agent idle and clear its task.\n\nExample: phx state idle", arg=None, event="state_idle")
+
+
+@state_group.command("show")
+@common
+def state_show(agent: Agent, out: Output) -> None:
+    """Show the agent's state.json.
+
+    Example: phx state show --json
+    """
+    state = agent.state.read()
+    _print_state(out, agent, state)
+
+
+# -- phx note -------------------------------------------------------------------------------
+
+
+@main_group.group("note")
+def note_group() -> None:
+    """Keep the open loops and next actions the brief hands over.
+
+    Example: phx note next-action "Write integration tests"
+    """
+
+
+def _note_added(out: Output, agent: Agent, state: AgentState, number: int, kind: str, text: str) -> None:
+    if out.as_json:
+        item = next(i for i in state.open_loops + state.next_actions if i["id"] == number)
+        out.json({"agent": agent.id, "note": {"kind": kind, **item}, "state": state.to_dict()})
+    else:
+        from rich.markup import escape
+
+        label = "open loop" if kind == "open_loop" else "next action"
+        out.console.print(f"added {label} [bold][{number}][/] {escape(text)}")
+
+
+@note_group.command("open-loop")
+@click.argument("text")
+@common
+def note_open_loop(agent: Agent, out: Output, text: str) -> None:
+    """Record an open loop (something unfinished to keep in mind).
+
+    Example: phx note open-loop "Refresh token logic not written"
+    """
+    state, number = agent.state.add_note("open_loop", text)
+    _note_added(out, agent, state, number, "open_loop", text)
+
+
+@note_group.command("next-action")
+@click.argument("text")
+@common
+def note_next_action(agent: Agent, out: Output, text: str) -> None:
+    """Record a next action for whoever picks the work up.
+
+    Example: phx note next-action "Write integration tests for auth endpoints"
+    """
+    state, number = agent.state.add_note("next_action", text)
+    _note_added(out, agent, state, number, "next_action", text)
+
+
+@note_group.command("resolve")
+@click.argument("number", type=int)
+@common
+def note_resolve(agent: Agent, out: Output, number: int) -> None:
+    """Resolve (remove) open loop or next action NUMBER; the ops log keeps it.
+
+    Example: phx note resolve 2
+    """
+    state, item = agent.state.resolve_note(number)
+    if out.as_json:
+        out.json({"agent": agent.id, "resolved": item, "state": state.to_dict()})
+    else:
+        from rich.markup import escape
+
+        out.console.print(f"resolved [bold][{number}][/] {escape(str(item.get('text', '')))}")
+
+
+@note_group.command("list")
+@common
+def note_list(agent: Agent, out: Output) -> None:
+    """List open loops and next actions.
+
+    Example: phx note list
+    """
+    state = agent.state.read()
+    if out.as_json:
+        out.json({"agent": agent.id, "open_loops": state.open_loops, "next_actions": state.next_actions})
+        return
+    from rich.markup import escape
+
+    for title, items in (("Open loops", state.open_loops), ("Next actions", state.next_actions)):
+        out.console.print(f"[bold]{title}[/]")
+        for item in items:
+            out.console.print(f"  [{item['id']}] {escape(item['text'])}")
+        if not items:
+            out.console.print("  (none)")
+
+
+# -- phx brief / log ------------------------------------------------------------------------
+
+
+@main_group.command("brief")
+@click.option("--no-write", is_flag=True, help="Print the brief without writing brief.md.")
+@common
+def brief_command(agent: Agent, out: Output, no_write: bool) -> None:
+    """Generate brief.md from state, recent ops, notes and git, and print it.
+
+    Example: phx brief
+    """
+    text = agent.render_brief() if no_write else agent.write_brief()
+    if out.as_json:
+        out.json({"agent": agent.id, "path": agent.brief_path, "written": not no_write, "brief": text})
+    else:
+        from rich.markdown import Markdown
+
+        out.console.print(Markdown(text))
+
+
+@main_group.command("log")
+@click.option("--tail", "tail", type=click.IntRange(min=1), default=20, show_default=True, help="Newest N events.")
+@click.option("--all", "show_all", is_flag=True, help="Every event, across rotations.")
+@common
+def log_command(agent: Agent, out: Output, tail: int, show_all: bool) -> None:
+    """Show the ops log (ops.jsonl), newest last.
+
+    Example: phx log --tail 50 --json
+    """
+    events, problems = agent.ops.read() if show_all else agent.ops.tail(tail)
+    if out.as_json:
+        out.json({"agent": agent.id, "path": agent.ops.path, "events": events, "problems": [p.as_dict() for p in problems]})
+        return
+    _print_events(out, events)
+    for problem in problems:
+        out.console.print(f"[yellow]warning:[/] {problem}")
+
+
+def _print_events(out: Output, events: list[dict[str, Any]]) -> None:
+    import json
+
+    from rich.markup import escape
+    from rich.table import Table
+
+    table = Table(box=None, padding=(0, 1), header_style="bold")
+    for column in ("seq", "time (UTC)", "event", "status", "meta"):
+        table.add_column(column, overflow="fold")
+    colours = {"ok": "green", "warn": "yellow", "error": "red"}
+    for event in events:
+        status = str(event.get("status", ""))
+        meta = event.get("meta")
+        table.add_row(
+            str(event.get("seq", "")),
+            str(event.get("ts", ""))[:23].replace("T", " "),
+            escape(str(event.get("event", ""))),
+            f"[{colours.get(status, 'white')}]{escape(status)}[/]",
+            escape(json.dumps(meta, ensure_ascii=False)[:160]) if meta else "",
+        )
+    out.console.print(table)
+    if not events:
+        out.console.print("(no events yet)")
+
+
+# -- phx doctor -----------------------------------------------------------------------------
+
+
+@main_group.command("doctor")
+@click.option("--check", "check_only", is_flag=True, help="Report only; repair nothing.")
+@click.option("--all-agents", is_flag=True, help="Check every agent in the home, not just --agent.")
+@common
+def doctor_command(agent: Agent, out: Output, check_only: bool, all_agents: bool) -> None:
+    """Check the home and repair what can be repaired (state rebuilt from the ops log).
+
+    Exit code 3 when a problem remains. Example: phx doctor --all-agents
+    """
+    from phoenix_protocol._doctor import check_home
+
+    agents = [agent]
+    if all_agents:
+        agents = [Agent(aid, agent.home, config=agent.config, clock=agent.clock) for aid in agent.home.agent_ids()] or [agent]
+    findings = check_home(agent.home, agents, repair=not check_only)
+    remaining = [f for f in findings if f.level == "error" and not f.repaired]
+    repaired = [f for f in findings if f.repaired]
+    if out.as_json:
+        out.json(
+            {
+                "home": agent.home.root,
+                "healthy": not remaining,
+                "repaired": len(repaired),
+                "findings": [f.as_dict() for f in findings],
+            }
+        )
+    else:
+        from rich.markup import escape
+
+        colours = {"ok": "green", "warn": "yellow", "error": "red"}
+        for f in findings:
+            tag = " [cyan](repaired)[/]" if f.repaired else ""
+            where = f" {escape(f.path)}" if f.path else ""
+            out.console.print(f"[{colours[f.level]}]{f.level:5}[/]{where}: {escape(f.message)}{tag}")
+        out.console.print("[green]healthy[/]" if not remaining else f"[red]{len(remaining)} problem(s) remain[/]")
+    if remaining:
+        raise _Exit(EXIT_DATA)
+
+
+# -- phx install / uninstall ----------------------------------------------------------------
+
+
+def _install_output(out: Output, result: Any, verb: str) -> None:
+    if out.as_json:
+        out.json(result.as_dict())
+        return
+    from rich.markup import escape
+
+    if result.dry_run:
+        import json
+
+        out.console.print(f"[bold]dry run[/]: {escape(result.path)} would become:")
+        sys.stdout.write(json.dumps(result.settings, indent=2) + "\n")
+    if not result.changed:
+        out.console.print(f"{escape(result.path)}: nothing to {verb}, already up to date")
+        return
+    for action in result.actions:
+        out.console.print(f"  {escape(action)}")
+    if not result.dry_run:
+        out.console.print(f"[green]{verb}ed[/] {escape(result.path)}" + (f" (backup: {escape(result.backup)})" if result.backup else ""))
+
+
+@main_group.command("install")
+@click.argument("target", type=click.Choice(["claude-code"]))
+@click.option("--scope", type=click.Choice(["project", "local", "user"]), default="project", show_default=True)
+@click.option("--project-dir", metavar="DIR", help="Project whose .claude/ to use (default: the git work tree root).")
+@click.option("--agent", "agent_id", metavar="ID", help="Bake this agent id into the hook commands.")
+@click.option("--dry-run", is_flag=True, help="Show the result without writing it.")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON document instead of text.")
+def install_command(target: str, scope: str, project_dir: str | None, agent_id: str | None, dry_run: bool, as_json: bool) -> None:
+    """Install Phoenix's hooks into Claude Code's settings.
+
+    Example: phx install claude-code --scope local
+    """
+    from phoenix_protocol._install import install_claude_code
+
+    out = Output(as_json)
+    try:
+        result = install_claude_code(scope, project_dir=project_dir, agent=agent_id, dry_run=dry_run)
+    except PhoenixError as exc:
+        out.error(exc, _exit_code_for(exc))
+        raise _Exit(_exit_code_for(exc)) from None
+    _install_output(out, result, "install")
+
+
+@main_group.command("uninstall")
+@click.argument("target", type=click.Choice(["claude-code"]))
+@click.option("--scope", type=click.Choice(["project", "local", "user"]), default="project", show_default=True)
+@click.option("--project-dir", metavar="DIR", help="Project whose .claude/ to use (default: the git work tree root).")
+@click.option("--dry-run", is_flag=True, help="Show the result without writing it.")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON document instead of text.")
+def uninstall_command(target: str, scope: str, project_dir: str | None, dry_run: bool, as_json: bool) -> None:
+    """Remove exactly the hooks `phx install` added.
+
+    Example: phx uninstall claude-code --scope local
+    """
+    from phoenix_protocol._install import uninstall_claude_code
+
+    out = Output(as_json)
+    try:
+        result = uninstall_claude_code(scope, project_dir=project_dir, dry_run=dry_run)
+    except PhoenixError as exc:
+        out.error(exc, _exit_code_for(exc))
+        raise _Exit(_exit_code_for(exc)) from None
+    _install_output(out, result, "uninstall")
+
+
+# -- phx hook / demo ------------------------------------------------------------------------
+
+
+@main_group.command("hook", context_settings={"ignore_unknown_options": True})
+@click.argument("event", type=click.Choice(["session-start", "post-tool-use", "post-tool-use-failure", "pre-compact", "stop", "session-end"]))
+@click.argument("args", nargs=-1, type=click.UNPROCESSED)
+def hook_command(event: str, args: tuple[str, ...]) -> None:
+    """Run a Claude Code hook: reads the hook JSON on stdin. Always exits 0.
+
+    Example: echo '{"session_id":"s1","cwd":"/repo"}' | phx hook session-start
+    """
+    from phoenix_protocol._hooks import main as hook_main
+
+    hook_main([event, *args])
+
+
+@main_group.command("demo")
+@click.option("--keep", is_flag=True, help="Keep the demo's temporary project and print where it is.")
+@click.option("--json", "as_json", is_flag=True, help="Print the demo's steps as one JSON document.")
+def demo_command(keep: bool, as_json: bool) -> None:
+    """Play a real agent session through the real hooks: crash it, recover it.
+
+    Example: phx demo
+    """
+    import shutil
+    import tempfile
+
+    from phoenix_protocol._demo import DemoStep, run_demo
+
+    out = Output(as_json)
+    workdir = tempfile.mkdtemp(prefix="phoenix-demo-")
+    steps: list[DemoStep] = []
+    try:
+        if as_json:
+            summary = run_demo(workdir, steps.append)
+            out.json({"workdir": workdir if keep else None, "steps": [s.as_dict() for s in steps], **summary})
+        else:
+            with out.console.status("[bold]starting the agent…", spinner="dots") as status:
+
+                def show(step: DemoStep) -> None:
+                    steps.append(step)
+                    status.update(f"[bold]{step.title}…")
+                    _print_demo_step(out, step)
+
+                summary = run_demo(workdir, show)
+            verdict = "[bold green]recovered[/]" if summary["recovery_detected"] else "[bold red]recovery NOT detected[/]"
+            out.console.rule(verdict)
+            if keep:
+                out.console.print(f"demo project kept in {workdir}")
+    finally:
+        if not keep:
+            shutil.rmtree(workdir, ignore_errors=True)
+    if not summary["recovery_detected"]:
+        raise _Exit(EXIT_FAILED)
+
+
+def _print_demo_step(out: Output, step: Any) -> None:
+    from rich.markup import escape
+    from rich.panel import Panel
+
+    console = out.console
+    data = step.data
+    if step.kind == "setup":
+        console.print(f"[bold cyan]●[/] {escape(step.title)}" + (f" (pid {data['pid']})" if "pid" in data else ""))
+    elif step.kind == "tool":
+        detail = data.get("command") or data.get("path") or ""
+        failed = data.get("exit") not in (None, 0)
+        mark = "[red]✗[/]" if failed else "[green]✓[/]"
+        console.print(f"  {mark} model runs {escape(step.title)}: [dim]{escape(str(detail))}[/]")
+    elif step.kind == "hook":
+        for res in data.get("results", []):
+            code = res["exit"]
+            colour = "green" if code == 0 else "red"
+            tool = f" ({data['tool']})" if data.get("tool") else ""
+            console.print(f"    [{colour}]hook {escape(step.title)}{escape(tool)}[/] exit {code}, {res['ms']} ms")
+            if res.get("stderr", "").strip():
+                console.print(f"      [yellow]{escape(res['stderr'].strip())}[/]")
+    elif step.kind == "crash":
+        console.print(f"[bold red]✝ {escape(step.title)}[/] (pid {data.get('pid')})")
+    elif step.kind == "check":
+        state = data["state"]
+        alive = {True: "alive", False: "[red]gone[/]", None: "unknown"}[data["process_alive"]]
+        console.print(
+            f"[bold cyan]●[/] state.json says [yellow]{state['status']}[/] on "
+            f"{escape(repr(state['current_task']))}; recorded agent pid {data['recorded_pid']} is {alive}"
+        )
+    elif step.kind == "recovery":
+        console.print(Panel(escape(data["context"] or "(no context)"), title="additionalContext for the new session", border_style="green"))
+    elif step.kind == "log":
+        console.print("[bold]ops.jsonl[/]")
+        _print_events(out, data["events"])
+
+
+def cli(argv: list[str] | None = None) -> int:
+    """Run ``phx`` with ``argv``; returns the exit code. Never raises for user errors."""
+    args = sys.argv[1:] if argv is None else argv
+    try:
+        main_group.main(args=args, prog_name="phx", standalone_mode=False)
+    except _Exit as exc:
+        return exc.code
+    except click.UsageError as exc:
+        if type(exc).__name__ == "NoArgsIsHelpError" and exc.ctx is not None:  # click >= 8.2: bare `phx`
+            click.echo(exc.ctx.get_help())
+            return EXIT_OK
+        hint = f" (see `{exc.ctx.command_path} --help`)" if exc.ctx else ""
+        click.echo(f"error: {exc.format_message()}{hint}", err=True)
+        return EXIT_USAGE
+    except click.Abort:
+        click.echo("aborted", err=True)
+        return EXIT_FAILED
+    except click.exceptions.Exit as exc:
+        return int(exc.exit_code)
+    except click.ClickException as exc:
+        click.echo(f"error: {exc.format_message()}", err=True)
+        return exc.exit_code
+    return EXIT_OK

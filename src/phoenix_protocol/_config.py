@@ -1,0 +1,149 @@
+"""The one configuration mechanism.
+
+Each setting is looked up in this order, later sources winning:
+
+1. the built-in default (``SETTINGS`` below);
+2. ``[tool.phoenix]`` in ``pyproject.toml`` at the root of the git work tree;
+3. ``phoenix.toml`` in the Phoenix home;
+4. the environment variable ``PHOENIX_<NAME>`` (upper case), e.g. ``PHOENIX_LOCK_TIMEOUT=2``;
+5. explicit overrides (CLI flags, keyword arguments).
+
+Values are checked against the setting's type and bounds; a bad value is a ``ConfigError``
+naming where it came from. ``Config.sources`` tells where each value was found.
+
+Hot path: TOML is parsed only when a file exists (``pyproject.toml`` only when it mentions
+``tool.phoenix``), so the heartbeat pays nothing for configuration it does not have.
+"""
+
+from __future__ import annotations
+
+import os
+
+from phoenix_protocol._errors import ConfigError
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+    from typing import Any
+
+__all__ = ["SETTINGS", "Config", "load_config"]
+
+# name: (type, default, minimum, description)
+SETTINGS: dict[str, tuple[type, Any, float | None, str]] = {
+    "lock_timeout": (float, 10.0, 0.0, "Seconds to wait for a state or log lock before giving up."),
+    "hook_lock_timeout": (float, 2.0, 0.0, "Seconds a hook waits for a lock (hooks have a time budget)."),
+    "heartbeat_log_interval": (
+        float,
+        60.0,
+        0.0,
+        "Seconds between heartbeat lines in ops.jsonl (state.json is updated on every tool call).",
+    ),
+    "ops_max_bytes": (int, 10 * 1024 * 1024, 4096, "Size at which ops.jsonl rotates to ops.jsonl.1."),
+    "ops_keep": (int, 5, 1, "Rotated ops logs kept (ops.jsonl.1 ... ops.jsonl.N)."),
+    "brief_max_chars": (int, 10_000, 500, "Longest brief.md; Claude Code cuts hook context at 10,000."),
+    "brief_recent_events": (int, 12, 0, "Ops events listed under Recent Activity in the brief."),
+    "process_start_tolerance": (
+        float,
+        1.0,
+        0.0,
+        "Seconds by which two readings of one process's start time may differ (boot time is whole seconds).",
+    ),
+}
+
+
+class Config:
+    """Resolved settings. Read them as attributes: ``config.lock_timeout``."""
+
+    lock_timeout: float
+    hook_lock_timeout: float
+    heartbeat_log_interval: float
+    ops_max_bytes: int
+    ops_keep: int
+    brief_max_chars: int
+    brief_recent_events: int
+    process_start_tolerance: float
+
+    def __init__(self, values: Mapping[str, Any] | None = None, sources: Mapping[str, str] | None = None) -> None:
+        self.sources: dict[str, str] = {}
+        for name, (_type, default, _min, _doc) in SETTINGS.items():
+            setattr(self, name, default)
+            self.sources[name] = "default"
+        for name, value in (values or {}).items():
+            setattr(self, name, _coerce(name, value, (sources or {}).get(name, "argument")))
+            self.sources[name] = (sources or {}).get(name, "argument")
+
+    def as_dict(self) -> dict[str, Any]:
+        """Every setting and its value."""
+        return {name: getattr(self, name) for name in SETTINGS}
+
+
+def _coerce(name: str, value: Any, source: str) -> Any:
+    if name not in SETTINGS:
+        known = ", ".join(sorted(SETTINGS))
+        raise ConfigError(f"unknown setting {name!r} in {source}; known settings: {known}.")
+    kind, _default, minimum, _doc = SETTINGS[name]
+    try:
+        if isinstance(value, bool) or (kind is int and isinstance(value, float) and not value.is_integer()):
+            raise ValueError
+        converted = kind(value)
+    except (TypeError, ValueError):
+        raise ConfigError(f"setting {name} in {source} must be a {kind.__name__}, got {value!r}.") from None
+    if minimum is not None and converted < minimum:
+        raise ConfigError(f"setting {name} in {source} must be at least {minimum:g}, got {value!r}.")
+    return converted
+
+
+def _read_toml(path: str, table: tuple[str, ...] = ()) -> dict[str, Any]:
+    try:
+        with open(path, "rb") as fh:
+            raw = fh.read()
+    except FileNotFoundError:
+        return {}
+    except OSError as exc:
+        raise ConfigError(f"could not read {path}: {exc.strerror}.") from None
+    if table and b"phoenix" not in raw:
+        return {}
+    import tomllib
+
+    try:
+        data: Any = tomllib.loads(raw.decode("utf-8"))
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"{path} is not valid TOML: {exc}.") from None
+    for key in table:
+        data = data.get(key, {}) if isinstance(data, dict) else {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: [{'.'.join(table)}] must be a table.")
+    return {str(k).replace("-", "_"): v for k, v in data.items()}
+
+
+def load_config(
+    home: str | None = None,
+    *,
+    project_root: str | None = None,
+    env: Mapping[str, str] | None = None,
+    overrides: Mapping[str, Any] | None = None,
+) -> Config:
+    """Resolve every setting from the sources listed in the module docstring."""
+    values: dict[str, Any] = {}
+    sources: dict[str, str] = {}
+    layers: list[tuple[str, dict[str, Any]]] = []
+    if project_root:
+        path = os.path.join(project_root, "pyproject.toml")
+        layers.append((f"{path} [tool.phoenix]", _read_toml(path, ("tool", "phoenix"))))
+    if home:
+        path = os.path.join(home, "phoenix.toml")
+        layers.append((path, _read_toml(path)))
+    environ = os.environ if env is None else env
+    from_env = {}
+    for name in SETTINGS:
+        raw = environ.get("PHOENIX_" + name.upper())
+        if raw is not None and raw != "":
+            from_env[name] = raw
+    layers.append(("environment", from_env))
+    layers.append(("argument", dict(overrides or {})))
+    for source, layer in layers:
+        for name, value in layer.items():
+            label = f"PHOENIX_{name.upper()}" if source == "environment" else source
+            values[name] = _coerce(name, value, label)
+            sources[name] = label
+    return Config(values, sources)

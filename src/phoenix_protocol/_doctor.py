@@ -1,0 +1,261 @@
+"""``phx doctor``: check a Phoenix home and repair what can be repaired without losing anything.
+
+For every agent it checks, and with ``repair=True`` fixes:
+
+- ``state.json`` that is empty, torn, not JSON or invalid: the bad file is kept as
+  ``state.json.corrupt-<time>`` and a new one is rebuilt from ``ops.jsonl`` (all rotations),
+  replaying every state transition, heartbeat and note; the report says what was recovered
+  and from which events. A file written by a newer Phoenix is reported and left alone.
+- ``ops.jsonl`` with a torn last line (cut off under the log's lock) or unreadable lines
+  (reported with file and line; readers already skip them, and they stay for forensics).
+- temporary files left by writers that were killed (``.state.json.<pid>.<n>.tmp``): removed.
+- permissions wider than 0700 (directories) or 0600 (files): tightened.
+
+Nothing is ever deleted that holds data; nothing is reset to defaults silently.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+
+from phoenix_protocol._clock import iso_from_ms
+from phoenix_protocol._durable import DIR_MODE, FILE_MODE, atomic_write, read_bytes, repair_tail
+from phoenix_protocol._errors import CorruptStateError, SchemaVersionError
+from phoenix_protocol._jsonio import dumps_document
+from phoenix_protocol._state import AgentState
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
+
+    from phoenix_protocol._agent import Agent
+    from phoenix_protocol._home import Home
+
+__all__ = ["Finding", "check_home", "rebuild_state"]
+
+
+class Finding:
+    """One thing the doctor found: ``level`` is ``ok``, ``warn`` or ``error``."""
+
+    __slots__ = ("agent", "level", "message", "path", "repaired")
+
+    def __init__(self, level: str, message: str, *, agent: str | None = None, path: str | None = None, repaired: bool = False) -> None:
+        self.level = level
+        self.message = message
+        self.agent = agent
+        self.path = path
+        self.repaired = repaired
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"level": self.level, "agent": self.agent, "path": self.path, "message": self.message, "repaired": self.repaired}
+
+
+def rebuild_state(events: list[dict[str, Any]]) -> tuple[AgentState, list[str]]:
+    """Replay ops events (oldest first) into a state; returns it and a summary of what was used."""
+    state = AgentState()
+    used: dict[str, int] = {}
+    notes: dict[int, dict[str, Any]] = {}
+    for event in events:
+        name = event.get("event")
+        meta = event.get("meta") if isinstance(event.get("meta"), dict) else {}
+        ts = event.get("ts")
+        applied = True
+        if name in ("task_started", "task_done", "task_error", "state_idle", "stalled", "status_changed"):
+            to = meta.get("to")
+            if to in ("idle", "working", "error"):
+                state.status = to
+            if isinstance(meta.get("task"), str):
+                state.current_task = meta["task"]
+            if isinstance(meta.get("output"), str):
+                state.last_output = meta["output"]
+            state.error_message = meta.get("error") if to == "error" else None
+            if meta.get("source") in ("model", "hook", "watchdog"):
+                state.updated_by = meta["source"]
+            state.status_event = str(name)
+        elif name == "session_start":
+            sid = meta.get("session_id")
+            if isinstance(sid, str) and (meta.get("source") in ("startup", "clear") or sid != state.session_id):
+                state.session_id = sid
+                state.session_started_at = ts if isinstance(ts, str) else None
+                state.status = "working"
+                state.updated_by = "hook"
+                state.status_event = "session_start"
+                state.error_message = None
+            if isinstance(meta.get("pid"), int):
+                state.pid = meta["pid"]
+            if isinstance(meta.get("host"), str):
+                state.host = meta["host"]
+            if isinstance(meta.get("task"), str) and meta["task"]:
+                state.current_task = meta["task"]
+        elif name == "session_end":
+            if not meta.get("stale"):
+                state.status = "idle"
+                state.updated_by = "hook"
+                state.status_event = "session_end"
+        elif name in ("heartbeat", "tool_failed"):
+            if isinstance(meta.get("heartbeat_seq"), int):
+                state.heartbeat_seq = max(state.heartbeat_seq, meta["heartbeat_seq"])
+            tool = meta.get("tool")
+            if isinstance(tool, str) and tool != "(stop)":
+                state.last_tool = {"name": tool, "ok": name == "heartbeat", "at": ts}
+                if name == "tool_failed" and meta.get("error"):
+                    state.last_tool["error"] = meta["error"]
+        elif name == "session_adopted":
+            if isinstance(meta.get("session_id"), str):
+                state.session_id = meta["session_id"]
+        elif name == "note_added":
+            number, text, kind = meta.get("id"), meta.get("text"), meta.get("kind")
+            if isinstance(number, int) and isinstance(text, str) and kind in ("open_loop", "next_action"):
+                notes[number] = {"id": number, "text": text, "added_at": ts, "kind": kind}
+                state.note_seq = max(state.note_seq, number)
+        elif name == "note_resolved":
+            if isinstance(meta.get("id"), int):
+                notes.pop(meta["id"], None)
+        else:
+            applied = False
+        if applied:
+            used[str(name)] = used.get(str(name), 0) + 1
+            if isinstance(ts, str):
+                from phoenix_protocol._clock import ms_from_iso
+
+                try:
+                    ms = ms_from_iso(ts)
+                except ValueError:
+                    continue
+                state.last_active_ms = ms
+                state.last_active = iso_from_ms(ms)
+    for item in sorted(notes.values(), key=lambda n: n["id"]):
+        kind = item.pop("kind")
+        (state.open_loops if kind == "open_loop" else state.next_actions).append(item)
+    summary = [f"{count} {name}" for name, count in sorted(used.items())]
+    return state, summary
+
+
+def _check_modes(root: str, repair: bool, findings: list[Finding]) -> None:
+    for dirpath, dirnames, filenames in os.walk(root):
+        for name, wanted, is_dir in [(d, DIR_MODE, True) for d in dirnames] + [(f, FILE_MODE, False) for f in filenames]:
+            path = os.path.join(dirpath, name)
+            try:
+                st = os.lstat(path)
+            except FileNotFoundError:
+                continue
+            if stat.S_ISLNK(st.st_mode):
+                continue
+            mode = stat.S_IMODE(st.st_mode)
+            if mode & ~wanted:
+                what = "directory" if is_dir else "file"
+                if repair:
+                    os.chmod(path, wanted)
+                findings.append(
+                    Finding("warn", f"{what} mode {mode:04o} is wider than {wanted:04o}", path=path, repaired=repair)
+                )
+    try:
+        mode = stat.S_IMODE(os.stat(root).st_mode)
+        if mode & ~DIR_MODE:
+            if repair:
+                os.chmod(root, DIR_MODE)
+            findings.append(Finding("warn", f"home mode {mode:04o} is wider than 0700", path=root, repaired=repair))
+    except FileNotFoundError:
+        pass
+
+
+def check_agent(agent: Agent, *, repair: bool = True) -> list[Finding]:
+    """Check (and repair) one agent; returns what was found."""
+    findings: list[Finding] = []
+    aid = agent.id
+    # Leftover temporary files from killed writers.
+    try:
+        names = os.listdir(agent.dir)
+    except FileNotFoundError:
+        return [Finding("ok", "no state yet", agent=aid, path=agent.dir)]
+    for name in names:
+        if name.startswith(".") and name.endswith(".tmp"):
+            path = os.path.join(agent.dir, name)
+            if repair:
+                try:
+                    os.unlink(path)
+                except FileNotFoundError:
+                    pass
+            findings.append(Finding("warn", "temporary file left by an interrupted write", agent=aid, path=path, repaired=repair))
+    # The ops log.
+    events, problems = agent.ops.read()
+    for problem in problems:
+        if problem.kind == "torn-tail" and problem.path == agent.ops.path:
+            if repair:
+                with agent.ops.log.lock():
+                    removed = repair_tail(agent.ops.path)
+                findings.append(
+                    Finding("warn", f"torn last line cut off ({removed} bytes, never acknowledged)", agent=aid, path=problem.path, repaired=repair)
+                )
+            else:
+                findings.append(Finding("warn", problem.message, agent=aid, path=problem.path))
+        else:
+            findings.append(Finding("warn", f"line {problem.line}: {problem.message}", agent=aid, path=problem.path))
+    seqs = [e["seq"] for e in events]
+    if seqs:
+        gaps = sum(1 for a, b in zip(seqs, seqs[1:], strict=False) if b != a + 1)
+        if gaps:
+            findings.append(Finding("warn", f"seq has {gaps} gap(s) or reordering(s) (lines lost or edited)", agent=aid, path=agent.ops.path))
+        if seqs[0] != 1:
+            findings.append(
+                Finding("ok", f"oldest event kept is seq {seqs[0]} (older ones rotated away)", agent=aid, path=agent.ops.path)
+            )
+    # state.json.
+    try:
+        agent.state.read()
+        if agent.state.exists():
+            findings.append(Finding("ok", "state.json is valid", agent=aid, path=agent.state.path))
+    except SchemaVersionError as exc:
+        findings.append(Finding("error", str(exc), agent=aid, path=agent.state.path))
+    except CorruptStateError as exc:
+        findings.append(Finding("error", str(exc), agent=aid, path=agent.state.path))
+        if repair:
+            findings.append(_rebuild(agent, events))
+    return findings
+
+
+def _rebuild(agent: Agent, events: list[dict[str, Any]]) -> Finding:
+    with agent.state.lock():
+        data = read_bytes(agent.state.path)
+        # Someone may have repaired it meanwhile.
+        try:
+            if data is not None:
+                agent.state.parse(data)
+                return Finding("ok", "state.json became valid meanwhile; left as it is", agent=agent.id, path=agent.state.path)
+        except (CorruptStateError, SchemaVersionError):
+            pass
+        stamp = iso_from_ms(agent.clock.now_ms()).replace(":", "").replace("-", "")
+        kept = f"{agent.state.path}.corrupt-{stamp}"
+        if data is not None:
+            atomic_write(kept, data)
+        state, used = rebuild_state(events)
+        agent.state.write_locked(state)
+    first = events[0]["seq"] if events else None
+    last = events[-1]["seq"] if events else None
+    source = ", ".join(os.path.basename(p) for p in agent.ops.log.files()) or "nothing (no ops log)"
+    detail = (
+        f"rebuilt from {len(events)} events (seq {first}..{last}) in {source}: status {state.status}, "
+        f"task {state.current_task or '(none)'!r}, {len(state.open_loops)} open loop(s), "
+        f"{len(state.next_actions)} next action(s), heartbeat {state.heartbeat_seq}"
+        + (f"; used {', '.join(used)}" if used else "")
+        + (f"; the damaged file is kept as {os.path.basename(kept)}" if data is not None else "")
+    )
+    agent.record("state_rebuilt", "warn", {"events": len(events), "first_seq": first, "last_seq": last}, trusted=True)
+    return Finding("warn", detail, agent=agent.id, path=agent.state.path, repaired=True)
+
+
+def check_home(home: Home, agents: list[Agent], *, repair: bool = True) -> list[Finding]:
+    """Check the home's permissions and every agent in ``agents``."""
+    findings: list[Finding] = []
+    if not os.path.isdir(home.root):
+        return [Finding("ok", "no Phoenix home yet (nothing to check)", path=home.root)]
+    _check_modes(home.root, repair, findings)
+    for agent in agents:
+        findings.extend(check_agent(agent, repair=repair))
+    return findings
+
+
+def describe_state(state: AgentState) -> str:
+    """The state as it would be written (for reports)."""
+    return dumps_document(state.to_dict())

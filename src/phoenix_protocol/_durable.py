@@ -1,0 +1,364 @@
+"""Durable file I/O: the only module in Phoenix that writes bytes to disk.
+
+Three primitives, each with the guarantee it gives and the one it does not:
+
+``atomic_write(path, data)``
+    Temp file in the destination directory (``O_EXCL``, mode 0600), every byte written,
+    ``fsync``, ``os.replace`` onto ``path``, ``fsync`` of the directory. Readers see the old
+    content or the new, never a mix, whatever process is killed when. With ``durable=False``
+    the two fsyncs are skipped: still atomic against crashes of processes, but a power loss
+    may lose the write (used for heartbeats, which the next heartbeat replaces). On failure
+    the temp file is removed and ``StorageError`` is raised; the old file is untouched.
+
+``durable_append(path, data)``
+    One ``write`` with ``O_APPEND`` (looping on short writes), then ``fsync`` (and an fsync of
+    the directory when the file was created). Concurrent appenders must hold ``FileLock`` if
+    they need whole lines never to interleave: a process killed in the middle of a large
+    write can leave a torn tail, which readers skip (``iter_lines``) and the next locked
+    append repairs (``repair_tail``).
+
+``FileLock(path)``
+    An exclusive ``flock`` on a separate ``*.lock`` file, re-entrant within a process, released
+    by the kernel when the holder dies (SIGKILL included), so a crashed writer never leaves a
+    stale lock. Waiting is bounded: ``LockTimeoutError`` after ``timeout`` seconds. Lock files
+    are never deleted (deleting one while another process waits on it breaks exclusion).
+    POSIX only.
+
+Files are created 0600 and directories 0700. Hot path: imports ``os``, ``fcntl``, ``time``.
+"""
+
+from __future__ import annotations
+
+import errno
+import fcntl
+import os
+import time
+
+from phoenix_protocol._errors import LockTimeoutError, StorageError
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+    from types import TracebackType
+
+__all__ = [
+    "DIR_MODE",
+    "FILE_MODE",
+    "FileLock",
+    "atomic_write",
+    "durable_append",
+    "ensure_dir",
+    "fsync_dir",
+    "iter_lines",
+    "read_bytes",
+    "read_last_line",
+    "repair_tail",
+    "torn_tail_length",
+]
+
+FILE_MODE = 0o600
+DIR_MODE = 0o700
+_CLOEXEC = getattr(os, "O_CLOEXEC", 0)
+_tmp_counter = 0
+
+
+def _fail(action: str, path: str, exc: OSError) -> StorageError:
+    reason = exc.strerror or str(exc)
+    hint = ""
+    if exc.errno == errno.ENOSPC:
+        hint = " Free some disk space and retry."
+    elif exc.errno in (errno.EACCES, errno.EPERM):
+        hint = " Check the owner and permissions of the Phoenix home."
+    elif exc.errno == errno.EROFS:
+        hint = " The file system is read-only."
+    err = StorageError(f"could not {action} {path}: {reason}.{hint}", path=path)
+    err.__cause__ = exc
+    return err
+
+
+def ensure_dir(path: str) -> None:
+    """Create ``path`` and missing parents with mode 0700. An existing directory is left as it is."""
+    if os.path.isdir(path):
+        return
+    parent = os.path.dirname(path.rstrip("/"))
+    if parent and parent != path:
+        ensure_dir(parent)
+    try:
+        os.mkdir(path, DIR_MODE)
+    except FileExistsError:
+        if not os.path.isdir(path):
+            raise StorageError(f"could not create directory {path}: a file is in the way.", path=path) from None
+        return
+    except OSError as exc:
+        raise _fail("create directory", path, exc) from exc
+    try:
+        os.chmod(path, DIR_MODE)  # mkdir's mode is masked by the umask
+        if parent:
+            fsync_dir(parent)
+    except OSError as exc:
+        raise _fail("create directory", path, exc) from exc
+
+
+def fsync_dir(path: str) -> None:
+    """``fsync`` a directory so that a rename or a new entry in it survives a power loss."""
+    fd = os.open(path or ".", os.O_RDONLY | _CLOEXEC)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        written = os.write(fd, view)
+        if written <= 0:  # pragma: no cover - regular files never return 0 for a non-empty write
+            raise OSError(errno.EIO, "write returned 0")
+        view = view[written:]
+
+
+def atomic_write(path: str, data: bytes, *, durable: bool = True) -> None:
+    """Replace ``path`` with ``data`` atomically (see the module docstring for the guarantee)."""
+    global _tmp_counter
+    directory = os.path.dirname(path) or "."
+    name = os.path.basename(path)
+    fd = -1
+    tmp = ""
+    for _ in range(100):
+        _tmp_counter += 1
+        tmp = os.path.join(directory, f".{name}.{os.getpid()}.{_tmp_counter}.tmp")
+        try:
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | _CLOEXEC, FILE_MODE)
+            break
+        except FileExistsError:
+            continue
+        except OSError as exc:
+            raise _fail("write", path, exc) from exc
+    else:  # pragma: no cover
+        raise StorageError(f"could not write {path}: no free temporary name.", path=path)
+    try:
+        try:
+            _write_all(fd, data)
+            if durable:
+                os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(tmp, path)
+    except OSError as exc:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise _fail("write", path, exc) from exc
+    if durable:
+        try:
+            fsync_dir(directory)
+        except OSError as exc:
+            raise _fail("confirm durable write of", path, exc) from exc
+
+
+def durable_append(path: str, data: bytes, *, durable: bool = True) -> None:
+    """Append ``data`` to ``path`` (created 0600 if missing) and ``fsync`` it."""
+    created = not os.path.exists(path)
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | _CLOEXEC, FILE_MODE)
+    except OSError as exc:
+        raise _fail("append to", path, exc) from exc
+    try:
+        _write_all(fd, data)
+        if durable:
+            os.fsync(fd)
+    except OSError as exc:
+        raise _fail("append to", path, exc) from exc
+    finally:
+        os.close(fd)
+    if created and durable:
+        try:
+            fsync_dir(os.path.dirname(path) or ".")
+        except OSError as exc:
+            raise _fail("confirm durable append to", path, exc) from exc
+
+
+def read_bytes(path: str) -> bytes | None:
+    """The whole content of ``path``, or ``None`` when it does not exist."""
+    try:
+        fd = os.open(path, os.O_RDONLY | _CLOEXEC)
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        raise _fail("read", path, exc) from exc
+    try:
+        chunks = []
+        while True:
+            chunk = os.read(fd, 1 << 20)
+            if not chunk:
+                break
+            chunks.append(chunk)
+        return b"".join(chunks)
+    except OSError as exc:
+        raise _fail("read", path, exc) from exc
+    finally:
+        os.close(fd)
+
+
+def iter_lines(data: bytes) -> Iterator[tuple[int, bytes]]:
+    """Yield ``(offset, line)`` for each complete newline-terminated line of ``data``.
+
+    A final fragment without a newline (a torn append) is not yielded; callers learn about it
+    from ``torn_tail_length``.
+    """
+    start = 0
+    end = len(data)
+    while start < end:
+        nl = data.find(b"\n", start)
+        if nl < 0:
+            return
+        yield start, data[start:nl]
+        start = nl + 1
+
+
+def torn_tail_length(data: bytes) -> int:
+    """Bytes after the last newline: non-zero when the last append was torn."""
+    nl = data.rfind(b"\n")
+    return len(data) - (nl + 1)
+
+
+def repair_tail(path: str) -> int:
+    """Cut a torn final line (bytes after the last newline) off ``path``. Returns bytes removed.
+
+    Call it holding the file's lock, before appending. The fragment was never acknowledged:
+    the append that wrote it did not return.
+    """
+    try:
+        fd = os.open(path, os.O_RDWR | _CLOEXEC)
+    except FileNotFoundError:
+        return 0
+    except OSError as exc:
+        raise _fail("repair", path, exc) from exc
+    try:
+        size = os.fstat(fd).st_size
+        if size == 0:
+            return 0
+        pos = size
+        block = 4096
+        while pos > 0:
+            start = max(0, pos - block)
+            chunk = os.pread(fd, pos - start, start)
+            nl = chunk.rfind(b"\n")
+            if nl >= 0:
+                keep = start + nl + 1
+                break
+            pos = start
+        else:
+            keep = 0
+        if keep == size:
+            return 0
+        os.ftruncate(fd, keep)
+        os.fsync(fd)
+        return size - keep
+    except OSError as exc:
+        raise _fail("repair", path, exc) from exc
+    finally:
+        os.close(fd)
+
+
+def read_last_line(path: str) -> bytes | None:
+    """The last complete line of ``path`` (without its newline), ignoring a torn tail; ``None`` if none."""
+    try:
+        fd = os.open(path, os.O_RDONLY | _CLOEXEC)
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        raise _fail("read", path, exc) from exc
+    try:
+        size = os.fstat(fd).st_size
+        pos = size
+        tail = b""
+        block = 8192
+        while pos > 0:
+            start = max(0, pos - block)
+            tail = os.pread(fd, pos - start, start) + tail
+            pos = start
+            last_nl = tail.rfind(b"\n")
+            if last_nl < 0:
+                continue
+            prev_nl = tail.rfind(b"\n", 0, last_nl)
+            if prev_nl >= 0 or pos == 0:
+                return tail[prev_nl + 1 : last_nl]
+            block *= 2
+        return None
+    except OSError as exc:
+        raise _fail("read", path, exc) from exc
+    finally:
+        os.close(fd)
+
+
+_held: dict[str, tuple[int, int]] = {}  # lock path -> (fd, depth)
+
+
+class FileLock:
+    """Exclusive cross-process lock on ``path + ".lock"`` (see the module docstring).
+
+    Use as a context manager. ``timeout`` is in seconds; ``LockTimeoutError`` names the file.
+    """
+
+    def __init__(self, path: str, timeout: float = 10.0) -> None:
+        self.lock_path = path + ".lock"
+        self.target = path
+        self.timeout = timeout
+
+    def acquire(self) -> None:
+        held = _held.get(self.lock_path)
+        if held is not None:
+            _held[self.lock_path] = (held[0], held[1] + 1)
+            return
+        try:
+            fd = os.open(self.lock_path, os.O_RDWR | os.O_CREAT | _CLOEXEC, FILE_MODE)
+        except OSError as exc:
+            raise _fail("lock", self.target, exc) from exc
+        deadline = time.monotonic() + self.timeout
+        delay = 0.001
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                pass
+            except OSError as exc:
+                os.close(fd)
+                raise _fail("lock", self.target, exc) from exc
+            now = time.monotonic()
+            if now >= deadline:
+                os.close(fd)
+                raise LockTimeoutError(
+                    f"could not lock {self.target}: another process held it for {self.timeout:g}s. "
+                    "It is released when that process exits; retry, or find it with "
+                    f"`fuser {self.lock_path}`.",
+                    path=self.target,
+                )
+            time.sleep(min(delay, deadline - now))
+            delay = min(delay * 2, 0.05)
+        _held[self.lock_path] = (fd, 1)
+
+    def release(self) -> None:
+        fd, depth = _held[self.lock_path]
+        if depth > 1:
+            _held[self.lock_path] = (fd, depth - 1)
+            return
+        del _held[self.lock_path]
+        try:
+            fcntl.flock(fd, fcntl.LOCK_UN)
+        finally:
+            os.close(fd)
+
+    def __enter__(self) -> FileLock:
+        self.acquire()
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.release()

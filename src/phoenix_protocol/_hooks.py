@@ -1,0 +1,363 @@
+"""Claude Code hook handlers: ``phx hook <event>`` reads the hook's JSON on stdin.
+
+=================  ==============================================================================
+event              what it does
+=================  ==============================================================================
+session-start      Records the session and the agent process (pid + start time); status working.
+                   When the previous state was working or error (a crash, a kill, a lost
+                   context) prints the recovery context (RECOVERY DETECTED, the state, a fresh
+                   brief) as ``hookSpecificOutput.additionalContext``. On ``source`` compact or
+                   resume it injects the brief again.
+post-tool-use      The heartbeat: ``last_active``, ``heartbeat_seq``, the last tool and whether it
+                   failed (also registered for PostToolUseFailure). Hot path: see below.
+pre-compact        Refreshes ``brief.md``. Never blocks compaction.
+stop               Heartbeat only; prints nothing (output there would keep the turn going).
+session-end        Status idle, ops event session_end, ``brief.md`` refreshed.
+=================  ==============================================================================
+
+A hook never breaks the agent: whatever goes wrong (empty or malformed stdin, an unknown
+event, a locked, corrupt or newer state file, a full disk) it exits 0 with one line on stderr
+and, where it still can, an ops event with status warn or error. It never exits 2 and never
+rewrites a state file it could not read.
+
+Hot path: the PostToolUse handler imports only ``os``, ``sys``, ``time``, ``fcntl``, ``_json``
+and Phoenix's own primitives. ``phx install`` registers it as
+``<python> -P -c 'from phoenix_protocol._hooks import main; main()' post-tool-use``, which
+skips the console-script wrapper (it imports ``re``) and the full CLI.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
+
+    from phoenix_protocol._agent import Agent
+
+__all__ = ["EVENTS", "handle", "main", "run"]
+
+EVENTS = {
+    "session-start": "SessionStart",
+    "post-tool-use": "PostToolUse",
+    "post-tool-use-failure": "PostToolUseFailure",
+    "pre-compact": "PreCompact",
+    "stop": "Stop",
+    "session-end": "SessionEnd",
+}
+_BY_CLAUDE_NAME = {v: k for k, v in EVENTS.items()}
+_MAX_STDIN = 64 * 1024 * 1024
+_NAME_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_.:-")
+_SESSION_END_BUDGET = 1.0  # Claude Code gives all SessionEnd hooks about 1.5 s together
+RECOVERY_BANNER = "RECOVERY DETECTED"
+
+
+def _plain(value: object, limit: int = 100, default: str = "unknown") -> str:
+    """A tool name, reason or source reduced to a safe token (these skip the redactor)."""
+    if not isinstance(value, str) or not value:
+        return default
+    cleaned = "".join(ch if ch in _NAME_CHARS else "_" for ch in value[:limit])
+    return cleaned or default
+
+
+def _session_id(payload: dict[str, Any]) -> str | None:
+    from phoenix_protocol._ids import is_valid_id
+
+    value = payload.get("session_id")
+    if is_valid_id(value, max_length=128):
+        return value  # type: ignore[return-value]
+    return None
+
+
+def _digest(value: object) -> str | None:
+    """A short, stable digest of a tool's input (for spotting repeated actions later)."""
+    if value is None:
+        return None
+    from phoenix_protocol._jsonio import dumps_canonical
+
+    try:
+        data = dumps_canonical(value).encode("utf-8", "surrogatepass")
+    except (TypeError, ValueError):
+        return None
+    try:
+        from _sha256 import sha256  # type: ignore[import-not-found]  # CPython 3.11; cheaper than hashlib
+    except ImportError:  # pragma: no cover - 3.12+ names it _sha2
+        try:
+            from _sha2 import sha256  # type: ignore[import-not-found,no-redef]
+        except ImportError:
+            from hashlib import sha256
+    return str(sha256(data).hexdigest()[:16])
+
+
+def _tool_outcome(event: str, payload: dict[str, Any]) -> tuple[bool, str | None]:
+    """Whether the tool call succeeded, and its error text when it did not."""
+    if event == "post-tool-use-failure" or payload.get("hook_event_name") == "PostToolUseFailure":
+        error = payload.get("error")
+        return False, error if isinstance(error, str) and error else "tool failed"
+    response = payload.get("tool_response")
+    if isinstance(response, dict):
+        if response.get("is_error") is True or response.get("success") is False:
+            error = response.get("error") or response.get("stderr") or response.get("message")
+            return False, error if isinstance(error, str) and error else "tool reported an error"
+        if response.get("interrupted") is True:
+            return False, "tool call interrupted"
+    return True, None
+
+
+def _open_agent(payload: dict[str, Any], options: dict[str, str], *, lock_timeout_cap: float | None = None) -> Agent:
+    from phoenix_protocol._agent import Agent
+    from phoenix_protocol._home import Home
+
+    cwd = payload.get("cwd")
+    if not isinstance(cwd, str) or not os.path.isabs(cwd) or not os.path.isdir(cwd):
+        cwd = os.environ.get("CLAUDE_PROJECT_DIR") or os.getcwd()
+    home = Home(os.path.join(cwd, options["home"])) if "home" in options else Home.resolve(cwd)
+    agent = Agent.open(options.get("agent"), home=home)
+    timeout = agent.config.hook_lock_timeout
+    if lock_timeout_cap is not None:
+        timeout = min(timeout, lock_timeout_cap)
+    agent.config.lock_timeout = timeout
+    agent.ops.log.lock_timeout = timeout
+    return agent
+
+
+def _recovery_context(agent: Agent, before: Any, after: Any, source: str, notices: list[str]) -> str:
+    from phoenix_protocol._jsonio import dumps_document
+
+    header_lines = []
+    if before.status in ("working", "error") and source in ("startup", "clear", "resume") or notices:
+        header_lines.append(f"=== {RECOVERY_BANNER} (Phoenix Protocol) ===")
+        header_lines.append(
+            f"The previous session of agent '{agent.id}' ended while its status was "
+            f"'{before.status}'. Carry on from the state and brief below; they are authoritative, "
+            "the old transcript is not needed."
+        )
+        header_lines.append(f"Status: {before.status}")
+        header_lines.append(f"Last task: {before.current_task or '(none recorded)'}")
+        if before.status == "error" and before.error_message:
+            header_lines.append(f"Error: {before.error_message}")
+        if before.last_active:
+            header_lines.append(f"Last active: {before.last_active}")
+    else:
+        header_lines.append(f"=== Phoenix Protocol brief (context {source}) ===")
+        header_lines.append(f"Agent '{agent.id}' continues; here is the brief of its work.")
+    for notice in notices:
+        header_lines.append(f"Note: {notice}")
+    state_view = {
+        k: v
+        for k, v in before.to_dict().items()
+        if k in ("status", "current_task", "last_active", "last_output", "error_message", "updated_by", "session_id", "last_tool")
+        and v not in (None, "")
+    }
+    header = "\n".join(header_lines) + "\n\nstate.json (before this session):\n" + dumps_document(state_view) + "\n"
+    budget = max(1000, agent.config.brief_max_chars - len(header) - 50)
+    brief = agent.render_brief(after, max_chars=budget)
+    try:
+        agent.write_brief(after)
+    except Exception:  # the context still goes out; the file is refreshed next time
+        pass
+    return (header + brief)[: agent.config.brief_max_chars]
+
+
+def _export_env(agent: Agent, session_id: str | None) -> None:
+    """Tell later Bash tool calls of this session who they are (Claude Code's CLAUDE_ENV_FILE)."""
+    env_file = os.environ.get("CLAUDE_ENV_FILE")
+    if not env_file:
+        return
+
+    def quote(value: str) -> str:
+        return "'" + value.replace("'", "'\"'\"'") + "'"
+
+    lines = [f"export PHOENIX_AGENT={quote(agent.id)}", f"export PHOENIX_HOME={quote(agent.home.root)}"]
+    if session_id:
+        lines.append(f"export PHOENIX_SESSION_ID={quote(session_id)}")
+    with open(env_file, "a", encoding="utf-8") as fh:
+        fh.write("\n".join(lines) + "\n")
+
+
+def handle(event: str, payload: dict[str, Any], options: dict[str, str]) -> str | None:
+    """Run one hook; returns what to print on stdout (or ``None``). Raises on failure."""
+    session_id = _session_id(payload)
+    if event in ("post-tool-use", "post-tool-use-failure"):
+        agent = _open_agent(payload, options)
+        ok, error = _tool_outcome(event, payload)
+        agent.state.heartbeat(
+            session_id=session_id,
+            tool=_plain(payload.get("tool_name")),
+            ok=ok,
+            input_digest=_digest(payload.get("tool_input")),
+            error=error,
+            durable=False,  # atomic, not fsynced: the next heartbeat replaces it (transitions stay durable)
+            lock_timeout=agent.config.lock_timeout,
+        )
+        return None
+    if event == "stop":
+        agent = _open_agent(payload, options)
+        agent.state.heartbeat(session_id=session_id, tool=None, durable=False, lock_timeout=agent.config.lock_timeout)
+        return None
+    if event == "session-start":
+        return _session_start(payload, options, session_id)
+    if event == "pre-compact":
+        agent = _open_agent(payload, options)
+        agent.write_brief()
+        agent.record("pre_compact", "ok", {"trigger": _plain(payload.get("trigger")), "session_id": session_id}, trusted=True)
+        return None
+    if event == "session-end":
+        agent = _open_agent(payload, options, lock_timeout_cap=_SESSION_END_BUDGET)
+        after = agent.state.end_session(session_id, reason=_plain(payload.get("reason"), default="other"))
+        agent.write_brief(after)
+        return None
+    raise ValueError(f"unknown hook event {event!r}; expected one of {', '.join(EVENTS)}")
+
+
+def _session_start(payload: dict[str, Any], options: dict[str, str], session_id: str | None) -> str | None:
+    from phoenix_protocol._errors import CorruptStateError, SchemaVersionError
+    from phoenix_protocol._jsonio import dumps_line
+    from phoenix_protocol._process import find_agent_process, liveness
+
+    agent = _open_agent(payload, options)
+    source = _plain(payload.get("source"), default="startup")
+    notices: list[str] = []
+    try:
+        previous = agent.state.read()
+    except (CorruptStateError, SchemaVersionError) as exc:
+        # Do not touch the file; hand the new session what we still have.
+        agent.record("session_start", "error", {"session_id": session_id, "source": source, "problem": str(exc)})
+        brief = agent.read_brief()
+        context = (
+            f"=== {RECOVERY_BANNER} (Phoenix Protocol) ===\n"
+            f"Agent '{agent.id}': {exc}\nThe last brief written before the problem follows.\n\n"
+            + (brief or "(no brief.md either)")
+        )[: agent.config.brief_max_chars]
+        return dumps_line({"hookSpecificOutput": {"hookEventName": "SessionStart", "additionalContext": context}})
+    if previous.pid and previous.session_id and previous.session_id != session_id and previous.status == "working":
+        alive = liveness(previous.pid, previous.pid_start_time, previous.host, tolerance=agent.config.process_start_tolerance)
+        if alive:
+            notices.append(
+                f"another live process (pid {previous.pid}, session {previous.session_id}) was recorded "
+                f"for agent '{agent.id}'; give concurrent sessions their own PHOENIX_AGENT"
+            )
+        elif alive is False:
+            notices.append(f"the previous session's agent process (pid {previous.pid}) is gone")
+    proc = find_agent_process()
+    before, after = agent.state.start_session(
+        session_id or "unknown",
+        source=source,
+        process={"pid": proc.pid, "start_time": proc.start_time, "host": proc.host} if proc else None,
+    )
+    _export_env(agent, session_id)
+    recovering = before.status in ("working", "error") and source in ("startup", "clear", "resume")
+    if not recovering and source not in ("compact", "resume"):
+        try:
+            agent.write_brief(after)
+        except Exception:
+            pass
+        return None
+    context = _recovery_context(agent, before, after, source, notices if recovering else [])
+    return dumps_line({"hookSpecificOutput": {"hookEventName": "SessionStart", "additionalContext": context}})
+
+
+def _parse_args(argv: list[str]) -> tuple[str, dict[str, str]]:
+    event = ""
+    options: dict[str, str] = {}
+    i = 0
+    while i < len(argv):
+        arg = argv[i]
+        if arg in ("--agent", "--home") and i + 1 < len(argv):
+            options[arg[2:]] = argv[i + 1]
+            i += 2
+            continue
+        if arg.startswith(("--agent=", "--home=")):
+            key, _, value = arg[2:].partition("=")
+            options[key] = value
+        elif not event:
+            event = arg
+        i += 1
+    return event, options
+
+
+def _normalize_event(event: str, payload: dict[str, Any]) -> str:
+    name = event.strip().lower().replace("_", "-")
+    if name in EVENTS:
+        return name
+    by_claude = _BY_CLAUDE_NAME.get(event.strip())
+    if by_claude:
+        return by_claude
+    if not event:
+        named = payload.get("hook_event_name")
+        if isinstance(named, str) and named in _BY_CLAUDE_NAME:
+            return _BY_CLAUDE_NAME[named]
+    return name
+
+
+def run(argv: list[str], stdin: bytes) -> tuple[int, str, str]:
+    """Run a hook from its arguments and stdin; returns ``(exit_code, stdout, stderr)``.
+
+    The exit code is always 0. Nothing here raises.
+    """
+    event = "?"
+    payload: dict[str, Any] = {}
+    options: dict[str, str] = {}
+    try:
+        event, options = _parse_args(argv)
+        from phoenix_protocol._jsonio import JSONError, loads
+
+        problem = None
+        if not stdin.strip():
+            problem = "empty stdin (expected the hook's JSON)"
+        else:
+            try:
+                decoded = loads(stdin)
+            except JSONError as exc:
+                problem = f"stdin is not JSON ({exc})"
+            else:
+                if isinstance(decoded, dict):
+                    payload = decoded
+                else:
+                    problem = "stdin JSON is not an object"
+        event = _normalize_event(event, payload)
+        if event not in EVENTS:
+            raise ValueError(f"unknown hook event {event or '(none)'!r}; expected one of {', '.join(EVENTS)}")
+        if problem is not None:
+            raise ValueError(problem)
+        out = handle(event, payload, options)
+        return 0, (out + "\n") if out else "", ""
+    except BaseException as exc:  # noqa: BLE001 - a hook must never break the agent
+        if isinstance(exc, KeyboardInterrupt):
+            message = "interrupted"
+        else:
+            message = " ".join(str(exc).split()) or type(exc).__name__
+        line = f"phoenix: {event} hook: {message[:300]} (the agent is unaffected; state left as it was)"
+        _log_failure(event, payload, options, message)
+        return 0, "", line + "\n"
+
+
+def _log_failure(event: str, payload: dict[str, Any], options: dict[str, str], message: str) -> None:
+    """Best effort: an ops event about the failed hook. Never raises."""
+    try:
+        agent = _open_agent(payload, options, lock_timeout_cap=0.5)
+        agent.record("hook_failed", "error", {"hook": _plain(event), "error": message[:500]})
+    except BaseException:  # noqa: BLE001
+        pass
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Entry point used by the installed hook commands. Always exits 0."""
+    args = sys.argv[1:] if argv is None else argv
+    try:
+        data = sys.stdin.buffer.read(_MAX_STDIN) if sys.stdin is not None else b""
+    except (OSError, ValueError):
+        data = b""
+    code, out, err = run(args, data)
+    try:
+        if out:
+            sys.stdout.write(out)
+            sys.stdout.flush()
+        if err:
+            sys.stderr.write(err)
+            sys.stderr.flush()
+    except (OSError, ValueError):
+        pass
+    raise SystemExit(code)

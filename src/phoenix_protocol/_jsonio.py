@@ -1,0 +1,144 @@
+"""JSON encoding and decoding for every Phoenix file, built on the standard library's C codec.
+
+Why not ``import json``: the ``json`` package imports ``re``, which alone costs more than the
+whole PostToolUse heartbeat is allowed to (see docs/benchmarks.md). ``_json`` is the C half
+of the same standard-library codec; we drive it directly and fall back to ``json`` where the
+C module does not exist. Output is identical to ``json.dumps``; decoding is strict
+(``NaN``/``Infinity`` and trailing data are refused).
+
+Layout rules (files stay readable by ``jq`` and people):
+- ``dumps_line`` writes one compact line (JSON lines files);
+- ``dumps_document`` writes one top-level key per line, values compact, keys in insertion order.
+"""
+
+from __future__ import annotations
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Callable
+    from typing import Any
+
+__all__ = ["JSONError", "dumps_canonical", "dumps_document", "dumps_line", "loads"]
+
+
+class JSONError(ValueError):
+    """Text that is not one valid JSON value. ``pos`` is the character offset of the problem."""
+
+    def __init__(self, message: str, pos: int = 0) -> None:
+        super().__init__(message)
+        self.pos = pos
+
+
+def _refuse_constant(name: str) -> Any:
+    raise JSONError(f"{name} is not valid JSON")
+
+
+class _ScannerContext:
+    """The attributes ``_json.make_scanner`` reads from a ``JSONDecoder``."""
+
+    strict = True
+    object_hook = None
+    object_pairs_hook = None
+    parse_float = float
+    parse_int = int
+    parse_constant = staticmethod(_refuse_constant)
+    memo: dict[str, str] = {}
+
+
+_WS = " \t\n\r"
+
+try:
+    import _json
+
+    _scan: Callable[[str, int], tuple[Any, int]] = _json.make_scanner(_ScannerContext())
+    _encode_string = _json.encode_basestring_ascii
+
+    def _no_default(obj: Any) -> Any:
+        raise TypeError(f"Object of type {type(obj).__name__} is not JSON serializable")
+
+    _encoder = _json.make_encoder(None, _no_default, _encode_string, None, ":", ",", False, False, False)
+    _sorted_encoder = _json.make_encoder(None, _no_default, _encode_string, None, ":", ",", True, False, False)
+    _C = True
+except (ImportError, AttributeError):  # pragma: no cover - CPython always has _json
+    _C = False
+
+    def _encode_string(text: str) -> str:
+        import json
+
+        return json.dumps(text)
+
+
+def loads(text: str | bytes) -> Any:
+    """Decode one JSON value. Raises ``JSONError`` (a ``ValueError``) on anything else."""
+    if isinstance(text, (bytes, bytearray)):
+        try:
+            text = bytes(text).decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise JSONError(f"not UTF-8: {exc.reason} at byte {exc.start}", exc.start) from None
+    if not _C:  # pragma: no cover
+        import json
+
+        try:
+            return json.loads(text, parse_constant=_refuse_constant)
+        except json.JSONDecodeError as exc:
+            raise JSONError(exc.msg, exc.pos) from None
+    start = len(text) - len(text.lstrip(_WS))
+    try:
+        value, end = _scan(text, start)
+    except StopIteration as exc:
+        raise JSONError(f"expecting a JSON value at character {exc.value}", int(exc.value)) from None
+    except RecursionError:
+        raise JSONError("JSON nested too deeply") from None
+    except (ValueError, SystemError):
+        # The C scanner reports syntax errors through json.decoder, which it may fail to
+        # import on its own (SystemError). Errors are rare: let the full codec describe it.
+        raise _describe_error(text) from None
+    if text[end:].strip(_WS):
+        raise JSONError(f"extra data after the JSON value at character {end}", end)
+    return value
+
+
+def _describe_error(text: str) -> JSONError:
+    import json
+
+    try:
+        json.loads(text, parse_constant=_refuse_constant)
+    except json.JSONDecodeError as exc:
+        return JSONError(exc.msg + f" at line {exc.lineno} column {exc.colno}", exc.pos)
+    except JSONError as exc:
+        return exc
+    except RecursionError:
+        return JSONError("JSON nested too deeply")
+    return JSONError("invalid JSON")
+
+
+def dumps_line(obj: Any) -> str:
+    """Encode ``obj`` compactly on one line (no newline added). ASCII-only output."""
+    if not _C:  # pragma: no cover
+        import json
+
+        return json.dumps(obj, separators=(",", ":"), allow_nan=False)
+    try:
+        return "".join(_encoder(obj, 0))
+    except ValueError as exc:
+        raise JSONError(str(exc)) from None
+
+
+def dumps_canonical(obj: Any) -> str:
+    """Compact encoding with sorted keys: equal values give equal text (for digests)."""
+    if not _C:  # pragma: no cover
+        import json
+
+        return json.dumps(obj, separators=(",", ":"), sort_keys=True, allow_nan=False)
+    try:
+        return "".join(_sorted_encoder(obj, 0))
+    except ValueError as exc:
+        raise JSONError(str(exc)) from None
+
+
+def dumps_document(obj: dict[str, Any]) -> str:
+    """Encode a dict with one top-level key per line, ending in a newline."""
+    if not obj:
+        return "{}\n"
+    parts = [f"  {_encode_string(str(key))}: {dumps_line(value)}" for key, value in obj.items()]
+    return "{\n" + ",\n".join(parts) + "\n}\n"

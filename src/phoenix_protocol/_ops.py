@@ -1,0 +1,84 @@
+"""The ops log (``ops.jsonl``): the agent's append-only event stream.
+
+One JSON object per line::
+
+    {"seq": 12, "ts": "2026-02-02T10:30:00.000Z", "event": "session_start", "status": "ok", "meta": {...}}
+
+``seq`` increases by one per event, ``ts`` is ISO 8601 UTC, ``status`` is ``ok``, ``warn`` or
+``error``, ``meta`` is optional. State transitions are logged with the fields needed to
+rebuild ``state.json`` from the log alone (``phx doctor``).
+
+Strings inside ``meta`` are passed through the secret redactor unless the caller marks the
+event as carrying only structured values (``trusted=True``: event names, ids, tool names,
+counters, digests), which keeps the redactor off the heartbeat's hot path.
+"""
+
+from __future__ import annotations
+
+from phoenix_protocol._clock import Clock, system_clock
+from phoenix_protocol._errors import UsageError
+from phoenix_protocol._seqlog import LogProblem, SeqLog
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
+
+__all__ = ["OPS_STATUSES", "OpsLog"]
+
+OPS_STATUSES = ("ok", "warn", "error")
+
+
+class OpsLog:
+    """The ops log of one agent, at ``path``."""
+
+    def __init__(
+        self,
+        path: str,
+        *,
+        clock: Clock = system_clock,
+        max_bytes: int = 10 * 1024 * 1024,
+        keep: int = 5,
+        lock_timeout: float = 10.0,
+    ) -> None:
+        self.path = path
+        self.clock = clock
+        self.log = SeqLog(path, max_bytes=max_bytes, keep=keep, lock_timeout=lock_timeout)
+
+    def record(
+        self,
+        event: str,
+        status: str = "ok",
+        meta: dict[str, Any] | None = None,
+        *,
+        durable: bool = True,
+        trusted: bool = False,
+        lock_timeout: float | None = None,
+    ) -> int:
+        """Append one event; returns its seq. ``trusted=True`` skips redaction of ``meta``."""
+        entry = self.make_entry(event, status, meta, trusted=trusted)
+        return self.log.append(entry, durable=durable, lock_timeout=lock_timeout)
+
+    def make_entry(
+        self, event: str, status: str = "ok", meta: dict[str, Any] | None = None, *, trusted: bool = False
+    ) -> dict[str, Any]:
+        """The record ``record`` would append, without its seq (for callers holding the lock)."""
+        if status not in OPS_STATUSES:
+            raise UsageError(f"ops status must be one of {', '.join(OPS_STATUSES)}, not {status!r}.")
+        if not event or not isinstance(event, str):
+            raise UsageError("an ops event needs a non-empty name.")
+        entry: dict[str, Any] = {"ts": self.clock.now_iso(), "event": event, "status": status}
+        if meta:
+            if not trusted:
+                from phoenix_protocol._redact import redact_value
+
+                meta = redact_value(meta)  # type: ignore[assignment]
+            entry["meta"] = meta
+        return entry
+
+    def read(self, *, since_seq: int = 0) -> tuple[list[dict[str, Any]], list[LogProblem]]:
+        """Every readable event (across rotations), oldest first, and what was skipped."""
+        return self.log.read(since_seq=since_seq)
+
+    def tail(self, n: int) -> tuple[list[dict[str, Any]], list[LogProblem]]:
+        """The newest ``n`` events, oldest first, and what was skipped."""
+        return self.log.tail(n)

@@ -1,0 +1,118 @@
+"""Process identity: which process is the agent, and is it still the same process?
+
+A PID alone is not an identity: after a crash the kernel may give the same PID to an unrelated
+process. An identity is ``(host, pid, start_time)``: a process is "the agent" only if a process
+with that PID exists on this host *and* started at that time (within a tolerance, because the
+kernel reports start times relative to a boot time it rounds to whole seconds). A PID recorded
+on another host is never judged here (``liveness`` returns ``None``).
+
+A hook is a short-lived process started by a shell started by the agent. ``find_agent_process``
+walks up from the hook's parent, skipping shells and wrappers, to the first process that is
+neither: the agent (for Claude Code, the ``claude`` node process). ``PHOENIX_AGENT_PID`` pins it.
+"""
+
+from __future__ import annotations
+
+import os
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+    from typing import Any
+
+__all__ = ["WRAPPERS", "ProcessIdentity", "find_agent_process", "hostname", "identity_of", "liveness"]
+
+WRAPPERS = frozenset(
+    {
+        "sh", "bash", "dash", "zsh", "fish", "ksh", "mksh", "tcsh", "csh", "busybox",
+        "env", "timeout", "nice", "nohup", "time", "xargs", "stdbuf", "flock", "setsid",
+        "sudo", "doas", "su", "runuser", "tini", "dumb-init", "script",
+        "uv", "uvx", "pipx", "phx", "state-update",
+    }
+)  # fmt: skip
+"""Process names skipped when walking up from a hook to the agent."""
+
+
+def hostname() -> str:
+    """This machine's name as the kernel reports it."""
+    return os.uname().nodename
+
+
+class ProcessIdentity:
+    """A process as Phoenix records it: host, pid and start time (seconds since the epoch)."""
+
+    __slots__ = ("host", "name", "pid", "start_time")
+
+    def __init__(self, pid: int, start_time: float, host: str, name: str = "") -> None:
+        self.pid = pid
+        self.start_time = start_time
+        self.host = host
+        self.name = name
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"pid": self.pid, "start_time": self.start_time, "host": self.host, "name": self.name}
+
+    def __repr__(self) -> str:
+        return f"ProcessIdentity(pid={self.pid}, start_time={self.start_time}, host={self.host!r}, name={self.name!r})"
+
+
+def identity_of(pid: int) -> ProcessIdentity | None:
+    """The identity of a running process, or ``None`` if there is none with that PID."""
+    import psutil
+
+    try:
+        proc = psutil.Process(pid)
+        with proc.oneshot():
+            return ProcessIdentity(pid, proc.create_time(), hostname(), proc.name())
+    except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
+        return None
+
+
+def find_agent_process(start_pid: int | None = None, env: Mapping[str, str] | None = None) -> ProcessIdentity | None:
+    """The nearest ancestor of ``start_pid`` (default: this process's parent) that is not a
+    shell or wrapper (``WRAPPERS``); ``$PHOENIX_AGENT_PID`` overrides the search."""
+    import psutil
+
+    environ = os.environ if env is None else env
+    pinned = environ.get("PHOENIX_AGENT_PID")
+    if pinned and pinned.isdigit():
+        return identity_of(int(pinned))
+    pid = os.getppid() if start_pid is None else start_pid
+    for _ in range(32):
+        if pid <= 1:
+            return None
+        try:
+            proc = psutil.Process(pid)
+            with proc.oneshot():
+                name = proc.name()
+                if name not in WRAPPERS and os.path.basename(name) not in WRAPPERS:
+                    return ProcessIdentity(pid, proc.create_time(), hostname(), name)
+                pid = proc.ppid()
+        except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
+            return None
+    return None
+
+
+def liveness(pid: int | None, start_time: float | None, host: str | None, *, tolerance: float = 1.0) -> bool | None:
+    """``True`` if that very process is running, ``False`` if it is not (gone, a zombie, or its
+    PID now belongs to a process that started at another time), ``None`` if it cannot be
+    judged here (no PID recorded, or recorded on another host)."""
+    if pid is None or host is None:
+        return None
+    if host != hostname():
+        return None
+    import psutil
+
+    try:
+        proc = psutil.Process(pid)
+        with proc.oneshot():
+            if proc.status() == psutil.STATUS_ZOMBIE:
+                return False
+            started = proc.create_time()
+    except (psutil.NoSuchProcess, psutil.ZombieProcess):
+        return False
+    except psutil.AccessDenied:  # pragma: no cover - exists, but not ours to inspect
+        return True if start_time is None else None
+    if start_time is None:
+        return True
+    return abs(started - start_time) <= tolerance

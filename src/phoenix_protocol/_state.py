@@ -1,0 +1,569 @@
+"""``state.json``: what an agent is doing, written so that a new session can carry on.
+
+The record (schema version 1) keeps seed 000's fields exactly (``status``, ``current_task``,
+``last_active``, ``last_output``, ``error_message``) and adds what recovery needs: the session,
+the agent's own process (host, pid and start time, so PID reuse is not mistaken for life), a
+heartbeat counter, the last tool call, open loops and next actions, and who set the status.
+
+Writes: every change is a read-modify-write under the file's lock, written atomically
+(``_durable.atomic_write``); the ops event describing a transition is appended *before* the
+state is replaced, so the log can always rebuild the state (``phx doctor``). Unknown fields
+written by other tools are kept. A file newer than this code is refused; older ones (the
+seed's plain format has no ``schema_version``) are migrated forward in memory and written in
+the new format on the next change.
+
+Status precedence (seed 000): watchdog > hook > model. A *verdict* stands against lower-ranked
+writers: the watchdog's judgement (e.g. "process gone") can only be changed by the watchdog, a
+new session starting (the SessionStart hook), or ``force``; the SessionEnd hook's "session over"
+cannot be contradicted by a model write from that same session (a late write of a dead
+session). Outside verdicts the latest write wins: the model may mark its own task done or
+failed in a live session. A refused write raises ``StatusRefusedError`` and changes nothing.
+
+Hot path: no ``json``, ``re``, ``typing`` or ``dataclasses`` at import time.
+"""
+
+from __future__ import annotations
+
+import os
+
+from phoenix_protocol._clock import Clock, iso_from_ms, system_clock
+from phoenix_protocol._config import Config
+from phoenix_protocol._durable import FileLock, atomic_write, read_bytes
+from phoenix_protocol._errors import CorruptStateError, SchemaVersionError, StatusRefusedError, UsageError
+from phoenix_protocol._jsonio import JSONError, dumps_document, loads
+from phoenix_protocol._ops import OpsLog
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Callable
+    from typing import Any
+
+__all__ = [
+    "SCHEMA_VERSION",
+    "SOURCES",
+    "STATUSES",
+    "AgentState",
+    "StateStore",
+    "Transition",
+]
+
+SCHEMA_VERSION = 1
+STATUSES = ("idle", "working", "error")
+SOURCES = ("model", "hook", "watchdog")
+RANK = {"model": 1, "hook": 2, "watchdog": 3}
+MAX_TEXT = 4000
+"""Longest free-text value kept in a state field (longer ones are cut with an ellipsis)."""
+
+# field -> (accepted types, default factory). Order here is the order on disk.
+_STR = (str,)
+_OPT_STR = (str, type(None))
+_OPT_INT = (int, type(None))
+_OPT_NUM = (int, float, type(None))
+_FIELDS: dict[str, tuple[tuple[type, ...], Callable[[], Any]]] = {
+    "schema_version": ((int,), lambda: SCHEMA_VERSION),
+    "status": (_STR, lambda: "idle"),
+    "current_task": (_STR, lambda: ""),
+    "last_active": (_OPT_STR, lambda: None),
+    "last_active_ms": (_OPT_INT, lambda: None),
+    "last_output": (_OPT_STR, lambda: None),
+    "error_message": (_OPT_STR, lambda: None),
+    "updated_by": (_STR, lambda: "model"),
+    "status_event": (_OPT_STR, lambda: None),
+    "session_id": (_OPT_STR, lambda: None),
+    "session_started_at": (_OPT_STR, lambda: None),
+    "host": (_OPT_STR, lambda: None),
+    "pid": (_OPT_INT, lambda: None),
+    "pid_start_time": (_OPT_NUM, lambda: None),
+    "heartbeat_seq": ((int,), lambda: 0),
+    "last_tool": ((dict, type(None)), lambda: None),
+    "open_loops": ((list,), list),
+    "next_actions": ((list,), list),
+    "note_seq": ((int,), lambda: 0),
+    "last_heartbeat_logged_ms": (_OPT_INT, lambda: None),
+}
+
+
+def _clip(text: str) -> str:
+    return text if len(text) <= MAX_TEXT else text[: MAX_TEXT - 1] + "…"
+
+
+def _clean_text(text: object, what: str) -> str:
+    """Free text on its way into state: a string, redacted, clipped."""
+    if not isinstance(text, str):
+        raise UsageError(f"{what} must be text, not {type(text).__name__}.")
+    if "\x00" in text:
+        raise UsageError(f"{what} must not contain NUL characters.")
+    from phoenix_protocol._redact import redact
+
+    return _clip(redact(text.strip()))
+
+
+class AgentState:
+    """One agent's ``state.json`` as attributes. ``extra`` holds fields written by other tools."""
+
+    schema_version: int
+    status: str
+    current_task: str
+    last_active: str | None
+    last_active_ms: int | None
+    last_output: str | None
+    error_message: str | None
+    updated_by: str
+    status_event: str | None
+    session_id: str | None
+    session_started_at: str | None
+    host: str | None
+    pid: int | None
+    pid_start_time: float | None
+    heartbeat_seq: int
+    last_tool: dict[str, Any] | None
+    open_loops: list[dict[str, Any]]
+    next_actions: list[dict[str, Any]]
+    note_seq: int
+    last_heartbeat_logged_ms: int | None
+
+    def __init__(self, **fields: Any) -> None:
+        self.extra: dict[str, Any] = {}
+        for name, (_types, default) in _FIELDS.items():
+            setattr(self, name, fields.pop(name) if name in fields else default())
+        if fields:
+            raise TypeError(f"unknown AgentState fields: {', '.join(sorted(fields))}")
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any], *, path: str = "state.json") -> AgentState:
+        """Validate and migrate a decoded ``state.json``. Raises ``CorruptStateError`` or
+        ``SchemaVersionError`` naming ``path``."""
+        if not isinstance(data, dict):
+            raise CorruptStateError(f"{path} is not a JSON object; run `phx doctor` to rebuild it.", path=path)
+        version = data.get("schema_version", 0)
+        if not isinstance(version, int) or isinstance(version, bool) or version < 0:
+            raise CorruptStateError(f"{path}: schema_version {version!r} is not a version number.", path=path)
+        if version > SCHEMA_VERSION:
+            raise SchemaVersionError(
+                f"{path} was written by a newer Phoenix (schema_version {version}; this one reads up to "
+                f"{SCHEMA_VERSION}). Upgrade phoenix-protocol to read it; the file was left as it is.",
+                path=path,
+                found=version,
+                supported=SCHEMA_VERSION,
+            )
+        data = dict(data)
+        for step in range(version, SCHEMA_VERSION):
+            data = MIGRATIONS[step](data)
+        state = cls()
+        for name, value in data.items():
+            spec = _FIELDS.get(name)
+            if spec is None:
+                state.extra[name] = value
+                continue
+            types = spec[0]
+            if not isinstance(value, types) or (isinstance(value, bool) and bool not in types):
+                raise CorruptStateError(
+                    f"{path}: field {name!r} has {type(value).__name__} {value!r:.60}, expected "
+                    f"{' or '.join('null' if t is type(None) else t.__name__ for t in types)}; "
+                    "run `phx doctor` to rebuild it.",
+                    path=path,
+                )
+            setattr(state, name, value)
+        if state.status not in STATUSES:
+            raise CorruptStateError(
+                f"{path}: status {state.status!r} is not one of {', '.join(STATUSES)}; run `phx doctor`.", path=path
+            )
+        if state.updated_by not in SOURCES:
+            raise CorruptStateError(f"{path}: updated_by {state.updated_by!r} is not one of {SOURCES}.", path=path)
+        for key in ("open_loops", "next_actions"):
+            for item in getattr(state, key):
+                if not (isinstance(item, dict) and isinstance(item.get("id"), int) and isinstance(item.get("text"), str)):
+                    raise CorruptStateError(f"{path}: {key} holds an entry without id and text: {item!r:.80}", path=path)
+        return state
+
+    def to_dict(self) -> dict[str, Any]:
+        """The record as written: known fields in schema order, then unknown fields as found."""
+        out: dict[str, Any] = {name: getattr(self, name) for name in _FIELDS}
+        for key, value in self.extra.items():
+            if key not in out:
+                out[key] = value
+        return out
+
+    def copy(self) -> AgentState:
+        """An independent copy (lists and dicts copied one level deep, which is all state has)."""
+        clone = AgentState()
+        for name in _FIELDS:
+            value = getattr(self, name)
+            if isinstance(value, list):
+                value = [dict(v) if isinstance(v, dict) else v for v in value]
+            elif isinstance(value, dict):
+                value = dict(value)
+            setattr(clone, name, value)
+        clone.extra = dict(self.extra)
+        return clone
+
+    @property
+    def is_verdict(self) -> bool:
+        """Whether the current status is a verdict lower-ranked writers may not contradict."""
+        return self.updated_by == "watchdog" or (self.updated_by == "hook" and self.status_event == "session_end")
+
+    def __repr__(self) -> str:
+        return f"AgentState(status={self.status!r}, current_task={self.current_task!r}, session_id={self.session_id!r})"
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, AgentState) and self.to_dict() == other.to_dict()
+
+    __hash__ = None  # type: ignore[assignment]
+
+
+def _migrate_v0(data: dict[str, Any]) -> dict[str, Any]:
+    """Seed 000's format (no schema_version): status, current_task, last_active (any ISO form)."""
+    out = dict(data)
+    out["schema_version"] = 1
+    last = out.get("last_active")
+    if isinstance(last, str) and last:
+        from phoenix_protocol._clock import ms_from_iso
+
+        try:
+            ms = ms_from_iso(last)
+            out["last_active_ms"] = ms
+            out["last_active"] = iso_from_ms(ms)
+        except ValueError:
+            pass
+    if out.get("current_task") is None:
+        out["current_task"] = ""
+    return out
+
+
+MIGRATIONS: dict[int, Callable[[dict[str, Any]], dict[str, Any]]] = {0: _migrate_v0}
+"""``MIGRATIONS[n]`` turns a version-``n`` record into version ``n + 1``."""
+
+
+class Transition:
+    """An ops event to log with a state change: ``(event, status, meta, trusted)``."""
+
+    __slots__ = ("durable", "event", "meta", "status", "trusted")
+
+    def __init__(
+        self, event: str, status: str = "ok", meta: dict[str, Any] | None = None, *, trusted: bool = False, durable: bool = True
+    ) -> None:
+        self.event = event
+        self.status = status
+        self.meta = meta
+        self.trusted = trusted
+        self.durable = durable
+
+
+class StateStore:
+    """Reads and changes one agent's ``state.json``, logging transitions to its ops log."""
+
+    def __init__(
+        self,
+        directory: str,
+        *,
+        agent_id: str,
+        ops: OpsLog,
+        config: Config | None = None,
+        clock: Clock = system_clock,
+    ) -> None:
+        self.directory = directory
+        self.agent_id = agent_id
+        self.path = os.path.join(directory, "state.json")
+        self.ops = ops
+        self.config = config or Config()
+        self.clock = clock
+
+    def exists(self) -> bool:
+        return os.path.exists(self.path)
+
+    def read(self) -> AgentState:
+        """The current state; a fresh idle state when there is no file yet.
+
+        Raises ``CorruptStateError`` (unparsable or invalid) or ``SchemaVersionError`` (newer).
+        """
+        data = read_bytes(self.path)
+        if data is None:
+            return AgentState()
+        return self.parse(data)
+
+    def parse(self, data: bytes) -> AgentState:
+        """Parse the bytes of a ``state.json`` (see ``read``)."""
+        if not data.strip():
+            raise CorruptStateError(
+                f"{self.path} is empty (a write was cut short?); run `phx doctor` to rebuild it from the ops log.",
+                path=self.path,
+            )
+        try:
+            decoded = loads(data)
+        except JSONError as exc:
+            raise CorruptStateError(
+                f"{self.path} is not valid JSON ({exc}); it was left as it is. "
+                "Run `phx doctor` to rebuild it from the ops log.",
+                path=self.path,
+            ) from None
+        return AgentState.from_dict(decoded, path=self.path)
+
+    def lock(self, timeout: float | None = None) -> FileLock:
+        return FileLock(self.path, self.config.lock_timeout if timeout is None else timeout)
+
+    def change(
+        self,
+        mutate: Callable[[AgentState], list[Transition] | None],
+        *,
+        durable: bool = True,
+        lock_timeout: float | None = None,
+    ) -> AgentState:
+        """Read-modify-write under the lock: ``mutate`` edits the state in place and returns the
+        ops events to log. Events are appended first, then the state is replaced atomically.
+        Raise inside ``mutate`` to abort with nothing written."""
+        with self.lock(lock_timeout):
+            state = self.read()
+            transitions = mutate(state) or []
+            if transitions:
+                with self.ops.log.lock(lock_timeout):
+                    for t in transitions:
+                        entry = self.ops.make_entry(t.event, t.status, t.meta, trusted=t.trusted)
+                        self.ops.log.append_locked(entry, durable=t.durable)
+            self.write_locked(state, durable=durable)
+            return state
+
+    def write_locked(self, state: AgentState, *, durable: bool = True) -> None:
+        """Replace the file with ``state`` (caller holds ``lock()``)."""
+        state.schema_version = SCHEMA_VERSION
+        atomic_write(self.path, dumps_document(state.to_dict()).encode("ascii"), durable=durable)
+
+    # -- the transitions -------------------------------------------------------------------
+
+    def _touch(self, state: AgentState, source: str) -> None:
+        now = self.clock.now_ms()
+        state.last_active_ms = now
+        state.last_active = iso_from_ms(now)
+        if source not in SOURCES:
+            raise UsageError(f"source must be one of {', '.join(SOURCES)}, not {source!r}.")
+
+    def _check_precedence(
+        self, state: AgentState, source: str, session_id: str | None, *, force: bool, new_session: bool
+    ) -> None:
+        if force or new_session or RANK[source] >= RANK[state.updated_by] or not state.is_verdict:
+            return
+        if state.updated_by == "hook" and (session_id is None or session_id != state.session_id):
+            # A session-end verdict only guards against late writes of the session it closed.
+            return
+        by = "the watchdog" if state.updated_by == "watchdog" else "the SessionEnd hook"
+        what = f"{state.status} ({state.status_event})" if state.status_event else state.status
+        raise StatusRefusedError(
+            f"status not changed: {by} set it to {what} and a {source} write ranks lower "
+            "(precedence watchdog > hook > model). A new session clears it; use --force to override."
+        )
+
+    def set_status(
+        self,
+        status: str,
+        text: str | None = None,
+        *,
+        source: str = "model",
+        session_id: str | None = None,
+        force: bool = False,
+        event: str | None = None,
+    ) -> AgentState:
+        """Change the status. ``text`` is the task (working), the summary (idle via done), or the
+        error message (error). ``event`` names the transition in the ops log (default
+        ``state_<status>``)."""
+        if status not in STATUSES:
+            raise UsageError(f"status must be one of {', '.join(STATUSES)}, not {status!r}.")
+        clean = _clean_text(text, "the status text") if text is not None else None
+        name = event or {"working": "task_started", "idle": "task_done", "error": "task_error"}[status]
+
+        def mutate(state: AgentState) -> list[Transition]:
+            self._touch(state, source)
+            self._check_precedence(state, source, session_id, force=force, new_session=False)
+            previous = state.status
+            state.status = status
+            state.updated_by = source
+            state.status_event = name
+            if status == "working":
+                if clean is not None:
+                    state.current_task = clean
+                state.error_message = None
+            elif status == "idle":
+                if clean is not None:
+                    state.last_output = clean
+                elif name == "state_idle":
+                    state.current_task = ""
+                state.error_message = None
+            else:
+                state.error_message = clean or state.error_message or "unspecified error"
+            meta: dict[str, Any] = {
+                "from": previous,
+                "to": status,
+                "source": source,
+                "task": state.current_task,
+            }
+            if session_id:
+                meta["session_id"] = session_id
+            if status == "idle" and clean is not None:
+                meta["output"] = clean
+            if status == "error":
+                meta["error"] = state.error_message
+            if force:
+                meta["forced"] = True
+            # Text was redacted on the way in: the meta needs no second pass.
+            return [Transition(name, "error" if status == "error" else "ok", meta, trusted=True)]
+
+        return self.change(mutate)
+
+    def add_note(self, kind: str, text: str) -> tuple[AgentState, int]:
+        """Add an open loop (``kind="open_loop"``) or a next action (``"next_action"``); return its number."""
+        if kind not in ("open_loop", "next_action"):
+            raise UsageError(f"note kind must be open_loop or next_action, not {kind!r}.")
+        clean = _clean_text(text, "the note")
+        if not clean:
+            raise UsageError("a note needs some text.")
+        number = 0
+
+        def mutate(state: AgentState) -> list[Transition]:
+            nonlocal number
+            state.note_seq += 1
+            number = state.note_seq
+            item = {"id": number, "text": clean, "added_at": self.clock.now_iso()}
+            (state.open_loops if kind == "open_loop" else state.next_actions).append(item)
+            return [Transition("note_added", "ok", {"kind": kind, "id": number, "text": clean}, trusted=True)]
+
+        return self.change(mutate), number
+
+    def resolve_note(self, number: int) -> tuple[AgentState, dict[str, Any]]:
+        """Remove note ``number`` (an open loop or a next action); the ops log keeps it."""
+        found: dict[str, Any] = {}
+
+        def mutate(state: AgentState) -> list[Transition]:
+            for kind, items in (("open_loop", state.open_loops), ("next_action", state.next_actions)):
+                for i, item in enumerate(items):
+                    if item.get("id") == number:
+                        del items[i]
+                        found.update(item, kind=kind)
+                        meta = {"kind": kind, "id": number, "text": item.get("text", "")}
+                        return [Transition("note_resolved", "ok", meta, trusted=True)]
+            known = [str(i["id"]) for i in state.open_loops + state.next_actions]
+            raise UsageError(
+                f"no open loop or next action number {number}"
+                + (f"; the open ones are {', '.join(known)}." if known else "; there are none.")
+            )
+
+        return self.change(mutate), found
+
+    # -- what the hooks write ----------------------------------------------------------------
+
+    def start_session(
+        self,
+        session_id: str,
+        *,
+        source: str = "startup",
+        process: dict[str, Any] | None = None,
+        lock_timeout: float | None = None,
+    ) -> tuple[AgentState, AgentState]:
+        """Record a session start (SessionStart hook); returns ``(before, after)``.
+
+        ``source`` is Claude Code's: ``startup``, ``resume``, ``clear`` or ``compact``. A new
+        session id (or ``startup``/``clear``) begins a new session: status working, set by the
+        hook, which also clears any verdict about the previous session. ``compact`` keeps the
+        session as it is. ``process`` is ``{"pid", "start_time", "host"}`` of the agent.
+        """
+        before: list[AgentState] = []
+
+        def mutate(state: AgentState) -> list[Transition]:
+            before.append(state.copy())
+            self._touch(state, "hook")
+            new = source in ("startup", "clear") or state.session_id != session_id
+            recovered = new and state.status in ("working", "error")
+            meta: dict[str, Any] = {
+                "session_id": session_id,
+                "source": source,
+                "previous_status": state.status,
+                "recovered": recovered,
+            }
+            if state.session_id and state.session_id != session_id:
+                meta["previous_session_id"] = state.session_id
+            if process:
+                state.host = process.get("host")
+                state.pid = process.get("pid")
+                state.pid_start_time = process.get("start_time")
+                meta["pid"] = state.pid
+                meta["host"] = state.host
+            if new:
+                state.session_id = session_id
+                state.session_started_at = state.last_active
+                state.status = "working"
+                state.updated_by = "hook"
+                state.status_event = "session_start"
+            meta["task"] = state.current_task
+            return [Transition("session_start", "warn" if recovered else "ok", meta, trusted=True)]
+
+        after = self.change(mutate, lock_timeout=lock_timeout)
+        return before[0], after
+
+    def heartbeat(
+        self,
+        *,
+        session_id: str | None,
+        tool: str | None,
+        ok: bool = True,
+        input_digest: str | None = None,
+        error: str | None = None,
+        durable: bool = True,
+        lock_timeout: float | None = None,
+    ) -> AgentState:
+        """Record one tool call (PostToolUse hook): ``last_active``, ``heartbeat_seq``, ``last_tool``.
+
+        A heartbeat line goes to the ops log at most every ``heartbeat_log_interval`` seconds;
+        a failed tool is always logged. ``tool`` must be a plain name (checked by the caller);
+        ``None`` (the Stop hook) leaves ``last_tool`` alone. ``error`` is free text and is redacted.
+        """
+        clean_error = _clean_text(error[:500], "the tool error") if error else None
+        interval_ms = int(self.config.heartbeat_log_interval * 1000)
+
+        def mutate(state: AgentState) -> list[Transition]:
+            self._touch(state, "hook")
+            state.heartbeat_seq += 1
+            now = state.last_active_ms or 0
+            if tool is not None:
+                last_tool: dict[str, Any] = {"name": tool, "ok": ok, "at": state.last_active}
+                if input_digest:
+                    last_tool["input_digest"] = input_digest
+                if clean_error:
+                    last_tool["error"] = clean_error
+                state.last_tool = last_tool
+            out: list[Transition] = []
+            if session_id and session_id != state.session_id and (state.session_id is None or state.is_verdict):
+                out.append(
+                    Transition(
+                        "session_adopted",
+                        "warn",
+                        {"session_id": session_id, "previous_session_id": state.session_id},
+                        trusted=True,
+                    )
+                )
+                state.session_id = session_id
+            meta: dict[str, Any] = {"tool": tool or "(stop)", "heartbeat_seq": state.heartbeat_seq}
+            if not ok:
+                out.append(Transition("tool_failed", "warn", {**meta, "error": clean_error or ""}, trusted=True))
+                state.last_heartbeat_logged_ms = now
+            elif state.last_heartbeat_logged_ms is None or now - state.last_heartbeat_logged_ms >= interval_ms:
+                out.append(Transition("heartbeat", "ok", meta, trusted=True, durable=durable))
+                state.last_heartbeat_logged_ms = now
+            return out
+
+        return self.change(mutate, durable=durable, lock_timeout=lock_timeout)
+
+    def end_session(self, session_id: str | None, *, reason: str = "other", lock_timeout: float | None = None) -> AgentState:
+        """Record a clean session end (SessionEnd hook): status idle, unless the state already
+        belongs to a newer session, in which case only the event is logged."""
+
+        def mutate(state: AgentState) -> list[Transition]:
+            meta: dict[str, Any] = {"session_id": session_id, "reason": reason}
+            if session_id and state.session_id and session_id != state.session_id:
+                meta["current_session_id"] = state.session_id
+                return [Transition("session_end", "warn", {**meta, "stale": True}, trusted=True)]
+            self._touch(state, "hook")
+            meta["previous_status"] = state.status
+            meta["task"] = state.current_task
+            state.status = "idle"
+            state.updated_by = "hook"
+            state.status_event = "session_end"
+            return [Transition("session_end", "ok", meta, trusted=True)]
+
+        return self.change(mutate, lock_timeout=lock_timeout)

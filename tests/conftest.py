@@ -1,0 +1,70 @@
+"""Shared fixtures. Every test runs with a temporary HOME and no PHOENIX_* / CLAUDE_* variables,
+so nothing touches the real ~/.claude, ~/.gemini, ~/.codex or the user's git configuration."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from phoenix_protocol._agent import Agent
+from phoenix_protocol._clock import ManualClock
+from phoenix_protocol._home import Home
+
+GIT_ENV = {"GIT_CONFIG_GLOBAL": os.devnull, "GIT_CONFIG_NOSYSTEM": "1"}
+HOOK_PREFIX = [sys.executable, "-P", "-c", "from phoenix_protocol._hooks import main; main()"]
+
+
+@pytest.fixture(autouse=True)
+def _isolated_env(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> None:
+    fake_home = tmp_path_factory.mktemp("user-home")
+    monkeypatch.setenv("HOME", str(fake_home))
+    for name in list(os.environ):
+        if name.startswith(("PHOENIX_", "CLAUDE")):
+            monkeypatch.delenv(name, raising=False)
+    for key, value in GIT_ENV.items():
+        monkeypatch.setenv(key, value)
+
+
+def git(cwd: Path, *args: str) -> str:
+    """Run git in a test repository without reading or writing any user configuration."""
+    proc = subprocess.run(
+        ["git", "-c", "user.name=Phoenix Test", "-c", "user.email=test@phoenix.invalid", "-c", "init.defaultBranch=main", *args],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        check=True,
+        env={**os.environ, **GIT_ENV},
+    )
+    return proc.stdout
+
+
+@pytest.fixture
+def project(tmp_path: Path) -> Path:
+    """An empty git work tree with one commit."""
+    root = tmp_path / "project"
+    root.mkdir()
+    git(root, "init", "-q")
+    (root / "README.md").write_text("# test project\n")
+    git(root, "add", "README.md")
+    git(root, "commit", "-q", "-m", "Initial commit")
+    return root
+
+
+@pytest.fixture
+def home(tmp_path: Path) -> Home:
+    return Home(str(tmp_path / "phoenix-home"))
+
+
+@pytest.fixture
+def clock() -> ManualClock:
+    return ManualClock()
+
+
+@pytest.fixture
+def agent(home: Home, clock: ManualClock) -> Iterator[Agent]:
+    yield Agent.open("tester", home=home, clock=clock)

@@ -1,0 +1,147 @@
+"""phx: output, --json, exit codes, one-line errors, state-update compatibility."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from phoenix_protocol._cli import EXIT_CODES, cli
+from phoenix_protocol._state_update import main as state_update
+
+
+def phx(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
+    code = cli(list(args))
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
+def phx_json(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, dict[str, Any]]:
+    code, out, _err = phx(capsys, *args, "--json")
+    return code, json.loads(out)
+
+
+@pytest.fixture(autouse=True)
+def _in_project(project: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(project)
+
+
+def test_state_cycle_with_json(capsys: pytest.CaptureFixture[str], project: Path) -> None:
+    code, data = phx_json(capsys, "state", "working", "Implementing user authentication")
+    assert code == 0 and data["ok"] is True
+    assert data["state"]["status"] == "working"
+    assert data["path"] == str(project / ".phoenix/agents/default/state.json")
+    code, data = phx_json(capsys, "state", "done", "JWT middleware merged")
+    assert (data["state"]["status"], data["state"]["last_output"]) == ("idle", "JWT middleware merged")
+    code, data = phx_json(capsys, "state", "error", "CI red")
+    assert data["state"]["error_message"] == "CI red"
+    code, data = phx_json(capsys, "state", "idle")
+    assert (data["state"]["status"], data["state"]["current_task"]) == ("idle", "")
+    code, data = phx_json(capsys, "state", "show")
+    assert code == 0 and data["agent"] == "default"
+
+
+def test_human_output_is_readable(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, err = phx(capsys, "state", "working", "Write docs", "--agent", "zero")
+    assert code == 0 and err == ""
+    assert "working" in out and "Write docs" in out and "zero" in out
+
+
+def test_notes_and_brief(capsys: pytest.CaptureFixture[str], project: Path) -> None:
+    phx(capsys, "state", "working", "Ship the release")
+    code, data = phx_json(capsys, "note", "open-loop", "Changelog incomplete")
+    assert data["note"]["id"] == 1 and data["note"]["kind"] == "open_loop"
+    phx(capsys, "note", "next-action", "Tag v1.0")
+    code, data = phx_json(capsys, "note", "list")
+    assert [n["text"] for n in data["next_actions"]] == ["Tag v1.0"]
+    code, data = phx_json(capsys, "note", "resolve", "1")
+    assert data["resolved"]["text"] == "Changelog incomplete"
+    code, data = phx_json(capsys, "brief")
+    assert code == 0 and "Tag v1.0" in data["brief"] and "Ship the release" in data["brief"]
+    assert (project / ".phoenix/agents/default/brief.md").read_text() == data["brief"]
+    code, out, _ = phx(capsys, "brief", "--no-write")
+    assert "Current State" in out
+
+
+def test_log_tail_and_json(capsys: pytest.CaptureFixture[str]) -> None:
+    for i in range(5):
+        phx(capsys, "state", "working", f"task {i}")
+    code, data = phx_json(capsys, "log", "--tail", "2")
+    assert [e["seq"] for e in data["events"]] == [4, 5]
+    code, out, _ = phx(capsys, "log")
+    assert "task_started" in out
+
+
+@pytest.mark.parametrize(
+    ("args", "expected"),
+    [
+        (["state", "working"], 2),  # missing argument
+        (["state", "fly"], 2),  # no such command
+        (["state", "show", "--agent", "../x"], 2),  # bad id
+        (["note", "resolve", "9"], 2),  # nothing to resolve
+        (["log", "--tail", "0"], 2),
+    ],
+)
+def test_usage_errors_are_one_line_and_exit_2(capsys: pytest.CaptureFixture[str], args: list[str], expected: int) -> None:
+    code, out, err = phx(capsys, *args)
+    assert code == expected
+    assert err.strip().count("\n") == 0 and err.startswith("error:")
+    assert "Traceback" not in out + err
+
+
+def test_corrupt_state_exits_3_and_json_error(capsys: pytest.CaptureFixture[str], project: Path) -> None:
+    phx(capsys, "state", "working", "x")
+    (project / ".phoenix/agents/default/state.json").write_text("{")
+    code, out, err = phx(capsys, "state", "show")
+    assert code == 3 and "phx doctor" in err
+    code, out, err = phx(capsys, "state", "show", "--json")
+    data = json.loads(out)
+    assert code == 3 and data["ok"] is False and data["error"]["type"] == "CorruptStateError" and data["error"]["exit_code"] == 3
+
+
+def test_precedence_refusal_exits_4(capsys: pytest.CaptureFixture[str], project: Path) -> None:
+    from phoenix_protocol._agent import Agent
+
+    agent = Agent.open()
+    agent.state.set_status("error", "stalled", source="watchdog", event="stalled")
+    code, _out, err = phx(capsys, "state", "working", "back")
+    assert code == 4 and "watchdog" in err
+    code, _out, _err = phx(capsys, "state", "working", "back", "--force")
+    assert code == 0
+
+
+def test_help_lists_exit_codes(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = phx(capsys, "--help")
+    assert code == 0
+    for number in EXIT_CODES:
+        assert f"  {number}  " in out
+
+
+def test_state_update_accepts_the_seed_flags(capsys: pytest.CaptureFixture[str], project: Path) -> None:
+    assert state_update(["--working", "Test task"]) == 0
+    state_file = project / ".phoenix/agents/default/state.json"
+    assert json.loads(state_file.read_text())["current_task"] == "Test task"
+    assert state_update(["--done", "All green"]) == 0
+    assert json.loads(state_file.read_text())["status"] == "idle"
+    assert state_update(["--error", "boom"]) == 0
+    assert json.loads(state_file.read_text())["status"] == "error"
+    assert state_update(["--idle"]) == 0
+    assert json.loads(state_file.read_text())["status"] == "idle"
+    capsys.readouterr()
+    assert state_update([]) == 2
+    assert "Usage: state-update" in capsys.readouterr().err
+    assert state_update(["--bogus"]) == 2
+
+
+def test_console_scripts_run_as_processes(project: Path) -> None:
+    bindir = Path(sys.executable).parent
+    proc = subprocess.run([str(bindir / "state-update"), "--working", "From the shell"], capture_output=True, text=True, check=False)
+    assert proc.returncode == 0, proc.stderr
+    proc = subprocess.run([str(bindir / "phx"), "state", "show", "--json"], capture_output=True, text=True, check=False)
+    assert proc.returncode == 0 and json.loads(proc.stdout)["state"]["current_task"] == "From the shell"
+    proc = subprocess.run([str(bindir / "phx"), "hook", "post-tool-use"], input="garbage", capture_output=True, text=True, check=False)
+    assert proc.returncode == 0 and proc.stderr.startswith("phoenix:")

@@ -1,0 +1,90 @@
+"""phx doctor: rebuild a corrupt state.json from the ops log, repair torn logs, tighten modes."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from phoenix_protocol._agent import Agent
+from phoenix_protocol._cli import cli
+from phoenix_protocol._doctor import check_agent, check_home, rebuild_state
+
+
+def _history(agent: Agent) -> None:
+    agent.state.start_session("s1", process={"pid": 4242, "start_time": 1.5, "host": "box"})
+    agent.state.set_status("working", "Port the scheduler to asyncio", session_id="s1")
+    agent.state.add_note("open_loop", "Timer drift under load")
+    agent.state.add_note("next_action", "Benchmark with 1k timers")
+    agent.state.add_note("next_action", "Old idea")
+    agent.state.resolve_note(3)
+    agent.state.heartbeat(session_id="s1", tool="Bash")
+
+
+def test_rebuild_recovers_what_the_log_knows(agent: Agent) -> None:
+    _history(agent)
+    before = agent.state.read()
+    Path(agent.state.path).write_text('{"status": "work')  # torn by hand
+    findings = check_agent(agent)
+    repaired = [f for f in findings if f.repaired]
+    assert repaired and "rebuilt from" in repaired[0].message and "ops.jsonl" in repaired[0].message
+    after = agent.state.read()
+    assert after.status == before.status == "working"
+    assert after.current_task == "Port the scheduler to asyncio"
+    assert after.session_id == "s1" and after.pid == 4242
+    assert [n["text"] for n in after.open_loops] == ["Timer drift under load"]
+    assert [n["text"] for n in after.next_actions] == ["Benchmark with 1k timers"]
+    assert after.heartbeat_seq == 1
+    kept = [n for n in os.listdir(agent.dir) if n.startswith("state.json.corrupt-")]
+    assert len(kept) == 1 and Path(agent.dir, kept[0]).read_text() == '{"status": "work'
+    events, _ = agent.ops.read()
+    assert events[-1]["event"] == "state_rebuilt"
+
+
+def test_rebuild_from_empty_log_is_idle() -> None:
+    state, used = rebuild_state([])
+    assert state.status == "idle" and used == []
+
+
+def test_torn_ops_tail_is_repaired(agent: Agent) -> None:
+    agent.state.set_status("working", "x")
+    with open(agent.ops.path, "ab") as fh:
+        fh.write(b'{"seq": 2, "ts": "2026')
+    events, problems = agent.ops.read()
+    assert len(events) == 1 and problems[0].kind == "torn-tail"
+    findings = check_agent(agent)
+    assert any("torn last line cut off" in f.message for f in findings)
+    assert Path(agent.ops.path).read_bytes().endswith(b"\n")
+    assert agent.ops.read()[1] == []
+
+
+def test_modes_are_tightened(agent: Agent) -> None:
+    agent.state.set_status("working", "x")
+    os.chmod(agent.state.path, 0o644)
+    os.chmod(agent.dir, 0o755)
+    findings = check_home(agent.home, [agent])
+    assert sum(1 for f in findings if f.repaired and "wider" in f.message) == 2
+    assert os.stat(agent.state.path).st_mode & 0o777 == 0o600
+    assert os.stat(agent.dir).st_mode & 0o777 == 0o700
+
+
+def test_newer_schema_is_reported_not_touched(agent: Agent) -> None:
+    agent.ensure()
+    Path(agent.state.path).write_text(json.dumps({"schema_version": 99, "status": "idle"}))
+    findings = check_agent(agent)
+    assert any(f.level == "error" and "newer Phoenix" in f.message for f in findings)
+    assert json.loads(Path(agent.state.path).read_text())["schema_version"] == 99
+
+
+def test_cli_doctor_json_and_exit_codes(agent: Agent, capsys: pytest.CaptureFixture[str]) -> None:
+    _history(agent)
+    Path(agent.state.path).write_text("")
+    code = cli(["doctor", "--home", agent.home.root, "--agent", agent.id, "--json"])
+    data = json.loads(capsys.readouterr().out)
+    assert code == 0 and data["healthy"] is True and data["repaired"] >= 1
+    Path(agent.state.path).write_text("{")
+    code = cli(["doctor", "--home", agent.home.root, "--agent", agent.id, "--check"])
+    assert code == 3
+    assert "not valid JSON" in capsys.readouterr().out

@@ -1,0 +1,90 @@
+"""The sequenced JSON-lines log behind ops.jsonl: seq, torn tails, corrupt lines, rotation."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from phoenix_protocol._clock import ManualClock
+from phoenix_protocol._ops import OpsLog
+from phoenix_protocol._seqlog import SeqLog
+
+
+def test_seq_is_monotonic_and_survives_reopening(tmp_path: Path) -> None:
+    log = SeqLog(str(tmp_path / "log.jsonl"))
+    assert [log.append({"n": i}) for i in range(3)] == [1, 2, 3]
+    again = SeqLog(str(tmp_path / "log.jsonl"))
+    assert again.append({"n": 3}) == 4
+    records, problems = again.read()
+    assert [r["seq"] for r in records] == [1, 2, 3, 4] and not problems
+    assert list(records[0]) == ["seq", "n"]
+
+
+def test_torn_tail_is_skipped_then_repaired_without_reusing_an_acknowledged_seq(tmp_path: Path) -> None:
+    path = tmp_path / "log.jsonl"
+    log = SeqLog(str(path))
+    log.append({"n": 1})
+    with path.open("ab") as fh:
+        fh.write(b'{"seq":2,"n":')
+    records, problems = log.read()
+    assert len(records) == 1 and problems[0].kind == "torn-tail" and "log.jsonl" in str(problems[0])
+    assert log.append({"n": 2}) == 2
+    records, problems = log.read()
+    assert [r["n"] for r in records] == [1, 2] and not problems
+    assert log.repaired_bytes == len(b'{"seq":2,"n":')
+
+
+def test_a_corrupt_middle_line_is_reported_and_skipped(tmp_path: Path) -> None:
+    path = tmp_path / "log.jsonl"
+    log = SeqLog(str(path))
+    log.append({"n": 1})
+    with path.open("ab") as fh:
+        fh.write(b"garbage\n")
+    log.append({"n": 2})
+    records, problems = log.read()
+    assert [r["seq"] for r in records] == [1, 2]
+    assert problems[0].kind == "corrupt-line" and problems[0].line == 2
+
+
+def test_last_seq_falls_back_when_the_newest_line_is_corrupt(tmp_path: Path) -> None:
+    path = tmp_path / "log.jsonl"
+    log = SeqLog(str(path))
+    log.append({"n": 1})
+    log.append({"n": 2})
+    with path.open("ab") as fh:
+        fh.write(b"not json\n")
+    assert log.append({"n": 3}) == 3
+
+
+def test_rotation_keeps_seq_and_readers_read_across_files(tmp_path: Path) -> None:
+    path = tmp_path / "ops.jsonl"
+    log = SeqLog(str(path), max_bytes=4096, keep=3)
+    for i in range(400):
+        log.append({"event": "e", "pad": "x" * 40, "i": i})
+    files = log.files()
+    assert len(files) == 4 and files[-1] == str(path)
+    records, problems = log.read()
+    seqs = [r["seq"] for r in records]
+    assert not problems and seqs == list(range(seqs[0], 401))
+    assert seqs[0] > 1  # the oldest rotation was dropped
+    tail, _ = log.tail(150)
+    assert [r["seq"] for r in tail] == list(range(251, 401))
+
+
+def test_rotated_empty_current_file_still_continues_seq(tmp_path: Path) -> None:
+    path = tmp_path / "ops.jsonl"
+    log = SeqLog(str(path), max_bytes=4096, keep=2)
+    while len(log.files()) < 2:
+        log.append({"pad": "y" * 100})
+    last = log.last_seq()
+    path.rename(str(path) + ".tmpmove")
+    Path(str(path) + ".tmpmove").rename(str(path) + ".1")
+    assert log.append({"after": True}) == last + 1
+
+
+def test_ops_entries_have_the_seed_fields(tmp_path: Path) -> None:
+    ops = OpsLog(str(tmp_path / "ops.jsonl"), clock=ManualClock())
+    ops.record("session_start", "ok", {"source": "startup"}, trusted=True)
+    ops.record("task_started")
+    records, _ = ops.read()
+    assert records[0] == {"seq": 1, "ts": "2026-01-01T00:00:00.000Z", "event": "session_start", "status": "ok", "meta": {"source": "startup"}}
+    assert "meta" not in records[1]

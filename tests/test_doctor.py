@@ -29,7 +29,7 @@ def test_rebuild_recovers_what_the_log_knows(agent: Agent) -> None:
     Path(agent.state.path).write_text('{"status": "work')  # torn by hand
     findings = check_agent(agent)
     repaired = [f for f in findings if f.repaired]
-    assert repaired and "rebuilt from" in repaired[0].message and "ops.jsonl" in repaired[0].message
+    assert repaired and "rebuilt from" in repaired[-1].message and "ops.jsonl" in repaired[-1].message
     after = agent.state.read()
     assert after.status == before.status == "working"
     assert after.current_task == "Port the scheduler to asyncio"

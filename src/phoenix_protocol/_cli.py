@@ -353,15 +353,27 @@ def log_command(agent: Agent, out: Output, tail: int, show_all: bool) -> None:
         out.console.print(f"[yellow]warning:[/] {problem}")
 
 
-def _print_events(out: Output, events: list[dict[str, Any]]) -> None:
+def _compact_meta(meta: Any, limit: int = 120) -> str:
     import json
 
+    if not isinstance(meta, dict):
+        return json.dumps(meta, ensure_ascii=False)[:limit]
+    parts = []
+    for key, value in meta.items():
+        text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
+        parts.append(f"{key}={' '.join(str(text).split())}")
+    joined = " ".join(parts)
+    return joined if len(joined) <= limit else joined[: limit - 1] + "…"
+
+
+def _print_events(out: Output, events: list[dict[str, Any]]) -> None:
     from rich.markup import escape
     from rich.table import Table
 
     table = Table(box=None, padding=(0, 1), header_style="bold")
-    for column in ("seq", "time (UTC)", "event", "status", "meta"):
-        table.add_column(column, overflow="fold")
+    for column in ("seq", "time (UTC)", "event", "status"):
+        table.add_column(column, no_wrap=True)
+    table.add_column("meta", overflow="fold", ratio=1)
     colours = {"ok": "green", "warn": "yellow", "error": "red"}
     for event in events:
         status = str(event.get("status", ""))
@@ -371,7 +383,7 @@ def _print_events(out: Output, events: list[dict[str, Any]]) -> None:
             str(event.get("ts", ""))[:23].replace("T", " "),
             escape(str(event.get("event", ""))),
             f"[{colours.get(status, 'white')}]{escape(status)}[/]",
-            escape(json.dumps(meta, ensure_ascii=False)[:160]) if meta else "",
+            escape(_compact_meta(meta)) if meta else "",
         )
     out.console.print(table)
     if not events:
@@ -575,7 +587,8 @@ def _print_demo_step(out: Output, step: Any) -> None:
             f"{escape(repr(state['current_task']))}; recorded agent pid {data['recorded_pid']} is {alive}"
         )
     elif step.kind == "recovery":
-        console.print(Panel(escape(data["context"] or "(no context)"), title="additionalContext for the new session", border_style="green"))
+        panel = Panel(escape(data["context"] or "(no context)"), title="additionalContext for the new session", border_style="green")
+        console.print(panel, soft_wrap=False)
     elif step.kind == "log":
         console.print("[bold]ops.jsonl[/]")
         _print_events(out, data["events"])

@@ -209,9 +209,11 @@ def check_agent(agent: Agent, *, repair: bool = True) -> list[Finding]:
     except SchemaVersionError as exc:
         findings.append(Finding("error", str(exc), agent=aid, path=agent.state.path))
     except CorruptStateError as exc:
-        findings.append(Finding("error", str(exc), agent=aid, path=agent.state.path))
+        problem = Finding("error", str(exc), agent=aid, path=agent.state.path)
+        findings.append(problem)
         if repair:
             findings.append(_rebuild(agent, events))
+            problem.repaired = True
     return findings
 
 

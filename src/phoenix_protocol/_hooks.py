@@ -153,7 +153,8 @@ def _recovery_context(agent: Agent, before: Any, after: Any, source: str, notice
     }
     header = "\n".join(header_lines) + "\n\nstate.json (before this session):\n" + dumps_document(state_view) + "\n"
     budget = max(1000, agent.config.brief_max_chars - len(header) - 50)
-    brief = agent.render_brief(after, max_chars=budget)
+    # The brief describes the work as the previous session left it.
+    brief = agent.render_brief(before, max_chars=budget)
     try:
         agent.write_brief(after)
     except Exception:  # the context still goes out; the file is refreshed next time

@@ -103,6 +103,7 @@ _NOT_SECRETS = frozenset(
         "none", "null", "nil", "undefined", "true", "false", "yes", "no", "on", "off", "str", "string",
         "bytes", "int", "bool", "any", "number", "object", "secretstr", "optional", "required",
         "redacted", "hidden", "masked", "placeholder", "example", "sample", "dummy", "todo", "tbd",
+        "password", "passwd", "pass", "pwd", "pw", "secret", "token", "mypassword", "yourpassword",
     }
 )  # fmt: skip
 _PLACEHOLDER_PREFIXES = ("your_", "your-", "my_", "my-", "<", "xxx", "redacted", "example", "changeme_")
@@ -221,7 +222,7 @@ _RULES: tuple[tuple[str, tuple[str, ...], str, Callable[[str, re.Match[str]], bo
         ("private key",),
         r"(-----BEGIN[ A-Z0-9_-]{0,100}PRIVATE KEY(?: BLOCK)?-----"
         r"(?:[\s\S]{0,32768}?-----END[ A-Z0-9_-]{0,100}PRIVATE KEY(?: BLOCK)?-----"
-        r"|(?:(?:\\[rn]|[\r\n \t])+(?:[A-Za-z0-9+/=]{16,}|Proc-Type:[^\r\n\\]*|DEK-Info:[^\r\n\\]*))*))",
+        r"|(?:(?:\\[rn]|[\r\n \t])+(?:[A-Za-z0-9+/=]{16,}|Proc-Type:[^\r\n\\]*|DEK-Info:[^\r\n\\]*))+))",
         None,
     ),
     ("aws-access-key", ("akia", "asia", "abia", "acca", "a3t"),
@@ -383,10 +384,10 @@ def _assignments(text: str, out: list[tuple[int, int, int, str]]) -> None:
             value = stripped
             if end < len(text) and text[end] in "([":
                 continue  # a call or subscript: ``get_token()``, ``os.environ["X"]``
-            if kw == "pwd" and value.startswith(("/", "~")):
-                continue  # the shell's PWD=/home/...
         elif any(c.isspace() for c in value):
             continue  # prose in quotes, not a credential
+        if kw == "pwd" and value.startswith(("/", "~")):
+            continue  # the shell's PWD=/home/...
         if _plausible(value, password=password, bare=bare):
             out.append((start, end, prio, "password" if password else "generic-secret"))
 

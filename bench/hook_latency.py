@@ -76,7 +76,12 @@ def main() -> int:
                 "hook_event_name": "PostToolUse",
                 "tool_name": "Bash",
                 "tool_input": {"command": "pytest -q tests/test_auth.py", "description": "Run the auth tests"},
-                "tool_response": {"stdout": "12 passed in 0.8s\n", "stderr": "", "interrupted": False, "isImage": False},
+                "tool_response": {
+                    "stdout": "12 passed in 0.8s\n",
+                    "stderr": "",
+                    "interrupted": False,
+                    "isImage": False,
+                },
                 "tool_use_id": "toolu_01ABC",
             }
         ).encode()
@@ -89,7 +94,7 @@ def main() -> int:
             "(c) phx PostToolUse hook": (["/bin/sh", "-c", hook_command("post-tool-use")], env),
         }
         samples: dict[str, list[float]] = {name: [] for name in commands}
-        for name, (cmd, cmd_env) in commands.items():  # warm-up
+        for cmd, cmd_env in commands.values():  # warm-up
             _time(cmd, payload, project, cmd_env)
         for _ in range(runs):
             for name, (cmd, cmd_env) in commands.items():
@@ -109,8 +114,10 @@ def main() -> int:
                 break
     except OSError:
         pass
-    print(f"Date: {time.strftime('%Y-%m-%d', time.gmtime())}; machine: {platform.system()} {platform.machine()}, "
-          f"{os.cpu_count()} cores, {cpu or 'unknown CPU'}; Python {platform.python_version()}; {runs} runs each, interleaved.")
+    print(
+        f"Date: {time.strftime('%Y-%m-%d', time.gmtime())}; machine: {platform.system()} {platform.machine()}, "
+        f"{os.cpu_count()} cores, {cpu or 'unknown CPU'}; Python {platform.python_version()}; {runs} runs each, interleaved."
+    )
     print()
     print("| command | median ms | p90 ms |")
     print("|---|---:|---:|")
@@ -120,8 +127,10 @@ def main() -> int:
     print()
     ok_a = c <= 1.5 * a
     ok_b = c <= 0.6 * b
-    print(f"(c)/(a) = {c / a:.2f} (target <= 1.5: {'met' if ok_a else 'MISSED'}); "
-          f"(c)/(b) = {c / b:.2f} (target <= 0.6: {'met' if ok_b else 'MISSED'})")
+    print(
+        f"(c)/(a) = {c / a:.2f} (target <= 1.5: {'met' if ok_a else 'MISSED'}); "
+        f"(c)/(b) = {c / b:.2f} (target <= 0.6: {'met' if ok_b else 'MISSED'})"
+    )
     return 0
 
 

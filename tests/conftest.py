@@ -33,7 +33,16 @@ def _isolated_env(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.
 def git(cwd: Path, *args: str) -> str:
     """Run git in a test repository without reading or writing any user configuration."""
     proc = subprocess.run(
-        ["git", "-c", "user.name=Phoenix Test", "-c", "user.email=test@phoenix.invalid", "-c", "init.defaultBranch=main", *args],
+        [
+            "git",
+            "-c",
+            "user.name=Phoenix Test",
+            "-c",
+            "user.email=test@phoenix.invalid",
+            "-c",
+            "init.defaultBranch=main",
+            *args,
+        ],
         cwd=cwd,
         capture_output=True,
         text=True,

@@ -35,7 +35,7 @@ def test_state_cycle_with_json(capsys: pytest.CaptureFixture[str], project: Path
     assert code == 0 and data["ok"] is True
     assert data["state"]["status"] == "working"
     assert data["path"] == str(project / ".phoenix/agents/default/state.json")
-    code, data = phx_json(capsys, "state", "done", "JWT middleware merged")
+    _, data = phx_json(capsys, "state", "done", "JWT middleware merged")
     assert (data["state"]["status"], data["state"]["last_output"]) == ("idle", "JWT middleware merged")
     code, data = phx_json(capsys, "state", "error", "CI red")
     assert data["state"]["error_message"] == "CI red"
@@ -70,9 +70,9 @@ def test_notes_and_brief(capsys: pytest.CaptureFixture[str], project: Path) -> N
 def test_log_tail_and_json(capsys: pytest.CaptureFixture[str]) -> None:
     for i in range(5):
         phx(capsys, "state", "working", f"task {i}")
-    code, data = phx_json(capsys, "log", "--tail", "2")
+    _, data = phx_json(capsys, "log", "--tail", "2")
     assert [e["seq"] for e in data["events"]] == [4, 5]
-    code, out, _ = phx(capsys, "log")
+    _, out, _ = phx(capsys, "log")
     assert "task_started" in out
 
 
@@ -86,7 +86,9 @@ def test_log_tail_and_json(capsys: pytest.CaptureFixture[str]) -> None:
         (["log", "--tail", "0"], 2),
     ],
 )
-def test_usage_errors_are_one_line_and_exit_2(capsys: pytest.CaptureFixture[str], args: list[str], expected: int) -> None:
+def test_usage_errors_are_one_line_and_exit_2(
+    capsys: pytest.CaptureFixture[str], args: list[str], expected: int
+) -> None:
     code, out, err = phx(capsys, *args)
     assert code == expected
     assert err.strip().count("\n") == 0 and err.startswith("error:")
@@ -100,7 +102,12 @@ def test_corrupt_state_exits_3_and_json_error(capsys: pytest.CaptureFixture[str]
     assert code == 3 and "phx doctor" in err
     code, out, err = phx(capsys, "state", "show", "--json")
     data = json.loads(out)
-    assert code == 3 and data["ok"] is False and data["error"]["type"] == "CorruptStateError" and data["error"]["exit_code"] == 3
+    assert (
+        code == 3
+        and data["ok"] is False
+        and data["error"]["type"] == "CorruptStateError"
+        and data["error"]["exit_code"] == 3
+    )
 
 
 def test_precedence_refusal_exits_4(capsys: pytest.CaptureFixture[str], project: Path) -> None:
@@ -139,9 +146,13 @@ def test_state_update_accepts_the_seed_flags(capsys: pytest.CaptureFixture[str],
 
 def test_console_scripts_run_as_processes(project: Path) -> None:
     bindir = Path(sys.executable).parent
-    proc = subprocess.run([str(bindir / "state-update"), "--working", "From the shell"], capture_output=True, text=True, check=False)
+    proc = subprocess.run(
+        [str(bindir / "state-update"), "--working", "From the shell"], capture_output=True, text=True, check=False
+    )
     assert proc.returncode == 0, proc.stderr
     proc = subprocess.run([str(bindir / "phx"), "state", "show", "--json"], capture_output=True, text=True, check=False)
     assert proc.returncode == 0 and json.loads(proc.stdout)["state"]["current_task"] == "From the shell"
-    proc = subprocess.run([str(bindir / "phx"), "hook", "post-tool-use"], input="garbage", capture_output=True, text=True, check=False)
+    proc = subprocess.run(
+        [str(bindir / "phx"), "hook", "post-tool-use"], input="garbage", capture_output=True, text=True, check=False
+    )
     assert proc.returncode == 0 and proc.stderr.startswith("phoenix:")

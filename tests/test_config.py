@@ -22,7 +22,12 @@ def test_layers_in_order(tmp_path: Path) -> None:
     home = tmp_path / ".phoenix"
     home.mkdir()
     (home / "phoenix.toml").write_text("ops_keep = 4\nbrief-max-chars = 6000\n")
-    config = load_config(str(home), project_root=str(tmp_path), env={"PHOENIX_BRIEF_MAX_CHARS": "7000"}, overrides={"heartbeat_log_interval": 5})
+    config = load_config(
+        str(home),
+        project_root=str(tmp_path),
+        env={"PHOENIX_BRIEF_MAX_CHARS": "7000"},
+        overrides={"heartbeat_log_interval": 5},
+    )
     assert config.lock_timeout == 3.0 and config.ops_keep == 4 and config.brief_max_chars == 7000
     assert config.heartbeat_log_interval == 5.0
     assert config.sources["brief_max_chars"] == "PHOENIX_BRIEF_MAX_CHARS"

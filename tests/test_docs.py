@@ -15,7 +15,7 @@ from conftest import git
 from phoenix_protocol._cli import main_group
 
 ROOT = Path(__file__).resolve().parents[1]
-DOCS = sorted((ROOT / "docs").glob("*.md")) + [ROOT / "README.md"]
+DOCS = [*sorted((ROOT / "docs").glob("*.md")), ROOT / "README.md"]
 BLOCK = re.compile(r"```(\w+)\n(.*?)```", re.DOTALL)
 
 
@@ -55,7 +55,9 @@ def test_console_examples_run(doc: Path, tmp_path: Path) -> None:
             command = line[2:]
             match = re.search(r"#\s*exit\s+(\d+)\s*$", command)
             expected = int(match.group(1)) if match else 0
-            proc = subprocess.run(["bash", "-c", command], cwd=project, env=env, capture_output=True, text=True, timeout=180, check=False)
+            proc = subprocess.run(
+                ["bash", "-c", command], cwd=project, env=env, capture_output=True, text=True, timeout=180, check=False
+            )
             assert proc.returncode == expected, f"{doc.name}: {command!r} exited {proc.returncode}: {proc.stderr}"
             assert "Traceback" not in proc.stdout + proc.stderr
             ran += 1
@@ -65,5 +67,7 @@ def test_console_examples_run(doc: Path, tmp_path: Path) -> None:
 @pytest.mark.parametrize("doc", [d for d in DOCS if _blocks(d, "python")], ids=lambda p: p.name)
 def test_python_examples_run(doc: Path, tmp_path: Path) -> None:
     for block in _blocks(doc, "python"):
-        proc = subprocess.run([sys.executable, "-c", block], cwd=tmp_path, capture_output=True, text=True, timeout=60, check=False)
+        proc = subprocess.run(
+            [sys.executable, "-c", block], cwd=tmp_path, capture_output=True, text=True, timeout=60, check=False
+        )
         assert proc.returncode == 0, f"{doc.name}: {proc.stderr}"

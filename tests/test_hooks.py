@@ -16,12 +16,18 @@ import pytest
 
 from conftest import HOOK_PREFIX
 from phoenix_protocol._agent import Agent
-from phoenix_protocol._hooks import RECOVERY_BANNER, run
 from phoenix_protocol._home import Home
+from phoenix_protocol._hooks import RECOVERY_BANNER, run
 
 
 def _payload(project: Path, event: str, **extra: Any) -> bytes:
-    body = {"session_id": "sess-1", "transcript_path": "/tmp/t.jsonl", "cwd": str(project), "hook_event_name": event, **extra}
+    body = {
+        "session_id": "sess-1",
+        "transcript_path": "/tmp/t.jsonl",
+        "cwd": str(project),
+        "hook_event_name": event,
+        **extra,
+    }
     return json.dumps(body).encode()
 
 
@@ -48,7 +54,10 @@ def test_post_tool_use_is_the_heartbeat(project: Path) -> None:
     for i in range(3):
         tool_input = {"command": f"echo {i}"}
         response = {"stdout": str(i), "stderr": "", "interrupted": False}
-        code, out, err = run(["post-tool-use"], _payload(project, "PostToolUse", tool_name="Bash", tool_input=tool_input, tool_response=response))
+        code, out, err = run(
+            ["post-tool-use"],
+            _payload(project, "PostToolUse", tool_name="Bash", tool_input=tool_input, tool_response=response),
+        )
         assert (code, out, err) == (0, "", "")
     state = _agent(project).state.read()
     assert state.heartbeat_seq == 3
@@ -62,7 +71,13 @@ def test_post_tool_use_is_the_heartbeat(project: Path) -> None:
 
 def test_tool_failure_is_recorded_and_redacted(project: Path) -> None:
     secret = "ghp_" + "x7Yq2Lm9Pz4Rt6Vb8Nc1Kd3Fg5Hj0Ws2Ea4Ub"
-    payload = _payload(project, "PostToolUseFailure", tool_name="Bash", tool_input={"command": "git push"}, error=f"auth failed for token {secret}")
+    payload = _payload(
+        project,
+        "PostToolUseFailure",
+        tool_name="Bash",
+        tool_input={"command": "git push"},
+        error=f"auth failed for token {secret}",
+    )
     assert run(["post-tool-use-failure"], payload)[0] == 0
     state = _agent(project).state.read()
     assert state.last_tool is not None and state.last_tool["ok"] is False
@@ -140,7 +155,9 @@ def test_session_end_sets_idle(project: Path) -> None:
         ([], b"{}"),
     ],
 )
-def test_bad_input_exits_0_with_one_line_on_stderr(project: Path, monkeypatch: pytest.MonkeyPatch, argv: list[str], stdin: bytes) -> None:
+def test_bad_input_exits_0_with_one_line_on_stderr(
+    project: Path, monkeypatch: pytest.MonkeyPatch, argv: list[str], stdin: bytes
+) -> None:
     monkeypatch.chdir(project)
     code, out, err = run(argv, stdin)
     assert code == 0 and out == ""
@@ -153,7 +170,9 @@ def test_corrupt_state_is_left_intact_and_reported(project: Path) -> None:
     agent = _agent(project)
     agent.state.set_status("working", "x")
     Path(agent.state.path).write_text('{"status": "work')
-    code, out, err = run(["post-tool-use"], _payload(project, "PostToolUse", tool_name="Read", tool_input={}, tool_response={}))
+    code, out, err = run(
+        ["post-tool-use"], _payload(project, "PostToolUse", tool_name="Read", tool_input={}, tool_response={})
+    )
     assert code == 0 and "not valid JSON" in err
     assert Path(agent.state.path).read_text() == '{"status": "work'
     # SessionStart still hands over what exists: the last brief.
@@ -182,7 +201,12 @@ def test_locked_state_times_out_quickly_and_exits_0(project: Path) -> None:
     try:
         assert holder.stdout is not None and holder.stdout.readline().strip() == "locked"
         started = time.monotonic()
-        proc = subprocess.run([*HOOK_PREFIX, "post-tool-use"], input=_payload(project, "PostToolUse", tool_name="Bash"), capture_output=True, check=False)
+        proc = subprocess.run(
+            [*HOOK_PREFIX, "post-tool-use"],
+            input=_payload(project, "PostToolUse", tool_name="Bash"),
+            capture_output=True,
+            check=False,
+        )
         assert time.monotonic() - started < 5
         assert proc.returncode == 0 and b"could not lock" in proc.stderr
         assert agent.state.read().heartbeat_seq == 0
@@ -191,7 +215,9 @@ def test_locked_state_times_out_quickly_and_exits_0(project: Path) -> None:
         holder.wait()
 
 
-def test_hook_env_file_exports_session_for_later_tool_calls(project: Path, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+def test_hook_env_file_exports_session_for_later_tool_calls(
+    project: Path, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
     env_file = tmp_path / "env.sh"
     env_file.write_text("")
     monkeypatch.setenv("CLAUDE_ENV_FILE", str(env_file))

@@ -13,7 +13,14 @@ import jsonschema
 import pytest
 
 from phoenix_protocol._errors import UsageError
-from phoenix_protocol._install import HOOK_SPECS, MARKER, hook_command, install_claude_code, settings_path, uninstall_claude_code
+from phoenix_protocol._install import (
+    HOOK_SPECS,
+    MARKER,
+    hook_command,
+    install_claude_code,
+    settings_path,
+    uninstall_claude_code,
+)
 
 # SchemaStore's Claude Code settings schema, copied unchanged (tests/data/SCHEMA-SOURCES.md).
 SCHEMA = Path(__file__).parent / "data" / "claude-code-settings.schema.json"
@@ -27,11 +34,13 @@ def _validate(settings: dict[str, Any]) -> None:
     jsonschema.Draft7Validator(_schema()).validate(settings)
 
 
-EXISTING = {
+EXISTING: dict[str, Any] = {
     "model": "opus",
     "permissions": {"allow": ["Bash(npm run test:*)"]},
     "hooks": {
-        "PostToolUse": [{"matcher": "Edit|Write", "hooks": [{"type": "command", "command": "prettier --write", "timeout": 5}]}],
+        "PostToolUse": [
+            {"matcher": "Edit|Write", "hooks": [{"type": "command", "command": "prettier --write", "timeout": 5}]}
+        ],
         "Notification": [{"hooks": [{"type": "command", "command": "notify-send claude"}]}],
     },
 }
@@ -126,7 +135,11 @@ def test_the_command_runs_from_any_path(project: Path) -> None:
     """The written command works with an empty PATH, from another directory, via the shell."""
     command = hook_command("post-tool-use", agent="zero")
     assert MARKER in command and shlex.split(command)[0] == os.path.abspath(shlex.split(command)[0])
-    payload = json.dumps({"session_id": "s", "cwd": str(project), "tool_name": "Bash", "tool_input": {}, "tool_response": {}})
-    proc = subprocess.run(["/bin/sh", "-c", command], input=payload.encode(), capture_output=True, env={"PATH": ""}, cwd="/", check=False)
+    payload = json.dumps(
+        {"session_id": "s", "cwd": str(project), "tool_name": "Bash", "tool_input": {}, "tool_response": {}}
+    )
+    proc = subprocess.run(
+        ["/bin/sh", "-c", command], input=payload.encode(), capture_output=True, env={"PATH": ""}, cwd="/", check=False
+    )
     assert proc.returncode == 0 and proc.stderr == b""
     assert (project / ".phoenix/agents/zero/state.json").exists()

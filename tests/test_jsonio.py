@@ -43,6 +43,9 @@ def test_nan_is_not_written() -> None:
 
 
 def test_the_hot_path_does_not_import_re_or_json() -> None:
-    code = "import sys; import phoenix_protocol._hooks, phoenix_protocol._agent; print(sorted(m for m in ('re', 'json', 'typing', 'dataclasses', 'psutil') if m in sys.modules))"
+    code = (
+        "import sys; import phoenix_protocol._hooks, phoenix_protocol._agent; "
+        "print(sorted(m for m in ('re', 'json', 'typing', 'dataclasses', 'psutil') if m in sys.modules))"
+    )
     out = subprocess.run([sys.executable, "-P", "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"

@@ -86,5 +86,11 @@ def test_ops_entries_have_the_seed_fields(tmp_path: Path) -> None:
     ops.record("session_start", "ok", {"source": "startup"}, trusted=True)
     ops.record("task_started")
     records, _ = ops.read()
-    assert records[0] == {"seq": 1, "ts": "2026-01-01T00:00:00.000Z", "event": "session_start", "status": "ok", "meta": {"source": "startup"}}
+    assert records[0] == {
+        "seq": 1,
+        "ts": "2026-01-01T00:00:00.000Z",
+        "event": "session_start",
+        "status": "ok",
+        "meta": {"source": "startup"},
+    }
     assert "meta" not in records[1]

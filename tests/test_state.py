@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -14,8 +15,9 @@ from phoenix_protocol._errors import CorruptStateError, SchemaVersionError, Stat
 from phoenix_protocol._state import SCHEMA_VERSION, AgentState
 
 
-def _raw(agent: Agent) -> dict[str, object]:
-    return json.loads(Path(agent.state.path).read_text())
+def _raw(agent: Agent) -> dict[str, Any]:
+    data: dict[str, Any] = json.loads(Path(agent.state.path).read_text())
+    return data
 
 
 def test_fresh_agent_reads_idle_without_creating_anything(agent: Agent) -> None:
@@ -110,7 +112,14 @@ def test_newer_schema_is_refused_and_left_alone(agent: Agent) -> None:
 
 @pytest.mark.parametrize(
     "content",
-    ["", "{", '{"status": "working", "current_task": "x"', "[1, 2]", '{"status": "sleeping"}', '{"heartbeat_seq": "7"}'],
+    [
+        "",
+        "{",
+        '{"status": "working", "current_task": "x"',
+        "[1, 2]",
+        '{"status": "sleeping"}',
+        '{"heartbeat_seq": "7"}',
+    ],
 )
 def test_corrupt_state_is_reported_with_its_path_and_never_reset(agent: Agent, content: str) -> None:
     agent.ensure()

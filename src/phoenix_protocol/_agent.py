@@ -111,14 +111,18 @@ class Agent:
         self.ensure()
         return self.ops.record(event, status, meta, **kwargs)
 
-    def render_brief(self, state: AgentState | None = None, *, notices: list[str] | None = None, max_chars: int | None = None) -> str:
+    def render_brief(
+        self, state: AgentState | None = None, *, notices: list[str] | None = None, max_chars: int | None = None
+    ) -> str:
         """Generate the brief from the current state, recent events and git (not written)."""
         from phoenix_protocol._brief import render_brief
         from phoenix_protocol._git import git_context
 
         if state is None:
             state = self.state.read()
-        events, problems = self.ops.tail(self.config.brief_recent_events) if self.config.brief_recent_events else ([], [])
+        events, problems = (
+            self.ops.tail(self.config.brief_recent_events) if self.config.brief_recent_events else ([], [])
+        )
         notes = list(notices or [])
         if problems:
             notes.append(f"the ops log has {len(problems)} unreadable line(s); `phx doctor` reports them")

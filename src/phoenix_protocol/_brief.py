@@ -32,7 +32,9 @@ def _line(text: str, limit: int = _MAX_LINE) -> str:
 
 
 class _Section:
-    def __init__(self, title: str, head: list[str], items: list[str], *, priority: int, keep_newest: bool = True) -> None:
+    def __init__(
+        self, title: str, head: list[str], items: list[str], *, priority: int, keep_newest: bool = True
+    ) -> None:
         self.title = title
         self.head = head
         self.items = items
@@ -87,12 +89,15 @@ def render_brief(
     notices: list[str] | None = None,
 ) -> str:
     """Render the brief as Markdown (see the module docstring)."""
-    current: list[str] = [f"- Status: **{state.status}**" + (f" (set by {state.updated_by}" + (f", {state.status_event}" if state.status_event else "") + ")")]
+    current: list[str] = [
+        f"- Status: **{state.status}**"
+        + (f" (set by {state.updated_by}" + (f", {state.status_event}" if state.status_event else "") + ")")
+    ]
     if state.current_task:
         label = "Working on" if state.status == "working" else "Last task"
         current.append(f"- {label}: {_line(state.current_task)}")
     else:
-        current.append("- Task: none recorded (`phx state working \"…\"` records one)")
+        current.append('- Task: none recorded (`phx state working "…"` records one)')
     if state.last_output:
         current.append(f"- Last output: {_line(state.last_output)}")
     if state.status == "error" and state.error_message:

@@ -104,7 +104,9 @@ def common(func: F) -> F:
     """``--agent``, ``--home`` and ``--json`` for a command; builds the ``Agent`` and maps errors."""
 
     @click.option("--json", "as_json", is_flag=True, help="Print one JSON document (stable format) instead of text.")
-    @click.option("--home", "home", metavar="PATH", help="Phoenix home (default: $PHOENIX_HOME or .phoenix/ at the git root).")
+    @click.option(
+        "--home", "home", metavar="PATH", help="Phoenix home (default: $PHOENIX_HOME or .phoenix/ at the git root)."
+    )
     @click.option("--agent", "agent_id", metavar="ID", help="Agent id (default: $PHOENIX_AGENT or 'default').")
     @functools.wraps(func)
     def wrapper(*args: Any, agent_id: str | None, home: str | None, as_json: bool, **kwargs: Any) -> Any:
@@ -141,7 +143,10 @@ def _print_state(out: Output, agent: Agent, state: AgentState, *, headline: str 
     table.add_column(style="bold")
     table.add_column()
     table.add_row("agent", escape(agent.id))
-    table.add_row("status", f"[{colour}]{state.status}[/] (by {state.updated_by}{', ' + state.status_event if state.status_event else ''})")
+    table.add_row(
+        "status",
+        f"[{colour}]{state.status}[/] (by {state.updated_by}{', ' + state.status_event if state.status_event else ''})",
+    )
     table.add_row("task", escape(state.current_task or "-"))
     if state.last_output:
         table.add_row("last output", escape(state.last_output))
@@ -192,9 +197,16 @@ def state_group() -> None:
 
 
 def _status_command(name: str, status: str, help_text: str, *, arg: str | None, event: str | None = None) -> None:
-    def command(agent: Agent, out: Output, text: str | None = None, session: str | None = None, force: bool = False) -> None:
+    def command(
+        agent: Agent, out: Output, text: str | None = None, session: str | None = None, force: bool = False
+    ) -> None:
         state = agent.state.set_status(
-            status, text, source="model", session_id=session or os.environ.get("PHOENIX_SESSION_ID") or None, force=force, event=event
+            status,
+            text,
+            source="model",
+            session_id=session or os.environ.get("PHOENIX_SESSION_ID") or None,
+            force=force,
+            event=event,
         )
         _print_state(out, agent, state, headline=f"[bold]{agent.id}[/]: {name}")
 
@@ -202,7 +214,9 @@ def _status_command(name: str, status: str, help_text: str, *, arg: str | None, 
     command.__name__ = f"state_{name}"
     wrapped: Any = common(command)
     wrapped = click.option("--force", is_flag=True, help="Override a higher-precedence status (logged).")(wrapped)
-    wrapped = click.option("--session", metavar="ID", help="Session making the change (default: $PHOENIX_SESSION_ID).")(wrapped)
+    wrapped = click.option("--session", metavar="ID", help="Session making the change (default: $PHOENIX_SESSION_ID).")(
+        wrapped
+    )
     if arg == "required":
         wrapped = click.argument("text")(wrapped)
     elif arg == "optional":
@@ -211,13 +225,26 @@ def _status_command(name: str, status: str, help_text: str, *, arg: str | None, 
 
 
 _status_command(
-    "working", "working", 'Mark the agent working on TASK.\n\nExample: phx state working "Add refresh tokens"', arg="required"
+    "working",
+    "working",
+    'Mark the agent working on TASK.\n\nExample: phx state working "Add refresh tokens"',
+    arg="required",
 )
 _status_command(
-    "done", "idle", 'Mark the task done (status idle) with a SUMMARY.\n\nExample: phx state done "JWT middleware merged"', arg="optional"
+    "done",
+    "idle",
+    'Mark the task done (status idle) with a SUMMARY.\n\nExample: phx state done "JWT middleware merged"',
+    arg="optional",
 )
-_status_command("error", "error", 'Mark the agent in error with MESSAGE.\n\nExample: phx state error "tests fail on CI"', arg="required")
-_status_command("idle", "idle", "Mark the agent idle and clear its task.\n\nExample: phx state idle", arg=None, event="state_idle")
+_status_command(
+    "error",
+    "error",
+    'Mark the agent in error with MESSAGE.\n\nExample: phx state error "tests fail on CI"',
+    arg="required",
+)
+_status_command(
+    "idle", "idle", "Mark the agent idle and clear its task.\n\nExample: phx state idle", arg=None, event="state_idle"
+)
 
 
 @state_group.command("show")
@@ -346,7 +373,9 @@ def log_command(agent: Agent, out: Output, tail: int, show_all: bool) -> None:
     """
     events, problems = agent.ops.read() if show_all else agent.ops.tail(tail)
     if out.as_json:
-        out.json({"agent": agent.id, "path": agent.ops.path, "events": events, "problems": [p.as_dict() for p in problems]})
+        out.json(
+            {"agent": agent.id, "path": agent.ops.path, "events": events, "problems": [p.as_dict() for p in problems]}
+        )
         return
     _print_events(out, events)
     for problem in problems:
@@ -406,7 +435,9 @@ def doctor_command(agent: Agent, out: Output, check_only: bool, all_agents: bool
 
     agents = [agent]
     if all_agents:
-        agents = [Agent(aid, agent.home, config=agent.config, clock=agent.clock) for aid in agent.home.agent_ids()] or [agent]
+        agents = [Agent(aid, agent.home, config=agent.config, clock=agent.clock) for aid in agent.home.agent_ids()] or [
+            agent
+        ]
     findings = check_home(agent.home, agents, repair=not check_only)
     remaining = [f for f in findings if f.level == "error" and not f.repaired]
     repaired = [f for f in findings if f.repaired]
@@ -452,7 +483,10 @@ def _install_output(out: Output, result: Any, verb: str) -> None:
     for action in result.actions:
         out.console.print(f"  {escape(action)}")
     if not result.dry_run:
-        out.console.print(f"[green]{verb}ed[/] {escape(result.path)}" + (f" (backup: {escape(result.backup)})" if result.backup else ""))
+        out.console.print(
+            f"[green]{verb}ed[/] {escape(result.path)}"
+            + (f" (backup: {escape(result.backup)})" if result.backup else "")
+        )
 
 
 @main_group.command("install")
@@ -462,7 +496,9 @@ def _install_output(out: Output, result: Any, verb: str) -> None:
 @click.option("--agent", "agent_id", metavar="ID", help="Bake this agent id into the hook commands.")
 @click.option("--dry-run", is_flag=True, help="Show the result without writing it.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON document instead of text.")
-def install_command(target: str, scope: str, project_dir: str | None, agent_id: str | None, dry_run: bool, as_json: bool) -> None:
+def install_command(
+    target: str, scope: str, project_dir: str | None, agent_id: str | None, dry_run: bool, as_json: bool
+) -> None:
     """Install Phoenix's hooks into Claude Code's settings.
 
     Example: phx install claude-code --scope local
@@ -504,7 +540,12 @@ def uninstall_command(target: str, scope: str, project_dir: str | None, dry_run:
 
 
 @main_group.command("hook", context_settings={"ignore_unknown_options": True})
-@click.argument("event", type=click.Choice(["session-start", "post-tool-use", "post-tool-use-failure", "pre-compact", "stop", "session-end"]))
+@click.argument(
+    "event",
+    type=click.Choice(
+        ["session-start", "post-tool-use", "post-tool-use-failure", "pre-compact", "stop", "session-end"]
+    ),
+)
 @click.argument("args", nargs=-1, type=click.UNPROCESSED)
 def hook_command(event: str, args: tuple[str, ...]) -> None:
     """Run a Claude Code hook: reads the hook JSON on stdin. Always exits 0.
@@ -545,7 +586,9 @@ def demo_command(keep: bool, as_json: bool) -> None:
                     _print_demo_step(out, step)
 
                 summary = run_demo(workdir, show)
-            verdict = "[bold green]recovered[/]" if summary["recovery_detected"] else "[bold red]recovery NOT detected[/]"
+            verdict = (
+                "[bold green]recovered[/]" if summary["recovery_detected"] else "[bold red]recovery NOT detected[/]"
+            )
             out.console.rule(verdict)
             if keep:
                 out.console.print(f"demo project kept in {workdir}")
@@ -587,7 +630,11 @@ def _print_demo_step(out: Output, step: Any) -> None:
             f"{escape(repr(state['current_task']))}; recorded agent pid {data['recorded_pid']} is {alive}"
         )
     elif step.kind == "recovery":
-        panel = Panel(escape(data["context"] or "(no context)"), title="additionalContext for the new session", border_style="green")
+        panel = Panel(
+            escape(data["context"] or "(no context)"),
+            title="additionalContext for the new session",
+            border_style="green",
+        )
         console.print(panel, soft_wrap=False)
     elif step.kind == "log":
         console.print("[bold]ops.jsonl[/]")

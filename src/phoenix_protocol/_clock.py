@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import time
+from datetime import UTC
 
 __all__ = ["Clock", "ManualClock", "SystemClock", "iso_from_ms", "ms_from_iso", "system_clock"]
 
@@ -82,12 +83,12 @@ def ms_from_iso(text: str) -> int:
 
     Raises ``ValueError`` on anything that is not a timestamp.
     """
-    from datetime import datetime, timezone  # not on the hot path
+    from datetime import datetime  # not on the hot path
 
     value = text.strip()
     if value.endswith(("Z", "z")):
         value = value[:-1] + "+00:00"
     parsed = datetime.fromisoformat(value)
     if parsed.tzinfo is None:
-        parsed = parsed.replace(tzinfo=timezone.utc)
+        parsed = parsed.replace(tzinfo=UTC)
     return int(parsed.timestamp() * 1000)

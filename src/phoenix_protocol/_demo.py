@@ -112,14 +112,21 @@ say(kind="done")
 
 FIRST_SESSION: list[dict[str, Any]] = [
     {"do": "session_start", "source": "startup"},
-    {"do": "bash", "command": 'phx state working "Add JWT authentication to the API"', "description": "Record the task"},
+    {
+        "do": "bash",
+        "command": 'phx state working "Add JWT authentication to the API"',
+        "description": "Record the task",
+    },
     {
         "do": "write",
         "path": "src/auth.py",
         "content": 'def verify(token: str) -> bool:\n    """Validate a JWT (signature, expiry)."""\n    raise NotImplementedError\n',
     },
     {"do": "bash", "command": 'phx note open-loop "Refresh tokens are not implemented yet"'},
-    {"do": "bash", "command": 'phx note next-action "Make test_login_rejects_expired_token pass, then add refresh tokens"'},
+    {
+        "do": "bash",
+        "command": 'phx note next-action "Make test_login_rejects_expired_token pass, then add refresh tokens"',
+    },
     {
         "do": "bash",
         "command": "python3 -c \"raise SystemExit('FAILED tests/test_auth.py::test_login_rejects_expired_token')\"",
@@ -136,7 +143,16 @@ SECOND_SESSION: list[dict[str, Any]] = [
 def _git(project: str, *args: str) -> None:
     env = dict(os.environ, GIT_CONFIG_GLOBAL=os.devnull, GIT_CONFIG_NOSYSTEM="1")
     subprocess.run(
-        ["git", "-c", "user.name=Phoenix Demo", "-c", "user.email=demo@phoenix.invalid", "-c", "init.defaultBranch=main", *args],
+        [
+            "git",
+            "-c",
+            "user.name=Phoenix Demo",
+            "-c",
+            "user.email=demo@phoenix.invalid",
+            "-c",
+            "init.defaultBranch=main",
+            *args,
+        ],
         cwd=project,
         env=env,
         capture_output=True,
@@ -144,7 +160,9 @@ def _git(project: str, *args: str) -> None:
     )
 
 
-def _start_agent(project: str, session_id: str, script: list[dict[str, Any]], env: dict[str, str]) -> subprocess.Popen[str]:
+def _start_agent(
+    project: str, session_id: str, script: list[dict[str, Any]], env: dict[str, str]
+) -> subprocess.Popen[str]:
     return subprocess.Popen(
         [sys.executable, "-c", AGENT_PROGRAM, project, session_id, json.dumps(script)],
         stdout=subprocess.PIPE,
@@ -169,7 +187,9 @@ def run_demo(workdir: str, on_step: Callable[[DemoStep], None]) -> dict[str, Any
     _git(project, "commit", "-q", "-m", "Initial commit")
     home = Home(os.path.join(project, ".phoenix"))
     result = install_claude_code("project", project_dir=project)
-    on_step(DemoStep("setup", "Installed the hooks into .claude/settings.json", path=result.path, actions=result.actions))
+    on_step(
+        DemoStep("setup", "Installed the hooks into .claude/settings.json", path=result.path, actions=result.actions)
+    )
 
     bindir = os.path.dirname(sys.executable)
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PHOENIX_", "CLAUDE"))}
@@ -179,7 +199,8 @@ def run_demo(workdir: str, on_step: Callable[[DemoStep], None]) -> dict[str, Any
     # Session 1: works, then dies mid-task.
     agent_proc = _start_agent(project, "demo-session-1", FIRST_SESSION, env)
     agent_pid = None
-    assert agent_proc.stdout is not None
+    if agent_proc.stdout is None:  # pragma: no cover - stdout=PIPE always gives one
+        raise RuntimeError("agent process has no stdout")
     for line in agent_proc.stdout:
         msg = json.loads(line)
         if msg["kind"] == "agent":

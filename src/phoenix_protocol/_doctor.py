@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import os
 import stat
+from itertools import pairwise
 
 from phoenix_protocol._clock import iso_from_ms
 from phoenix_protocol._durable import DIR_MODE, FILE_MODE, atomic_write, read_bytes, repair_tail
@@ -40,7 +41,9 @@ class Finding:
 
     __slots__ = ("agent", "level", "message", "path", "repaired")
 
-    def __init__(self, level: str, message: str, *, agent: str | None = None, path: str | None = None, repaired: bool = False) -> None:
+    def __init__(
+        self, level: str, message: str, *, agent: str | None = None, path: str | None = None, repaired: bool = False
+    ) -> None:
         self.level = level
         self.message = message
         self.agent = agent
@@ -48,7 +51,13 @@ class Finding:
         self.repaired = repaired
 
     def as_dict(self) -> dict[str, Any]:
-        return {"level": self.level, "agent": self.agent, "path": self.path, "message": self.message, "repaired": self.repaired}
+        return {
+            "level": self.level,
+            "agent": self.agent,
+            "path": self.path,
+            "message": self.message,
+            "repaired": self.repaired,
+        }
 
 
 def rebuild_state(events: list[dict[str, Any]]) -> tuple[AgentState, list[str]]:
@@ -58,7 +67,8 @@ def rebuild_state(events: list[dict[str, Any]]) -> tuple[AgentState, list[str]]:
     notes: dict[int, dict[str, Any]] = {}
     for event in events:
         name = event.get("event")
-        meta = event.get("meta") if isinstance(event.get("meta"), dict) else {}
+        raw_meta = event.get("meta")
+        meta: dict[str, Any] = raw_meta if isinstance(raw_meta, dict) else {}
         ts = event.get("ts")
         applied = True
         if name in ("task_started", "task_done", "task_error", "state_idle", "stalled", "status_changed"):
@@ -134,7 +144,9 @@ def rebuild_state(events: list[dict[str, Any]]) -> tuple[AgentState, list[str]]:
 
 def _check_modes(root: str, repair: bool, findings: list[Finding]) -> None:
     for dirpath, dirnames, filenames in os.walk(root):
-        for name, wanted, is_dir in [(d, DIR_MODE, True) for d in dirnames] + [(f, FILE_MODE, False) for f in filenames]:
+        for name, wanted, is_dir in [(d, DIR_MODE, True) for d in dirnames] + [
+            (f, FILE_MODE, False) for f in filenames
+        ]:
             path = os.path.join(dirpath, name)
             try:
                 st = os.lstat(path)
@@ -177,7 +189,9 @@ def check_agent(agent: Agent, *, repair: bool = True) -> list[Finding]:
                     os.unlink(path)
                 except FileNotFoundError:
                     pass
-            findings.append(Finding("warn", "temporary file left by an interrupted write", agent=aid, path=path, repaired=repair))
+            findings.append(
+                Finding("warn", "temporary file left by an interrupted write", agent=aid, path=path, repaired=repair)
+            )
     # The ops log.
     events, problems = agent.ops.read()
     for problem in problems:
@@ -186,7 +200,13 @@ def check_agent(agent: Agent, *, repair: bool = True) -> list[Finding]:
                 with agent.ops.log.lock():
                     removed = repair_tail(agent.ops.path)
                 findings.append(
-                    Finding("warn", f"torn last line cut off ({removed} bytes, never acknowledged)", agent=aid, path=problem.path, repaired=repair)
+                    Finding(
+                        "warn",
+                        f"torn last line cut off ({removed} bytes, never acknowledged)",
+                        agent=aid,
+                        path=problem.path,
+                        repaired=repair,
+                    )
                 )
             else:
                 findings.append(Finding("warn", problem.message, agent=aid, path=problem.path))
@@ -194,12 +214,24 @@ def check_agent(agent: Agent, *, repair: bool = True) -> list[Finding]:
             findings.append(Finding("warn", f"line {problem.line}: {problem.message}", agent=aid, path=problem.path))
     seqs = [e["seq"] for e in events]
     if seqs:
-        gaps = sum(1 for a, b in zip(seqs, seqs[1:], strict=False) if b != a + 1)
+        gaps = sum(1 for a, b in pairwise(seqs) if b != a + 1)
         if gaps:
-            findings.append(Finding("warn", f"seq has {gaps} gap(s) or reordering(s) (lines lost or edited)", agent=aid, path=agent.ops.path))
+            findings.append(
+                Finding(
+                    "warn",
+                    f"seq has {gaps} gap(s) or reordering(s) (lines lost or edited)",
+                    agent=aid,
+                    path=agent.ops.path,
+                )
+            )
         if seqs[0] != 1:
             findings.append(
-                Finding("ok", f"oldest event kept is seq {seqs[0]} (older ones rotated away)", agent=aid, path=agent.ops.path)
+                Finding(
+                    "ok",
+                    f"oldest event kept is seq {seqs[0]} (older ones rotated away)",
+                    agent=aid,
+                    path=agent.ops.path,
+                )
             )
     # state.json.
     try:
@@ -209,11 +241,11 @@ def check_agent(agent: Agent, *, repair: bool = True) -> list[Finding]:
     except SchemaVersionError as exc:
         findings.append(Finding("error", str(exc), agent=aid, path=agent.state.path))
     except CorruptStateError as exc:
-        problem = Finding("error", str(exc), agent=aid, path=agent.state.path)
-        findings.append(problem)
+        unreadable = Finding("error", str(exc), agent=aid, path=agent.state.path)
+        findings.append(unreadable)
         if repair:
             findings.append(_rebuild(agent, events))
-            problem.repaired = True
+            unreadable.repaired = True
     return findings
 
 
@@ -224,7 +256,9 @@ def _rebuild(agent: Agent, events: list[dict[str, Any]]) -> Finding:
         try:
             if data is not None:
                 agent.state.parse(data)
-                return Finding("ok", "state.json became valid meanwhile; left as it is", agent=agent.id, path=agent.state.path)
+                return Finding(
+                    "ok", "state.json became valid meanwhile; left as it is", agent=agent.id, path=agent.state.path
+                )
         except (CorruptStateError, SchemaVersionError):
             pass
         stamp = iso_from_ms(agent.clock.now_ms()).replace(":", "").replace("-", "")

@@ -67,7 +67,7 @@ def _session_id(payload: dict[str, Any]) -> str | None:
 
     value = payload.get("session_id")
     if is_valid_id(value, max_length=128):
-        return value  # type: ignore[return-value]
+        return str(value)
     return None
 
 
@@ -82,10 +82,10 @@ def _digest(value: object) -> str | None:
     except (TypeError, ValueError):
         return None
     try:
-        from _sha256 import sha256  # type: ignore[import-not-found]  # CPython 3.11; cheaper than hashlib
+        from _sha256 import sha256  # type: ignore[import-not-found]  # CPython 3.11: cheaper than hashlib
     except ImportError:  # pragma: no cover - 3.12+ names it _sha2
         try:
-            from _sha2 import sha256  # type: ignore[import-not-found,no-redef]
+            from _sha2 import sha256  # type: ignore[import-not-found]
         except ImportError:
             from hashlib import sha256
     return str(sha256(data).hexdigest()[:16])
@@ -127,7 +127,7 @@ def _recovery_context(agent: Agent, before: Any, after: Any, source: str, notice
     from phoenix_protocol._jsonio import dumps_document
 
     header_lines = []
-    if before.status in ("working", "error") and source in ("startup", "clear", "resume") or notices:
+    if (before.status in ("working", "error") and source in ("startup", "clear", "resume")) or notices:
         header_lines.append(f"=== {RECOVERY_BANNER} (Phoenix Protocol) ===")
         header_lines.append(
             f"The previous session of agent '{agent.id}' ended while its status was "
@@ -148,18 +148,35 @@ def _recovery_context(agent: Agent, before: Any, after: Any, source: str, notice
     state_view = {
         k: v
         for k, v in before.to_dict().items()
-        if k in ("status", "current_task", "last_active", "last_output", "error_message", "updated_by", "session_id", "last_tool")
+        if k
+        in (
+            "status",
+            "current_task",
+            "last_active",
+            "last_output",
+            "error_message",
+            "updated_by",
+            "session_id",
+            "last_tool",
+        )
         and v not in (None, "")
     }
     header = "\n".join(header_lines) + "\n\nstate.json (before this session):\n" + dumps_document(state_view) + "\n"
     budget = max(1000, agent.config.brief_max_chars - len(header) - 50)
     # The brief describes the work as the previous session left it.
     brief = agent.render_brief(before, max_chars=budget)
-    try:
-        agent.write_brief(after)
-    except Exception:  # the context still goes out; the file is refreshed next time
-        pass
+    _write_brief_best_effort(agent, after)
     return (header + brief)[: agent.config.brief_max_chars]
+
+
+def _write_brief_best_effort(agent: Agent, state: Any) -> None:
+    """Refresh brief.md; a failure is logged, not raised (the session must still start)."""
+    from phoenix_protocol._errors import PhoenixError
+
+    try:
+        agent.write_brief(state)
+    except (PhoenixError, OSError) as exc:
+        agent.record("brief_failed", "warn", {"error": str(exc)[:300]})
 
 
 def _export_env(agent: Agent, session_id: str | None) -> None:
@@ -203,7 +220,9 @@ def handle(event: str, payload: dict[str, Any], options: dict[str, str]) -> str 
     if event == "pre-compact":
         agent = _open_agent(payload, options)
         agent.write_brief()
-        agent.record("pre_compact", "ok", {"trigger": _plain(payload.get("trigger")), "session_id": session_id}, trusted=True)
+        agent.record(
+            "pre_compact", "ok", {"trigger": _plain(payload.get("trigger")), "session_id": session_id}, trusted=True
+        )
         return None
     if event == "session-end":
         agent = _open_agent(payload, options, lock_timeout_cap=_SESSION_END_BUDGET)
@@ -234,7 +253,9 @@ def _session_start(payload: dict[str, Any], options: dict[str, str], session_id:
         )[: agent.config.brief_max_chars]
         return dumps_line({"hookSpecificOutput": {"hookEventName": "SessionStart", "additionalContext": context}})
     if previous.pid and previous.session_id and previous.session_id != session_id and previous.status == "working":
-        alive = liveness(previous.pid, previous.pid_start_time, previous.host, tolerance=agent.config.process_start_tolerance)
+        alive = liveness(
+            previous.pid, previous.pid_start_time, previous.host, tolerance=agent.config.process_start_tolerance
+        )
         if alive:
             notices.append(
                 f"another live process (pid {previous.pid}, session {previous.session_id}) was recorded "
@@ -251,10 +272,7 @@ def _session_start(payload: dict[str, Any], options: dict[str, str], session_id:
     _export_env(agent, session_id)
     recovering = before.status in ("working", "error") and source in ("startup", "clear", "resume")
     if not recovering and source not in ("compact", "resume"):
-        try:
-            agent.write_brief(after)
-        except Exception:
-            pass
+        _write_brief_best_effort(agent, after)
         return None
     context = _recovery_context(agent, before, after, source, notices if recovering else [])
     return dumps_line({"hookSpecificOutput": {"hookEventName": "SessionStart", "additionalContext": context}})
@@ -340,7 +358,7 @@ def _log_failure(event: str, payload: dict[str, Any], options: dict[str, str], m
     try:
         agent = _open_agent(payload, options, lock_timeout_cap=0.5)
         agent.record("hook_failed", "error", {"hook": _plain(event), "error": message[:500]})
-    except BaseException:  # noqa: BLE001
+    except BaseException:  # noqa: BLE001, S110 - the stderr line already reports the failure
         pass
 
 

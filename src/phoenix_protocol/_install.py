@@ -39,7 +39,15 @@ if TYPE_CHECKING:
     from collections.abc import Mapping
     from typing import Any
 
-__all__ = ["HOOK_SPECS", "SCOPES", "InstallResult", "hook_command", "install_claude_code", "settings_path", "uninstall_claude_code"]
+__all__ = [
+    "HOOK_SPECS",
+    "SCOPES",
+    "InstallResult",
+    "hook_command",
+    "install_claude_code",
+    "settings_path",
+    "uninstall_claude_code",
+]
 
 SCOPES = ("project", "local", "user")
 MARKER = "phoenix_protocol._hooks"
@@ -83,7 +91,9 @@ def settings_path(scope: str, *, project_dir: str | None = None, env: Mapping[st
 class InstallResult:
     """What an install or uninstall did (or would do, with ``dry_run``)."""
 
-    def __init__(self, path: str, changed: bool, settings: dict[str, Any], actions: list[str], backup: str | None, dry_run: bool) -> None:
+    def __init__(
+        self, path: str, changed: bool, settings: dict[str, Any], actions: list[str], backup: str | None, dry_run: bool
+    ) -> None:
         self.path = path
         self.changed = changed
         self.settings = settings
@@ -114,7 +124,7 @@ def _load(path: str) -> dict[str, Any]:
         raise UsageError(f"{path} does not hold a JSON object; Phoenix left it untouched.")
     hooks = settings.get("hooks")
     if hooks is not None and not isinstance(hooks, dict):
-        raise UsageError(f"{path}: \"hooks\" is not an object; Phoenix left the file untouched.")
+        raise UsageError(f'{path}: "hooks" is not an object; Phoenix left the file untouched.')
     return settings
 
 
@@ -156,7 +166,11 @@ def install_claude_code(
     hooks: dict[str, Any] = settings.setdefault("hooks", {})
     actions: list[str] = []
     for claude_event, event, timeout, matcher in HOOK_SPECS:
-        wanted: dict[str, Any] = {"type": "command", "command": hook_command(event, python=python, agent=agent), "timeout": timeout}
+        wanted: dict[str, Any] = {
+            "type": "command",
+            "command": hook_command(event, python=python, agent=agent),
+            "timeout": timeout,
+        }
         groups = hooks.get(claude_event)
         if groups is None:
             groups = hooks[claude_event] = []
@@ -216,7 +230,8 @@ def uninstall_claude_code(
                         actions.append(f"removed {claude_event}")
                         if not remaining:
                             continue
-                        group = {**group, "hooks": remaining}
+                        kept_groups.append({**group, "hooks": remaining})
+                        continue
                 kept_groups.append(group)
             if kept_groups:
                 hooks[claude_event] = kept_groups

@@ -42,7 +42,6 @@ class _ScannerContext:
     parse_float = float
     parse_int = int
     parse_constant = staticmethod(_refuse_constant)
-    memo: dict[str, str] = {}
 
 
 _WS = " \t\n\r"
@@ -50,7 +49,7 @@ _WS = " \t\n\r"
 try:
     import _json
 
-    _scan: Callable[[str, int], tuple[Any, int]] = _json.make_scanner(_ScannerContext())
+    _scan: Callable[[str, int], tuple[Any, int]] = _json.make_scanner(_ScannerContext())  # type: ignore[arg-type]
     _encode_string = _json.encode_basestring_ascii
 
     def _no_default(obj: Any) -> Any:

@@ -221,8 +221,9 @@ _RULES: tuple[tuple[str, tuple[str, ...], str, Callable[[str, re.Match[str]], bo
         "private-key",
         ("private key",),
         r"(-----BEGIN[ A-Z0-9_-]{0,100}PRIVATE KEY(?: BLOCK)?-----"
-        r"(?:[\s\S]{0,32768}?-----END[ A-Z0-9_-]{0,100}PRIVATE KEY(?: BLOCK)?-----"
-        r"|(?:(?:\\[rn]|[\r\n \t])+(?:[A-Za-z0-9+/=]{16,}|Proc-Type:[^\r\n\\]*|DEK-Info:[^\r\n\\]*))+))",
+        r"(?:(?:(?:Proc-Type|DEK-Info|Version|Comment):[^\r\n\\]*|\\[rn]|[A-Za-z0-9+/=\s]+)*+"
+        r"-----END[ A-Z0-9_-]{0,100}PRIVATE KEY(?: BLOCK)?-----"
+        r"|(?:(?:\\[rn]|[\r\n \t])+(?:[A-Za-z0-9+/=]{16,}|[A-Za-z0-9+/]{2,15}={1,2}|(?:Proc-Type|DEK-Info):[^\r\n\\]*))+))",
         None,
     ),
     ("aws-access-key", ("akia", "asia", "abia", "acca", "a3t"),
@@ -300,7 +301,7 @@ _RULES: tuple[tuple[str, tuple[str, ...], str, Callable[[str, re.Match[str]], bo
      r"(?i)(?:AccountKey|SharedAccessKey)[ \t]*=[ \t]*([A-Za-z0-9+/]{20,}={0,2})", None),
     ("azure-sas-token", ("sig=",), r"[?&;]sig=([A-Za-z0-9%+/=]{30,})", None),
     ("url-password", ("://",),
-     r"(?i)\b[a-z][a-z0-9+.\-]{1,30}://[^\s:/?#@'\"`<>]*:([^\s/?#'\"`<>]{1,256})@(?=[A-Za-z0-9\[])",
+     r"(?i)\b[a-z][a-z0-9+.\-]{1,30}://[^\s:/?#@'\"`<>\[\]]*:([^\s/?#'\"`<>\[\]]{1,256})@(?=[A-Za-z0-9\[])",
      _check_not_placeholder),
     ("bearer-token", ("bearer",),
      r"(?i)\bbearer[ \t]+([A-Za-z0-9._~+/\-]{16,}=*)", _check_bearer),

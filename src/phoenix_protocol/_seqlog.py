@@ -59,7 +59,9 @@ class LogProblem:
 class SeqLog:
     """A JSON-lines log at ``path`` whose records carry a monotonically increasing ``seq``."""
 
-    def __init__(self, path: str, *, max_bytes: int = 10 * 1024 * 1024, keep: int = 5, lock_timeout: float = 10.0) -> None:
+    def __init__(
+        self, path: str, *, max_bytes: int = 10 * 1024 * 1024, keep: int = 5, lock_timeout: float = 10.0
+    ) -> None:
         self.path = path
         self.max_bytes = max_bytes
         self.keep = keep
@@ -159,8 +161,11 @@ class SeqLog:
             yield record, None
         torn = torn_tail_length(data)
         if torn:
-            yield None, LogProblem(
-                path, lineno + 1, "torn-tail", f"torn last line ({torn} bytes) skipped; the next append repairs it"
+            yield (
+                None,
+                LogProblem(
+                    path, lineno + 1, "torn-tail", f"torn last line ({torn} bytes) skipped; the next append repairs it"
+                ),
             )
 
     def read(self, *, since_seq: int = 0) -> tuple[list[dict[str, Any]], list[LogProblem]]:

@@ -172,8 +172,12 @@ class AgentState:
             raise CorruptStateError(f"{path}: updated_by {state.updated_by!r} is not one of {SOURCES}.", path=path)
         for key in ("open_loops", "next_actions"):
             for item in getattr(state, key):
-                if not (isinstance(item, dict) and isinstance(item.get("id"), int) and isinstance(item.get("text"), str)):
-                    raise CorruptStateError(f"{path}: {key} holds an entry without id and text: {item!r:.80}", path=path)
+                if not (
+                    isinstance(item, dict) and isinstance(item.get("id"), int) and isinstance(item.get("text"), str)
+                ):
+                    raise CorruptStateError(
+                        f"{path}: {key} holds an entry without id and text: {item!r:.80}", path=path
+                    )
         return state
 
     def to_dict(self) -> dict[str, Any]:
@@ -240,7 +244,13 @@ class Transition:
     __slots__ = ("durable", "event", "meta", "status", "trusted")
 
     def __init__(
-        self, event: str, status: str = "ok", meta: dict[str, Any] | None = None, *, trusted: bool = False, durable: bool = True
+        self,
+        event: str,
+        status: str = "ok",
+        meta: dict[str, Any] | None = None,
+        *,
+        trusted: bool = False,
+        durable: bool = True,
     ) -> None:
         self.event = event
         self.status = status
@@ -549,7 +559,9 @@ class StateStore:
 
         return self.change(mutate, durable=durable, lock_timeout=lock_timeout)
 
-    def end_session(self, session_id: str | None, *, reason: str = "other", lock_timeout: float | None = None) -> AgentState:
+    def end_session(
+        self, session_id: str | None, *, reason: str = "other", lock_timeout: float | None = None
+    ) -> AgentState:
         """Record a clean session end (SessionEnd hook): status idle, unless the state already
         belongs to a newer session, in which case only the event is logged."""
 

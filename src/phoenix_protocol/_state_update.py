@@ -11,7 +11,10 @@ from __future__ import annotations
 
 import sys
 
-USAGE = 'Usage: state-update --working "task" | --done "summary" | --error "message" | --idle [--agent ID] [--home PATH] [--json]'
+USAGE = (
+    'Usage: state-update --working "task" | --done "summary" | --error "message" | --idle '
+    "[--agent ID] [--home PATH] [--json]"
+)
 
 
 def main(argv: list[str] | None = None) -> int:

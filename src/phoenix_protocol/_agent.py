@@ -18,7 +18,7 @@ import os
 
 from phoenix_protocol._clock import Clock, system_clock
 from phoenix_protocol._config import Config, load_config
-from phoenix_protocol._durable import atomic_write, ensure_dir
+from phoenix_protocol._durable import FileLock, atomic_write
 from phoenix_protocol._home import Home, resolve_agent_id
 from phoenix_protocol._ops import OpsLog
 from phoenix_protocol._state import AgentState, StateStore
@@ -38,7 +38,7 @@ class _PreparingStateStore(StateStore):
         super().__init__(**kwargs)
         self._agent = agent
 
-    def lock(self, timeout: float | None = None):  # type: ignore[no-untyped-def]
+    def lock(self, timeout: float | None = None) -> FileLock:
         self._agent.ensure()
         return super().lock(timeout)
 
@@ -112,9 +112,15 @@ class Agent:
         return self.ops.record(event, status, meta, **kwargs)
 
     def render_brief(
-        self, state: AgentState | None = None, *, notices: list[str] | None = None, max_chars: int | None = None
+        self,
+        state: AgentState | None = None,
+        *,
+        notices: list[str] | None = None,
+        max_chars: int | None = None,
+        git_timeout: float = 3.0,
     ) -> str:
-        """Generate the brief from the current state, recent events and git (not written)."""
+        """Generate the brief from the current state, recent events and git (not written).
+        ``git_timeout`` bounds each git call (hooks with a short budget pass less)."""
         from phoenix_protocol._brief import render_brief
         from phoenix_protocol._git import git_context
 
@@ -127,7 +133,7 @@ class Agent:
         if problems:
             notes.append(f"the ops log has {len(problems)} unreadable line(s); `phx doctor` reports them")
         root = self.home.project_root
-        git = git_context(root) if root else None
+        git = git_context(root, timeout=git_timeout) if root else None
         return render_brief(
             state,
             agent_id=self.id,
@@ -138,11 +144,12 @@ class Agent:
             notices=notes,
         )
 
-    def write_brief(self, state: AgentState | None = None, *, notices: list[str] | None = None) -> str:
+    def write_brief(
+        self, state: AgentState | None = None, *, notices: list[str] | None = None, git_timeout: float = 3.0
+    ) -> str:
         """Generate the brief and write it to ``brief.md`` atomically; returns the text."""
-        text = self.render_brief(state, notices=notices)
+        text = self.render_brief(state, notices=notices, git_timeout=git_timeout)
         self.ensure()
-        ensure_dir(self.dir)
         atomic_write(self.brief_path, text.encode("utf-8"))
         return text
 

@@ -49,13 +49,13 @@ class GitContext:
         }
 
 
-def _git(root: str, *args: str) -> str | None:
+def _git(root: str, *args: str, timeout: float = _TIMEOUT) -> str | None:
     env = dict(os.environ, GIT_OPTIONAL_LOCKS="0", GIT_TERMINAL_PROMPT="0", GIT_PAGER="cat", LC_ALL="C")
     try:
         proc = subprocess.run(
             ["git", "-C", root, *args],
             capture_output=True,
-            timeout=_TIMEOUT,
+            timeout=timeout,
             env=env,
             stdin=subprocess.DEVNULL,
             check=False,
@@ -67,17 +67,18 @@ def _git(root: str, *args: str) -> str | None:
     return proc.stdout.decode("utf-8", "replace")
 
 
-def git_context(root: str, *, max_files: int = 200) -> GitContext | None:
-    """The git context of the work tree at ``root``, or ``None`` when there is none."""
-    top = _git(root, "rev-parse", "--show-toplevel")
+def git_context(root: str, *, max_files: int = 200, timeout: float = _TIMEOUT) -> GitContext | None:
+    """The git context of the work tree at ``root``, or ``None`` when there is none (or when git
+    does not answer within ``timeout`` seconds per call)."""
+    top = _git(root, "rev-parse", "--show-toplevel", timeout=timeout)
     if top is None:
         return None
-    branch = _git(root, "symbolic-ref", "--quiet", "--short", "HEAD")
-    head_line = _git(root, "log", "-1", "--format=%h%x00%s")
+    branch = _git(root, "symbolic-ref", "--quiet", "--short", "HEAD", timeout=timeout)
+    head_line = _git(root, "log", "-1", "--format=%h%x00%s", timeout=timeout)
     head = subject = None
     if head_line:
         head, _, subject = head_line.rstrip("\n").partition("\x00")
-    status = _git(root, "status", "--porcelain=v1", "-z", "--untracked-files=normal") or ""
+    status = _git(root, "status", "--porcelain=v1", "-z", "--untracked-files=normal", timeout=timeout) or ""
     changed: list[tuple[str, str]] = []
     total = 0
     entries = status.split("\x00")

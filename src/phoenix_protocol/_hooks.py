@@ -227,7 +227,7 @@ def handle(event: str, payload: dict[str, Any], options: dict[str, str]) -> str 
     if event == "session-end":
         agent = _open_agent(payload, options, lock_timeout_cap=_SESSION_END_BUDGET)
         after = agent.state.end_session(session_id, reason=_plain(payload.get("reason"), default="other"))
-        agent.write_brief(after)
+        agent.write_brief(after, git_timeout=0.2)  # all SessionEnd hooks share about 1.5 s
         return None
     raise ValueError(f"unknown hook event {event!r}; expected one of {', '.join(EVENTS)}")
 

@@ -158,7 +158,7 @@ def test_bad_input_is_refused_before_anything_is_written(agent: Agent) -> None:
 
 
 def test_secrets_in_free_text_are_redacted_before_writing(agent: Agent) -> None:
-    key = "AKIA" + "Z7Q4RM2XW9PLK3TB"
+    key = "AKIA" + "Z7Q4RM2XW6PLK3TB"  # AWS key ids are base32 (A-Z, 2-7)
     agent.state.set_status("working", f"deploy with aws key {key}")
     agent.state.add_note("next_action", "psql postgres://admin:Sup3rS3cret@db.internal/prod")
     for name in ("state.json", "ops.jsonl"):

@@ -169,12 +169,12 @@ def _recovery_context(agent: Agent, before: Any, after: Any, source: str, notice
     return (header + brief)[: agent.config.brief_max_chars]
 
 
-def _write_brief_best_effort(agent: Agent, state: Any) -> None:
-    """Refresh brief.md; a failure is logged, not raised (the session must still start)."""
+def _write_brief_best_effort(agent: Agent, state: Any, *, git_timeout: float = 3.0) -> None:
+    """Refresh brief.md; a failure is logged, not raised (the state change already happened)."""
     from phoenix_protocol._errors import PhoenixError
 
     try:
-        agent.write_brief(state)
+        agent.write_brief(state, git_timeout=git_timeout)
     except (PhoenixError, OSError) as exc:
         agent.record("brief_failed", "warn", {"error": str(exc)[:300]})
 
@@ -227,7 +227,7 @@ def handle(event: str, payload: dict[str, Any], options: dict[str, str]) -> str 
     if event == "session-end":
         agent = _open_agent(payload, options, lock_timeout_cap=_SESSION_END_BUDGET)
         after = agent.state.end_session(session_id, reason=_plain(payload.get("reason"), default="other"))
-        agent.write_brief(after, git_timeout=0.2)  # all SessionEnd hooks share about 1.5 s
+        _write_brief_best_effort(agent, after, git_timeout=0.2)  # all SessionEnd hooks share about 1.5 s
         return None
     raise ValueError(f"unknown hook event {event!r}; expected one of {', '.join(EVENTS)}")
 
@@ -348,7 +348,7 @@ def run(argv: list[str], stdin: bytes) -> tuple[int, str, str]:
             message = "interrupted"
         else:
             message = " ".join(str(exc).split()) or type(exc).__name__
-        line = f"phoenix: {event} hook: {message[:300]} (the agent is unaffected; state left as it was)"
+        line = f"phoenix: {event} hook: {message[:300]} (the agent is unaffected)"
         _log_failure(event, payload, options, message)
         return 0, "", line + "\n"
 

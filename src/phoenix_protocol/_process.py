@@ -69,28 +69,38 @@ def identity_of(pid: int) -> ProcessIdentity | None:
 
 
 def find_agent_process(start_pid: int | None = None, env: Mapping[str, str] | None = None) -> ProcessIdentity | None:
-    """The nearest ancestor of ``start_pid`` (default: this process's parent) that is not a
-    shell or wrapper (``WRAPPERS``); ``$PHOENIX_AGENT_PID`` overrides the search."""
+    """The agent process above ``start_pid`` (default: this process's parent).
+
+    ``$PHOENIX_AGENT_PID`` pins it. Otherwise the ancestors are walked upwards: the one whose
+    pid is ``$CLAUDE_PID`` (Claude Code tells its hooks its own pid) wins; failing that, the
+    nearest ancestor that is not a shell or wrapper (``WRAPPERS``).
+    """
     import psutil
 
     environ = os.environ if env is None else env
     pinned = environ.get("PHOENIX_AGENT_PID")
     if pinned and pinned.isdigit():
         return identity_of(int(pinned))
+    claude_pid = environ.get("CLAUDE_PID", "")
+    wanted = int(claude_pid) if claude_pid.isdigit() else None
+    first: ProcessIdentity | None = None
     pid = os.getppid() if start_pid is None else start_pid
-    for _ in range(32):
+    for _ in range(64):
         if pid <= 1:
-            return None
+            break
         try:
             proc = psutil.Process(pid)
             with proc.oneshot():
                 name = proc.name()
-                if name not in WRAPPERS and os.path.basename(name) not in WRAPPERS:
-                    return ProcessIdentity(pid, proc.create_time(), hostname(), name)
+                if pid == wanted or (first is None and name not in WRAPPERS and os.path.basename(name) not in WRAPPERS):
+                    found = ProcessIdentity(pid, proc.create_time(), hostname(), name)
+                    if pid == wanted or wanted is None:
+                        return found
+                    first = found
                 pid = proc.ppid()
         except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
-            return None
-    return None
+            break
+    return first
 
 
 def liveness(pid: int | None, start_time: float | None, host: str | None, *, tolerance: float = 1.0) -> bool | None:

@@ -190,7 +190,7 @@ def _check_basic(text: str, m: re.Match[str]) -> bool:
         decoded = base64.b64decode(m.group(1), validate=True).decode("utf-8")
     except (binascii.Error, ValueError):
         return False
-    user, sep, pw = decoded.partition(":")
+    _user, sep, pw = decoded.partition(":")
     return bool(sep) and bool(pw) and decoded.isprintable()
 
 
@@ -220,9 +220,9 @@ _RULES: tuple[tuple[str, tuple[str, ...], str, Callable[[str, re.Match[str]], bo
     (
         "private-key",
         ("private key",),
-        r"(-----BEGIN[ A-Z0-9_-]{0,100}PRIVATE KEY(?: BLOCK)?-----"
+        r"(-----BEGIN[ A-Z0-9_]{0,60}PRIVATE KEY(?: BLOCK)?-----"
         r"(?:(?:(?:Proc-Type|DEK-Info|Version|Comment):[^\r\n\\]*|\\[rn]|[A-Za-z0-9+/=\s]+)*+"
-        r"-----END[ A-Z0-9_-]{0,100}PRIVATE KEY(?: BLOCK)?-----"
+        r"-----END[ A-Z0-9_]{0,60}PRIVATE KEY(?: BLOCK)?-----"
         r"|(?:(?:\\[rn]|[\r\n \t])+(?:[A-Za-z0-9+/=]{16,}|[A-Za-z0-9+/]{2,15}={1,2}|(?:Proc-Type|DEK-Info):[^\r\n\\]*))+))",
         None,
     ),
@@ -313,8 +313,11 @@ _RULES: tuple[tuple[str, tuple[str, ...], str, Callable[[str, re.Match[str]], bo
     ("password", ("machine",),
      r"(?i)\bmachine[ \t]+\S+[ \t]+(?:login[ \t]+\S+[ \t]+)?password[ \t]+(\S+)", _check_not_placeholder),
     ("password", ("<",),
-     r"(?i)<(?P<tag>(?:[a-z_]*[_\-])?(?:password|passwd|secret|token|api[_\-]?key|access[_\-]?key"
-     r"|client[_\-]?secret))>(?P<s>[^<\s]{4,})</(?P=tag)>", _check_not_placeholder),
+     r"(?i)<(?P<tag>(?:[a-z_]*[_\-])?(?:password|passwd|passphrase))>(?P<s>[^<\s]{4,})</(?P=tag)>",
+     _check_not_placeholder),
+    ("generic-secret", ("<",),
+     r"(?i)<(?P<tag>(?:[a-z_]*[_\-])?(?:secret|token|api[_\-]?key|access[_\-]?key|client[_\-]?secret))>"
+     r"(?P<s>[^<\s]{8,})</(?P=tag)>", _check_not_placeholder),
     ("password", ("mysql",),
      r"\bmysql(?:dump|admin|import|show|check)?\b[^\n|;&]*?[ \t]-p([^\s'\"$\-][^\s'\"]*)", _check_not_placeholder),
     ("password", (" is ", " was "),
@@ -346,6 +349,14 @@ _compiled: list[re.Pattern[str] | None] = [None] * len(_RULES)
 _assign_re: list[re.Pattern[str]] = []
 
 
+# keyword -> the rules it enables; rules without keywords always run
+_BY_KEYWORD: dict[str, list[int]] = {}
+for _i, _rule in enumerate(_RULES):
+    for _kw in _rule[1]:
+        _BY_KEYWORD.setdefault(_kw, []).append(_i)
+_ALWAYS = frozenset(i for i, rule in enumerate(_RULES) if not rule[1])
+
+
 def _rule_pattern(i: int) -> re.Pattern[str]:
     pat = _compiled[i]
     if pat is None:
@@ -364,19 +375,23 @@ _ASSIGN_KEYWORDS = ("pass", "pwd", "secret", "token", "key", "auth", "credential
 
 def _assignments(text: str, out: list[tuple[int, int, int, str]]) -> None:
     prio = len(_RULES)
-    for m in _assign_pattern().finditer(text):
+    pattern = _assign_pattern()
+    pos = 0
+    while True:
+        m = pattern.search(text, pos)
+        if m is None:
+            return
+        # a rejected value may hide the next assignment (``token:x@host/?api_key=...``): go on
+        # right after the keyword unless the value is taken
+        pos = m.end("kw")
         op = m.group("op")
         if op == ":" and m.group("kq") is None and m.end("op") < len(text) and text[m.end("op")] not in " \t":
             # ``arn:aws:secret:prod`` or ``http://token:...``: YAML and JSON put a space or quote here
             continue
         kw = m.group("kw").lower()
         password = kw.startswith(_PASSWORD_WORDS)
-        for group in ("dq", "sq", "bq", "bare"):
-            value = m.group(group)
-            if value is not None:
-                break
-        else:  # pragma: no cover - the regex always sets one value group
-            continue
+        group = next(g for g in ("dq", "sq", "bq", "bare") if m.group(g) is not None)
+        value = m.group(group)
         bare = group == "bare"
         start, end = m.span(group)
         if bare:
@@ -391,14 +406,18 @@ def _assignments(text: str, out: list[tuple[int, int, int, str]]) -> None:
             continue  # the shell's PWD=/home/...
         if _plausible(value, password=password, bare=bare):
             out.append((start, end, prio, "password" if password else "generic-secret"))
+            pos = end
 
 
 def _spans(text: str) -> list[tuple[int, int, int, str]]:
     low = text.lower()
+    active = set(_ALWAYS)
+    for kw, rules in _BY_KEYWORD.items():
+        if kw in low:
+            active.update(rules)
     found: list[tuple[int, int, int, str]] = []
-    for i, (kind, keywords, _pattern, check) in enumerate(_RULES):
-        if keywords and not any(k in low for k in keywords):
-            continue
+    for i in sorted(active):
+        kind, _keywords, _pattern, check = _RULES[i]
         for m in _rule_pattern(i).finditer(text):
             group = m.re.groupindex.get("s", 1)
             if m.start(group) == m.end(group):
@@ -406,8 +425,10 @@ def _spans(text: str) -> list[tuple[int, int, int, str]]:
             if check is not None and not check(text, m):
                 continue
             found.append((m.start(group), m.end(group), i, kind))
-    if any(k in low for k in _ASSIGN_KEYWORDS):
-        _assignments(text, found)
+    for kw in _ASSIGN_KEYWORDS:
+        if kw in low:
+            _assignments(text, found)
+            break
     if len(found) <= 1:
         return found
     # merge overlapping spans; the kind comes from the highest-priority (lowest index) rule
@@ -431,13 +452,7 @@ def find_secrets(text: str) -> list[Finding]:
     return [Finding(kind, start, end) for start, end, _prio, kind in _spans(text)]
 
 
-def redact(text: str) -> str:
-    """``text`` with every detected secret value replaced by ``[REDACTED:<kind>]``.
-
-    Text without a secret is returned as is (the same object). Idempotent.
-    """
-    if not text:
-        return text
+def _redact_once(text: str) -> str:
     spans = _spans(text)
     if not spans:
         return text
@@ -449,6 +464,23 @@ def redact(text: str) -> str:
         pos = end
     parts.append(text[pos:])
     return "".join(parts)
+
+
+def redact(text: str) -> str:
+    """``text`` with every detected secret value replaced by ``[REDACTED:<kind>]``.
+
+    Text without a secret is returned as is (the same object). Idempotent: the text is scanned
+    again after a replacement, because a secret glued to another one (``<token>-----BEGIN...``)
+    only shows its boundary once its neighbour has been replaced.
+    """
+    if not text:
+        return text
+    out = _redact_once(text)
+    for _ in range(3):
+        if out is text:
+            break
+        text, out = out, _redact_once(out)
+    return out
 
 
 def _key_kind(key: str) -> str | None:

@@ -469,16 +469,17 @@ class StateStore:
         """Record a session start (SessionStart hook); returns ``(before, after)``.
 
         ``source`` is Claude Code's: ``startup``, ``resume``, ``clear`` or ``compact``. A new
-        session id (or ``startup``/``clear``) begins a new session: status working, set by the
-        hook, which also clears any verdict about the previous session. ``compact`` keeps the
-        session as it is. ``process`` is ``{"pid", "start_time", "host"}`` of the agent.
+        session id, or ``startup``/``clear``/``resume`` (``claude --resume`` keeps the id of the
+        session it brings back), begins a new session: status working, set by the hook, which
+        also clears any verdict about the previous one. ``compact`` keeps the session as it is. ``process`` is ``{"pid", "start_time", "host"}`` of the agent.
         """
         before: list[AgentState] = []
 
         def mutate(state: AgentState) -> list[Transition]:
             before.append(state.copy())
             self._touch(state, "hook")
-            new = source in ("startup", "clear") or state.session_id != session_id
+            # A resumed session (same id) is a new life of it: the old one ended or died.
+            new = source in ("startup", "clear", "resume") or state.session_id != session_id
             recovered = new and state.status in ("working", "error")
             meta: dict[str, Any] = {
                 "session_id": session_id,

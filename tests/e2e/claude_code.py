@@ -19,13 +19,14 @@ import gzip
 import itertools
 import json
 import os
+import pwd
+import shlex
 import shutil
 import subprocess
 import sys
 import tempfile
 import threading
 import time
-import uuid
 import zlib
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -40,7 +41,31 @@ CLAUDE_CODE_VERSION = "2.1.330"
 CLAUDE_CODE_PACKAGE = "@anthropic-ai/claude-code"
 CLI_WRAPPER = os.path.join("node_modules", "@anthropic-ai", "claude-code", "cli-wrapper.cjs")
 RUN_TIMEOUT = 120.0
-MODEL = "claude-sonnet-4-5"
+MODEL = "claude-opus-5-5"  # what 2.1.330 asks for when no model is configured
+
+# A test-only hook (registered in settings.local.json, never in Phoenix's settings.json) that
+# records what a hook sees: its stdin payload, the CLAUDE*/PHOENIX* environment, and the chain of
+# its ancestor processes (to check which process Phoenix recorded as the agent).
+PROBE_SOURCE = """\
+import json, os, sys
+import psutil
+out_dir, event = sys.argv[1], sys.argv[2]
+raw = sys.stdin.read()
+chain = []
+proc = psutil.Process(os.getpid())
+while proc is not None and len(chain) < 12:
+    try:
+        with proc.oneshot():
+            chain.append({"pid": proc.pid, "ppid": proc.ppid(), "name": proc.name(), "exe": proc.exe(),
+                          "cmdline": proc.cmdline()[:3], "create_time": proc.create_time()})
+        proc = proc.parent()
+    except psutil.Error:
+        break
+env = {k: v for k, v in os.environ.items() if k.startswith(("CLAUDE", "PHOENIX"))}
+record = {"event": event, "payload": json.loads(raw) if raw.strip() else None, "env": env, "chain": chain}
+with open(os.path.join(out_dir, "%s-%d.json" % (event, os.getpid())), "w") as fh:
+    json.dump(record, fh)
+"""
 
 # Environment variables that must not leak from the test runner into Claude Code or its hooks:
 # an outer Claude Code session, a real API key or base URL, an outer Phoenix home or agent.
@@ -60,8 +85,19 @@ class ClaudeCodeUnavailable(RuntimeError):
 
 
 def cache_root() -> str:
-    """``$PHOENIX_TEST_CACHE`` or ``~/.cache/phoenix-protocol``."""
-    return os.environ.get("PHOENIX_TEST_CACHE") or os.path.join(os.path.expanduser("~"), ".cache", "phoenix-protocol")
+    """``$PHOENIX_TEST_CACHE``, else ``~/.cache/phoenix-protocol`` of the real user.
+
+    ``~`` comes from the password database, not ``$HOME``: the test suite's conftest points HOME
+    at a fresh temporary folder for every test, which would mean a 360 MB install per test.
+    """
+    configured = os.environ.get("PHOENIX_TEST_CACHE")
+    if configured:
+        return os.path.abspath(os.path.expanduser(configured))
+    try:
+        home = pwd.getpwuid(os.getuid()).pw_dir
+    except KeyError:
+        home = os.path.expanduser("~")
+    return os.path.join(home, ".cache", "phoenix-protocol")
 
 
 def _install_dir() -> str:
@@ -108,7 +144,14 @@ def ensure_claude_code() -> list[str]:
                 with open(manifest, "w", encoding="utf-8") as fh:
                     json.dump({"private": True, "dependencies": {}}, fh)
             done = subprocess.run(
-                [npm, "install", "--no-audit", "--no-fund", "--save-exact", f"{CLAUDE_CODE_PACKAGE}@{CLAUDE_CODE_VERSION}"],
+                [
+                    npm,
+                    "install",
+                    "--no-audit",
+                    "--no-fund",
+                    "--save-exact",
+                    f"{CLAUDE_CODE_PACKAGE}@{CLAUDE_CODE_VERSION}",
+                ],
                 cwd=directory,
                 capture_output=True,
                 text=True,
@@ -161,6 +204,11 @@ class RecordedRequest:
     def text(self) -> str:
         return self.raw.decode("utf-8", "replace")
 
+    @property
+    def is_tool_follow_up(self) -> bool:
+        """Whether the last message holds a tool_result (the request after a tool ran)."""
+        return isinstance(self.body, dict) and _last_message_has_tool_result(self.body)
+
 
 def _sse(event: str, data: Mapping[str, Any]) -> bytes:
     return f"event: {event}\ndata: {json.dumps(data, separators=(',', ':'))}\n\n".encode()
@@ -204,7 +252,7 @@ class FakeAnthropic:
         class Handler(BaseHTTPRequestHandler):
             protocol_version = "HTTP/1.1"
 
-            def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - the stdlib's name
+            def log_message(self, format: str, *args: Any) -> None:  # the stdlib's signature
                 pass
 
             def _read_body(self) -> bytes:
@@ -253,7 +301,7 @@ class FakeAnthropic:
                     self.wfile.write(payload)
                     self.wfile.flush()
 
-            do_GET = do_POST = do_PUT = do_DELETE = do_PATCH = do_HEAD = _handle  # noqa: N815
+            do_GET = do_POST = do_PUT = do_DELETE = do_PATCH = do_HEAD = _handle
 
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self._server.daemon_threads = True
@@ -315,7 +363,7 @@ class FakeAnthropic:
                     request.kind = "side"
                     turn = Turn.say(self.fallback_text)
                 self.requests.append(request)
-            model = body.get("model") if isinstance(body.get("model"), str) else MODEL
+            model = body["model"] if isinstance(body.get("model"), str) else MODEL
             if body.get("stream"):
                 return 200, "text/event-stream", self._stream(turn, model)
             return 200, "application/json", json.dumps(self._message(turn, model)).encode()
@@ -325,6 +373,10 @@ class FakeAnthropic:
     def _record(self, request: RecordedRequest) -> None:
         with self._lock:
             self.requests.append(request)
+
+    @staticmethod
+    def _stop_reason(turn: Turn) -> str:
+        return "tool_use" if turn.command is not None else "end_turn"
 
     def _block(self, turn: Turn) -> dict[str, Any]:
         if turn.command is not None:
@@ -343,7 +395,7 @@ class FakeAnthropic:
             "role": "assistant",
             "model": model,
             "content": [self._block(turn)],
-            "stop_reason": "tool_use" if turn.command is not None else "end_turn",
+            "stop_reason": self._stop_reason(turn),
             "stop_sequence": None,
             "usage": _usage(12, 8),
         }
@@ -383,7 +435,7 @@ class FakeAnthropic:
                 "message_delta",
                 {
                     "type": "message_delta",
-                    "delta": {"stop_reason": "tool_use" if turn.command is not None else "end_turn", "stop_sequence": None},
+                    "delta": {"stop_reason": self._stop_reason(turn), "stop_sequence": None},
                     "usage": {"output_tokens": 8},
                 },
             ),
@@ -410,13 +462,23 @@ class ClaudeRun:
         return iter((self.returncode, self.stdout, self.stderr))
 
     def describe(self) -> str:
-        return f"claude exited {self.returncode} after {self.seconds:.1f}s\n--- stdout\n{self.stdout}\n--- stderr\n{self.stderr}"
+        head = f"claude exited {self.returncode} after {self.seconds:.1f}s"
+        return f"{head}\n--- stdout\n{self.stdout}\n--- stderr\n{self.stderr}"
 
 
 def _git(cwd: str, *args: str) -> None:
     env = {**_base_env(), "GIT_CONFIG_GLOBAL": os.devnull, "GIT_CONFIG_NOSYSTEM": "1"}
     subprocess.run(
-        ["git", "-c", "user.name=Phoenix E2E", "-c", "user.email=e2e@phoenix.invalid", "-c", "init.defaultBranch=main", *args],
+        [
+            "git",
+            "-c",
+            "user.name=Phoenix E2E",
+            "-c",
+            "user.email=e2e@phoenix.invalid",
+            "-c",
+            "init.defaultBranch=main",
+            *args,
+        ],
         cwd=cwd,
         env=env,
         check=True,
@@ -440,8 +502,9 @@ class ClaudeProject:
     ``cwd``): no ``PHOENIX_*`` variable reaches Claude Code or its hooks unless ``env`` passes one.
     """
 
-    def __init__(self, root: str) -> None:
+    def __init__(self, root: str, claude: Sequence[str] | None = None) -> None:
         self.root = root
+        self.claude = list(claude) if claude is not None else ensure_claude_code()
         self.dir = os.path.join(root, "project")
         self.home = os.path.join(root, "home")
         os.makedirs(self.dir)
@@ -455,10 +518,12 @@ class ClaudeProject:
 
     @classmethod
     @contextmanager
-    def create(cls, prefix: str = "phx-e2e-") -> Iterator[ClaudeProject]:
+    def create(cls, claude: Sequence[str] | None = None, *, prefix: str = "phx-e2e-") -> Iterator[ClaudeProject]:
+        """A project in a new temporary folder, removed afterwards. ``claude`` is the argv prefix
+        from ``ensure_claude_code()`` (called here when not given)."""
         root = tempfile.mkdtemp(prefix=prefix)
         try:
-            yield cls(root)
+            yield cls(root, claude)
         finally:
             shutil.rmtree(root, ignore_errors=True)
 
@@ -501,6 +566,36 @@ class ClaudeProject:
         with open(path, "w", encoding="utf-8") as fh:
             json.dump(settings, fh, indent=2)
 
+    def add_probe(self, events: Sequence[str]) -> str:
+        """Register ``PROBE_SOURCE`` for ``events`` in ``settings.local.json``; returns its output folder."""
+        out_dir = os.path.join(self.root, "probe")
+        os.makedirs(out_dir, exist_ok=True)
+        script = os.path.join(self.root, "probe.py")
+        with open(script, "w", encoding="utf-8") as fh:
+            fh.write(PROBE_SOURCE)
+        for event in events:
+            command = " ".join(shlex.quote(a) for a in (sys.executable, "-I", script, out_dir, event))
+            self.add_local_hook(event, command, matcher="*" if "Tool" in event else None)
+        return out_dir
+
+    def probe_records(self, event: str) -> list[dict[str, Any]]:
+        """What the probe saw for ``event``, one record per hook run (in no particular order)."""
+        out_dir = os.path.join(self.root, "probe")
+        records = []
+        for name in sorted(os.listdir(out_dir)) if os.path.isdir(out_dir) else []:
+            if name.startswith(event + "-") and name.endswith(".json"):
+                with open(os.path.join(out_dir, name), encoding="utf-8") as fh:
+                    records.append(json.load(fh))
+        return records
+
+    def transcript_session_ids(self) -> list[str]:
+        """The session ids of the transcripts Claude Code wrote under the temporary HOME."""
+        projects = os.path.join(self.home, ".claude", "projects")
+        found = []
+        for dirpath, _dirs, files in os.walk(projects):
+            found += [f[: -len(".jsonl")] for f in files if f.endswith(".jsonl") and dirpath != projects]
+        return sorted(found)
+
     # -- running claude
 
     def env(self, api: FakeAnthropic | None = None, extra: Mapping[str, str] | None = None) -> dict[str, str]:
@@ -520,14 +615,12 @@ class ClaudeProject:
                 "DISABLE_AUTOUPDATER": "1",
                 "DISABLE_BUG_COMMAND": "1",
                 "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
-                "CI": "1",
                 "NO_COLOR": "1",
             }
         )
         if api is not None:
             env["ANTHROPIC_BASE_URL"] = api.url
             env["ANTHROPIC_API_KEY"] = "sk-ant-api03-fake-e2e-key-" + "x" * 40
-            env["ANTHROPIC_MODEL"] = MODEL
         if extra:
             env.update(extra)
         return env
@@ -541,7 +634,7 @@ class ClaudeProject:
         timeout: float = RUN_TIMEOUT,
     ) -> ClaudeRun:
         """Run ``claude <args>`` in the project; returns (returncode, stdout, stderr) and more."""
-        argv = [*ensure_claude_code(), *args]
+        argv = [*self.claude, *args]
         started = time.monotonic()
         proc = subprocess.Popen(
             argv,
@@ -562,10 +655,3 @@ class ClaudeProject:
                 f"claude did not finish within {timeout:.0f}s: {argv}\n--- stdout\n{out}\n--- stderr\n{err}"
             ) from None
         return ClaudeRun(proc.returncode, out, err, proc.pid, time.monotonic() - started, argv)
-
-
-def new_session_id() -> str:
-    return str(uuid.uuid4())
-
-
-PYTHON = sys.executable

@@ -129,13 +129,20 @@ def check_log(agent: Agent) -> tuple[list[dict[str, object]], int]:
         assert problem.kind == "torn-tail", f"damage other than a torn tail: {problem}"
         assert problem.path == agent.ops.path
     assert len(problems) <= 1, [str(p) for p in problems]
-    raw = Path(agent.ops.path).read_bytes() if os.path.exists(agent.ops.path) else b""
+    current = Path(agent.ops.path).read_bytes() if os.path.exists(agent.ops.path) else b""
+    raw = b""
+    for rotated in agent.ops.log.files():
+        if rotated != agent.ops.path:
+            data = Path(rotated).read_bytes()
+            assert data.endswith(b"\n"), f"{rotated} was rotated with a torn tail"
+            raw += data
+    raw += current
     if problems:
-        torn = len(raw) - (raw.rfind(b"\n") + 1)
+        torn = len(current) - (current.rfind(b"\n") + 1)
         assert torn > 0
-        assert problems[0].line == raw.count(b"\n") + 1, "the torn fragment must be the last line"
+        assert problems[0].line == current.count(b"\n") + 1, "the torn fragment must be the last line"
     else:
-        assert raw == b"" or raw.endswith(b"\n")
+        assert current == b"" or current.endswith(b"\n")
     seqs = [r["seq"] for r in records]
     assert seqs == list(range(1, len(seqs) + 1)), "seq has a gap or a duplicate"
     assert len(records) == raw.count(b"\n"), "every complete line must be a record"
@@ -188,15 +195,27 @@ def sigkill(proc: subprocess.Popen[str], timeout: float = 20) -> tuple[str, str]
     return out, err
 
 
-def library_worker(home: str, agent_id: str, kills: int, seed: int, max_delay: float) -> Stats:
+# One worker's ops log rotates every few KB (and keeps every rotation), so kills also land
+# in the middle of rotations: the seq must still run 1..N across ops.jsonl.N ... ops.jsonl.
+ROTATING = {"ops_max_bytes": 4096, "ops_keep": 1000}
+
+
+def library_worker(home: str, agent_id: str, kills: int, seed: int, max_delay: float, config: dict[str, int]) -> Stats:
     rng = random.Random(seed)
-    agent = Agent.open(agent_id, home=Home(home))
+    agent = Agent.open(agent_id, home=Home(home), config_overrides=config)
+    env = {**os.environ, **{f"PHOENIX_{k.upper()}": str(v) for k, v in config.items()}}
     stats = Stats()
     killed: set[int] = set()
     prev_n = 0
     for round_no in range(kills):
         where = f"(agent {agent_id}, seed {seed}, round {round_no})"
-        proc = subprocess.Popen([PY, "-P", "-c", LIBRARY_CHILD, home, agent_id], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        proc = subprocess.Popen(
+            [PY, "-P", "-c", LIBRARY_CHILD, home, agent_id],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=env,
+        )
         assert proc.stdout is not None
         ready = proc.stdout.readline()
         if ready != "ready\n":
@@ -247,7 +266,10 @@ def test_sigkill_library_writers(tmp_path: Path) -> None:
     workers, kills_each = 4, 80
     seed = random.randrange(1 << 30)
     with ThreadPoolExecutor(workers) as pool:
-        futures = [pool.submit(library_worker, home, f"crash{i}", kills_each, seed + i, 0.005) for i in range(workers)]
+        futures = [
+            pool.submit(library_worker, home, f"crash{i}", kills_each, seed + i, 0.005, ROTATING if i == 0 else {})
+            for i in range(workers)
+        ]
         results = [f.result() for f in futures]
     total = Stats()
     for s in results:
@@ -259,8 +281,10 @@ def test_sigkill_library_writers(tmp_path: Path) -> None:
     print(f"\nlibrary writers: {total} (seed {seed})")
     assert total.kills >= 300
     assert total.acks > total.kills, "the children must get real work done between kills"
+    rotated = Agent.open("crash0", home=Home(home), config_overrides=ROTATING).ops.log.files()
+    assert len(rotated) > 10, "the rotating worker's log should have rotated many times"
     for i in range(workers):
-        agent = Agent.open(f"crash{i}", home=Home(home))
+        agent = Agent.open(f"crash{i}", home=Home(home), config_overrides=ROTATING if i == 0 else {})
         findings = check_agent(agent)
         unexpected = [f for f in findings if f.level != "ok" and "torn last line" not in f.message]
         assert not unexpected, [f.as_dict() for f in unexpected]
@@ -277,7 +301,10 @@ def test_sigkill_during_large_appends_leaves_only_a_torn_tail(tmp_path: Path) ->
     last_acked = 0
     for _ in range(30):
         proc = subprocess.Popen(
-            [PY, "-P", "-c", BIG_APPEND_CHILD, home, "big", str(1 << 20)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+            [PY, "-P", "-c", BIG_APPEND_CHILD, home, "big", str(1 << 20)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
         )
         assert proc.stdout is not None
         assert proc.stdout.readline() == "ready\n"
@@ -327,7 +354,9 @@ def test_torn_append_is_reported_and_repaired_by_the_next_append(tmp_path: Path)
     def limit_file_size() -> None:
         resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
 
-    proc = subprocess.run([PY, "-P", "-c", code, home], capture_output=True, text=True, preexec_fn=limit_file_size, timeout=30)
+    proc = subprocess.run(
+        [PY, "-P", "-c", code, home], capture_output=True, text=True, preexec_fn=limit_file_size, timeout=30
+    )
     assert proc.returncode == -signal.SIGKILL, (proc.stdout, proc.stderr)
     assert os.path.getsize(agent.ops.path) == limit
     records, problems = agent.ops.read()
@@ -367,7 +396,9 @@ def hook_worker(project: str, agent_id: str, runs: int, seed: int) -> Stats:
 
     def start() -> subprocess.Popen[bytes]:
         with open(payload_file, "rb") as stdin:
-            return subprocess.Popen(argv, stdin=stdin, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, cwd=project)
+            return subprocess.Popen(
+                argv, stdin=stdin, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, cwd=project
+            )
 
     # How long one hook takes here, so that kill times spread over its whole life.
     durations = []
@@ -418,5 +449,7 @@ def test_sigkill_post_tool_use_hook(project: Path) -> None:
     completed = sum(s.hook_completed for s in results)
     applied = sum(s.in_flight_applied for s in results)
     tmp = sum(s.tmp_files for s in results)
-    print(f"\nhook: {kills} SIGKILLs ({applied} after the write), {completed} runs completed, {tmp} temp files (seed {seed})")
+    print(
+        f"\nhook: {kills} SIGKILLs ({applied} after the write), {completed} runs completed, {tmp} temp files (seed {seed})"
+    )
     assert kills >= 30, "most hook runs should have been killed mid-flight"

@@ -83,7 +83,9 @@ def test_corpus_size_and_coverage() -> None:
     assert all(s in line for _, line, secrets in POSITIVES for s in secrets)
 
 
-@pytest.mark.parametrize(("kind", "line", "secrets"), POSITIVES, ids=[f"{k}-{i}" for i, (k, _, _) in enumerate(POSITIVES)])
+@pytest.mark.parametrize(
+    ("kind", "line", "secrets"), POSITIVES, ids=[f"{k}-{i}" for i, (k, _, _) in enumerate(POSITIVES)]
+)
 def test_positive_is_redacted_and_context_survives(kind: str, line: str, secrets: list[str]) -> None:
     out = redact(line)
     if kind in KNOWN_MISSES:
@@ -106,7 +108,9 @@ def test_recall_and_false_positive_rate() -> None:
     changed = sum(1 for line in NEGATIVES if redact(line) != line)
     recall = caught / len(POSITIVES)
     fp_rate = changed / len(NEGATIVES)
-    print(f"\nredact: recall {recall:.3f} ({caught}/{len(POSITIVES)}), false positives {fp_rate:.3f} ({changed}/{len(NEGATIVES)})")
+    print(
+        f"\nredact: recall {recall:.3f} ({caught}/{len(POSITIVES)}), false positives {fp_rate:.3f} ({changed}/{len(NEGATIVES)})"
+    )
     assert recall >= MIN_RECALL
     assert fp_rate <= MAX_FP_RATE
 
@@ -168,7 +172,9 @@ def test_text_without_secret_is_returned_as_is() -> None:
     assert redact("") == ""
 
 
-@pytest.mark.parametrize(("kind", "line", "secrets"), POSITIVES, ids=[f"{k}-{i}" for i, (k, _, _) in enumerate(POSITIVES)])
+@pytest.mark.parametrize(
+    ("kind", "line", "secrets"), POSITIVES, ids=[f"{k}-{i}" for i, (k, _, _) in enumerate(POSITIVES)]
+)
 def test_idempotent_on_corpus(kind: str, line: str, secrets: list[str]) -> None:
     once = redact(line)
     assert redact(once) == once
@@ -197,7 +203,7 @@ def test_redact_value_nested() -> None:
         "secret_santa": "Tr0ub4dor&3",
         token: "dict keys are kept",
     }
-    assert value["password"] == "Tr0ub4dor&3"  # the input is not modified
+    assert value["password"] == "Tr0ub4dor&3"  # noqa: S105 - the input is not modified
     assert redact_value(out) == out
     for scalar in (1, 2.5, None, True):
         assert redact_value(scalar) is scalar
@@ -228,7 +234,9 @@ def test_secret_free_ascii_text_is_never_changed_or_lengthened(text: str) -> Non
 
 
 @settings(max_examples=200, deadline=None)
-@given(st.text(max_size=200), st.sampled_from([p for p in POSITIVES if p[0] not in KNOWN_MISSES]), st.text(max_size=200))
+@given(
+    st.text(max_size=200), st.sampled_from([p for p in POSITIVES if p[0] not in KNOWN_MISSES]), st.text(max_size=200)
+)
 def test_secret_in_any_surroundings_never_raises(prefix: str, row: tuple[str, str, list[str]], suffix: str) -> None:
     text = prefix + "\n" + row[1] + "\n" + suffix
     out = redact(text)

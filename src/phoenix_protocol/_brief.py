@@ -15,6 +15,7 @@ The whole text passes through the secret redactor before it is returned.
 from __future__ import annotations
 
 from phoenix_protocol._git import GitContext
+from phoenix_protocol._redact import redact
 from phoenix_protocol._state import AgentState
 
 TYPE_CHECKING = False
@@ -27,7 +28,9 @@ _MAX_LINE = 400
 
 
 def _line(text: str, limit: int = _MAX_LINE) -> str:
-    text = " ".join(str(text).split())
+    """One line of dynamic content: redacted *before* it is shortened, so a cut can never
+    leave part of a secret behind."""
+    text = redact(" ".join(str(text).split()))
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
@@ -163,14 +166,8 @@ def render_brief(
             section.head = [_line(h, 160) for h in section.head]
             section.items = [_line(i, 160) for i in section.items]
         text = assemble()
+    text = redact(text)  # every part was redacted already; this pass is a safety net
     if len(text) > max_chars:
-        marker = "\n… (brief cut at the size limit)\n"
-        text = text[: max_chars - len(marker)] + marker
-
-    from phoenix_protocol._redact import redact
-
-    text = redact(text)
-    if len(text) > max_chars:  # a redaction marker can be longer than what it replaced
         marker = "\n… (brief cut at the size limit)\n"
         text = text[: max_chars - len(marker)] + marker
     return text

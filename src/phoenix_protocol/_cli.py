@@ -438,7 +438,16 @@ def doctor_command(agent: Agent, out: Output, check_only: bool, all_agents: bool
         agents = [Agent(aid, agent.home, config=agent.config, clock=agent.clock) for aid in agent.home.agent_ids()] or [
             agent
         ]
-    findings = check_home(agent.home, agents, repair=not check_only)
+    if out.as_json or len(agents) < 10:
+        findings = check_home(agent.home, agents, repair=not check_only)
+    else:
+        from rich.progress import track
+
+        from phoenix_protocol._doctor import check_agent
+
+        findings = check_home(agent.home, [], repair=not check_only)
+        for each in track(agents, description="checking agents", console=out.console, transient=True):
+            findings.extend(check_agent(each, repair=not check_only))
     remaining = [f for f in findings if f.level == "error" and not f.repaired]
     repaired = [f for f in findings if f.repaired]
     if out.as_json:

@@ -329,9 +329,10 @@ def test_sigkill_during_large_appends_leaves_only_a_torn_tail(tmp_path: Path) ->
 
 
 def test_torn_append_is_reported_and_repaired_by_the_next_append(tmp_path: Path) -> None:
-    """A writer cut off mid-append (the file size limit stops its write(2) half way, then it is
-    SIGKILLed) leaves an unterminated fragment: readers report it as torn-tail, the state is
-    untouched, and the next append cuts it off and reuses the seq that was never acknowledged."""
+    """A writer killed mid-append (the file size limit stops its write(2) half way, and the
+    SIGXFSZ of the next write kills it) leaves an unterminated fragment: readers report it as
+    torn-tail, the state is untouched, and the next append cuts it off and reuses the seq that
+    was never acknowledged."""
     home = str(tmp_path / "home")
     agent = Agent.open("torn", home=Home(home))
     agent.state.set_status("working", "before the crash")
@@ -343,10 +344,8 @@ def test_torn_append_is_reported_and_repaired_by_the_next_append(tmp_path: Path)
         "from phoenix_protocol._agent import Agent\n"
         "from phoenix_protocol._home import Home\n"
         "agent = Agent.open('torn', home=Home(sys.argv[1]))\n"
-        "try:\n"
-        "    agent.ops.record('cut', 'ok', {'blob': 'y' * 5000}, trusted=True)\n"
-        "except Exception:\n"
-        "    os.kill(os.getpid(), signal.SIGKILL)\n"
+        "signal.signal(signal.SIGXFSZ, signal.SIG_DFL)  # Python ignores it; restore the kill\n"
+        "agent.ops.record('cut', 'ok', {'blob': 'y' * 5000}, trusted=True)\n"
         "print('not cut')\n"
     )
     limit = size + 200
@@ -357,7 +356,7 @@ def test_torn_append_is_reported_and_repaired_by_the_next_append(tmp_path: Path)
     proc = subprocess.run(
         [PY, "-P", "-c", code, home], capture_output=True, text=True, preexec_fn=limit_file_size, timeout=30
     )
-    assert proc.returncode == -signal.SIGKILL, (proc.stdout, proc.stderr)
+    assert proc.returncode == -signal.SIGXFSZ, (proc.stdout, proc.stderr)
     assert os.path.getsize(agent.ops.path) == limit
     records, problems = agent.ops.read()
     assert [r["seq"] for r in records] == list(range(1, first + 1))
@@ -372,6 +371,38 @@ def test_torn_append_is_reported_and_repaired_by_the_next_append(tmp_path: Path)
     records, torn = check_log(agent)
     assert torn == 0
     assert [r["event"] for r in records][-2:] == ["whole", "next"]
+
+
+def test_failed_append_leaves_no_fragment(tmp_path: Path) -> None:
+    """A write that fails half way (the size limit returns EFBIG) is rolled back: the caller gets
+    StorageError and the log holds no fragment of the record it was told did not happen."""
+    home = str(tmp_path / "home")
+    agent = Agent.open("cut", home=Home(home))
+    agent.state.set_status("working", "before")
+    before = Path(agent.ops.path).read_bytes()
+    code = (
+        "import sys\n"
+        "from phoenix_protocol._agent import Agent\n"
+        "from phoenix_protocol._errors import StorageError\n"
+        "from phoenix_protocol._home import Home\n"
+        "agent = Agent.open('cut', home=Home(sys.argv[1]))\n"
+        "try:\n"
+        "    agent.state.set_status('working', 'x' * 3000)\n"
+        "except StorageError as exc:\n"
+        "    print('refused:', exc)\n"
+    )
+    limit = len(before) + 200
+
+    def limit_file_size() -> None:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
+
+    proc = subprocess.run(
+        [PY, "-P", "-c", code, home], capture_output=True, text=True, preexec_fn=limit_file_size, timeout=30
+    )
+    assert proc.returncode == 0 and "refused:" in proc.stdout, (proc.stdout, proc.stderr)
+    assert Path(agent.ops.path).read_bytes() == before
+    assert agent.state.read().current_task == "before"
+    assert agent.ops.read()[1] == []
 
 
 def hook_worker(project: str, agent_id: str, runs: int, seed: int) -> Stats:

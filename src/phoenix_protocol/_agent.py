@@ -18,7 +18,7 @@ import os
 
 from phoenix_protocol._clock import Clock, system_clock
 from phoenix_protocol._config import Config, load_config
-from phoenix_protocol._durable import FileLock, atomic_write
+from phoenix_protocol._durable import atomic_write
 from phoenix_protocol._home import Home, resolve_agent_id
 from phoenix_protocol._ops import OpsLog
 from phoenix_protocol._state import AgentState, StateStore
@@ -29,18 +29,6 @@ if TYPE_CHECKING:
     from typing import Any
 
 __all__ = ["Agent"]
-
-
-class _PreparingStateStore(StateStore):
-    """A ``StateStore`` that creates the agent directory (and the home) on its first write."""
-
-    def __init__(self, agent: Agent, **kwargs: Any) -> None:
-        super().__init__(**kwargs)
-        self._agent = agent
-
-    def lock(self, timeout: float | None = None) -> FileLock:
-        self._agent.ensure()
-        return super().lock(timeout)
 
 
 class Agent:
@@ -65,9 +53,10 @@ class Agent:
             max_bytes=self.config.ops_max_bytes,
             keep=self.config.ops_keep,
             lock_timeout=self.config.lock_timeout,
+            prepare=self.ensure,
         )
-        self.state: StateStore = _PreparingStateStore(
-            self, directory=self.dir, agent_id=self.id, ops=self.ops, config=self.config, clock=clock
+        self.state = StateStore(
+            self.dir, agent_id=self.id, ops=self.ops, config=self.config, clock=clock, prepare=self.ensure
         )
         self.brief_path = os.path.join(self.dir, "brief.md")
         self._ensured = False

@@ -8,7 +8,9 @@ Three primitives, each with the guarantee it gives and the one it does not:
     content or the new, never a mix, whatever process is killed when. With ``durable=False``
     the two fsyncs are skipped: still atomic against crashes of processes, but a power loss
     may lose the write (used for heartbeats, which the next heartbeat replaces). On failure
-    the temp file is removed and ``StorageError`` is raised; the old file is untouched.
+    the temp file is removed and ``StorageError`` is raised; the old file is untouched, except
+    when only the final directory fsync fails: then the new content is in place but not
+    confirmed durable, and the error says so.
 
 ``durable_append(path, data)``
     One ``write`` with ``O_APPEND`` (looping on short writes), then ``fsync`` (and an fsync of
@@ -20,9 +22,11 @@ Three primitives, each with the guarantee it gives and the one it does not:
 ``FileLock(path)``
     An exclusive ``flock`` on a separate ``*.lock`` file, re-entrant within a process, released
     by the kernel when the holder dies (SIGKILL included), so a crashed writer never leaves a
-    stale lock. Waiting is bounded: ``LockTimeoutError`` after ``timeout`` seconds. Lock files
-    are never deleted (deleting one while another process waits on it breaks exclusion).
-    POSIX only.
+    stale lock. An uncontended lock costs one non-blocking ``flock``; a contended one waits in
+    the kernel (fair to every waiter) with a ``SIGALRM`` timer as the bound, or, outside the main
+    thread, polls with short jittered sleeps. Waiting is bounded: ``LockTimeoutError`` after
+    ``timeout`` seconds. Lock files are never deleted (deleting one while another process waits
+    on it breaks exclusion). POSIX only.
 
 Files are created 0600 and directories 0700. Hot path: imports ``os``, ``fcntl``, ``time``.
 """
@@ -144,12 +148,14 @@ def atomic_write(path: str, data: bytes, *, durable: bool = True) -> None:
         finally:
             os.close(fd)
         os.replace(tmp, path)
-    except OSError as exc:
+    except BaseException as exc:
         try:
             os.unlink(tmp)
         except OSError:
             pass
-        raise _fail("write", path, exc) from exc
+        if isinstance(exc, OSError):
+            raise _fail("write", path, exc) from exc
+        raise
     if durable:
         try:
             fsync_dir(directory)
@@ -296,6 +302,63 @@ def read_last_line(path: str) -> bytes | None:
 _held: dict[str, tuple[int, int]] = {}  # lock path -> (fd, depth)
 
 
+def _try_lock(fd: int) -> bool:
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        return True
+    except BlockingIOError:
+        return False
+
+
+class _WaitExpired(Exception):
+    pass
+
+
+def _expire(signum: int, frame: object) -> None:
+    raise _WaitExpired
+
+
+def _wait_blocking(fd: int, timeout: float) -> bool | None:
+    """Wait for the lock in the kernel, which hands it to waiters fairly (polling lets a busy
+    writer that re-takes the lock at once starve the others). The timeout is a one-shot
+    ``ITIMER_REAL`` whose handler interrupts ``flock``. Returns ``None`` where that cannot be
+    done safely: outside the main thread, or when the program already uses ``ITIMER_REAL``."""
+    import signal
+
+    if signal.getitimer(signal.ITIMER_REAL)[0] > 0:
+        return None
+    try:
+        previous = signal.signal(signal.SIGALRM, _expire)
+    except ValueError:  # not the main thread
+        return None
+    try:
+        signal.setitimer(signal.ITIMER_REAL, timeout)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            return True
+        except _WaitExpired:
+            return _try_lock(fd)
+        finally:
+            signal.setitimer(signal.ITIMER_REAL, 0)
+    finally:
+        signal.signal(signal.SIGALRM, previous)
+
+
+def _wait_polling(fd: int, timeout: float) -> bool:
+    """Poll for the lock with short, jittered sleeps (the fallback of ``_wait_blocking``)."""
+    deadline = time.monotonic() + timeout
+    delay = 0.0005
+    while True:
+        if _try_lock(fd):
+            return True
+        now = time.monotonic()
+        if now >= deadline:
+            return False
+        jitter = (time.perf_counter_ns() % 1000) / 1000  # no `random` import on the hot path
+        time.sleep(min(delay * (0.5 + jitter), deadline - now))
+        delay = min(delay * 2, 0.005)
+
+
 class FileLock:
     """Exclusive cross-process lock on ``path + ".lock"`` (see the module docstring).
 
@@ -316,28 +379,28 @@ class FileLock:
             fd = os.open(self.lock_path, os.O_RDWR | os.O_CREAT | _CLOEXEC, FILE_MODE)
         except OSError as exc:
             raise _fail("lock", self.target, exc) from exc
-        deadline = time.monotonic() + self.timeout
-        delay = 0.001
-        while True:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                break
-            except BlockingIOError:
-                pass
-            except OSError as exc:
-                os.close(fd)
-                raise _fail("lock", self.target, exc) from exc
-            now = time.monotonic()
-            if now >= deadline:
-                os.close(fd)
-                raise LockTimeoutError(
-                    f"could not lock {self.target}: another process held it for {self.timeout:g}s. "
-                    "It is released when that process exits; retry, or find it with "
-                    f"`fuser {self.lock_path}`.",
-                    path=self.target,
-                )
-            time.sleep(min(delay, deadline - now))
-            delay = min(delay * 2, 0.05)
+        try:
+            acquired = _try_lock(fd)
+            if not acquired and self.timeout > 0:
+                blocked = _wait_blocking(fd, self.timeout)
+                # None: cannot block here (not the main thread, or a timer in use)
+                acquired = _wait_polling(fd, self.timeout) if blocked is None else blocked
+        except _WaitExpired:  # the timer fired just as the wait ended: count it as a timeout
+            acquired = False
+        except OSError as exc:
+            os.close(fd)
+            raise _fail("lock", self.target, exc) from exc
+        except BaseException:
+            os.close(fd)  # closing the descriptor releases a lock taken at the last moment
+            raise
+        if not acquired:
+            os.close(fd)
+            raise LockTimeoutError(
+                f"could not lock {self.target} within {self.timeout:g}s: other processes kept it busy. "
+                "A lock is released when its holder exits; retry, or see who holds it with "
+                f"`fuser {self.lock_path}`.",
+                path=self.target,
+            )
         _held[self.lock_path] = (fd, 1)
 
     def release(self) -> None:

@@ -21,6 +21,7 @@ from phoenix_protocol._seqlog import LogProblem, SeqLog
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from collections.abc import Callable
     from typing import Any
 
 __all__ = ["OPS_STATUSES", "OpsLog"]
@@ -39,10 +40,11 @@ class OpsLog:
         max_bytes: int = 10 * 1024 * 1024,
         keep: int = 5,
         lock_timeout: float = 10.0,
+        prepare: Callable[[], None] | None = None,
     ) -> None:
         self.path = path
         self.clock = clock
-        self.log = SeqLog(path, max_bytes=max_bytes, keep=keep, lock_timeout=lock_timeout)
+        self.log = SeqLog(path, max_bytes=max_bytes, keep=keep, lock_timeout=lock_timeout, prepare=prepare)
 
     def record(
         self,

@@ -32,7 +32,7 @@ from phoenix_protocol._jsonio import JSONError, dumps_line, loads
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from collections.abc import Iterator
+    from collections.abc import Callable, Iterator
     from typing import Any
 
 __all__ = ["LogProblem", "SeqLog"]
@@ -60,9 +60,17 @@ class SeqLog:
     """A JSON-lines log at ``path`` whose records carry a monotonically increasing ``seq``."""
 
     def __init__(
-        self, path: str, *, max_bytes: int = 10 * 1024 * 1024, keep: int = 5, lock_timeout: float = 10.0
+        self,
+        path: str,
+        *,
+        max_bytes: int = 10 * 1024 * 1024,
+        keep: int = 5,
+        lock_timeout: float = 10.0,
+        prepare: Callable[[], None] | None = None,
     ) -> None:
+        """``prepare`` runs before the lock is taken (e.g. to create the directory)."""
         self.path = path
+        self.prepare = prepare
         self.max_bytes = max_bytes
         self.keep = keep
         self.lock_timeout = lock_timeout
@@ -71,6 +79,8 @@ class SeqLog:
 
     def lock(self, timeout: float | None = None) -> FileLock:
         """The log's lock (appends take it themselves; take it to read-then-append atomically)."""
+        if self.prepare is not None:
+            self.prepare()
         return FileLock(self.path, self.lock_timeout if timeout is None else timeout)
 
     def files(self) -> list[str]:
@@ -112,13 +122,58 @@ class SeqLog:
             return self.append_locked(record, durable=durable)
 
     def append_locked(self, record: dict[str, Any], *, durable: bool = True) -> int:
-        """``append`` for a caller already holding ``lock()``."""
-        self.repaired_bytes += repair_tail(self.path)
-        self._maybe_rotate()
+        """``append`` for a caller already holding ``lock()``. If the write fails, the log is cut
+        back to where it was, so a failed append leaves no line behind."""
+        mark = self.mark()
         seq = self.last_seq() + 1
         line = dumps_line({"seq": seq, **{k: v for k, v in record.items() if k != "seq"}})
-        durable_append(self.path, line.encode("ascii") + b"\n", durable=durable)
+        try:
+            durable_append(self.path, line.encode("ascii") + b"\n", durable=durable)
+        except BaseException:
+            self.rollback(mark)
+            raise
         return seq
+
+    def mark(self) -> tuple[int, int]:
+        """Where the log ends now, as ``(inode, size)`` of the current file (caller holds the lock).
+
+        Repairs a torn tail and rotates first, so that what follows the mark is only what the
+        caller appends next. ``rollback(mark)`` removes it again.
+        """
+        self.repaired_bytes += repair_tail(self.path)
+        self._maybe_rotate()
+        try:
+            st = os.stat(self.path)
+        except FileNotFoundError:
+            return (-1, 0)
+        return (st.st_ino, st.st_size)
+
+    def rollback(self, mark: tuple[int, int]) -> None:
+        """Cut away everything appended since ``mark`` (caller holds the lock). Best effort: a
+        failure here leaves the extra lines, which readers still parse."""
+        inode, size = mark
+        from phoenix_protocol._durable import FILE_MODE
+
+        for path in [self.path] + [f"{self.path}.{i}" for i in range(1, self.keep + 1)]:
+            try:
+                st = os.stat(path)
+            except FileNotFoundError:
+                continue
+            if st.st_ino == inode:
+                keep = size
+            elif path == self.path:
+                keep = 0  # created or rotated in since the mark: holds only the new lines
+            else:
+                continue
+            try:
+                fd = os.open(path, os.O_WRONLY, FILE_MODE)
+                try:
+                    os.ftruncate(fd, keep)
+                    os.fsync(fd)
+                finally:
+                    os.close(fd)
+            except OSError:
+                pass
 
     def _maybe_rotate(self) -> None:
         try:

@@ -270,8 +270,12 @@ class StateStore:
         ops: OpsLog,
         config: Config | None = None,
         clock: Clock = system_clock,
+        prepare: Callable[[], None] | None = None,
     ) -> None:
+        """``prepare`` runs before every locked write (``Agent`` uses it to create the agent
+        directory and the home on first use)."""
         self.directory = directory
+        self.prepare = prepare
         self.agent_id = agent_id
         self.path = os.path.join(directory, "state.json")
         self.ops = ops
@@ -309,6 +313,9 @@ class StateStore:
         return AgentState.from_dict(decoded, path=self.path)
 
     def lock(self, timeout: float | None = None) -> FileLock:
+        """The state file's lock (``change`` takes it; take it to read-modify-write by hand)."""
+        if self.prepare is not None:
+            self.prepare()
         return FileLock(self.path, self.config.lock_timeout if timeout is None else timeout)
 
     def change(
@@ -319,17 +326,26 @@ class StateStore:
         lock_timeout: float | None = None,
     ) -> AgentState:
         """Read-modify-write under the lock: ``mutate`` edits the state in place and returns the
-        ops events to log. Events are appended first, then the state is replaced atomically.
-        Raise inside ``mutate`` to abort with nothing written."""
+        ops events to log. Events are appended first, then the state is replaced atomically;
+        if the state write fails, the events are cut from the log again. Raise inside
+        ``mutate`` to abort with nothing written."""
         with self.lock(lock_timeout):
             state = self.read()
             transitions = mutate(state) or []
-            if transitions:
-                with self.ops.log.lock(lock_timeout):
-                    for t in transitions:
-                        entry = self.ops.make_entry(t.event, t.status, t.meta, trusted=t.trusted)
+            if not transitions:
+                self.write_locked(state, durable=durable)
+                return state
+            entries = [self.ops.make_entry(t.event, t.status, t.meta, trusted=t.trusted) for t in transitions]
+            with self.ops.log.lock(lock_timeout):
+                mark = self.ops.log.mark()
+                try:
+                    for t, entry in zip(transitions, entries, strict=True):
                         self.ops.log.append_locked(entry, durable=t.durable)
-            self.write_locked(state, durable=durable)
+                    self.write_locked(state, durable=durable)
+                except BaseException:
+                    # The change did not happen: its events must not say it did.
+                    self.ops.log.rollback(mark)
+                    raise
             return state
 
     def write_locked(self, state: AgentState, *, durable: bool = True) -> None:

@@ -28,8 +28,10 @@ if TYPE_CHECKING:
     from typing import Any
 
 ROOT = __file__.rsplit("/bench/", 1)[0] if "/bench/" in __file__ else "."
-DATA = ROOT + "/tests/data/secrets"
-WINDOW = 12
+sys.path.insert(0, ROOT + "/tests")  # the corpus loader, shared with tests/test_redact.py
+
+from secrets_corpus import leaked, load_negatives, load_positives  # noqa: E402
+
 SAMPLE = "export GITHUB_TOKEN=ghp_" + "Zx9" * 12 + " && curl https://api.example.com"
 
 DETECTORS = (
@@ -70,45 +72,6 @@ DISTRIBUTIONS = {
 
 
 # --------------------------------------------------------------------------- corpus
-
-
-def unescape(field: str) -> str:
-    """Undo the corpus escapes: ``\\n`` newline, ``\\t`` tab, ``\\\\`` backslash."""
-    out: list[str] = []
-    i = 0
-    while i < len(field):
-        c = field[i]
-        if c == "\\" and i + 1 < len(field) and field[i + 1] in "nt\\":
-            out.append({"n": "\n", "t": "\t", "\\": "\\"}[field[i + 1]])
-            i += 2
-        else:
-            out.append(c)
-            i += 1
-    return "".join(out)
-
-
-def load_positives() -> list[tuple[str, str, list[str]]]:
-    rows = []
-    with open(DATA + "/secrets.txt", encoding="utf-8") as fh:
-        for raw in fh:
-            line = raw.rstrip("\n")
-            if not line or line.startswith("#: "):
-                continue
-            kind, text, *secrets = line.split("\t")
-            rows.append((kind, unescape(text), [unescape(s) for s in secrets]))
-    return rows
-
-
-def load_negatives() -> list[str]:
-    with open(DATA + "/ordinary.txt", encoding="utf-8") as fh:
-        return [ln.rstrip("\n") for ln in fh if ln.strip() and not ln.startswith("#: ")]
-
-
-def leaked(secret: str, output: str) -> bool:
-    """Whether ``secret`` survives in ``output`` whole or as any WINDOW-character piece."""
-    if secret in output:
-        return True
-    return any(secret[i : i + WINDOW] in output for i in range(len(secret) - WINDOW + 1))
 
 
 # --------------------------------------------------------------------------- adapters

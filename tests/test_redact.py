@@ -8,7 +8,6 @@ detectors that were evaluated.
 
 from __future__ import annotations
 
-import os
 import re
 
 import pytest
@@ -16,55 +15,17 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from phoenix_protocol._redact import Finding, find_secrets, redact, redact_value
+from secrets_corpus import leaked, load_negatives, load_positives
 
-DATA = os.path.join(os.path.dirname(__file__), "data", "secrets")
-WINDOW = 12
 MIN_RECALL = 0.95
 MAX_FP_RATE = 0.01
 MARKER = re.compile(r"\[REDACTED:[a-z0-9-]+\]")
 
 
-def _unescape(field: str) -> str:
-    out: list[str] = []
-    i = 0
-    while i < len(field):
-        c = field[i]
-        if c == "\\" and i + 1 < len(field) and field[i + 1] in "nt\\":
-            out.append({"n": "\n", "t": "\t", "\\": "\\"}[field[i + 1]])
-            i += 2
-        else:
-            out.append(c)
-            i += 1
-    return "".join(out)
-
-
-def _positives() -> list[tuple[str, str, list[str]]]:
-    rows = []
-    with open(os.path.join(DATA, "secrets.txt"), encoding="utf-8") as fh:
-        for raw in fh:
-            line = raw.rstrip("\n")
-            if not line or line.startswith("#: "):
-                continue
-            kind, text, *secrets = line.split("\t")
-            rows.append((kind, _unescape(text), [_unescape(s) for s in secrets]))
-    return rows
-
-
-def _negatives() -> list[str]:
-    with open(os.path.join(DATA, "ordinary.txt"), encoding="utf-8") as fh:
-        return [ln.rstrip("\n") for ln in fh if ln.strip() and not ln.startswith("#: ")]
-
-
-POSITIVES = _positives()
-NEGATIVES = _negatives()
+POSITIVES = load_positives()
+NEGATIVES = load_negatives()
 # Rows the rule set is known not to catch; documented in docs/secrets.md and the module docstring.
 KNOWN_MISSES = {"hard-bare-hex-key"}
-
-
-def _leaked(secret: str, output: str) -> bool:
-    if secret in output:
-        return True
-    return any(secret[i : i + WINDOW] in output for i in range(len(secret) - WINDOW + 1))
 
 
 def _context_words(line: str, secrets: list[str]) -> list[str]:
@@ -91,7 +52,7 @@ def test_positive_is_redacted_and_context_survives(kind: str, line: str, secrets
     if kind in KNOWN_MISSES:
         pytest.xfail(f"known miss: {kind}")
     for s in secrets:
-        assert not _leaked(s, out), f"{kind}: secret survives in {out!r}"
+        assert not leaked(s, out), f"{kind}: secret survives in {out!r}"
     assert MARKER.search(out)
     for word in _context_words(line, secrets):
         assert word in out, f"{kind}: context word {word!r} lost in {out!r}"
@@ -104,7 +65,7 @@ def test_ordinary_line_is_unchanged(line: str) -> None:
 
 
 def test_recall_and_false_positive_rate() -> None:
-    caught = sum(1 for _, line, secrets in POSITIVES if not any(_leaked(s, redact(line)) for s in secrets))
+    caught = sum(1 for _, line, secrets in POSITIVES if not any(leaked(s, redact(line)) for s in secrets))
     changed = sum(1 for line in NEGATIVES if redact(line) != line)
     recall = caught / len(POSITIVES)
     fp_rate = changed / len(NEGATIVES)
@@ -242,4 +203,4 @@ def test_secret_in_any_surroundings_never_raises(prefix: str, row: tuple[str, st
     out = redact(text)
     assert redact(out) == out
     for s in row[2]:
-        assert not _leaked(s, out)
+        assert not leaked(s, out)

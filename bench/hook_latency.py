@@ -52,6 +52,39 @@ def _time(cmd: list[str], stdin: bytes, cwd: str, env: dict[str, str]) -> float:
     return elapsed * 1000
 
 
+def _import_report(payload: bytes, cwd: str) -> str:
+    """What the hook's process imports beyond a bare interpreter while it handles one
+    PostToolUse (``-X importtime``, median of 9)."""
+    code = f"from phoenix_protocol._hooks import run; run(['post-tool-use'], {payload!r})"
+    totals: list[float] = []
+    modules: list[str] = []
+    for _ in range(9):
+        proc = subprocess.run(
+            [sys.executable, "-X", "importtime", "-P", "-c", code], capture_output=True, text=True, check=True
+        )
+        bare = subprocess.run(
+            [sys.executable, "-X", "importtime", "-c", "pass"], capture_output=True, text=True, check=True
+        )
+        baseline = {line.rsplit("|", 1)[-1].strip() for line in bare.stderr.splitlines() if "|" in line}
+        extra = []
+        total = 0.0
+        for line in proc.stderr.splitlines()[1:]:
+            parts = line.split("|")
+            if len(parts) != 3:
+                continue
+            name = parts[2].strip()
+            if name not in baseline:
+                extra.append(name)
+                total += int(parts[0].split(":")[1]) / 1000  # self time, ms
+        totals.append(total)
+        modules = extra
+    return (
+        f"Hook import path: {len(modules)} modules beyond a bare interpreter, "
+        f"{statistics.median(totals):.1f} ms of import time (median of 9, -X importtime self times): "
+        + ", ".join(sorted(modules))
+    )
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--runs", type=int, default=40, help="runs of each command (median reported; at least 20)")
@@ -108,6 +141,7 @@ def main() -> int:
                 samples[name].append(_time(cmd, payload, project, cmd_env))
         state = agent.state.read()
         assert state.heartbeat_seq >= 2 * runs, "the hook did not record its heartbeats"
+        imports = _import_report(payload, project)
     finally:
         shutil.rmtree(work, ignore_errors=True)
 
@@ -132,6 +166,8 @@ def main() -> int:
         p90 = statistics.quantiles(values, n=10)[-1]
         print(f"| {name} | {med[name]:.1f} | {p90:.1f} |")
     print()
+    print()
+    print(imports)
     ok_a = c <= 1.5 * a
     ok_b = c <= 0.6 * b
     print(

@@ -268,3 +268,15 @@ def test_seed_recovery_flow_with_sigkill(project: Path) -> None:
     assert RECOVERY_BANNER in context
     assert "Test task" in context
     assert f"pid {agent_proc.pid}) is gone" in context
+
+
+def test_tool_error_with_nul_still_counts(project: Path) -> None:
+    """Found by hypothesis: a tool's stderr holding NUL must not cost the heartbeat."""
+    response = {"is_error": True, "stderr": "bad\x00byte"}
+    code, out, err = run(
+        ["post-tool-use"], _payload(project, "PostToolUse", tool_name="Bash", tool_input={}, tool_response=response)
+    )
+    assert (code, out, err) == (0, "", "")
+    state = _agent(project).state.read()
+    assert state.heartbeat_seq == 1 and state.last_tool is not None and state.last_tool["ok"] is False
+    assert "\x00" not in state.last_tool["error"]

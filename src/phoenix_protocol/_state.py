@@ -540,7 +540,10 @@ class StateStore:
         a failed tool is always logged. ``tool`` must be a plain name (checked by the caller);
         ``None`` (the Stop hook) leaves ``last_tool`` alone. ``error`` is free text and is redacted.
         """
-        clean_error = _clean_text(error, "the tool error")[:500] if error else None
+        # The tool's own output: sanitized, never refused (a heartbeat must always count).
+        clean_error = (
+            _clean_text(error.replace("\x00", "\N{REPLACEMENT CHARACTER}"), "the tool error")[:500] if error else None
+        )
         interval_ms = int(self.config.heartbeat_log_interval * 1000)
 
         def mutate(state: AgentState) -> list[Transition]:

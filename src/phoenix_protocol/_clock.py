@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import os
 import time
-from datetime import UTC
 
 __all__ = ["Clock", "ManualClock", "SystemClock", "iso_from_ms", "ms_from_iso", "system_clock"]
 
@@ -83,7 +82,7 @@ def ms_from_iso(text: str) -> int:
 
     Raises ``ValueError`` on anything that is not a timestamp.
     """
-    from datetime import datetime  # not on the hot path
+    from datetime import UTC, datetime  # not on the hot path
 
     value = text.strip()
     if value.endswith(("Z", "z")):

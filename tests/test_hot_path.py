@@ -1,0 +1,58 @@
+"""The PostToolUse hook's import path stays light: measured here by what it loads, in
+bench/hook_latency.py by time."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+# Modules the heartbeat may load beyond a bare interpreter. Anything else (re, json, typing,
+# datetime, pathlib, psutil, rich, ...) costs more than the heartbeat's whole budget.
+ALLOWED = {
+    "__future__",
+    "_json",
+    "_sha256",
+    "errno",
+    "fcntl",
+    "phoenix_protocol",
+    "phoenix_protocol._agent",
+    "phoenix_protocol._clock",
+    "phoenix_protocol._config",
+    "phoenix_protocol._durable",
+    "phoenix_protocol._errors",
+    "phoenix_protocol._home",
+    "phoenix_protocol._hooks",
+    "phoenix_protocol._ids",
+    "phoenix_protocol._jsonio",
+    "phoenix_protocol._ops",
+    "phoenix_protocol._seqlog",
+    "phoenix_protocol._state",
+    "phoenix_protocol._version",
+}
+
+PROBE = r"""
+import sys
+before = set(sys.modules)
+from phoenix_protocol._hooks import run
+code, out, err = run(["post-tool-use"], sys.stdin.buffer.read())
+assert (code, out, err) == (0, "", ""), err
+print(" ".join(sorted(set(sys.modules) - before)))
+"""
+
+
+def test_post_tool_use_loads_only_the_allowed_modules(project: Path) -> None:
+    payload = {
+        "session_id": "s",
+        "cwd": str(project),
+        "tool_name": "Bash",
+        "tool_input": {"command": "ls"},
+        "tool_response": {},
+    }
+    for _ in range(2):  # the first call creates the home; the second is the steady state
+        proc = subprocess.run(
+            [sys.executable, "-P", "-c", PROBE], input=json.dumps(payload).encode(), capture_output=True, check=True
+        )
+        loaded = set(proc.stdout.decode().split())
+        assert loaded <= ALLOWED, f"the hot path now also imports {sorted(loaded - ALLOWED)}"

@@ -9,12 +9,16 @@ $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 
+# Byte-compile after installing: the hooks start a fresh interpreter on every tool call, and an
+# editable install (or PYTHONDONTWRITEBYTECODE) would otherwise recompile them every time.
 $(VENV)/.installed-demo: pyproject.toml | $(BIN)/python
 	$(BIN)/python -m pip install --quiet -e .
+	$(BIN)/python -m compileall -q src
 	touch $@
 
 $(VENV)/.installed-test: pyproject.toml | $(BIN)/python
 	$(BIN)/python -m pip install --quiet -e ".[test]"
+	$(BIN)/python -m compileall -q src
 	touch $@ $(VENV)/.installed-demo
 
 demo: $(VENV)/.installed-demo

@@ -51,6 +51,7 @@ _BY_CLAUDE_NAME = {v: k for k, v in EVENTS.items()}
 _MAX_STDIN = 64 * 1024 * 1024
 _NAME_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_.:-")
 _SESSION_END_BUDGET = 1.0  # Claude Code gives all SessionEnd hooks about 1.5 s together
+_GIT_TIMEOUT = 1.0  # per git call of a brief, so that a hung git never eats a hook's budget
 RECOVERY_BANNER = "RECOVERY DETECTED"
 
 
@@ -164,12 +165,12 @@ def _recovery_context(agent: Agent, before: Any, after: Any, source: str, notice
     header = "\n".join(header_lines) + "\n\nstate.json (before this session):\n" + dumps_document(state_view) + "\n"
     budget = max(1000, agent.config.brief_max_chars - len(header) - 50)
     # The brief describes the work as the previous session left it.
-    brief = agent.render_brief(before, max_chars=budget)
+    brief = agent.render_brief(before, max_chars=budget, git_timeout=_GIT_TIMEOUT)
     _write_brief_best_effort(agent, after)
     return (header + brief)[: agent.config.brief_max_chars]
 
 
-def _write_brief_best_effort(agent: Agent, state: Any, *, git_timeout: float = 3.0) -> None:
+def _write_brief_best_effort(agent: Agent, state: Any, *, git_timeout: float = 1.0) -> None:
     """Refresh brief.md; a failure is logged, not raised (the state change already happened)."""
     from phoenix_protocol._errors import PhoenixError
 
@@ -219,7 +220,7 @@ def handle(event: str, payload: dict[str, Any], options: dict[str, str]) -> str 
         return _session_start(payload, options, session_id)
     if event == "pre-compact":
         agent = _open_agent(payload, options)
-        agent.write_brief()
+        agent.write_brief(git_timeout=_GIT_TIMEOUT)
         agent.record(
             "pre_compact", "ok", {"trigger": _plain(payload.get("trigger")), "session_id": session_id}, trusted=True
         )

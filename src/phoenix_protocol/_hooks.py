@@ -170,7 +170,7 @@ def _recovery_context(agent: Agent, before: Any, after: Any, source: str, notice
     return (header + brief)[: agent.config.brief_max_chars]
 
 
-def _write_brief_best_effort(agent: Agent, state: Any, *, git_timeout: float = 1.0) -> None:
+def _write_brief_best_effort(agent: Agent, state: Any, *, git_timeout: float = _GIT_TIMEOUT) -> None:
     """Refresh brief.md; a failure is logged, not raised (the state change already happened)."""
     from phoenix_protocol._errors import PhoenixError
 

@@ -28,6 +28,9 @@ if TYPE_CHECKING:
     from collections.abc import Mapping
     from typing import Any
 
+    from phoenix_protocol._checkpoints import CheckpointStore
+    from phoenix_protocol._identity import IdentityStore
+
 __all__ = ["Agent"]
 
 
@@ -60,6 +63,26 @@ class Agent:
         )
         self.brief_path = os.path.join(self.dir, "brief.md")
         self._ensured = False
+        self._checkpoints: CheckpointStore | None = None
+        self._identity: IdentityStore | None = None
+
+    @property
+    def checkpoints(self) -> CheckpointStore:
+        """This agent's checkpoints (loaded on first use: not on the hook's hot path)."""
+        if self._checkpoints is None:
+            from phoenix_protocol._checkpoints import CheckpointStore
+
+            self._checkpoints = CheckpointStore(self)
+        return self._checkpoints
+
+    @property
+    def identity(self) -> IdentityStore:
+        """This agent's ``identity.yaml``."""
+        if self._identity is None:
+            from phoenix_protocol._identity import IdentityStore
+
+            self._identity = IdentityStore(self)
+        return self._identity
 
     @classmethod
     def open(
@@ -81,7 +104,7 @@ class Agent:
         else:
             resolved = Home(os.path.join(os.path.abspath(cwd or os.getcwd()), home))
         config = load_config(resolved.root, project_root=resolved.project_root, env=env, overrides=config_overrides)
-        return cls(resolve_agent_id(agent_id, env), resolved, config=config, clock=clock)
+        return cls(resolve_agent_id(agent_id, env, config.agent_id), resolved, config=config, clock=clock)
 
     def ensure(self) -> None:
         """Create the home and this agent's directory (0700) if they do not exist."""

@@ -48,6 +48,25 @@ SETTINGS: dict[str, tuple[type, Any, float | None, str]] = {
         0.0,
         "Seconds by which two readings of one process's start time may differ (boot time is whole seconds).",
     ),
+    # Checkpoints and sessions (seed 003; seed 002's paif_config).
+    "agent_id": (str, "", None, "Default agent id when neither --agent nor $PHOENIX_AGENT is given (paif_config)."),
+    "checkpoint_on_exit": (bool, True, None, "Take a session checkpoint when a session ends (paif_config)."),
+    "restore_on_start": (bool, True, None, "Restore from the newest checkpoint when a session starts (paif_config)."),
+    "checkpoint_interval_minutes": (float, 30.0, 0.0, "Minutes of work between routine checkpoints (0: never)."),
+    "refresh_after_minutes": (
+        float,
+        120.0,
+        0.0,
+        "Minutes of continuous work after which a recovery checkpoint and a forced refresh are taken (0: never).",
+    ),
+    "keep_routine": (int, 3, 1, "Routine checkpoints kept per agent."),
+    "recovery_retention_days": (float, 7.0, 0.0, "Days a recovery checkpoint is kept."),
+    "keep_session_checkpoints": (
+        int,
+        50,
+        1,
+        "Session checkpoints kept per agent (the sessions list keeps every session).",
+    ),
 }
 
 
@@ -62,6 +81,14 @@ class Config:
     brief_max_chars: int
     brief_recent_events: int
     process_start_tolerance: float
+    agent_id: str
+    checkpoint_on_exit: bool
+    restore_on_start: bool
+    checkpoint_interval_minutes: float
+    refresh_after_minutes: float
+    keep_routine: int
+    recovery_retention_days: float
+    keep_session_checkpoints: int
 
     def __init__(self, values: Mapping[str, Any] | None = None, sources: Mapping[str, str] | None = None) -> None:
         self.sources: dict[str, str] = {}
@@ -77,12 +104,26 @@ class Config:
         return {name: getattr(self, name) for name in SETTINGS}
 
 
+_TRUE = ("1", "true", "yes", "on")
+_FALSE = ("0", "false", "no", "off")
+
+
 def _coerce(name: str, value: Any, source: str) -> Any:
     if name not in SETTINGS:
         known = ", ".join(sorted(SETTINGS))
         raise ConfigError(f"unknown setting {name!r} in {source}; known settings: {known}.")
     kind, _default, minimum, _doc = SETTINGS[name]
     try:
+        if kind is bool:
+            if isinstance(value, bool):
+                return value
+            if isinstance(value, str) and value.strip().lower() in _TRUE + _FALSE:
+                return value.strip().lower() in _TRUE
+            raise ValueError
+        if kind is str:
+            if not isinstance(value, str):
+                raise ValueError
+            return value
         if isinstance(value, bool) or (kind is int and isinstance(value, float) and not value.is_integer()):
             raise ValueError
         converted = kind(value)
@@ -91,6 +132,21 @@ def _coerce(name: str, value: Any, source: str) -> Any:
     if minimum is not None and converted < minimum:
         raise ConfigError(f"setting {name} in {source} must be at least {minimum:g}, got {value!r}.")
     return converted
+
+
+def _flatten_paif(data: dict[str, Any]) -> dict[str, Any]:
+    """Accept seed 002's ``paif_config`` table (``agent_id`` and a ``session_protocol`` table)."""
+    paif = data.pop("paif_config", None)
+    if paif is None:
+        return data
+    if not isinstance(paif, dict):
+        raise ConfigError("paif_config must be a table.")
+    flat = {k: v for k, v in paif.items() if k != "session_protocol"}
+    protocol = paif.get("session_protocol", {})
+    if not isinstance(protocol, dict):
+        raise ConfigError("paif_config.session_protocol must be a table.")
+    flat.update(protocol)
+    return {**{str(k).replace("-", "_"): v for k, v in flat.items()}, **data}
 
 
 def _read_toml(path: str, table: tuple[str, ...] = ()) -> dict[str, Any]:
@@ -113,7 +169,7 @@ def _read_toml(path: str, table: tuple[str, ...] = ()) -> dict[str, Any]:
         data = data.get(key, {}) if isinstance(data, dict) else {}
     if not isinstance(data, dict):
         raise ConfigError(f"{path}: [{'.'.join(table)}] must be a table.")
-    return {str(k).replace("-", "_"): v for k, v in data.items()}
+    return _flatten_paif({str(k).replace("-", "_"): v for k, v in data.items()})
 
 
 def load_config(

@@ -49,6 +49,7 @@ __all__ = [
     "DIR_MODE",
     "FILE_MODE",
     "FileLock",
+    "atomic_create",
     "atomic_write",
     "durable_append",
     "ensure_dir",
@@ -149,10 +150,7 @@ def atomic_write(path: str, data: bytes, *, durable: bool = True) -> None:
             os.close(fd)
         os.replace(tmp, path)
     except BaseException as exc:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
+        _unlink_quietly(tmp)
         if isinstance(exc, OSError):
             raise _fail("write", path, exc) from exc
         raise
@@ -161,6 +159,52 @@ def atomic_write(path: str, data: bytes, *, durable: bool = True) -> None:
             fsync_dir(directory)
         except OSError as exc:
             raise _fail("confirm durable write of", path, exc) from exc
+
+
+def atomic_create(path: str, data: bytes, *, sync_dir: bool = True) -> None:
+    """Create ``path`` with ``data`` atomically, refusing to replace an existing file.
+
+    Temp file in the same directory, every byte written, ``fsync``, then ``link`` to ``path``
+    (which fails with ``FileExistsError`` if ``path`` exists: nothing is ever overwritten), then
+    the temp name is removed. With ``sync_dir=False`` the caller promises to ``fsync`` the
+    directory itself (to batch it with a later write in the same directory).
+    """
+    global _tmp_counter
+    directory = os.path.dirname(path) or "."
+    _tmp_counter += 1
+    tmp = os.path.join(directory, f".{os.path.basename(path)}.{os.getpid()}.{_tmp_counter}.tmp")
+    try:
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | _CLOEXEC, FILE_MODE)
+    except OSError as exc:
+        raise _fail("write", path, exc) from exc
+    try:
+        try:
+            _write_all(fd, data)
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.link(tmp, path)
+    except FileExistsError:
+        _unlink_quietly(tmp)
+        raise
+    except BaseException as exc:
+        _unlink_quietly(tmp)
+        if isinstance(exc, OSError):
+            raise _fail("write", path, exc) from exc
+        raise
+    _unlink_quietly(tmp)
+    if sync_dir:
+        try:
+            fsync_dir(directory)
+        except OSError as exc:
+            raise _fail("confirm durable write of", path, exc) from exc
+
+
+def _unlink_quietly(path: str) -> None:
+    try:
+        os.unlink(path)
+    except OSError:
+        pass
 
 
 def durable_append(path: str, data: bytes, *, durable: bool = True) -> None:

@@ -62,10 +62,13 @@ def resolve_home(cwd: str | None = None, env: Mapping[str, str] | None = None) -
     return os.path.join(root or base, HOME_DIRNAME)
 
 
-def resolve_agent_id(explicit: str | None = None, env: Mapping[str, str] | None = None) -> str:
-    """``explicit`` (``--agent``), else ``$PHOENIX_AGENT``, else ``default``; always validated."""
+def resolve_agent_id(
+    explicit: str | None = None, env: Mapping[str, str] | None = None, configured: str | None = None
+) -> str:
+    """``explicit`` (``--agent``), else ``$PHOENIX_AGENT``, else the configured ``agent_id``
+    (``paif_config``), else ``default``; always validated."""
     environ = os.environ if env is None else env
-    value = explicit if explicit is not None else (environ.get("PHOENIX_AGENT") or DEFAULT_AGENT)
+    value = explicit if explicit is not None else (environ.get("PHOENIX_AGENT") or configured or DEFAULT_AGENT)
     return validate_id(value, "agent id")
 
 

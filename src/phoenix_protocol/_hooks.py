@@ -124,11 +124,19 @@ def _open_agent(payload: dict[str, Any], options: dict[str, str], *, lock_timeou
     return agent
 
 
-def _recovery_context(agent: Agent, before: Any, after: Any, source: str, notices: list[str]) -> str:
+def _recovery_context(
+    agent: Agent,
+    before: Any,
+    after: Any,
+    source: str,
+    notices: list[str],
+    restored: Any = None,
+    recovering: bool = True,
+) -> str:
     from phoenix_protocol._jsonio import dumps_document
 
     header_lines = []
-    if (before.status in ("working", "error") and source in ("startup", "clear", "resume")) or notices:
+    if recovering:
         header_lines.append(f"=== {RECOVERY_BANNER} (Phoenix Protocol) ===")
         header_lines.append(
             f"The previous session of agent '{agent.id}' ended while its status was "
@@ -142,10 +150,11 @@ def _recovery_context(agent: Agent, before: Any, after: Any, source: str, notice
         if before.last_active:
             header_lines.append(f"Last active: {before.last_active}")
     else:
-        header_lines.append(f"=== Phoenix Protocol brief (context {source}) ===")
+        header_lines.append(f"=== Phoenix Protocol brief (session {source}) ===")
         header_lines.append(f"Agent '{agent.id}' continues; here is the brief of its work.")
     for notice in notices:
         header_lines.append(f"Note: {notice}")
+    header_lines += _restored_lines(restored)
     state_view = {
         k: v
         for k, v in before.to_dict().items()
@@ -168,6 +177,35 @@ def _recovery_context(agent: Agent, before: Any, after: Any, source: str, notice
     brief = agent.render_brief(before, max_chars=budget, git_timeout=_GIT_TIMEOUT)
     _write_brief_best_effort(agent, after)
     return (header + brief)[: agent.config.brief_max_chars]
+
+
+def _restored_lines(restored: Any) -> list[str]:
+    """What the PAIF restore brought back: the checkpoint, its summary, pending items, stack."""
+    if restored is None or restored.checkpoint is None:
+        return []
+    checkpoint = restored.checkpoint
+    lines = [f"Restored from checkpoint {checkpoint.name} ({checkpoint.checkpoint_type}, {checkpoint.timestamp})."]
+    context = checkpoint.section("context") or {}
+    if context.get("conversation_summary"):
+        lines.append(f"Last session summary: {' '.join(str(context['conversation_summary']).split())[:500]}")
+    for item in (context.get("pending_items") or [])[:10]:
+        lines.append(f"Pending: {' '.join(str(item).split())[:200]}")
+    working = checkpoint.section("working_memory") or {}
+    stack = working.get("context_stack") or []
+    if stack:
+        lines.append("Context stack: " + " > ".join(" ".join(str(s).split())[:80] for s in stack[:5]))
+    if working.get("open_files"):
+        lines.append("Open files: " + ", ".join(str(f) for f in working["open_files"][:15]))
+    identity = restored.identity
+    if identity is not None:
+        lines.append(
+            f"Identity: {identity.immutable.get('name', '?')}"
+            + (f", role {identity.immutable['role']}" if identity.immutable.get("role") else "")
+            + f"; session #{identity.mutable.get('accumulated_experience', 0)}"
+        )
+    for problem in restored.problems[:3]:
+        lines.append(f"Restore problem: {problem}")
+    return lines
 
 
 def _write_brief_best_effort(agent: Agent, state: Any, *, git_timeout: float = _GIT_TIMEOUT) -> None:
@@ -202,7 +240,8 @@ def handle(event: str, payload: dict[str, Any], options: dict[str, str]) -> str 
     if event in ("post-tool-use", "post-tool-use-failure"):
         agent = _open_agent(payload, options)
         ok, error = _tool_outcome(event, payload)
-        agent.state.heartbeat(
+        due: list[str] = []
+        state = agent.state.heartbeat(
             session_id=session_id,
             tool=_plain(payload.get("tool_name")),
             ok=ok,
@@ -210,8 +249,23 @@ def handle(event: str, payload: dict[str, Any], options: dict[str, str]) -> str 
             error=error,
             durable=False,  # atomic, not fsynced: the next heartbeat replaces it (transitions stay durable)
             lock_timeout=agent.config.lock_timeout,
+            due=due,
         )
-        return None
+        if not due:
+            return None
+        _take_due_checkpoints(payload, options, due)
+        if "recovery" not in due:
+            return None
+        from phoenix_protocol._jsonio import dumps_line
+
+        hours = agent.config.refresh_after_minutes / 60
+        message = (
+            f"Phoenix Protocol: {hours:g} hours of continuous work on '{state.current_task or 'the current task'}'. "
+            "A recovery checkpoint was taken and a refresh is due: finish the current step, record where you are "
+            '(`phx state working "..."`, `phx note next-action "..."`), then start a fresh session (/clear); '
+            "it will start from the brief."
+        )
+        return dumps_line({"hookSpecificOutput": {"hookEventName": "PostToolUse", "additionalContext": message}})
     if event == "stop":
         agent = _open_agent(payload, options)
         agent.state.heartbeat(session_id=session_id, tool=None, durable=False, lock_timeout=agent.config.lock_timeout)
@@ -224,11 +278,16 @@ def handle(event: str, payload: dict[str, Any], options: dict[str, str]) -> str 
         agent.record(
             "pre_compact", "ok", {"trigger": _plain(payload.get("trigger")), "session_id": session_id}, trusted=True
         )
+        agent.checkpoints.create("routine", summary="before context compaction", extra={"git_timeout": _GIT_TIMEOUT})
         return None
     if event == "session-end":
         agent = _open_agent(payload, options, lock_timeout_cap=_SESSION_END_BUDGET)
         after = agent.state.end_session(session_id, reason=_plain(payload.get("reason"), default="other"))
         _write_brief_best_effort(agent, after, git_timeout=0.2)  # all SessionEnd hooks share about 1.5 s
+        if agent.config.checkpoint_on_exit and after.session_id == session_id:
+            from phoenix_protocol._sessions import end
+
+            end(agent, session_id, git_timeout=0.2)
         return None
     raise ValueError(f"unknown hook event {event!r}; expected one of {', '.join(EVENTS)}")
 
@@ -271,12 +330,76 @@ def _session_start(payload: dict[str, Any], options: dict[str, str], session_id:
         process={"pid": proc.pid, "start_time": proc.start_time, "host": proc.host} if proc else None,
     )
     _export_env(agent, session_id)
-    recovering = before.status in ("working", "error") and source in ("startup", "clear", "resume")
-    if not recovering and source not in ("compact", "resume"):
+    from phoenix_protocol._state import is_new_session
+
+    new_session = is_new_session(before, session_id or "unknown", source)
+    restored = None
+    if new_session and agent.config.restore_on_start:
+        restored = _paif_begin(agent, after.session_id, source)
+    if before.refresh_requested:
+        request = before.refresh_requested
+        notices.append(
+            f"a forced refresh was requested at {request.get('at')} ({request.get('reason')}; recovery checkpoint "
+            f"{request.get('checkpoint')}): this session starts from the fresh brief below"
+        )
+    recovering = (before.status in ("working", "error") and source in ("startup", "clear", "resume")) or bool(
+        before.refresh_requested
+    )
+    handover = restored is not None and restored.checkpoint is not None and _has_handover(restored)
+    if not recovering and source not in ("compact", "resume") and not handover:
         _write_brief_best_effort(agent, after)
         return None
-    context = _recovery_context(agent, before, after, source, notices if recovering else [])
+    context = _recovery_context(agent, before, after, source, notices if recovering else [], restored, recovering)
     return dumps_line({"hookSpecificOutput": {"hookEventName": "SessionStart", "additionalContext": context}})
+
+
+def _take_due_checkpoints(payload: dict[str, Any], options: dict[str, str], due: list[str]) -> None:
+    """Take the time-based checkpoints the heartbeat claimed, off the hot path: in a detached
+    child (the hook returns at once; Claude Code does not wait for it), or inline when
+    ``PHOENIX_HOOK_INLINE=1`` (tests, platforms without fork)."""
+    if os.environ.get("PHOENIX_HOOK_INLINE") != "1" and hasattr(os, "fork"):
+        pid = os.fork()
+        if pid:
+            return
+        try:
+            os.setsid()
+            devnull = os.open(os.devnull, os.O_RDWR)
+            for fd in (0, 1, 2):
+                os.dup2(devnull, fd)
+            _checkpoints_now(payload, options, due)
+        finally:
+            os._exit(0)
+    _checkpoints_now(payload, options, due)
+
+
+def _checkpoints_now(payload: dict[str, Any], options: dict[str, str], due: list[str]) -> None:
+    agent = _open_agent(payload, options)
+    try:
+        for kind in due:
+            if kind == "recovery":
+                minutes = agent.config.refresh_after_minutes
+                agent.checkpoints.force_refresh(f"{minutes:g} minutes of continuous work")
+            else:
+                agent.checkpoints.create("routine", summary="every-interval checkpoint", extra={"git_timeout": 1.0})
+    except Exception as exc:  # noqa: BLE001 - logged; the next interval tries again
+        agent.record("checkpoint_failed", "error", {"types": due, "error": f"{type(exc).__name__}: {exc}"[:300]})
+
+
+def _paif_begin(agent: Agent, session_id: str | None, source: str) -> Any:
+    """PAIF session start (identity, restore from the newest checkpoint); never fails the hook."""
+    try:
+        from phoenix_protocol._sessions import begin
+
+        return begin(agent, session_id, source=source)
+    except Exception as exc:  # noqa: BLE001 - reported; the session starts without it
+        agent.record("session_restore_failed", "error", {"error": f"{type(exc).__name__}: {exc}"[:300]})
+        return None
+
+
+def _has_handover(restored: Any) -> bool:
+    checkpoint = restored.checkpoint
+    context = checkpoint.section("context") or {}
+    return bool(context.get("pending_items") or context.get("conversation_summary"))
 
 
 def _parse_args(argv: list[str]) -> tuple[str, dict[str, str]]:

@@ -45,6 +45,8 @@ __all__ = [
     "AgentState",
     "StateStore",
     "Transition",
+    "due_checkpoints",
+    "is_new_session",
 ]
 
 SCHEMA_VERSION = 1
@@ -80,6 +82,9 @@ _FIELDS: dict[str, tuple[tuple[type, ...], Callable[[], Any]]] = {
     "next_actions": ((list,), list),
     "note_seq": ((int,), lambda: 0),
     "last_heartbeat_logged_ms": (_OPT_INT, lambda: None),
+    "work_started_ms": (_OPT_INT, lambda: None),
+    "last_checkpoint_ms": (_OPT_INT, lambda: None),
+    "refresh_requested": ((dict, type(None)), lambda: None),
 }
 
 
@@ -121,6 +126,9 @@ class AgentState:
     next_actions: list[dict[str, Any]]
     note_seq: int
     last_heartbeat_logged_ms: int | None
+    work_started_ms: int | None
+    last_checkpoint_ms: int | None
+    refresh_requested: dict[str, Any] | None
 
     def __init__(self, **fields: Any) -> None:
         self.extra: dict[str, Any] = {}
@@ -235,6 +243,39 @@ def _migrate_v0(data: dict[str, Any]) -> dict[str, Any]:
 
 
 MIGRATIONS: dict[int, Callable[[dict[str, Any]], dict[str, Any]]] = {0: _migrate_v0}
+
+
+def is_new_session(state: AgentState, session_id: str, source: str) -> bool:
+    """Whether a SessionStart begins a new session: a new id, or ``startup``/``clear``/``resume``
+    (``claude --resume`` keeps the id of the session it brings back: a new life of it, since the
+    old one ended or died). ``compact`` continues the session."""
+    return source in ("startup", "clear", "resume") or state.session_id != session_id
+
+
+def _track_work(state: AgentState, previous: str) -> None:
+    """Keep ``work_started_ms``: set when work starts, cleared when it stops."""
+    if state.status == "working" and (previous != "working" or state.work_started_ms is None):
+        state.work_started_ms = state.last_active_ms
+    elif state.status != "working":
+        state.work_started_ms = None
+
+
+def due_checkpoints(state: AgentState, config: Config, now_ms: int) -> list[str]:
+    """Time-based checkpoints due for ``state`` (pure; the heartbeat calls it on every tool call):
+    ``recovery`` after ``refresh_after_minutes`` of continuous work, else ``routine`` after
+    ``checkpoint_interval_minutes`` since the last checkpoint (or since work started)."""
+    if state.status != "working" or state.work_started_ms is None:
+        return []
+    refresh = int(config.refresh_after_minutes * 60_000)
+    if refresh and now_ms - state.work_started_ms >= refresh:
+        return ["recovery"]
+    interval = int(config.checkpoint_interval_minutes * 60_000)
+    reference = max(state.last_checkpoint_ms or 0, state.work_started_ms)
+    if interval and now_ms - reference >= interval:
+        return ["routine"]
+    return []
+
+
 """``MIGRATIONS[n]`` turns a version-``n`` record into version ``n + 1``."""
 
 
@@ -294,6 +335,16 @@ class StateStore:
         if data is None:
             return AgentState()
         return self.parse(data)
+
+    def read_or_none(self) -> AgentState | None:
+        """The current state, or ``None`` when it is missing, corrupt or newer (for readers
+        that can do without it, such as checkpoint collectors)."""
+        if not self.exists():
+            return None
+        try:
+            return self.read()
+        except (CorruptStateError, SchemaVersionError):
+            return None
 
     def parse(self, data: bytes) -> AgentState:
         """Parse the bytes of a ``state.json`` (see ``read``)."""
@@ -402,6 +453,7 @@ class StateStore:
             state.status = status
             state.updated_by = source
             state.status_event = name
+            _track_work(state, previous)
             if status == "working":
                 if clean is not None:
                     state.current_task = clean
@@ -494,8 +546,7 @@ class StateStore:
         def mutate(state: AgentState) -> list[Transition]:
             before.append(state.copy())
             self._touch(state, "hook")
-            # A resumed session (same id) is a new life of it: the old one ended or died.
-            new = source in ("startup", "clear", "resume") or state.session_id != session_id
+            new = is_new_session(state, session_id, source)
             recovered = new and state.status in ("working", "error")
             meta: dict[str, Any] = {
                 "session_id": session_id,
@@ -512,11 +563,15 @@ class StateStore:
                 meta["pid"] = state.pid
                 meta["host"] = state.host
             if new:
+                previous = state.status
                 state.session_id = session_id
                 state.session_started_at = state.last_active
                 state.status = "working"
                 state.updated_by = "hook"
                 state.status_event = "session_start"
+                if previous != "working" or state.work_started_ms is None or state.refresh_requested:
+                    state.work_started_ms = state.last_active_ms
+                state.refresh_requested = None  # this new session is the refresh
             meta["task"] = state.current_task
             return [Transition("session_start", "warn" if recovered else "ok", meta, trusted=True)]
 
@@ -533,12 +588,17 @@ class StateStore:
         error: str | None = None,
         durable: bool = True,
         lock_timeout: float | None = None,
+        due: list[str] | None = None,
     ) -> AgentState:
         """Record one tool call (PostToolUse hook): ``last_active``, ``heartbeat_seq``, ``last_tool``.
 
         A heartbeat line goes to the ops log at most every ``heartbeat_log_interval`` seconds;
         a failed tool is always logged. ``tool`` must be a plain name (checked by the caller);
         ``None`` (the Stop hook) leaves ``last_tool`` alone. ``error`` is free text and is redacted.
+
+        If ``due`` is a list, time-based checkpoints that are due (``due_checkpoints``) are
+        *claimed* (marked as taken, so that no other process takes them too) and appended to it;
+        the caller then takes them, off the hot path.
         """
         # The tool's own output: sanitized, never refused (a heartbeat must always count).
         clean_error = (
@@ -575,6 +635,14 @@ class StateStore:
             elif state.last_heartbeat_logged_ms is None or now - state.last_heartbeat_logged_ms >= interval_ms:
                 out.append(Transition("heartbeat", "ok", meta, trusted=True, durable=durable))
                 state.last_heartbeat_logged_ms = now
+            if due is not None:
+                kinds = due_checkpoints(state, self.config, now)
+                if kinds:
+                    state.last_checkpoint_ms = now
+                    if "recovery" in kinds:
+                        state.work_started_ms = now
+                    due.extend(kinds)
+                    out.append(Transition("checkpoint_due", "ok", {"types": kinds}, trusted=True))
             return out
 
         return self.change(mutate, durable=durable, lock_timeout=lock_timeout)
@@ -593,9 +661,11 @@ class StateStore:
             self._touch(state, "hook")
             meta["previous_status"] = state.status
             meta["task"] = state.current_task
+            previous = state.status
             state.status = "idle"
             state.updated_by = "hook"
             state.status_event = "session_end"
+            _track_work(state, previous)
             return [Transition("session_end", "ok", meta, trusted=True)]
 
         return self.change(mutate, lock_timeout=lock_timeout)

@@ -1,0 +1,265 @@
+"""Default checkpoint providers: every section filled from what any agent already has.
+
+=====================  ==========================================================================
+section                collected from
+=====================  ==========================================================================
+current_task           state.json: a stable id for the task text, status, progress (if recorded),
+                       and the task's context (description, last output, error, last tool)
+mailbox                the agent's team mailbox cursor when it belongs to a team, else empty
+operational_context    goals (the task, then next actions), constraints, decisions (resolved notes)
+memory                 short term: the newest ops events; session: this session's events
+context (PAIF)         current focus (identity, else the task), active project, summary, pending
+recent_memories        memory ids created this session and the last recall query (sessions/current.json)
+identity_updates       beliefs, skills, relationships added since the session started; drift checks
+working_memory         scratchpad (brief.md), open files (git changes), context stack
+phoenix_state          the restorable part of state.json: task, notes, last output
+=====================  ==========================================================================
+
+Restorers: ``phoenix_state`` puts the task and notes back into state.json when state.json has none
+(or always with ``force``); ``context`` and ``working_memory`` are handed back to the caller (the
+SessionStart hook injects them), since they describe the agent's mind rather than a file.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from phoenix_protocol._agent import Agent
+    from phoenix_protocol._checkpoints import CheckpointStore, CollectContext
+    from phoenix_protocol._state import AgentState
+
+__all__ = ["register_defaults"]
+
+SHORT_TERM_EVENTS = 20
+SESSION_EVENTS = 200
+
+
+def _state(ctx: CollectContext) -> AgentState | None:
+    return ctx.cached("state", ctx.agent.state.read_or_none)  # type: ignore[no-any-return]
+
+
+def _events(ctx: CollectContext) -> list[dict[str, Any]]:
+    def tail() -> list[dict[str, Any]]:
+        events, _problems = ctx.agent.ops.tail(SESSION_EVENTS)
+        return events
+
+    return ctx.cached("events", tail)  # type: ignore[no-any-return]
+
+
+def _compact(event: dict[str, Any]) -> dict[str, Any]:
+    out = {"seq": event.get("seq"), "ts": event.get("ts"), "event": event.get("event"), "status": event.get("status")}
+    if event.get("meta"):
+        out["meta"] = event["meta"]
+    return out
+
+
+def _git(ctx: CollectContext) -> Any:
+    from phoenix_protocol._git import git_context
+
+    root = ctx.agent.home.project_root
+    timeout = float(ctx.extra.get("git_timeout", 1.0))
+    return ctx.cached("git", lambda: git_context(root, timeout=timeout) if root else None)
+
+
+def task_id(text: str) -> str | None:
+    """A stable id for a task description (the same text gives the same id)."""
+    if not text:
+        return None
+    return "task-" + hashlib.sha256(text.encode("utf-8")).hexdigest()[:10]
+
+
+def collect_current_task(ctx: CollectContext) -> dict[str, Any]:
+    state = _state(ctx)
+    if state is None:
+        return {"id": None, "status": "unknown", "progress_percentage": None, "context": {}}
+    status = {"working": "in_progress", "idle": "idle", "error": "error"}[state.status]
+    progress = state.extra.get("progress_percentage")
+    return {
+        "id": task_id(state.current_task),
+        "status": status,
+        "progress_percentage": progress if isinstance(progress, (int, float)) else None,
+        "context": {
+            "description": state.current_task,
+            "last_output": state.last_output,
+            "error_message": state.error_message,
+            "last_tool": state.last_tool,
+            "heartbeat_seq": state.heartbeat_seq,
+        },
+    }
+
+
+def collect_mailbox(ctx: CollectContext) -> dict[str, Any]:
+    cursor = ctx.extra.get("mailbox")
+    if isinstance(cursor, dict):
+        return cursor
+    return {"last_processed_id": None, "pending_count": 0}
+
+
+def collect_operational_context(ctx: CollectContext) -> dict[str, Any]:
+    state = _state(ctx)
+    goals = []
+    if state is not None:
+        if state.current_task:
+            goals.append(state.current_task)
+        goals += [item["text"] for item in state.next_actions]
+    decisions = [
+        {"ts": e.get("ts"), "resolved": (e.get("meta") or {}).get("text")}
+        for e in _events(ctx)
+        if e.get("event") == "note_resolved"
+    ]
+    constraints = ctx.extra.get("constraints")
+    return {
+        "goals": goals,
+        "constraints": list(constraints) if isinstance(constraints, list) else [],
+        "decisions": decisions[-20:],
+    }
+
+
+def _session_events(ctx: CollectContext) -> list[dict[str, Any]]:
+    events = _events(ctx)
+    for i in range(len(events) - 1, -1, -1):
+        if events[i].get("event") == "session_start":
+            return events[i:]
+    return events
+
+
+def collect_memory(ctx: CollectContext) -> dict[str, Any]:
+    events = _events(ctx)
+    return {
+        "short_term": [_compact(e) for e in events[-SHORT_TERM_EVENTS:]],
+        "session": [_compact(e) for e in _session_events(ctx)],
+    }
+
+
+def _current_session_file(agent: Agent) -> dict[str, Any]:
+    from phoenix_protocol._sessions import read_current
+
+    return read_current(agent) or {}
+
+
+def collect_context(ctx: CollectContext) -> dict[str, Any]:
+    state = _state(ctx)
+    from phoenix_protocol._errors import PhoenixError
+
+    try:
+        focus = ctx.agent.identity.read().current_focus
+    except PhoenixError:  # an identity problem is reported by the identity commands, not here
+        focus = ""
+    git = _git(ctx)
+    pending = []
+    if state is not None:
+        pending = [item["text"] for item in state.open_loops + state.next_actions]
+    summary = ctx.summary or (state.last_output if state else None) or (state.current_task if state else "")
+    return {
+        "current_focus": focus or (state.current_task if state else ""),
+        "active_project_ids": [os.path.basename(git.root)] if git else [],
+        "conversation_summary": summary or "",
+        "pending_items": pending,
+    }
+
+
+def collect_recent_memories(ctx: CollectContext) -> dict[str, Any]:
+    current = _current_session_file(ctx.agent)
+    ids = current.get("memory_ids")
+    query = current.get("last_recall_query")
+    return {"memory_ids": list(ids) if isinstance(ids, list) else [], "last_recall_query": query}
+
+
+def collect_identity_updates(ctx: CollectContext) -> dict[str, Any]:
+    given = ctx.extra.get("identity_updates")
+    if isinstance(given, dict):
+        return given
+    from phoenix_protocol._sessions import identity_updates
+
+    return identity_updates(ctx.agent, _session_events(ctx))
+
+
+def collect_working_memory(ctx: CollectContext) -> dict[str, Any]:
+    state = _state(ctx)
+    git = _git(ctx)
+    scratchpad = ctx.agent.read_brief() or ""
+    stack = []
+    if state is not None:
+        if state.current_task:
+            stack.append(state.current_task)
+        stack += [item["text"] for item in state.next_actions[:5]]
+    return {
+        "scratchpad": scratchpad[:20_000],
+        "open_files": [path for _status, path in git.changed] if git else [],
+        "context_stack": stack,
+    }
+
+
+def collect_state_snapshot(ctx: CollectContext) -> dict[str, Any] | None:
+    state = _state(ctx)
+    if state is None:
+        return None
+    return {
+        "status": state.status,
+        "current_task": state.current_task,
+        "last_output": state.last_output,
+        "error_message": state.error_message,
+        "open_loops": state.open_loops,
+        "next_actions": state.next_actions,
+        "note_seq": state.note_seq,
+        "session_id": state.session_id,
+    }
+
+
+def restore_state_snapshot(value: Any, agent: Agent, force: bool) -> dict[str, Any]:
+    """Put task and notes back into state.json: always with ``force``, otherwise only what
+    state.json lacks (no task, or no notes)."""
+    if not isinstance(value, dict):
+        return {"restored": []}
+    restored: list[str] = []
+
+    def mutate(state: AgentState) -> list[Any]:
+        from phoenix_protocol._state import Transition
+
+        if (force or not state.current_task) and value.get("current_task"):
+            state.current_task = str(value["current_task"])
+            restored.append("current_task")
+        if (force or not state.last_output) and value.get("last_output"):
+            state.last_output = str(value["last_output"])
+            restored.append("last_output")
+        for key in ("open_loops", "next_actions"):
+            items = value.get(key)
+            if isinstance(items, list) and (force or not getattr(state, key)):
+                clean = [
+                    i
+                    for i in items
+                    if isinstance(i, dict) and isinstance(i.get("id"), int) and isinstance(i.get("text"), str)
+                ]
+                if clean:
+                    setattr(state, key, clean)
+                    restored.append(key)
+        seq = value.get("note_seq")
+        if isinstance(seq, int):
+            state.note_seq = max(state.note_seq, seq)
+        if not restored:
+            return []
+        return [Transition("state_restored", "ok", {"fields": restored}, trusted=True)]
+
+    agent.state.change(mutate)
+    return {"restored": restored}
+
+
+def hand_back(value: Any, agent: Agent, force: bool) -> Any:
+    """Sections that describe the agent's mind are returned to the caller to hand over."""
+    return value
+
+
+def register_defaults(store: CheckpointStore) -> None:
+    """Register the default collector (and restorer) of every section."""
+    store.register("current_task", collect_current_task)
+    store.register("mailbox", collect_mailbox)
+    store.register("operational_context", collect_operational_context, hand_back)
+    store.register("memory", collect_memory)
+    store.register("context", collect_context, hand_back)
+    store.register("recent_memories", collect_recent_memories, hand_back)
+    store.register("identity_updates", collect_identity_updates)
+    store.register("working_memory", collect_working_memory, hand_back)
+    store.register("phoenix_state", collect_state_snapshot, restore_state_snapshot)

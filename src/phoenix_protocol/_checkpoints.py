@@ -1,0 +1,733 @@
+"""Checkpoints (seed 003, with seed 002's session sections): typed, verified snapshots of an agent.
+
+Each checkpoint is one file in ``agents/<agent_id>/checkpoints/``, named by seed 003's convention
+``<agent_id>_<timestamp>_<checkpoint_type>.checkpoint``; the timestamp is
+``YYYYmmddHHMMSSmmm-<seq>`` (milliseconds plus a per-agent sequence number), so names are unique
+even when many are taken within one second, and order is by ``seq``, never by clock.
+
+The file is one JSON envelope, one top-level key per line::
+
+    {
+      "kind": "phoenix.checkpoint", "schema_version": 1, "agent_id": "zero", "seq": 42,
+      "timestamp": "...Z", "timestamp_ms": ..., "checkpoint_type": "routine", "version": "1.0",
+      "summary": ..., "operation": {...} | null,
+      "state": {"current_task": {...}, "mailbox": {...}, "operational_context": {...}, "memory": {...}},
+      "metadata": {...}, "context": {...}, "recent_memories": {...}, "identity_updates": {...},
+      "working_memory": {...}, "extensions": {...},
+      "checksum": "sha256:<hex of every byte before this line>"
+    }
+
+Every read verifies the checksum and the schema version; ``latest`` never returns a torn or
+corrupt checkpoint: it reports it and falls back to the newest valid one.
+
+Sections are filled by *providers*: ``store.register(section, collector, restorer)``. Default
+providers (``_checkpoint_providers``) collect from the agent's state.json, ops log, brief, git
+and identity, so a checkpoint works out of the box for any agent.
+
+Retention is enforced on every write: routine keeps the newest ``keep_routine`` (3); a
+pre-operation checkpoint lives until its operation completes successfully and is kept if it fails
+(``with store.pre_operation("migrate db"):``); recovery checkpoints are kept
+``recovery_retention_days`` (7); session checkpoints the newest ``keep_session_checkpoints``.
+
+Writes: the file is created with ``atomic_create`` (never overwrites), then the index
+(``index.json``, a cache of what is on disk, rebuilt from the directory when missing or wrong)
+is replaced atomically; one directory fsync covers both. A crash leaves the old or the new
+checkpoint as ``latest``, never a torn one.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import os
+from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING, Any
+
+from phoenix_protocol._clock import iso_from_ms
+from phoenix_protocol._durable import FileLock, atomic_create, atomic_write, ensure_dir, read_bytes
+from phoenix_protocol._errors import (
+    CorruptStateError,
+    SchemaVersionError,
+    UsageError,
+)
+from phoenix_protocol._ids import validate_id
+from phoenix_protocol._jsonio import JSONError, dumps_document, dumps_line, loads
+
+if TYPE_CHECKING:
+    from phoenix_protocol._agent import Agent
+
+__all__ = [
+    "CHECKPOINT_TYPES",
+    "SECTIONS",
+    "Checkpoint",
+    "CheckpointInfo",
+    "CheckpointOwnershipError",
+    "CheckpointStore",
+    "CollectContext",
+    "Operation",
+    "RestoreResult",
+]
+
+SCHEMA_VERSION = 1
+KIND = "phoenix.checkpoint"
+FORMAT_VERSION = "1.0"
+CHECKPOINT_TYPES = ("routine", "pre-operation", "recovery", "session")
+STATE_SECTIONS = ("current_task", "mailbox", "operational_context", "memory")
+"""Seed 003's sections, stored under ``state``."""
+SESSION_SECTIONS = ("context", "recent_memories", "identity_updates", "working_memory")
+"""Seed 002's (PAIF) sections, stored at the top level (``metadata`` is written by the store)."""
+SECTIONS = STATE_SECTIONS + SESSION_SECTIONS
+SUFFIX = ".checkpoint"
+_CHECKSUM_MARK = b'\n  "checksum": "sha256:'
+
+
+class CheckpointOwnershipError(UsageError):
+    """A checkpoint of another agent was asked to be restored (seed 003 refuses it)."""
+
+
+class CheckpointInfo:
+    """What the index knows of a checkpoint, without reading it."""
+
+    __slots__ = ("checkpoint_type", "label", "name", "operation_id", "seq", "size", "timestamp_ms")
+
+    def __init__(
+        self,
+        name: str,
+        seq: int,
+        checkpoint_type: str,
+        timestamp_ms: int,
+        *,
+        label: str | None = None,
+        operation_id: str | None = None,
+        size: int = 0,
+    ) -> None:
+        self.name = name
+        self.seq = seq
+        self.checkpoint_type = checkpoint_type
+        self.timestamp_ms = timestamp_ms
+        self.label = label
+        self.operation_id = operation_id
+        self.size = size
+
+    @property
+    def timestamp(self) -> str:
+        return iso_from_ms(self.timestamp_ms)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "seq": self.seq,
+            "checkpoint_type": self.checkpoint_type,
+            "timestamp": self.timestamp,
+            "timestamp_ms": self.timestamp_ms,
+            "label": self.label,
+            "operation_id": self.operation_id,
+            "size": self.size,
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> CheckpointInfo:
+        return cls(
+            str(data["name"]),
+            int(data["seq"]),
+            str(data["checkpoint_type"]),
+            int(data["timestamp_ms"]),
+            label=data.get("label"),
+            operation_id=data.get("operation_id"),
+            size=int(data.get("size", 0)),
+        )
+
+    def __repr__(self) -> str:
+        return f"CheckpointInfo({self.name!r})"
+
+
+class Checkpoint:
+    """A checkpoint read from disk, checksum and schema verified. ``data`` is the envelope."""
+
+    def __init__(self, path: str, data: dict[str, Any]) -> None:
+        self.path = path
+        self.data = data
+
+    @property
+    def name(self) -> str:
+        return os.path.basename(self.path)
+
+    @property
+    def agent_id(self) -> str:
+        return str(self.data["agent_id"])
+
+    @property
+    def seq(self) -> int:
+        return int(self.data["seq"])
+
+    @property
+    def checkpoint_type(self) -> str:
+        return str(self.data["checkpoint_type"])
+
+    @property
+    def timestamp(self) -> str:
+        return str(self.data["timestamp"])
+
+    @property
+    def summary(self) -> str | None:
+        value = self.data.get("summary")
+        return value if isinstance(value, str) else None
+
+    def section(self, name: str) -> Any:
+        """A section's content: seed 003's under ``state``, the others at the top level,
+        registered custom sections under ``extensions``."""
+        if name in STATE_SECTIONS:
+            return (self.data.get("state") or {}).get(name)
+        if name in SESSION_SECTIONS or name == "metadata":
+            return self.data.get(name)
+        return (self.data.get("extensions") or {}).get(name)
+
+    def info(self) -> CheckpointInfo:
+        op = self.data.get("operation") or {}
+        return CheckpointInfo(
+            self.name,
+            self.seq,
+            self.checkpoint_type,
+            int(self.data["timestamp_ms"]),
+            label=self.data.get("summary"),
+            operation_id=op.get("id") if isinstance(op, dict) else None,
+        )
+
+
+class CollectContext:
+    """What a collector gets: the agent, the checkpoint being built, and the call's arguments."""
+
+    def __init__(self, agent: Agent, checkpoint_type: str, summary: str | None, extra: dict[str, Any]) -> None:
+        self.agent = agent
+        self.checkpoint_type = checkpoint_type
+        self.summary = summary
+        self.extra = extra
+        self._cache: dict[str, Any] = {}
+
+    def cached(self, key: str, compute: Callable[[], Any]) -> Any:
+        """Compute something once per checkpoint (state, ops tail, git) for every collector."""
+        if key not in self._cache:
+            self._cache[key] = compute()
+        return self._cache[key]
+
+
+class RestoreResult:
+    """What a restore did: the checkpoint, and what each restorer reported."""
+
+    def __init__(self, checkpoint: Checkpoint, applied: dict[str, Any], problems: list[str]) -> None:
+        self.checkpoint = checkpoint
+        self.applied = applied
+        self.problems = problems
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"checkpoint": self.checkpoint.name, "applied": self.applied, "problems": self.problems}
+
+
+class Operation:
+    """A risky operation guarded by a pre-operation checkpoint (see ``CheckpointStore.pre_operation``)."""
+
+    def __init__(self, op_id: str, name: str, checkpoint: CheckpointInfo) -> None:
+        self.id = op_id
+        self.name = name
+        self.checkpoint = checkpoint
+
+
+Collector = Callable[[CollectContext], Any]
+Restorer = Callable[[Any, "Agent", bool], Any]
+
+
+def parse_name(name: str) -> tuple[str, int, int, str] | None:
+    """``(agent_id, seq, timestamp_ms, checkpoint_type)`` from a checkpoint file name, or ``None``."""
+    if not name.endswith(SUFFIX):
+        return None
+    stem = name[: -len(SUFFIX)]
+    head, _, ctype = stem.rpartition("_")
+    agent_id, _, stamp = head.rpartition("_")
+    if ctype not in CHECKPOINT_TYPES or not agent_id:
+        return None
+    digits, _, seq = stamp.partition("-")
+    if len(digits) != 17 or not digits.isdigit() or not seq.isdigit():
+        return None
+    import calendar
+    import time
+
+    try:
+        parsed = time.strptime(digits[:14], "%Y%m%d%H%M%S")
+    except ValueError:
+        return None
+    ms = calendar.timegm(parsed) * 1000 + int(digits[14:])
+    return agent_id, int(seq), ms, ctype
+
+
+def make_name(agent_id: str, seq: int, timestamp_ms: int, checkpoint_type: str) -> str:
+    import time
+
+    secs, milli = divmod(timestamp_ms, 1000)
+    stamp = time.strftime("%Y%m%d%H%M%S", time.gmtime(secs)) + f"{milli:03d}"
+    return f"{agent_id}_{stamp}-{seq:08d}_{checkpoint_type}{SUFFIX}"
+
+
+def encode(envelope: dict[str, Any]) -> bytes:
+    """The file bytes for ``envelope``: the document, then a checksum line over every byte before it."""
+    body = dumps_document({k: v for k, v in envelope.items() if k != "checksum"}).encode("ascii")
+    # dumps_document ends with "\n}\n": reopen the object to append the checksum as its last key.
+    head = body[: -len(b"\n}\n")] + b",\n"
+    digest = hashlib.sha256(head).hexdigest()
+    return head + b'  "checksum": "sha256:' + digest.encode() + b'"\n}\n'
+
+
+def decode(data: bytes, path: str) -> dict[str, Any]:
+    """Verify the checksum and the schema version of checkpoint bytes; return the envelope."""
+    mark = data.rfind(_CHECKSUM_MARK)
+    if mark < 0:
+        raise CorruptStateError(f"{path}: no checksum line (torn or not a checkpoint).", path=path)
+    head = data[: mark + 1]
+    digest_start = mark + len(_CHECKSUM_MARK)
+    stored = data[digest_start : digest_start + 64].decode("ascii", "replace")
+    if hashlib.sha256(head).hexdigest() != stored:
+        raise CorruptStateError(f"{path}: checksum mismatch (the file was damaged or edited).", path=path)
+    try:
+        envelope = loads(data)
+    except JSONError as exc:
+        raise CorruptStateError(f"{path}: not valid JSON ({exc}).", path=path) from None
+    if not isinstance(envelope, dict) or envelope.get("kind") != KIND:
+        raise CorruptStateError(f"{path}: not a Phoenix checkpoint.", path=path)
+    version = envelope.get("schema_version")
+    if not isinstance(version, int) or version < 1:
+        raise CorruptStateError(f"{path}: schema_version {version!r} is not a version number.", path=path)
+    if version > SCHEMA_VERSION:
+        raise SchemaVersionError(
+            f"{path} was written by a newer Phoenix (checkpoint schema {version}; this one reads up to "
+            f"{SCHEMA_VERSION}). Upgrade phoenix-protocol to read it.",
+            path=path,
+            found=version,
+            supported=SCHEMA_VERSION,
+        )
+    for key in ("agent_id", "seq", "checkpoint_type", "timestamp_ms"):
+        if key not in envelope:
+            raise CorruptStateError(f"{path}: missing {key!r}.", path=path)
+    return envelope
+
+
+class CheckpointStore:
+    """One agent's checkpoints. Get it as ``agent.checkpoints``."""
+
+    def __init__(self, agent: Agent) -> None:
+        self.agent = agent
+        self.dir = os.path.join(agent.dir, "checkpoints")
+        self.index_path = os.path.join(self.dir, "index.json")
+        self._collectors: dict[str, Collector] = {}
+        self._restorers: dict[str, Restorer] = {}
+        from phoenix_protocol._checkpoint_providers import register_defaults
+
+        register_defaults(self)
+
+    # -- providers ------------------------------------------------------------------------
+
+    def register(self, section: str, collector: Collector | None = None, restorer: Restorer | None = None) -> None:
+        """Register (or replace) the collector and/or restorer of a section.
+
+        ``collector(ctx) -> value`` returns the section's JSON content; ``restorer(value, agent,
+        force) -> report`` applies it and returns what it did (``force`` means overwrite current
+        state). Sections other than the seed's are stored under ``extensions``.
+        """
+        validate_id(section, "section name")
+        if collector is not None:
+            self._collectors[section] = collector
+        if restorer is not None:
+            self._restorers[section] = restorer
+
+    def sections(self) -> list[str]:
+        """Every section with a collector."""
+        return list(self._collectors)
+
+    # -- reading ---------------------------------------------------------------------------
+
+    def lock(self) -> FileLock:
+        self.agent.ensure()
+        ensure_dir(self.dir)
+        return FileLock(self.index_path, self.agent.config.lock_timeout)
+
+    def _scan(self) -> list[CheckpointInfo]:
+        try:
+            names = os.listdir(self.dir)
+        except FileNotFoundError:
+            return []
+        infos = []
+        for name in names:
+            parsed = parse_name(name)
+            if parsed is None or parsed[0] != self.agent.id:
+                continue
+            _agent, seq, ms, ctype = parsed
+            try:
+                size = os.stat(os.path.join(self.dir, name)).st_size
+            except FileNotFoundError:
+                continue
+            infos.append(CheckpointInfo(name, seq, ctype, ms, size=size))
+        infos.sort(key=lambda i: i.seq)
+        return infos
+
+    def _read_index(self) -> tuple[int, list[CheckpointInfo]] | None:
+        data = read_bytes(self.index_path)
+        if data is None:
+            return None
+        try:
+            index = loads(data)
+            entries = [CheckpointInfo.from_dict(e) for e in index["entries"]]
+            return int(index["next_seq"]), entries
+        except (JSONError, KeyError, TypeError, ValueError):
+            return None
+
+    def _write_index(self, next_seq: int, entries: list[CheckpointInfo]) -> None:
+        index = {
+            "kind": "phoenix.checkpoint-index",
+            "schema_version": 1,
+            "agent_id": self.agent.id,
+            "next_seq": next_seq,
+            "entries": [e.as_dict() for e in entries],
+        }
+        atomic_write(self.index_path, dumps_document(index).encode("ascii"))
+
+    def _load_index(self) -> tuple[int, list[CheckpointInfo]]:
+        """The index, or one rebuilt from the directory when it is missing or disagrees with it."""
+        index = self._read_index()
+        if index is not None:
+            next_seq, entries = index
+            if all(os.path.exists(os.path.join(self.dir, e.name)) for e in entries[-1:]):
+                return next_seq, entries
+        scanned = self._scan()
+        next_seq = max([e.seq for e in scanned] + [index[0] - 1 if index else 0]) + 1
+        return next_seq, scanned
+
+    def entries(self, checkpoint_type: str | None = None, *, limit: int | None = None) -> list[CheckpointInfo]:
+        """Checkpoints on disk, newest first (from the index; nothing is read)."""
+        if checkpoint_type is not None and checkpoint_type not in CHECKPOINT_TYPES:
+            raise UsageError(f"checkpoint type must be one of {', '.join(CHECKPOINT_TYPES)}, not {checkpoint_type!r}.")
+        _next, found = self._load_index()
+        out = [e for e in reversed(found) if checkpoint_type is None or e.checkpoint_type == checkpoint_type]
+        return out[:limit] if limit is not None else out
+
+    def path_of(self, name: str) -> str:
+        if os.path.basename(name) != name or parse_name(name) is None:
+            raise UsageError(f"{name!r} is not a checkpoint name (see `phx checkpoint list`).")
+        return os.path.join(self.dir, name)
+
+    def read(self, name: str) -> Checkpoint:
+        """Read and verify one checkpoint by file name."""
+        path = self.path_of(name)
+        data = read_bytes(path)
+        if data is None:
+            raise UsageError(f"no checkpoint {name!r} for agent {self.agent.id!r} (see `phx checkpoint list`).")
+        return Checkpoint(path, decode(data, path))
+
+    def latest(self, checkpoint_type: str | None = None) -> tuple[Checkpoint | None, list[str]]:
+        """The newest valid checkpoint (of a type), and the problems met on the way: torn or
+        corrupt files are reported and skipped, never returned."""
+        problems: list[str] = []
+        for info in self.entries(checkpoint_type):
+            try:
+                return self.read(info.name), problems
+            except (CorruptStateError, SchemaVersionError) as exc:
+                problems.append(str(exc))
+            except UsageError:
+                problems.append(f"{info.name}: listed but gone")
+        return None, problems
+
+    # -- writing ---------------------------------------------------------------------------
+
+    def collect(self, ctx: CollectContext) -> dict[str, Any]:
+        """Run every collector; a failing collector is recorded in the section, not fatal."""
+        out: dict[str, Any] = {}
+        for section, collector in self._collectors.items():
+            try:
+                out[section] = collector(ctx)
+            except Exception as exc:  # noqa: BLE001 - a provider's bug must not cost the checkpoint
+                out[section] = {"error": f"{type(exc).__name__}: {exc}"}
+        return out
+
+    def create(
+        self,
+        checkpoint_type: str = "routine",
+        *,
+        summary: str | None = None,
+        operation: dict[str, Any] | None = None,
+        extra: dict[str, Any] | None = None,
+        now_ms: int | None = None,
+    ) -> CheckpointInfo:
+        """Take a checkpoint now; enforce retention; return what was written."""
+        if checkpoint_type not in CHECKPOINT_TYPES:
+            raise UsageError(f"checkpoint type must be one of {', '.join(CHECKPOINT_TYPES)}, not {checkpoint_type!r}.")
+        clean_summary = None
+        if summary is not None:
+            from phoenix_protocol._redact import redact
+
+            clean_summary = redact(" ".join(summary.split()))[:2000]
+        ctx = CollectContext(self.agent, checkpoint_type, clean_summary, dict(extra or {}))
+        sections = self.collect(ctx)  # outside the lock: collectors may take their time
+        from phoenix_protocol._redact import redact_value
+
+        sections = redact_value(sections)  # type: ignore[assignment]
+        with self.lock():
+            next_seq, entries = self._load_index()
+            ms = self.agent.clock.now_ms() if now_ms is None else now_ms
+            name = make_name(self.agent.id, next_seq, ms, checkpoint_type)
+            envelope: dict[str, Any] = {
+                "kind": KIND,
+                "schema_version": SCHEMA_VERSION,
+                "agent_id": self.agent.id,
+                "seq": next_seq,
+                "timestamp": iso_from_ms(ms),
+                "timestamp_ms": ms,
+                "checkpoint_type": checkpoint_type,
+                "version": FORMAT_VERSION,
+                "summary": clean_summary,
+                "operation": operation,
+                "state": {k: sections.get(k) for k in STATE_SECTIONS},
+                "metadata": self._metadata(ms),
+            }
+            for key in SESSION_SECTIONS:
+                envelope[key] = sections.get(key)
+            envelope["extensions"] = {k: v for k, v in sections.items() if k not in SECTIONS}
+            data = encode(envelope)
+            atomic_create(os.path.join(self.dir, name), data, sync_dir=False)
+            info = CheckpointInfo(
+                name,
+                next_seq,
+                checkpoint_type,
+                ms,
+                label=clean_summary,
+                operation_id=(operation or {}).get("id"),
+                size=len(data),
+            )
+            entries.append(info)
+            keep, drop = self._retain(entries, now_ms=ms)
+            self._write_index(next_seq + 1, keep)  # its directory fsync covers the new file too
+            self._remove(drop)
+        self.agent.record(
+            "checkpoint_created",
+            "ok",
+            {"name": name, "type": checkpoint_type, "seq": next_seq, "size": len(data), "pruned": len(drop)},
+            trusted=True,
+        )
+        self._mark_taken(checkpoint_type, ms)
+        return info
+
+    def _metadata(self, ms: int) -> dict[str, Any]:
+        state = self.agent.state.read_or_none()
+        started = state.session_started_at if state else None
+        duration = None
+        if state and state.session_started_at:
+            from phoenix_protocol._clock import ms_from_iso
+
+            with contextlib.suppress(ValueError):
+                duration = max(0, (ms - ms_from_iso(state.session_started_at)) // 1000)
+        return {
+            "agent_id": self.agent.id,
+            "session_id": state.session_id if state else None,
+            "started_at": started,
+            "ended_at": iso_from_ms(ms),
+            "duration_seconds": duration,
+            "checkpoint_version": FORMAT_VERSION,
+            "host": state.host if state else None,
+        }
+
+    def _mark_taken(self, checkpoint_type: str, ms: int) -> None:
+        """Remember when routine/recovery checkpoints were taken (for ``maybe_checkpoint``)."""
+        if checkpoint_type not in ("routine", "recovery", "session"):
+            return
+        from phoenix_protocol._errors import PhoenixError
+
+        def mutate(state: Any) -> None:
+            state.last_checkpoint_ms = ms
+
+        with contextlib.suppress(PhoenixError):  # a corrupt state.json must not fail the checkpoint
+            self.agent.state.change(mutate)
+
+    def _retain(
+        self, entries: list[CheckpointInfo], *, now_ms: int
+    ) -> tuple[list[CheckpointInfo], list[CheckpointInfo]]:
+        """Split ``entries`` (oldest first) into what the retention policy keeps and drops."""
+        config = self.agent.config
+        completed = self._completed_operations()
+        routine = [e for e in entries if e.checkpoint_type == "routine"]
+        sessions = [e for e in entries if e.checkpoint_type == "session"]
+        horizon = now_ms - int(config.recovery_retention_days * 86_400_000)
+        drop_names = {e.name for e in routine[: max(0, len(routine) - config.keep_routine)]}
+        drop_names |= {e.name for e in sessions[: max(0, len(sessions) - config.keep_session_checkpoints)]}
+        drop_names |= {e.name for e in entries if e.checkpoint_type == "recovery" and e.timestamp_ms < horizon}
+        drop_names |= {e.name for e in entries if e.checkpoint_type == "pre-operation" and e.operation_id in completed}
+        keep = [e for e in entries if e.name not in drop_names]
+        drop = [e for e in entries if e.name in drop_names]
+        return keep, drop
+
+    def _remove(self, drop: list[CheckpointInfo]) -> None:
+        for info in drop:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(os.path.join(self.dir, info.name))
+
+    def prune(self) -> list[CheckpointInfo]:
+        """Enforce retention now (it is also enforced on every write); returns what was removed."""
+        if not os.path.isdir(self.dir):
+            return []
+        with self.lock():
+            next_seq, entries = self._load_index()
+            keep, drop = self._retain(entries, now_ms=self.agent.clock.now_ms())
+            self._write_index(next_seq, keep)
+            self._remove(drop)
+        if drop:
+            self.agent.record("checkpoints_pruned", "ok", {"names": [d.name for d in drop]}, trusted=True)
+        return drop
+
+    # -- operations --------------------------------------------------------------------------
+
+    def _operations_path(self) -> str:
+        return os.path.join(self.dir, "operations.jsonl")
+
+    def _completed_operations(self) -> set[str]:
+        data = read_bytes(self._operations_path())
+        done: set[str] = set()
+        if not data:
+            return done
+        from phoenix_protocol._durable import iter_lines
+
+        for _off, line in iter_lines(data):
+            try:
+                record = loads(line)
+            except JSONError:
+                continue
+            if isinstance(record, dict) and record.get("outcome") == "succeeded":
+                done.add(str(record.get("id")))
+        return done
+
+    def begin_operation(self, name: str) -> Operation:
+        """Take a pre-operation checkpoint for operation ``name``; returns the operation to end."""
+        from phoenix_protocol._redact import redact
+
+        clean = redact(" ".join(name.split()))[:200]
+        if not clean:
+            raise UsageError("an operation needs a name.")
+        ms = self.agent.clock.now_ms()
+        op_id = f"op-{ms}-{os.getpid()}-{self._counter()}"
+        info = self.create("pre-operation", summary=clean, operation={"id": op_id, "name": clean}, now_ms=ms)
+        self.agent.record(
+            "operation_started", "ok", {"id": op_id, "name": clean, "checkpoint": info.name}, trusted=True
+        )
+        return Operation(op_id, clean, info)
+
+    _count = 0
+
+    @classmethod
+    def _counter(cls) -> int:
+        cls._count += 1
+        return cls._count
+
+    def end_operation(self, op_id: str, *, success: bool, error: str | None = None) -> list[CheckpointInfo]:
+        """Record the outcome of an operation. Success releases its pre-operation checkpoint;
+        failure keeps it (and says so). Returns what retention removed."""
+        entries = [e for e in self.entries("pre-operation") if e.operation_id == op_id]
+        if not entries:
+            raise UsageError(f"no open operation {op_id!r} (see `phx checkpoint list --type pre-operation`).")
+        from phoenix_protocol._durable import durable_append
+
+        outcome = "succeeded" if success else "failed"
+        record = {"id": op_id, "outcome": outcome, "at": self.agent.clock.now_iso()}
+        with self.lock():
+            durable_append(self._operations_path(), (dumps_line(record) + "\n").encode("ascii"))
+        meta: dict[str, Any] = {"id": op_id, "checkpoint": entries[0].name}
+        if error:
+            meta["error"] = error[:500]
+        self.agent.record(f"operation_{outcome}", "ok" if success else "warn", meta)
+        return self.prune() if success else []
+
+    @contextlib.contextmanager
+    def pre_operation(self, name: str) -> Iterator[Operation]:
+        """``with store.pre_operation("migrate db"):`` — a checkpoint before, released on success,
+        kept (and reported) when the block raises."""
+        op = self.begin_operation(name)
+        try:
+            yield op
+        except BaseException as exc:
+            self.end_operation(op.id, success=False, error=f"{type(exc).__name__}: {exc}")
+            raise
+        self.end_operation(op.id, success=True)
+
+    # -- restoring ----------------------------------------------------------------------------
+
+    def restore(self, name: str | None = None, *, force: bool = False) -> RestoreResult:
+        """Restore from checkpoint ``name`` (default: the newest valid one).
+
+        Refuses another agent's checkpoint (``CheckpointOwnershipError``), a damaged one
+        (``CorruptStateError``) and a newer one (``SchemaVersionError``). Each section with a
+        restorer is applied; ``force`` lets restorers overwrite current state.
+        """
+        problems: list[str] = []
+        if name is None:
+            checkpoint, problems = self.latest()
+            if checkpoint is None:
+                raise UsageError(
+                    f"agent {self.agent.id!r} has no valid checkpoint to restore"
+                    + (f" ({'; '.join(problems)})" if problems else "")
+                    + "."
+                )
+        else:
+            checkpoint = self.read(name)
+        if checkpoint.agent_id != self.agent.id:
+            raise CheckpointOwnershipError(
+                f"checkpoint {checkpoint.name} belongs to {checkpoint.agent_id}, not {self.agent.id}; "
+                "restoring another agent's checkpoint is refused."
+            )
+        applied: dict[str, Any] = {}
+        for section, restorer in self._restorers.items():
+            value = checkpoint.section(section)
+            if value is None:
+                continue
+            try:
+                applied[section] = restorer(value, self.agent, force)
+            except Exception as exc:  # noqa: BLE001 - a restorer's bug: report, go on with the others
+                problems.append(f"{section}: {type(exc).__name__}: {exc}")
+        self.agent.record(
+            "checkpoint_restored",
+            "warn" if problems else "ok",
+            {"name": checkpoint.name, "type": checkpoint.checkpoint_type, "sections": sorted(applied)},
+            trusted=True,
+        )
+        return RestoreResult(checkpoint, applied, problems)
+
+    # -- time-based ---------------------------------------------------------------------------
+
+    def due(self, now_ms: int | None = None) -> list[str]:
+        """Which time-based checkpoints are due now: ``routine`` after
+        ``checkpoint_interval_minutes`` of work since the last one, ``recovery`` (with a forced
+        refresh) after ``refresh_after_minutes`` of continuous work."""
+        from phoenix_protocol._state import due_checkpoints
+
+        state = self.agent.state.read_or_none()
+        if state is None:
+            return []
+        return due_checkpoints(state, self.agent.config, self.agent.clock.now_ms() if now_ms is None else now_ms)
+
+    def maybe_checkpoint(self, now_ms: int | None = None) -> list[CheckpointInfo]:
+        """Take whatever time-based checkpoint is due (call it from an agent's loop)."""
+        taken = []
+        for kind in self.due(now_ms):
+            if kind == "recovery":
+                taken.append(self.force_refresh("continuous work limit reached", now_ms=now_ms))
+            else:
+                taken.append(self.create("routine", summary="every-interval checkpoint", now_ms=now_ms))
+        return taken
+
+    def force_refresh(self, reason: str, *, now_ms: int | None = None) -> CheckpointInfo:
+        """Seed 003's forced refresh: a recovery checkpoint, an ops event, and a state flag so
+        that the next session starts from a fresh brief."""
+        info = self.create("recovery", summary=f"forced refresh: {reason}", now_ms=now_ms)
+        ms = self.agent.clock.now_ms() if now_ms is None else now_ms
+
+        def mutate(state: Any) -> list[Any]:
+            from phoenix_protocol._state import Transition
+
+            state.refresh_requested = {"at": iso_from_ms(ms), "reason": reason, "checkpoint": info.name}
+            state.work_started_ms = ms  # a new stretch of work starts after the refresh
+            return [Transition("forced_refresh", "warn", {"reason": reason, "checkpoint": info.name})]
+
+        self.agent.state.change(mutate)
+        return info

@@ -1,0 +1,274 @@
+"""``identity.yaml`` (seed 002, PAIF): who an agent is, with a core that does not drift.
+
+::
+
+    immutable:            # name, role, principles, anything the user puts here; never changed by Phoenix
+      name: zero
+      role: release engineer
+      principles: [tests before merge, small commits]
+    mutable:
+      state:
+        current_focus: Port the scheduler to asyncio
+        last_session_at: 2026-02-02T10:00:00.000Z
+      accumulated_experience: 12      # sessions started
+      beliefs: [{subject: asyncio timers drift under load, confidence: 0.7}]
+      skills: [{name: python, level: expert}]
+      relationships: [{entity: reviewer-bot, type: reviewer}]
+
+The immutable section is sealed by a digest stored next to it (``identity.digest``). A write that
+would change it is refused (``IdentityCoreError``), and so is any write while the file's
+immutable section no longer matches the digest (someone edited it by hand): the only way to
+change the core is the explicit, logged ``reset_core`` (``phx identity reset-core``).
+
+The file is rewritten atomically; comment lines at its top are kept, other comments are not.
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import json
+import os
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from phoenix_protocol._durable import FileLock, atomic_write, read_bytes
+from phoenix_protocol._errors import CorruptStateError, OperationError, UsageError
+
+if TYPE_CHECKING:
+    from phoenix_protocol._agent import Agent
+
+__all__ = ["IDENTITY_LISTS", "Identity", "IdentityCoreError", "IdentityStore"]
+
+IDENTITY_LISTS = {
+    "beliefs": ("subject", "confidence"),
+    "skills": ("name", "level"),
+    "relationships": ("entity", "type"),
+}
+"""The mutable lists and the keys of their entries (seed 002)."""
+
+
+class IdentityCoreError(OperationError):
+    """The immutable core would change, or was changed outside Phoenix. ``phx identity reset-core``."""
+
+
+def _default_mutable() -> dict[str, Any]:
+    return {
+        "state": {"current_focus": "", "last_session_at": None},
+        "accumulated_experience": 0,
+        "beliefs": [],
+        "skills": [],
+        "relationships": [],
+    }
+
+
+def digest_of(immutable: Any) -> str:
+    """``sha256:<hex>`` of the immutable section in canonical JSON."""
+    canonical = json.dumps(immutable, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=str)
+    return "sha256:" + hashlib.sha256(canonical.encode("utf-8")).hexdigest()
+
+
+class Identity:
+    """An identity as read: ``immutable`` and ``mutable`` sections (plain dicts)."""
+
+    def __init__(self, immutable: dict[str, Any], mutable: dict[str, Any]) -> None:
+        self.immutable = immutable
+        self.mutable = mutable
+
+    @property
+    def current_focus(self) -> str:
+        return str((self.mutable.get("state") or {}).get("current_focus") or "")
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"immutable": self.immutable, "mutable": self.mutable}
+
+    def copy(self) -> Identity:
+        return Identity(copy.deepcopy(self.immutable), copy.deepcopy(self.mutable))
+
+
+class IdentityStore:
+    """One agent's ``identity.yaml``. Get it as ``agent.identity``."""
+
+    def __init__(self, agent: Agent) -> None:
+        self.agent = agent
+        self.path = os.path.join(agent.dir, "identity.yaml")
+        self.digest_path = os.path.join(agent.dir, "identity.digest")
+
+    def exists(self) -> bool:
+        return os.path.exists(self.path)
+
+    def _parse(self, data: bytes) -> tuple[Identity, list[str]]:
+        import yaml
+
+        header = []
+        for line in data.decode("utf-8", "replace").splitlines():
+            if line.startswith("#"):
+                header.append(line)
+            else:
+                break
+        try:
+            raw = yaml.safe_load(data) or {}
+        except yaml.YAMLError as exc:
+            raise CorruptStateError(f"{self.path} is not valid YAML ({exc}); fix it by hand.", path=self.path) from None
+        if not isinstance(raw, dict):
+            raise CorruptStateError(
+                f"{self.path} must hold a mapping with immutable and mutable sections.", path=self.path
+            )
+        immutable = raw.get("immutable") or {}
+        mutable = raw.get("mutable") or {}
+        if not isinstance(immutable, dict) or not isinstance(mutable, dict):
+            raise CorruptStateError(f"{self.path}: immutable and mutable must be mappings.", path=self.path)
+        merged = _default_mutable()
+        merged.update(mutable)
+        if not isinstance(merged.get("state"), dict):
+            raise CorruptStateError(f"{self.path}: mutable.state must be a mapping.", path=self.path)
+        merged["state"] = {**_default_mutable()["state"], **merged["state"]}
+        for key in IDENTITY_LISTS:
+            if not isinstance(merged.get(key), list):
+                raise CorruptStateError(f"{self.path}: mutable.{key} must be a list.", path=self.path)
+        return Identity(immutable, merged), header
+
+    def _stored_digest(self) -> str | None:
+        data = read_bytes(self.digest_path)
+        return data.decode("ascii", "replace").strip() if data else None
+
+    def read(self) -> Identity:
+        """The identity (a default one, named after the agent, when there is no file yet).
+
+        Raises ``IdentityCoreError`` when the immutable section no longer matches its digest.
+        """
+        data = read_bytes(self.path)
+        if data is None:
+            return Identity({"name": self.agent.id}, _default_mutable())
+        identity, _header = self._parse(data)
+        stored = self._stored_digest()
+        if stored is not None and stored != digest_of(identity.immutable):
+            raise IdentityCoreError(
+                f"the immutable section of {self.path} was changed outside Phoenix (its digest no longer "
+                "matches). Review the change; to accept it run `phx identity reset-core`, otherwise undo it."
+            )
+        return identity
+
+    def _write(self, identity: Identity, header: list[str]) -> None:
+        import yaml
+
+        text = yaml.safe_dump(identity.as_dict(), sort_keys=False, allow_unicode=True, default_flow_style=False)
+        prefix = (
+            "\n".join(header) + "\n"
+            if header
+            else "# Agent identity (Phoenix Protocol). The immutable section is sealed.\n"
+        )
+        self.agent.ensure()
+        atomic_write(self.path, (prefix + text).encode("utf-8"))
+        atomic_write(self.digest_path, (digest_of(identity.immutable) + "\n").encode("ascii"))
+
+    def update(self, mutate: Callable[[Identity], Any]) -> Identity:
+        """Change the mutable section under the lock. ``mutate`` edits the identity in place; if
+        it touched the immutable section, nothing is written and ``IdentityCoreError`` is raised."""
+        self.agent.ensure()
+        with FileLock(self.path, self.agent.config.lock_timeout):
+            data = read_bytes(self.path)
+            header: list[str] = []
+            if data is None:
+                identity = Identity({"name": self.agent.id}, _default_mutable())
+                sealed = False
+            else:
+                identity, header = self._parse(data)
+                stored = self._stored_digest()
+                if stored is not None and stored != digest_of(identity.immutable):
+                    raise IdentityCoreError(
+                        f"the immutable section of {self.path} was changed outside Phoenix; nothing was written. "
+                        "Review it, then `phx identity reset-core` to accept it."
+                    )
+                sealed = stored is not None
+            before = digest_of(identity.immutable)
+            mutate(identity)
+            if digest_of(identity.immutable) != before:
+                raise IdentityCoreError(
+                    "the immutable section of an identity cannot be changed by an update; "
+                    "use `phx identity reset-core` (logged) to change the core."
+                )
+            self._write(identity, header)
+        if not sealed:
+            self.agent.record("identity_sealed", "ok", {"digest": digest_of(identity.immutable)}, trusted=True)
+        return identity
+
+    def set(self, path: str, value: Any) -> Identity:
+        """Set a mutable value by dotted path (``state.current_focus``; a leading ``mutable.`` is
+        optional). Paths under ``immutable`` are refused."""
+        parts = [p for p in path.split(".") if p]
+        if parts[:1] == ["immutable"]:
+            raise IdentityCoreError(
+                f"{path} is in the immutable section; it changes only through `phx identity reset-core`."
+            )
+        if parts[:1] == ["mutable"]:
+            parts = parts[1:]
+        if not parts:
+            raise UsageError("give a path in the mutable section, e.g. state.current_focus.")
+        if parts[0] in IDENTITY_LISTS and len(parts) == 1 and not isinstance(value, list):
+            raise UsageError(f"{parts[0]} is a list: use `phx identity add {parts[0][:-1]} …` to add to it.")
+
+        def mutate(identity: Identity) -> None:
+            node: Any = identity.mutable
+            for key in parts[:-1]:
+                nxt = node.get(key)
+                if nxt is None:
+                    nxt = node[key] = {}
+                if not isinstance(nxt, dict):
+                    raise UsageError(f"{key} in {path} is not a mapping.")
+                node = nxt
+            node[parts[-1]] = value
+
+        identity = self.update(mutate)
+        self.agent.record("identity_updated", "ok", {"path": ".".join(parts)}, trusted=True)
+        return identity
+
+    def add(self, kind: str, entry: dict[str, Any]) -> Identity:
+        """Add (or update, by its first key) a belief, skill or relationship."""
+        key = {"belief": "beliefs", "skill": "skills", "relationship": "relationships"}.get(kind, kind)
+        if key not in IDENTITY_LISTS:
+            raise UsageError(f"kind must be belief, skill or relationship, not {kind!r}.")
+        first, second = IDENTITY_LISTS[key]
+        if not entry.get(first):
+            raise UsageError(f"a {kind} needs a {first}.")
+        if first == "subject" and second in entry:
+            try:
+                confidence = float(entry[second])
+            except (TypeError, ValueError):
+                raise UsageError("confidence must be a number between 0 and 1.") from None
+            if not 0.0 <= confidence <= 1.0:
+                raise UsageError("confidence must be between 0 and 1.")
+            entry = {**entry, second: confidence}
+
+        def mutate(identity: Identity) -> None:
+            items = identity.mutable[key]
+            for i, item in enumerate(items):
+                if isinstance(item, dict) and item.get(first) == entry[first]:
+                    items[i] = {**item, **entry}
+                    return
+            items.append(dict(entry))
+
+        identity = self.update(mutate)
+        self.agent.record("identity_updated", "ok", {"added": key, first: str(entry[first])[:200]})
+        return identity
+
+    def reset_core(self, immutable: dict[str, Any] | None = None) -> Identity:
+        """Change the core on purpose: seal ``immutable`` (default: the section as it now is in
+        the file, e.g. after an edit by hand) with a new digest. Logged with both digests."""
+        self.agent.ensure()
+        with FileLock(self.path, self.agent.config.lock_timeout):
+            data = read_bytes(self.path)
+            header: list[str] = []
+            if data is None:
+                identity = Identity({"name": self.agent.id}, _default_mutable())
+            else:
+                identity, header = self._parse(data)
+            old = self._stored_digest()
+            if immutable is not None:
+                if not isinstance(immutable, dict):
+                    raise UsageError("the immutable section must be a mapping.")
+                identity.immutable = immutable
+            self._write(identity, header)
+        new = digest_of(identity.immutable)
+        self.agent.record("identity_core_reset", "warn", {"old_digest": old, "new_digest": new}, trusted=True)
+        return identity

@@ -1,0 +1,274 @@
+"""Sessions (seed 002, PAIF): restore at session start, checkpoint at session end.
+
+Session start (``begin``), per the seed: load ``identity.yaml``; load the newest valid checkpoint
+and restore from it (working memory and context are handed back to the caller); set
+``mutable.state.last_session_at``; increment ``accumulated_experience``; log it.
+
+Session end (``end``): summarize what was done and what remains, collect the memory ids created in
+the session, the identity updates and the drift checks, the duration; write the session
+checkpoint; update the identity's session stats.
+
+Files, in ``agents/<agent_id>/sessions/``: ``current.json`` (the open session: its id, start, the
+identity as it was at the start, memory ids created so far, the last recall query) and
+``sessions.jsonl`` (a start and an end record per session; ``list_sessions`` pairs them).
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from typing import TYPE_CHECKING, Any
+
+from phoenix_protocol._clock import iso_from_ms, ms_from_iso
+from phoenix_protocol._durable import atomic_write, ensure_dir, read_bytes
+from phoenix_protocol._errors import PhoenixError
+from phoenix_protocol._jsonio import JSONError, dumps_document, loads
+from phoenix_protocol._seqlog import SeqLog
+
+if TYPE_CHECKING:
+    from phoenix_protocol._agent import Agent
+    from phoenix_protocol._checkpoints import Checkpoint, CheckpointInfo, RestoreResult
+    from phoenix_protocol._identity import Identity
+
+__all__ = ["SessionStart", "begin", "end", "identity_updates", "list_sessions", "read_current"]
+
+
+def _dir(agent: Agent) -> str:
+    return os.path.join(agent.dir, "sessions")
+
+
+def _log(agent: Agent) -> SeqLog:
+    return SeqLog(os.path.join(_dir(agent), "sessions.jsonl"), lock_timeout=agent.config.lock_timeout)
+
+
+def read_current(agent: Agent) -> dict[str, Any] | None:
+    """The open session's record, or ``None``."""
+    data = read_bytes(os.path.join(_dir(agent), "current.json"))
+    if not data:
+        return None
+    try:
+        value = loads(data)
+    except JSONError:
+        return None
+    return value if isinstance(value, dict) else None
+
+
+def _write_current(agent: Agent, record: dict[str, Any]) -> None:
+    agent.ensure()
+    ensure_dir(_dir(agent))
+    atomic_write(os.path.join(_dir(agent), "current.json"), dumps_document(record).encode("ascii"))
+
+
+class SessionStart:
+    """What ``begin`` did: the session, the identity, the checkpoint restored from, problems."""
+
+    def __init__(
+        self,
+        session_id: str,
+        started_at: str,
+        identity: Identity | None,
+        checkpoint: Checkpoint | None,
+        restore: RestoreResult | None,
+        problems: list[str],
+    ) -> None:
+        self.session_id = session_id
+        self.started_at = started_at
+        self.identity = identity
+        self.checkpoint = checkpoint
+        self.restore = restore
+        self.problems = problems
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "session_id": self.session_id,
+            "started_at": self.started_at,
+            "identity": self.identity.as_dict() if self.identity else None,
+            "checkpoint": self.checkpoint.name if self.checkpoint else None,
+            "restored": self.restore.applied if self.restore else {},
+            "problems": self.problems,
+        }
+
+
+def begin(
+    agent: Agent,
+    session_id: str | None = None,
+    *,
+    source: str = "startup",
+    restore: bool = True,
+    force: bool = False,
+) -> SessionStart:
+    """Start a session (PAIF restore). Problems (a damaged checkpoint, an identity whose core was
+    edited by hand) are reported in the result and the ops log; the session starts anyway."""
+    from phoenix_protocol._ids import validate_id
+
+    sid = validate_id(session_id, "session id", max_length=128) if session_id else str(uuid.uuid4())
+    ms = agent.clock.now_ms()
+    now = iso_from_ms(ms)
+    problems: list[str] = []
+    identity: Identity | None = None
+    try:
+        identity = agent.identity.read()
+    except PhoenixError as exc:
+        problems.append(str(exc))
+    checkpoint = None
+    result = None
+    if restore:
+        try:
+            result = agent.checkpoints.restore(force=force)
+            checkpoint = result.checkpoint
+            problems += result.problems
+        except PhoenixError as exc:
+            problems.append(str(exc))
+    if identity is not None:
+
+        def stats(ident: Identity) -> None:
+            ident.mutable["state"]["last_session_at"] = now
+            ident.mutable["accumulated_experience"] = int(ident.mutable.get("accumulated_experience") or 0) + 1
+
+        try:
+            identity = agent.identity.update(stats)
+        except PhoenixError as exc:
+            problems.append(str(exc))
+    _write_current(
+        agent,
+        {
+            "session_id": sid,
+            "started_at": now,
+            "started_ms": ms,
+            "source": source,
+            "restored_from": checkpoint.name if checkpoint else None,
+            "identity_at_start": identity.mutable if identity else None,
+            "memory_ids": [],
+            "last_recall_query": None,
+        },
+    )
+    agent.ensure()
+    ensure_dir(_dir(agent))
+    _log(agent).append(
+        {
+            "event": "start",
+            "session_id": sid,
+            "at": now,
+            "source": source,
+            "restored_from": checkpoint.name if checkpoint else None,
+        }
+    )
+    agent.record(
+        "session_restored" if checkpoint else "session_begun",
+        "warn" if problems else "ok",
+        {
+            "session_id": sid,
+            "checkpoint": checkpoint.name if checkpoint else None,
+            "experience": identity.mutable.get("accumulated_experience") if identity else None,
+            "problems": problems[:5],
+        },
+    )
+    return SessionStart(sid, now, identity, checkpoint, result, problems)
+
+
+def identity_updates(agent: Agent, session_events: list[dict[str, Any]]) -> dict[str, Any]:
+    """Beliefs, skills and relationships added or changed since the session started, and the
+    drift checks of the session (``drift_check`` events with ``meta.passed``)."""
+    current = read_current(agent) or {}
+    before = current.get("identity_at_start") or {}
+    try:
+        now = agent.identity.read().mutable
+    except PhoenixError:
+        now = {}
+    out: dict[str, Any] = {}
+    for key, label in (("beliefs", "new_beliefs"), ("skills", "new_skills"), ("relationships", "new_relationships")):
+        old = before.get(key) or [] if isinstance(before, dict) else []
+        out[label] = [item for item in (now.get(key) or []) if item not in old]
+    passed = failed = 0
+    for event in session_events:
+        if event.get("event") == "drift_check":
+            if (event.get("meta") or {}).get("passed"):
+                passed += 1
+            else:
+                failed += 1
+    out["drift_checks"] = {"passed": passed, "failed": failed}
+    return out
+
+
+def end(
+    agent: Agent,
+    session_id: str | None = None,
+    *,
+    summary: str | None = None,
+    git_timeout: float = 1.0,
+) -> CheckpointInfo:
+    """End a session (PAIF checkpoint): the session checkpoint, the end record, identity stats."""
+    current = read_current(agent) or {}
+    state = agent.state.read_or_none()
+    sid = session_id or current.get("session_id") or (state.session_id if state else None) or "unknown"
+    if summary is None and state is not None:
+        done = state.last_output or state.current_task or "no task recorded"
+        remaining = len(state.open_loops) + len(state.next_actions)
+        summary = f"{done} ({remaining} open item{'s' if remaining != 1 else ''} remain)"
+    info = agent.checkpoints.create("session", summary=summary, extra={"git_timeout": git_timeout})
+    ms = info.timestamp_ms
+    started = current.get("started_at") if current.get("session_id") == sid else None
+    if started is None and state is not None and state.session_id == sid:
+        started = state.session_started_at
+    duration = None
+    if isinstance(started, str):
+        try:
+            duration = max(0, (ms - ms_from_iso(started)) // 1000)
+        except ValueError:
+            duration = None
+    _log(agent).append(
+        {
+            "event": "end",
+            "session_id": sid,
+            "at": iso_from_ms(ms),
+            "duration_seconds": duration,
+            "checkpoint": info.name,
+            "summary": info.label,
+        }
+    )
+
+    def stats(ident: Identity) -> None:
+        ident.mutable["state"]["last_session_at"] = iso_from_ms(ms)
+
+    try:
+        if agent.identity.exists():
+            agent.identity.update(stats)
+    except PhoenixError as exc:
+        agent.record("identity_not_updated", "warn", {"error": str(exc)[:300]})
+    agent.record(
+        "session_checkpointed", "ok", {"session_id": sid, "checkpoint": info.name, "duration_seconds": duration}
+    )
+    return info
+
+
+def list_sessions(agent: Agent) -> list[dict[str, Any]]:
+    """Every session, oldest first: id, start, end, duration, checkpoint, summary."""
+    records, _problems = _log(agent).read()
+    sessions: dict[str, dict[str, Any]] = {}
+    order: list[str] = []
+    for record in records:
+        sid = str(record.get("session_id"))
+        if record.get("event") == "start":
+            if sid not in sessions:
+                order.append(sid)
+            sessions[sid] = {
+                "session_id": sid,
+                "started_at": record.get("at"),
+                "ended_at": None,
+                "duration_seconds": None,
+                "checkpoint": None,
+                "summary": None,
+                "restored_from": record.get("restored_from"),
+            }
+        elif record.get("event") == "end":
+            entry = sessions.get(sid)
+            if entry is None:
+                order.append(sid)
+                entry = sessions[sid] = {"session_id": sid, "started_at": None, "restored_from": None}
+            entry.update(
+                ended_at=record.get("at"),
+                duration_seconds=record.get("duration_seconds"),
+                checkpoint=record.get("checkpoint"),
+                summary=record.get("summary"),
+            )
+    return [sessions[s] for s in order]

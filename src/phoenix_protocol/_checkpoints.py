@@ -47,6 +47,7 @@ from phoenix_protocol._clock import iso_from_ms
 from phoenix_protocol._durable import FileLock, atomic_create, atomic_write, ensure_dir, read_bytes
 from phoenix_protocol._errors import (
     CorruptStateError,
+    RefusedError,
     SchemaVersionError,
     UsageError,
 )
@@ -81,7 +82,7 @@ SUFFIX = ".checkpoint"
 _CHECKSUM_MARK = b'\n  "checksum": "sha256:'
 
 
-class CheckpointOwnershipError(UsageError):
+class CheckpointOwnershipError(RefusedError):
     """A checkpoint of another agent was asked to be restored (seed 003 refuses it)."""
 
 

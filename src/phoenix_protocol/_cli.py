@@ -30,8 +30,8 @@ from phoenix_protocol._agent import Agent
 from phoenix_protocol._errors import (
     CorruptStateError,
     PhoenixError,
+    RefusedError,
     SchemaVersionError,
-    StatusRefusedError,
     UsageError,
 )
 from phoenix_protocol._home import Home
@@ -45,7 +45,8 @@ EXIT_CODES = {
     EXIT_FAILED: "the operation failed (I/O error, lock timeout, ...)",
     EXIT_USAGE: "usage error or bad input; nothing was changed",
     EXIT_DATA: "a state file is corrupt or from a newer Phoenix: run `phx doctor` or upgrade",
-    EXIT_REFUSED: "status change refused by precedence (watchdog > hook > model); --force overrides",
+    EXIT_REFUSED: "refused on purpose: status precedence (watchdog > hook > model; --force overrides), "
+    "a sealed identity core, another agent's checkpoint",
 }
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -61,7 +62,7 @@ def _exit_code_for(exc: PhoenixError) -> int:
         return EXIT_USAGE
     if isinstance(exc, (CorruptStateError, SchemaVersionError)):
         return EXIT_DATA
-    if isinstance(exc, StatusRefusedError):
+    if isinstance(exc, RefusedError):
         return EXIT_REFUSED
     return EXIT_FAILED
 
@@ -673,3 +674,7 @@ def cli(argv: list[str] | None = None) -> int:
         click.echo(f"error: {exc.format_message()}", err=True)
         return exc.exit_code
     return EXIT_OK
+
+
+# The commands of seeds 003 and 002 live in their own module; importing it registers them.
+from phoenix_protocol import _cli_sessions  # noqa: E402, F401

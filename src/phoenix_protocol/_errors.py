@@ -11,7 +11,10 @@ Every error the library raises on purpose is a ``PhoenixError``::
         │   └── LockTimeoutError  another process held the lock for too long
         ├── CorruptStateError   a file exists but cannot be parsed; run ``phx doctor``
         ├── SchemaVersionError  a record written by a newer Phoenix than this one
-        └── StatusRefusedError  a status write refused by the precedence watchdog > hook > model
+        └── RefusedError        a request Phoenix declines on purpose, and why
+            ├── StatusRefusedError        precedence watchdog > hook > model
+            ├── IdentityCoreError         the sealed immutable core of an identity (_identity)
+            └── CheckpointOwnershipError  another agent's checkpoint (_checkpoints)
 
 Messages say what happened and what to do next, in one line.
 
@@ -27,6 +30,7 @@ __all__ = [
     "LockTimeoutError",
     "OperationError",
     "PhoenixError",
+    "RefusedError",
     "SchemaVersionError",
     "StatusRefusedError",
     "StorageError",
@@ -87,7 +91,11 @@ class SchemaVersionError(OperationError):
         self.supported = supported
 
 
-class StatusRefusedError(OperationError):
+class RefusedError(OperationError):
+    """Phoenix declined the request on purpose (precedence, a sealed core, ownership); nothing changed."""
+
+
+class StatusRefusedError(RefusedError):
     """A status change refused because a higher-precedence source set the current status.
 
     Precedence is watchdog > hook > model: a verdict about a session (the watchdog judging its

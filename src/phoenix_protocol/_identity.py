@@ -33,7 +33,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from phoenix_protocol._durable import FileLock, atomic_write, read_bytes
-from phoenix_protocol._errors import CorruptStateError, OperationError, UsageError
+from phoenix_protocol._errors import CorruptStateError, RefusedError, UsageError
 
 if TYPE_CHECKING:
     from phoenix_protocol._agent import Agent
@@ -48,7 +48,7 @@ IDENTITY_LISTS = {
 """The mutable lists and the keys of their entries (seed 002)."""
 
 
-class IdentityCoreError(OperationError):
+class IdentityCoreError(RefusedError):
     """The immutable core would change, or was changed outside Phoenix. ``phx identity reset-core``."""
 
 

@@ -1,0 +1,369 @@
+"""``phx checkpoint``, ``phx restore``, ``phx sessions``, ``phx identity``: the CLI of seeds 003 and 002.
+
+Registered on the ``phx`` group by ``_cli``; same conventions (``--agent``, ``--home``, ``--json``,
+exit codes).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import click
+
+from phoenix_protocol._agent import Agent
+from phoenix_protocol._checkpoints import CHECKPOINT_TYPES, Checkpoint, CheckpointInfo
+from phoenix_protocol._cli import Output, common, main_group
+from phoenix_protocol._errors import UsageError
+
+__all__: list[str] = []
+
+
+def _info_table(out: Output, infos: list[CheckpointInfo]) -> None:
+    from rich.markup import escape
+    from rich.table import Table
+
+    table = Table(box=None, padding=(0, 1), header_style="bold")
+    table.add_column("name", no_wrap=True)
+    table.add_column("size", justify="right", no_wrap=True)
+    table.add_column("summary", overflow="fold")
+    for info in infos:
+        table.add_row(escape(info.name), f"{info.size / 1024:.1f} KB", escape(info.label or ""))
+    out.console.print(table)
+    if not infos:
+        out.console.print("(no checkpoints)")
+
+
+def _show_checkpoint(out: Output, agent: Agent, checkpoint: Checkpoint, problems: list[str]) -> None:
+    if out.as_json:
+        out.json({"agent": agent.id, "path": checkpoint.path, "checkpoint": checkpoint.data, "problems": problems})
+        return
+    import json
+
+    from rich.markup import escape
+
+    for problem in problems:
+        out.console.print(f"[yellow]skipped:[/] {escape(problem)}")
+    out.console.print(
+        f"[bold]{escape(checkpoint.name)}[/] ({checkpoint.checkpoint_type}, {checkpoint.timestamp}, checksum ok)"
+    )
+    if checkpoint.summary:
+        out.console.print(f"summary: {escape(checkpoint.summary)}")
+    task = checkpoint.section("current_task") or {}
+    out.console.print(
+        f"task: {escape(str((task.get('context') or {}).get('description') or '-'))} [{task.get('status')}]"
+    )
+    context = checkpoint.section("context") or {}
+    for item in context.get("pending_items") or []:
+        out.console.print(f"pending: {escape(str(item))}")
+    working = checkpoint.section("working_memory") or {}
+    if working.get("context_stack"):
+        out.console.print("context stack: " + escape(" > ".join(map(str, working["context_stack"]))))
+    updates = checkpoint.section("identity_updates") or {}
+    if updates:
+        out.console.print("identity updates: " + escape(json.dumps(updates, ensure_ascii=False)))
+
+
+@main_group.group("checkpoint", invoke_without_command=True)
+@click.option("--summary", help="What was done and what remains (stored with the checkpoint).")
+@click.option("--type", "checkpoint_type", type=click.Choice(CHECKPOINT_TYPES), default="session", show_default=True)
+@common
+@click.pass_context
+def checkpoint_group(ctx: click.Context, agent: Agent, out: Output, summary: str | None, checkpoint_type: str) -> None:
+    """Take a checkpoint (default: a session checkpoint, as seed 002's `checkpoint --summary`).
+
+    Example: phx checkpoint --agent zero --summary "Implemented namespace isolation"
+    """
+    if ctx.invoked_subcommand is not None:
+        return
+    if checkpoint_type == "session":
+        from phoenix_protocol._sessions import end
+
+        info = end(agent, summary=summary)
+    else:
+        info = agent.checkpoints.create(checkpoint_type, summary=summary)
+    if out.as_json:
+        out.json({"agent": agent.id, "checkpoint": info.as_dict()})
+    else:
+        from rich.markup import escape
+
+        out.console.print(f"[green]checkpoint[/] {escape(info.name)} ({info.size / 1024:.1f} KB)")
+
+
+@checkpoint_group.command("list")
+@click.option("--type", "checkpoint_type", type=click.Choice(CHECKPOINT_TYPES), help="Only this type.")
+@click.option("--limit", type=click.IntRange(min=1), help="At most N, newest first.")
+@common
+def checkpoint_list(agent: Agent, out: Output, checkpoint_type: str | None, limit: int | None) -> None:
+    """List checkpoints, newest first (from the index; nothing is read).
+
+    Example: phx checkpoint list --type routine --json
+    """
+    infos = agent.checkpoints.entries(checkpoint_type, limit=limit)
+    if out.as_json:
+        out.json({"agent": agent.id, "checkpoints": [i.as_dict() for i in infos]})
+    else:
+        _info_table(out, infos)
+
+
+@checkpoint_group.command("show")
+@click.argument("name")
+@common
+def checkpoint_show(agent: Agent, out: Output, name: str) -> None:
+    """Show one checkpoint (checksum verified); NAME may be `latest`.
+
+    Example: phx checkpoint show latest
+    """
+    problems: list[str] = []
+    if name == "latest":
+        checkpoint, problems = agent.checkpoints.latest()
+        if checkpoint is None:
+            raise UsageError(
+                f"agent {agent.id!r} has no valid checkpoint" + (f" ({'; '.join(problems)})" if problems else ".")
+            )
+    else:
+        checkpoint = agent.checkpoints.read(name)
+    _show_checkpoint(out, agent, checkpoint, problems)
+
+
+@checkpoint_group.command("latest")
+@click.option("--type", "checkpoint_type", type=click.Choice(CHECKPOINT_TYPES), help="The newest of this type.")
+@common
+def checkpoint_latest(agent: Agent, out: Output, checkpoint_type: str | None) -> None:
+    """The newest valid checkpoint; damaged ones are reported and skipped.
+
+    Example: phx checkpoint latest --type session
+    """
+    checkpoint, problems = agent.checkpoints.latest(checkpoint_type)
+    if checkpoint is None:
+        raise UsageError(
+            f"agent {agent.id!r} has no valid checkpoint" + (f" ({'; '.join(problems)})" if problems else ".")
+        )
+    _show_checkpoint(out, agent, checkpoint, problems)
+
+
+@checkpoint_group.command("prune")
+@common
+def checkpoint_prune(agent: Agent, out: Output) -> None:
+    """Enforce the retention policy now (it is also enforced on every write).
+
+    Example: phx checkpoint prune
+    """
+    dropped = agent.checkpoints.prune()
+    if out.as_json:
+        out.json({"agent": agent.id, "removed": [d.as_dict() for d in dropped]})
+    else:
+        out.console.print(f"removed {len(dropped)} checkpoint(s)")
+
+
+@checkpoint_group.command("begin-op")
+@click.argument("operation")
+@common
+def checkpoint_begin_op(agent: Agent, out: Output, operation: str) -> None:
+    """Take a pre-operation checkpoint before a risky OPERATION; prints the operation id.
+
+    Example: phx checkpoint begin-op "migrate db"
+    """
+    op = agent.checkpoints.begin_operation(operation)
+    if out.as_json:
+        out.json(
+            {"agent": agent.id, "operation": {"id": op.id, "name": op.name}, "checkpoint": op.checkpoint.as_dict()}
+        )
+    else:
+        from rich.markup import escape
+
+        out.console.print(f"pre-operation checkpoint {escape(op.checkpoint.name)}")
+        out.console.print(op.id)
+
+
+@checkpoint_group.command("end-op")
+@click.argument("operation_id")
+@click.option("--failed", is_flag=True, help="The operation failed: keep its checkpoint.")
+@click.option("--error", "error", help="What went wrong (with --failed).")
+@common
+def checkpoint_end_op(agent: Agent, out: Output, operation_id: str, failed: bool, error: str | None) -> None:
+    """End an operation: success releases its checkpoint, --failed keeps it.
+
+    Example: phx checkpoint end-op op-1767225600000-4242-1
+    """
+    removed = agent.checkpoints.end_operation(operation_id, success=not failed, error=error)
+    if out.as_json:
+        out.json(
+            {
+                "agent": agent.id,
+                "operation": operation_id,
+                "succeeded": not failed,
+                "removed": [r.name for r in removed],
+            }
+        )
+    else:
+        out.console.print(
+            "operation succeeded; checkpoint released" if not failed else "operation failed; checkpoint kept"
+        )
+
+
+@main_group.command("restore")
+@click.option(
+    "--checkpoint", "name", metavar="NAME", help="Restore from this checkpoint (default: the newest valid one)."
+)
+@click.option("--force", is_flag=True, help="Overwrite the current task and notes with the checkpoint's.")
+@click.option("--session", metavar="ID", help="Session id (default: a new one).")
+@common
+def restore_command(agent: Agent, out: Output, name: str | None, force: bool, session: str | None) -> None:
+    """Start a session from the newest checkpoint (seed 002's restore): identity, context, working memory.
+
+    Example: phx restore --agent zero
+    """
+    from phoenix_protocol._sessions import begin
+
+    if name is not None:
+        result = agent.checkpoints.restore(name, force=force)  # validates ownership, checksum, version first
+    started = begin(agent, session, source="restore", restore=name is None, force=force)
+    checkpoint = result.checkpoint if name is not None else started.checkpoint
+    data = started.as_dict()
+    if name is not None:
+        data["checkpoint"] = result.checkpoint.name
+        data["restored"] = result.applied
+        data["problems"] = result.problems + started.problems
+    if out.as_json:
+        out.json({"agent": agent.id, **data})
+        return
+    from rich.markup import escape
+
+    out.console.print(f"session {escape(started.session_id)} started {started.started_at}")
+    if checkpoint is not None:
+        _show_checkpoint(out, agent, checkpoint, [])
+    else:
+        out.console.print("no checkpoint to restore from")
+    for problem in data["problems"]:
+        out.console.print(f"[yellow]problem:[/] {escape(problem)}")
+
+
+@main_group.command("sessions")
+@common
+def sessions_command(agent: Agent, out: Output) -> None:
+    """List the agent's sessions with start, end and duration.
+
+    Example: phx sessions --agent zero
+    """
+    from phoenix_protocol._sessions import list_sessions
+
+    sessions = list_sessions(agent)
+    if out.as_json:
+        out.json({"agent": agent.id, "sessions": sessions})
+        return
+    from rich.markup import escape
+    from rich.table import Table
+
+    table = Table(box=None, padding=(0, 1), header_style="bold")
+    for column in ("session", "started", "ended", "duration"):
+        table.add_column(column, no_wrap=True)
+    table.add_column("summary", overflow="fold")
+    for s in sessions:
+        duration = s.get("duration_seconds")
+        table.add_row(
+            escape(str(s["session_id"])),
+            str(s.get("started_at") or "?")[:19].replace("T", " "),
+            str(s.get("ended_at") or "open")[:19].replace("T", " "),
+            f"{duration // 60}m{duration % 60:02d}s" if isinstance(duration, int) else "-",
+            escape(str(s.get("summary") or "")),
+        )
+    out.console.print(table)
+    if not sessions:
+        out.console.print("(no sessions yet)")
+
+
+@main_group.group("identity")
+def identity_group() -> None:
+    """The agent's identity.yaml: a sealed immutable core and a mutable section.
+
+    Example: phx identity show --agent zero
+    """
+
+
+def _print_identity(out: Output, agent: Agent, identity: Any) -> None:
+    if out.as_json:
+        out.json({"agent": agent.id, "path": agent.identity.path, "identity": identity.as_dict()})
+        return
+    import yaml
+    from rich.markup import escape
+
+    out.console.print(escape(yaml.safe_dump(identity.as_dict(), sort_keys=False, allow_unicode=True)))
+
+
+@identity_group.command("show")
+@common
+def identity_show(agent: Agent, out: Output) -> None:
+    """Show identity.yaml (refused if its core was edited by hand).
+
+    Example: phx identity show --json
+    """
+    _print_identity(out, agent, agent.identity.read())
+
+
+def _parse_value(raw: str) -> Any:
+    import yaml
+
+    try:
+        return yaml.safe_load(raw)
+    except yaml.YAMLError:
+        return raw
+
+
+@identity_group.command("set")
+@click.argument("path")
+@click.argument("value")
+@common
+def identity_set(agent: Agent, out: Output, path: str, value: str) -> None:
+    """Set a value in the mutable section (VALUE is read as YAML); the core is refused.
+
+    Example: phx identity set state.current_focus "Port the scheduler"
+    """
+    _print_identity(out, agent, agent.identity.set(path, _parse_value(value)))
+
+
+@identity_group.command("add")
+@click.argument("kind", type=click.Choice(["belief", "skill", "relationship"]))
+@click.argument("name")
+@click.option("--confidence", type=float, help="For a belief: 0 to 1.")
+@click.option("--level", help="For a skill.")
+@click.option("--type", "relation", help="For a relationship.")
+@common
+def identity_add(
+    agent: Agent, out: Output, kind: str, name: str, confidence: float | None, level: str | None, relation: str | None
+) -> None:
+    """Add (or update) a belief, skill or relationship.
+
+    Example: phx identity add belief "asyncio timers drift under load" --confidence 0.7
+    """
+    if kind == "belief":
+        entry: dict[str, Any] = {"subject": name, "confidence": 0.5 if confidence is None else confidence}
+    elif kind == "skill":
+        entry = {"name": name, "level": level or "familiar"}
+    else:
+        entry = {"entity": name, "type": relation or "peer"}
+    _print_identity(out, agent, agent.identity.add(kind, entry))
+
+
+@identity_group.command("reset-core")
+@click.option(
+    "--from-file",
+    "from_file",
+    type=click.Path(exists=True, dir_okay=False),
+    help="YAML with the new immutable section.",
+)
+@common
+def identity_reset_core(agent: Agent, out: Output, from_file: str | None) -> None:
+    """Change the immutable core on purpose (logged): seal the core as it now is in the file,
+    or as given by --from-file.
+
+    Example: phx identity reset-core
+    """
+    immutable = None
+    if from_file is not None:
+        import yaml
+
+        with open(from_file, encoding="utf-8") as fh:
+            immutable = yaml.safe_load(fh)
+        if isinstance(immutable, dict) and "immutable" in immutable:
+            immutable = immutable["immutable"]
+    _print_identity(out, agent, agent.identity.reset_core(immutable))

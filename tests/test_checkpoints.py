@@ -1,0 +1,181 @@
+"""Checkpoints: naming, envelope, providers, restore, time-based checkpoints, forced refresh."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from phoenix_protocol._agent import Agent
+from phoenix_protocol._checkpoints import SECTIONS, CollectContext, decode, parse_name
+from phoenix_protocol._clock import ManualClock
+from phoenix_protocol._errors import UsageError
+from phoenix_protocol._home import Home
+
+
+def _working(agent: Agent) -> None:
+    agent.state.start_session("s1")
+    agent.state.set_status("working", "Port the scheduler to asyncio", session_id="s1")
+    agent.state.add_note("open_loop", "Timer drift under load")
+    agent.state.add_note("next_action", "Benchmark with 1k timers")
+
+
+def test_names_follow_the_seed_and_stay_unique_within_a_second(agent: Agent) -> None:
+    names = [agent.checkpoints.create("routine").name for _ in range(3)]  # ManualClock: the same millisecond
+    assert len(set(names)) == 3
+    for name in names:
+        parsed = parse_name(name)
+        assert parsed is not None and parsed[0] == "tester" and parsed[3] == "routine"
+        assert name.startswith("tester_20260101000000000-") and name.endswith("_routine.checkpoint")
+
+
+def test_envelope_has_every_seed_section_and_a_verified_checksum(agent: Agent) -> None:
+    _working(agent)
+    info = agent.checkpoints.create("recovery", summary="before the rewrite")
+    path = Path(agent.checkpoints.dir, info.name)
+    data = decode(path.read_bytes(), str(path))
+    for key in ("agent_id", "timestamp", "checkpoint_type", "version", "state", "checksum", "metadata"):
+        assert key in data
+    assert (data["agent_id"], data["checkpoint_type"], data["version"]) == ("tester", "recovery", "1.0")
+    assert set(data["state"]) == {"current_task", "mailbox", "operational_context", "memory"}
+    task = data["state"]["current_task"]
+    assert set(task) == {"id", "status", "progress_percentage", "context"} and task["status"] == "in_progress"
+    assert set(data["state"]["mailbox"]) == {"last_processed_id", "pending_count"}
+    assert set(data["state"]["operational_context"]) == {"goals", "constraints", "decisions"}
+    assert set(data["state"]["memory"]) == {"short_term", "session"}
+    assert data["context"]["pending_items"] == ["Timer drift under load", "Benchmark with 1k timers"]
+    assert data["context"]["conversation_summary"] == "before the rewrite"
+    assert set(data["recent_memories"]) == {"memory_ids", "last_recall_query"}
+    assert set(data["identity_updates"]) >= {"new_beliefs", "new_skills", "new_relationships", "drift_checks"}
+    assert set(data["working_memory"]) == {"scratchpad", "open_files", "context_stack"}
+    assert data["metadata"]["session_id"] == "s1" and data["metadata"]["checkpoint_version"] == "1.0"
+    assert data["extensions"]["phoenix_state"]["current_task"] == "Port the scheduler to asyncio"
+    assert data["checksum"].startswith("sha256:")
+    assert os.stat(path).st_mode & 0o777 == 0o600
+
+
+def test_custom_provider_collects_and_restores(agent: Agent) -> None:
+    restored: list[Any] = []
+    agent.checkpoints.register(
+        "planner", lambda ctx: {"queue": [1, 2, 3]}, lambda value, a, force: restored.append(value)
+    )
+    agent.checkpoints.create("routine")
+    result = agent.checkpoints.restore()
+    assert restored == [{"queue": [1, 2, 3]}]
+    assert "planner" in result.applied
+    assert set(SECTIONS) <= set(agent.checkpoints.sections())
+
+
+def test_a_failing_collector_does_not_cost_the_checkpoint(agent: Agent) -> None:
+    def broken(ctx: CollectContext) -> Any:
+        raise RuntimeError("provider bug")
+
+    agent.checkpoints.register("fragile", broken)
+    info = agent.checkpoints.create("routine")
+    checkpoint = agent.checkpoints.read(info.name)
+    assert checkpoint.section("fragile") == {"error": "RuntimeError: provider bug"}
+
+
+def test_restore_fills_an_empty_state_and_force_overwrites(agent: Agent, home: Home, clock: ManualClock) -> None:
+    _working(agent)
+    info = agent.checkpoints.create("routine")
+    os.unlink(agent.state.path)
+    result = agent.checkpoints.restore(info.name)
+    state = agent.state.read()
+    assert state.current_task == "Port the scheduler to asyncio"
+    assert [n["text"] for n in state.next_actions] == ["Benchmark with 1k timers"]
+    assert set(result.applied["phoenix_state"]["restored"]) >= {"current_task", "open_loops", "next_actions"}
+    agent.state.set_status("working", "Something else")
+    agent.checkpoints.restore(info.name)
+    assert agent.state.read().current_task == "Something else"  # not overwritten without force
+    agent.checkpoints.restore(info.name, force=True)
+    assert agent.state.read().current_task == "Port the scheduler to asyncio"
+
+
+def test_secrets_are_redacted_in_checkpoints(agent: Agent) -> None:
+    agent.checkpoints.register("env", lambda ctx: {"line": "export OPENAI_API_KEY=sk-proj-" + "Ab1Cd2Ef3" * 6})
+    info = agent.checkpoints.create("routine", summary="deploy with password=Hunter2Secret!")
+    text = Path(agent.checkpoints.dir, info.name).read_text()
+    assert "Ab1Cd2Ef3Ab1Cd2Ef3" not in text and "Hunter2Secret" not in text
+
+
+def test_bad_type_and_name_are_usage_errors(agent: Agent) -> None:
+    with pytest.raises(UsageError):
+        agent.checkpoints.create("hourly")
+    with pytest.raises(UsageError):
+        agent.checkpoints.read("../state.json")
+    with pytest.raises(UsageError, match="no valid checkpoint"):
+        agent.checkpoints.restore()
+
+
+def test_index_is_rebuilt_when_lost(agent: Agent) -> None:
+    names = [agent.checkpoints.create("session").name for _ in range(3)]
+    os.unlink(agent.checkpoints.index_path)
+    assert [e.name for e in agent.checkpoints.entries()] == names[::-1]
+    assert agent.checkpoints.create("session").seq == 4
+
+
+# -- time-based checkpoints -------------------------------------------------------------------
+
+
+def test_routine_every_30_minutes_of_work(agent: Agent, clock: ManualClock) -> None:
+    _working(agent)
+    assert agent.checkpoints.maybe_checkpoint() == []
+    clock.advance(29 * 60)
+    assert agent.checkpoints.maybe_checkpoint() == []
+    clock.advance(60)
+    taken = agent.checkpoints.maybe_checkpoint()
+    assert [t.checkpoint_type for t in taken] == ["routine"]
+    assert agent.checkpoints.maybe_checkpoint() == []  # the clock restarts at the checkpoint
+    clock.advance(30 * 60)
+    assert [t.checkpoint_type for t in agent.checkpoints.maybe_checkpoint()] == ["routine"]
+
+
+def test_no_time_based_checkpoint_while_idle(agent: Agent, clock: ManualClock) -> None:
+    _working(agent)
+    agent.state.set_status("idle", "done")
+    clock.advance(3 * 3600)
+    assert agent.checkpoints.maybe_checkpoint() == []
+
+
+def test_two_hours_of_work_force_a_refresh(agent: Agent, clock: ManualClock) -> None:
+    _working(agent)
+    for _ in range(4):
+        clock.advance(30 * 60)
+        agent.checkpoints.maybe_checkpoint()
+    types = [e.checkpoint_type for e in agent.checkpoints.entries()]
+    assert types[0] == "recovery"
+    state = agent.state.read()
+    assert state.refresh_requested is not None and state.refresh_requested["checkpoint"].endswith(
+        "_recovery.checkpoint"
+    )
+    events, _ = agent.ops.read()
+    assert any(e["event"] == "forced_refresh" and e["status"] == "warn" for e in events)
+    # The next session is the refresh: it clears the flag and restarts the work clock.
+    before, after = agent.state.start_session("s2")
+    assert before.refresh_requested is not None and after.refresh_requested is None
+    assert after.work_started_ms == clock.now_ms()
+
+
+def test_intervals_are_configurable(home: Home, clock: ManualClock) -> None:
+    agent = Agent.open("fast", home=home, clock=clock, config_overrides={"checkpoint_interval_minutes": 5})
+    _working(agent)
+    clock.advance(5 * 60)
+    assert [t.checkpoint_type for t in agent.checkpoints.maybe_checkpoint()] == ["routine"]
+
+
+def test_paif_config_table(tmp_path: Path, clock: ManualClock) -> None:
+    home = tmp_path / ".phoenix"
+    home.mkdir()
+    (home / "phoenix.toml").write_text(
+        '[paif_config]\nagent_id = "zero"\n[paif_config.session_protocol]\n'
+        "checkpoint_on_exit = false\nrestore_on_start = false\ncheckpoint_interval_minutes = 10\n"
+    )
+    agent = Agent.open(home=Home(str(home)), clock=clock, env={})
+    assert agent.id == "zero"
+    assert (agent.config.checkpoint_on_exit, agent.config.restore_on_start) == (False, False)
+    assert agent.config.checkpoint_interval_minutes == 10
+    assert json.loads(json.dumps(agent.config.as_dict()))["agent_id"] == "zero"

@@ -1,0 +1,130 @@
+"""Hooks and checkpoints: PreCompact and SessionEnd take one, SessionStart restores, the
+heartbeat claims time-based ones and takes them off the hot path, forced refresh."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from phoenix_protocol._agent import Agent
+from phoenix_protocol._hooks import run
+from phoenix_protocol._home import Home
+
+
+def _payload(project: Path, event: str, session: str = "sess-1", **extra: Any) -> bytes:
+    body = {
+        "session_id": session,
+        "transcript_path": "/dev/null",
+        "cwd": str(project),
+        "hook_event_name": event,
+        **extra,
+    }
+    return json.dumps(body).encode()
+
+
+def _agent(project: Path) -> Agent:
+    return Agent.open("default", home=Home(str(project / ".phoenix")))
+
+
+def _types(project: Path) -> list[str]:
+    return [e.checkpoint_type for e in _agent(project).checkpoints.entries()]
+
+
+def _context(out: str) -> str:
+    return str(json.loads(out)["hookSpecificOutput"]["additionalContext"])
+
+
+def test_pre_compact_and_session_end_take_checkpoints(project: Path) -> None:
+    run(["session-start"], _payload(project, "SessionStart", source="startup"))
+    _agent(project).state.set_status("working", "Write the parser", session_id="sess-1")
+    assert run(["pre-compact"], _payload(project, "PreCompact", trigger="auto")) == (0, "", "")
+    assert _types(project) == ["routine"]
+    assert run(["session-end"], _payload(project, "SessionEnd", reason="other")) == (0, "", "")
+    assert _types(project) == ["session", "routine"]
+    from phoenix_protocol._sessions import list_sessions
+
+    [session] = list_sessions(_agent(project))
+    assert (
+        session["session_id"] == "sess-1"
+        and session["ended_at"]
+        and session["checkpoint"].endswith("_session.checkpoint")
+    )
+
+
+def test_session_start_restores_and_hands_over_the_last_session(project: Path) -> None:
+    run(["session-start"], _payload(project, "SessionStart", source="startup"))
+    agent = _agent(project)
+    agent.state.set_status("working", "Write the parser", session_id="sess-1")
+    agent.state.add_note("next_action", "Handle nested brackets")
+    agent.state.set_status("idle", "Parser handles flat input", session_id="sess-1")
+    run(["session-end"], _payload(project, "SessionEnd", reason="logout"))
+    code, out, err = run(["session-start"], _payload(project, "SessionStart", session="sess-2", source="startup"))
+    assert (code, err) == (0, "")
+    context = _context(out)
+    assert "RECOVERY DETECTED" not in context  # a clean end: a hand-over, not a recovery
+    assert "Restored from checkpoint" in context and "_session.checkpoint" in context
+    assert "Handle nested brackets" in context and "Parser handles flat input" in context
+    identity = _agent(project).identity.read()
+    assert identity.mutable["accumulated_experience"] == 2
+    assert identity.mutable["state"]["last_session_at"]
+
+
+def test_restore_on_start_can_be_switched_off(project: Path) -> None:
+    (project / ".phoenix").mkdir()
+    (project / ".phoenix" / "phoenix.toml").write_text("restore_on_start = false\ncheckpoint_on_exit = false\n")
+    run(["session-start"], _payload(project, "SessionStart", source="startup"))
+    _agent(project).state.add_note("next_action", "x")
+    run(["session-end"], _payload(project, "SessionEnd", reason="other"))
+    assert _types(project) == []
+    assert run(["session-start"], _payload(project, "SessionStart", session="s2", source="startup"))[1] == ""
+
+
+def _work_for_hours(project: Path, hours: float, monkeypatch: pytest.MonkeyPatch) -> tuple[int, str, str]:
+    run(["session-start"], _payload(project, "SessionStart", source="startup"))
+    _agent(project).state.set_status("working", "Long refactor", session_id="sess-1")
+    started = _agent(project).state.read().work_started_ms
+    assert started is not None
+    monkeypatch.setenv("PHOENIX_NOW_MS", str(started + int(hours * 3_600_000)))
+    tool = {"tool_name": "Edit", "tool_input": {"file_path": "a.py"}, "tool_response": {"success": True}}
+    return run(["post-tool-use"], _payload(project, "PostToolUse", **tool))
+
+
+def test_heartbeat_takes_a_routine_checkpoint_after_30_minutes(project: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PHOENIX_HOOK_INLINE", "1")
+    assert _work_for_hours(project, 0.5, monkeypatch) == (0, "", "")
+    assert _types(project) == ["routine"]
+    events, _ = _agent(project).ops.read()
+    assert any(e["event"] == "checkpoint_due" for e in events)
+
+
+def test_heartbeat_checkpoint_runs_in_a_detached_child(project: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("PHOENIX_HOOK_INLINE", raising=False)
+    assert _work_for_hours(project, 0.5, monkeypatch) == (0, "", "")
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline and _types(project) != ["routine"]:
+        time.sleep(0.05)
+    assert _types(project) == ["routine"]
+
+
+def test_two_hours_tell_the_model_once_and_refresh_the_next_session(
+    project: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("PHOENIX_HOOK_INLINE", "1")
+    code, out, err = _work_for_hours(project, 2.0, monkeypatch)
+    assert (code, err) == (0, "")
+    message = json.loads(out)["hookSpecificOutput"]
+    assert message["hookEventName"] == "PostToolUse" and "2 hours of continuous work" in message["additionalContext"]
+    assert _types(project) == ["recovery"]
+    assert _agent(project).state.read().refresh_requested is not None
+    # The next tool call does not repeat the message.
+    tool = {"tool_name": "Edit", "tool_input": {}, "tool_response": {}}
+    assert run(["post-tool-use"], _payload(project, "PostToolUse", **tool))[1] == ""
+    # The next session starts from a fresh brief and clears the flag.
+    code, out, err = run(["session-start"], _payload(project, "SessionStart", session="sess-2", source="startup"))
+    context = _context(out)
+    assert "forced refresh was requested" in context and "Long refactor" in context
+    assert _agent(project).state.read().refresh_requested is None

@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 
 from phoenix_protocol._agent import Agent
-from phoenix_protocol._hooks import run
 from phoenix_protocol._home import Home
+from phoenix_protocol._hooks import run
 
 
 def _payload(project: Path, event: str, session: str = "sess-1", **extra: Any) -> bytes:
@@ -89,7 +89,11 @@ def _work_for_hours(project: Path, hours: float, monkeypatch: pytest.MonkeyPatch
     started = _agent(project).state.read().work_started_ms
     assert started is not None
     monkeypatch.setenv("PHOENIX_NOW_MS", str(started + int(hours * 3_600_000)))
-    tool = {"tool_name": "Edit", "tool_input": {"file_path": "a.py"}, "tool_response": {"success": True}}
+    tool: dict[str, Any] = {
+        "tool_name": "Edit",
+        "tool_input": {"file_path": "a.py"},
+        "tool_response": {"success": True},
+    }
     return run(["post-tool-use"], _payload(project, "PostToolUse", **tool))
 
 
@@ -121,7 +125,7 @@ def test_two_hours_tell_the_model_once_and_refresh_the_next_session(
     assert _types(project) == ["recovery"]
     assert _agent(project).state.read().refresh_requested is not None
     # The next tool call does not repeat the message.
-    tool = {"tool_name": "Edit", "tool_input": {}, "tool_response": {}}
+    tool: dict[str, Any] = {"tool_name": "Edit", "tool_input": {}, "tool_response": {}}
     assert run(["post-tool-use"], _payload(project, "PostToolUse", **tool))[1] == ""
     # The next session starts from a fresh brief and clears the flag.
     code, out, err = run(["session-start"], _payload(project, "SessionStart", session="sess-2", source="startup"))

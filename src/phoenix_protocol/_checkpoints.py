@@ -49,6 +49,7 @@ from phoenix_protocol._errors import (
     CorruptStateError,
     RefusedError,
     SchemaVersionError,
+    StorageError,
     UsageError,
 )
 from phoenix_protocol._ids import validate_id
@@ -390,15 +391,30 @@ class CheckpointStore:
         atomic_write(self.index_path, dumps_document(index).encode("ascii"))
 
     def _load_index(self) -> tuple[int, list[CheckpointInfo]]:
-        """The index, or one rebuilt from the directory when it is missing or disagrees with it."""
+        """The index reconciled with the directory: entries whose file is gone are left out, and
+        checkpoint files the index does not list are added (a writer killed after creating its
+        file but before replacing the index, or after replacing the index but before removing
+        what retention dropped), so that retention sees them and no seq is ever reused."""
         index = self._read_index()
-        if index is not None:
-            next_seq, entries = index
-            if all(os.path.exists(os.path.join(self.dir, e.name)) for e in entries[-1:]):
-                return next_seq, entries
         scanned = self._scan()
-        next_seq = max([e.seq for e in scanned] + [index[0] - 1 if index else 0]) + 1
-        return next_seq, scanned
+        on_disk = {e.name for e in scanned}
+        next_seq, listed = index if index is not None else (1, [])
+        entries = [e for e in listed if e.name in on_disk]
+        known = {e.name for e in entries}
+        entries += [self._describe(e) for e in scanned if e.name not in known]
+        entries.sort(key=lambda e: e.seq)
+        return max([next_seq] + [e.seq + 1 for e in scanned]), entries
+
+    def _describe(self, info: CheckpointInfo) -> CheckpointInfo:
+        """Add the label and operation of a file the index does not list (read from the file)."""
+        try:
+            checkpoint = self.read(info.name)
+        except (CorruptStateError, SchemaVersionError, UsageError, StorageError):
+            return info
+        op = checkpoint.data.get("operation")
+        info.label = checkpoint.summary
+        info.operation_id = op.get("id") if isinstance(op, dict) else None
+        return info
 
     def entries(self, checkpoint_type: str | None = None, *, limit: int | None = None) -> list[CheckpointInfo]:
         """Checkpoints on disk, newest first (from the index; nothing is read)."""

@@ -38,7 +38,11 @@ def _dir(agent: Agent) -> str:
 
 
 def _log(agent: Agent) -> SeqLog:
-    return SeqLog(os.path.join(_dir(agent), "sessions.jsonl"), lock_timeout=agent.config.lock_timeout)
+    def prepare() -> None:
+        agent.ensure()
+        ensure_dir(_dir(agent))
+
+    return SeqLog(os.path.join(_dir(agent), "sessions.jsonl"), lock_timeout=agent.config.lock_timeout, prepare=prepare)
 
 
 def read_current(agent: Agent) -> dict[str, Any] | None:
@@ -142,8 +146,6 @@ def begin(
             "last_recall_query": None,
         },
     )
-    agent.ensure()
-    ensure_dir(_dir(agent))
     _log(agent).append(
         {
             "event": "start",

@@ -1,0 +1,89 @@
+"""phx checkpoint / restore / sessions / identity: JSON answers and exit codes."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from phoenix_protocol._cli import cli
+
+
+def phx_json(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, dict[str, Any]]:
+    capsys.readouterr()  # drop what earlier commands printed
+    code = cli([*args, "--json"])
+    return code, json.loads(capsys.readouterr().out)
+
+
+@pytest.fixture(autouse=True)
+def _in_project(project: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(project)
+
+
+def test_checkpoint_cycle(capsys: pytest.CaptureFixture[str]) -> None:
+    cli(["state", "working", "Implement namespace isolation"])
+    code, data = phx_json(capsys, "checkpoint", "--type", "routine")
+    assert code == 0 and data["checkpoint"]["checkpoint_type"] == "routine"
+    code, data = phx_json(capsys, "checkpoint", "--summary", "Namespaces isolated")
+    assert code == 0 and data["checkpoint"]["checkpoint_type"] == "session"
+    code, data = phx_json(capsys, "checkpoint", "list")
+    assert [c["checkpoint_type"] for c in data["checkpoints"]] == ["session", "routine"]
+    code, data = phx_json(capsys, "checkpoint", "latest")
+    assert data["checkpoint"]["summary"] == "Namespaces isolated" and data["problems"] == []
+    name = data["checkpoint"]["state"]["current_task"]["id"]
+    assert name and name.startswith("task-")
+    code, data = phx_json(capsys, "sessions")
+    assert code == 0 and len(data["sessions"]) == 1 and data["sessions"][0]["summary"] == "Namespaces isolated"
+
+
+def test_operations(capsys: pytest.CaptureFixture[str]) -> None:
+    code, data = phx_json(capsys, "checkpoint", "begin-op", "migrate db")
+    op = data["operation"]["id"]
+    code, data = phx_json(capsys, "checkpoint", "end-op", op)
+    assert code == 0 and data["succeeded"] is True and len(data["removed"]) == 1
+    code, data = phx_json(capsys, "checkpoint", "end-op", "op-unknown")
+    assert code == 2 and data["ok"] is False
+
+
+def test_restore_and_its_refusals(capsys: pytest.CaptureFixture[str], project: Path) -> None:
+    cli(["state", "working", "Task A", "--agent", "a"])
+    cli(["checkpoint", "--summary", "end of A", "--agent", "a"])
+    code, data = phx_json(capsys, "restore", "--agent", "a")
+    assert code == 0 and data["checkpoint"].endswith("_session.checkpoint")
+    assert data["identity"]["mutable"]["accumulated_experience"] == 1
+    # Another agent's checkpoint, planted in b's directory, is refused.
+    source = project / ".phoenix/agents/a/checkpoints"
+    name = next(p.name for p in source.iterdir() if p.name.endswith(".checkpoint"))
+    target = project / ".phoenix/agents/b/checkpoints"
+    target.mkdir(parents=True)
+    planted = name.replace("a_", "b_", 1)
+    shutil.copy(source / name, target / planted)
+    code, data = phx_json(capsys, "restore", "--agent", "b", "--checkpoint", planted)
+    assert code == 4 and data["error"]["type"] == "CheckpointOwnershipError"
+    # A damaged checkpoint is a data problem.
+    raw = (source / name).read_bytes()
+    (source / name).write_bytes(raw.replace(b"end of A", b"end of B"))
+    code, data = phx_json(capsys, "checkpoint", "show", name, "--agent", "a")
+    assert code == 3 and "checksum mismatch" in data["error"]["message"]
+
+
+def test_identity_commands(capsys: pytest.CaptureFixture[str], project: Path) -> None:
+    code, data = phx_json(capsys, "identity", "set", "state.current_focus", "Isolation")
+    assert code == 0 and data["identity"]["mutable"]["state"]["current_focus"] == "Isolation"
+    code, data = phx_json(capsys, "identity", "add", "belief", "small commits help", "--confidence", "0.8")
+    assert data["identity"]["mutable"]["beliefs"] == [{"subject": "small commits help", "confidence": 0.8}]
+    code, data = phx_json(capsys, "identity", "add", "belief", "x", "--confidence", "2")
+    assert code == 2
+    code, data = phx_json(capsys, "identity", "set", "immutable.name", "other")
+    assert code == 4 and data["error"]["type"] == "IdentityCoreError"
+    path = project / ".phoenix/agents/default/identity.yaml"
+    path.write_text(path.read_text().replace("name: default", "name: impostor"))
+    code, data = phx_json(capsys, "identity", "show")
+    assert code == 4 and "changed outside Phoenix" in data["error"]["message"]
+    code, data = phx_json(capsys, "identity", "reset-core")
+    assert code == 0 and data["identity"]["immutable"]["name"] == "impostor"
+    code, data = phx_json(capsys, "identity", "show")
+    assert code == 0

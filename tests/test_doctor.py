@@ -99,3 +99,25 @@ def test_doctor_all_agents_with_progress(agent: Agent, capsys: pytest.CaptureFix
     out = capsys.readouterr().out
     assert code == 0 and "rebuilt from" in out and "bot-3" in out
     assert Agent.open("bot-3", home=agent.home).state.read().current_task == "task 3"
+
+
+def test_doctor_checks_checkpoints_and_identity(agent: Agent) -> None:
+    agent.state.set_status("working", "x")
+    first = agent.checkpoints.create("session")
+    second = agent.checkpoints.create("session")
+    damaged = Path(agent.checkpoints.dir, second.name)
+    damaged.write_bytes(damaged.read_bytes()[:-20])
+    Path(agent.checkpoints.dir, f".{first.name}.99.1.tmp").write_text("partial")
+    os.unlink(agent.checkpoints.index_path)
+    agent.identity.set("state.current_focus", "x")
+    identity = Path(agent.identity.path)
+    identity.write_text(identity.read_text().replace("name: tester", "name: someone-else"))
+    findings = check_agent(agent)
+    messages = [f.message for f in findings]
+    assert any("checksum" in m or "no checksum line" in m for m in messages)
+    assert any("interrupted checkpoint" in m for m in messages)
+    assert any("changed outside Phoenix" in m for m in messages)
+    assert any("1 checkpoint(s) verified" in m for m in messages)
+    assert not list(Path(agent.checkpoints.dir).glob(".*.tmp"))
+    assert Path(agent.checkpoints.index_path).exists()
+    assert damaged.exists()  # reported, never deleted

@@ -416,6 +416,20 @@ class CheckpointStore:
         info.operation_id = op.get("id") if isinstance(op, dict) else None
         return info
 
+    def rebuild_index(self) -> int:
+        """Make ``index.json`` agree with the directory; returns how many entries differed."""
+        if not os.path.isdir(self.dir):
+            return 0
+        with self.lock():
+            index = self._read_index()
+            scanned = self._scan()
+            listed = {e.name for e in index[1]} if index else set()
+            differing = len(listed ^ {e.name for e in scanned})
+            if differing or index is None:
+                next_seq = max([e.seq for e in scanned] + [index[0] - 1 if index else 0]) + 1
+                self._write_index(next_seq, scanned)
+        return differing
+
     def entries(self, checkpoint_type: str | None = None, *, limit: int | None = None) -> list[CheckpointInfo]:
         """Checkpoints on disk, newest first (from the index; nothing is read)."""
         if checkpoint_type is not None and checkpoint_type not in CHECKPOINT_TYPES:
@@ -443,7 +457,10 @@ class CheckpointStore:
         problems: list[str] = []
         for info in self.entries(checkpoint_type):
             try:
-                return self.read(info.name), problems
+                checkpoint = self.read(info.name)
+                if checkpoint.agent_id == self.agent.id:
+                    return checkpoint, problems
+                problems.append(f"{info.name}: belongs to agent {checkpoint.agent_id!r}, not {self.agent.id!r}")
             except (CorruptStateError, SchemaVersionError) as exc:
                 problems.append(str(exc))
             except UsageError:

@@ -16,13 +16,14 @@ Nothing is ever deleted that holds data; nothing is reset to defaults silently.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import stat
 from itertools import pairwise
 
 from phoenix_protocol._clock import iso_from_ms
 from phoenix_protocol._durable import DIR_MODE, FILE_MODE, atomic_write, read_bytes, repair_tail
-from phoenix_protocol._errors import CorruptStateError, SchemaVersionError
+from phoenix_protocol._errors import CorruptStateError, SchemaVersionError, UsageError
 from phoenix_protocol._jsonio import dumps_document
 from phoenix_protocol._state import AgentState
 
@@ -246,7 +247,73 @@ def check_agent(agent: Agent, *, repair: bool = True) -> list[Finding]:
         if repair:
             findings.append(_rebuild(agent, events))
             unreadable.repaired = True
+    findings += _check_checkpoints(agent, repair)
+    findings += _check_identity(agent)
     return findings
+
+
+def _check_checkpoints(agent: Agent, repair: bool) -> list[Finding]:
+    """Every checkpoint verifies; the index agrees with the directory; no temp files remain."""
+    store_dir = os.path.join(agent.dir, "checkpoints")
+    if not os.path.isdir(store_dir):
+        return []
+    findings: list[Finding] = []
+    aid = agent.id
+    for name in os.listdir(store_dir):
+        if name.startswith(".") and name.endswith(".tmp"):
+            path = os.path.join(store_dir, name)
+            if repair:
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(path)
+            findings.append(
+                Finding(
+                    "warn", "temporary file left by an interrupted checkpoint", agent=aid, path=path, repaired=repair
+                )
+            )
+    store = agent.checkpoints
+    valid = 0
+    for info in store.entries():
+        try:
+            store.read(info.name)
+            valid += 1
+        except (CorruptStateError, SchemaVersionError, UsageError) as exc:
+            level = "warn" if isinstance(exc, SchemaVersionError) else "error"
+            findings.append(
+                Finding(
+                    level,
+                    f"{exc} `latest` skips it; delete it once inspected",
+                    agent=aid,
+                    path=os.path.join(store_dir, info.name),
+                )
+            )
+    if repair:
+        differing = store.rebuild_index()
+        if differing:
+            findings.append(
+                Finding(
+                    "warn",
+                    f"checkpoint index disagreed with the directory ({differing} entries); rebuilt",
+                    agent=aid,
+                    path=store.index_path,
+                    repaired=True,
+                )
+            )
+    findings.append(Finding("ok", f"{valid} checkpoint(s) verified", agent=aid, path=store_dir))
+    return findings
+
+
+def _check_identity(agent: Agent) -> list[Finding]:
+    if not agent.identity.exists():
+        return []
+    from phoenix_protocol._errors import PhoenixError
+
+    try:
+        agent.identity.read()
+    except PhoenixError as exc:
+        return [Finding("error", str(exc), agent=agent.id, path=agent.identity.path)]
+    return [
+        Finding("ok", "identity.yaml is valid and its core matches its seal", agent=agent.id, path=agent.identity.path)
+    ]
 
 
 def _rebuild(agent: Agent, events: list[dict[str, Any]]) -> Finding:

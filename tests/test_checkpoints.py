@@ -179,3 +179,18 @@ def test_paif_config_table(tmp_path: Path, clock: ManualClock) -> None:
     assert (agent.config.checkpoint_on_exit, agent.config.restore_on_start) == (False, False)
     assert agent.config.checkpoint_interval_minutes == 10
     assert json.loads(json.dumps(agent.config.as_dict()))["agent_id"] == "zero"
+
+
+def test_memories_of_the_session_reach_the_session_checkpoint(agent: Agent) -> None:
+    from phoenix_protocol._sessions import begin, end, record_memory, record_recall
+
+    agent.state.start_session("s1")
+    begin(agent, "s1")
+    record_memory(agent, "mem-1")
+    record_memory(agent, "mem-2")
+    record_memory(agent, "mem-1")
+    record_recall(agent, "how did we fix the timer drift?")
+    info = end(agent, "s1", summary="x")
+    section = agent.checkpoints.read(info.name).section("recent_memories")
+    assert section == {"memory_ids": ["mem-1", "mem-2"], "last_recall_query": "how did we fix the timer drift?"}
+    assert agent.checkpoints.read(info.name).section("metadata")["session_id"] == "s1"

@@ -30,7 +30,16 @@ if TYPE_CHECKING:
     from phoenix_protocol._checkpoints import Checkpoint, CheckpointInfo, RestoreResult
     from phoenix_protocol._identity import Identity
 
-__all__ = ["SessionStart", "begin", "end", "identity_updates", "list_sessions", "read_current"]
+__all__ = [
+    "SessionStart",
+    "begin",
+    "end",
+    "identity_updates",
+    "list_sessions",
+    "read_current",
+    "record_memory",
+    "record_recall",
+]
 
 
 def _dir(agent: Agent) -> str:
@@ -274,3 +283,43 @@ def list_sessions(agent: Agent) -> list[dict[str, Any]]:
                 summary=record.get("summary"),
             )
     return [sessions[s] for s in order]
+
+
+def _update_current(agent: Agent, change: Any) -> dict[str, Any]:
+    from phoenix_protocol._durable import FileLock
+
+    agent.ensure()
+    ensure_dir(_dir(agent))
+    path = os.path.join(_dir(agent), "current.json")
+    with FileLock(path, agent.config.lock_timeout):
+        record = read_current(agent) or {"session_id": None, "memory_ids": [], "last_recall_query": None}
+        change(record)
+        _write_current(agent, record)
+    return record
+
+
+def record_memory(agent: Agent, memory_id: str) -> None:
+    """Note a memory created in the open session (it goes into the session checkpoint's
+    ``recent_memories``)."""
+    from phoenix_protocol._ids import validate_id
+
+    validate_id(memory_id, "memory id", max_length=128)
+
+    def change(record: dict[str, Any]) -> None:
+        ids = record.setdefault("memory_ids", [])
+        if memory_id not in ids:
+            ids.append(memory_id)
+
+    _update_current(agent, change)
+
+
+def record_recall(agent: Agent, query: str) -> None:
+    """Note the last thing the agent searched its memory for (``last_recall_query``)."""
+    from phoenix_protocol._redact import redact
+
+    clean = redact(" ".join(query.split()))[:1000]
+
+    def change(record: dict[str, Any]) -> None:
+        record["last_recall_query"] = clean
+
+    _update_current(agent, change)

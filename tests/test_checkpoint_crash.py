@@ -1,0 +1,435 @@
+"""Checkpoints under crashes: real writer processes SIGKILLed at random moments, hundreds of times.
+
+A child takes routine checkpoints in a loop (each with a registered ``payload`` section of 50-400
+KB, so that a write takes a while: collect, redact, write, fsync, link, index, fsync, prune) and
+prints ``ack <seq> <name>`` after each ``create`` returned. The parent kills it after a random
+number of acknowledgements plus a short random delay, then checks the contract:
+
+- ``latest()`` returns a checkpoint that verifies (checksum, schema, and the payload's own
+  digest), with no problem reported, whose seq is the last acknowledged one or the one after it
+  (the write in flight), never a torn one; every checkpoint file on disk verifies;
+- ``entries()`` lists only files that exist, newest first, without a duplicate seq;
+- no seq is ever reused, and after the next successful ``create`` the disk holds exactly what
+  retention keeps (``keep_routine`` routine checkpoints, all of them listed);
+- temporary files belong only to killed writers (counted, not needed for correctness).
+
+Crash points are also hit deterministically (the child SIGKILLs itself at a chosen step), and a
+checkpoint corrupted by hand is reported and skipped by ``latest`` and refused by ``read``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, fields
+from pathlib import Path
+
+import pytest
+
+from phoenix_protocol._agent import Agent
+from phoenix_protocol._checkpoints import Checkpoint, CheckpointInfo, CheckpointStore, CollectContext, parse_name
+from phoenix_protocol._clock import ManualClock
+from phoenix_protocol._errors import CorruptStateError
+from phoenix_protocol._home import Home
+
+PY = sys.executable
+BASE_MS = 1_767_225_600_000  # 2026-01-01T00:00:00Z
+ROUND_MS = 3_600_000  # each round's child starts its clock an hour after the previous one
+
+# The writer. Time is injected (a ManualClock that moves one second per checkpoint); the payload
+# carries the digest of its own data so that the parent can check it beyond the file's checksum.
+CHILD = r"""
+import hashlib, os, sys
+from phoenix_protocol._agent import Agent
+from phoenix_protocol._clock import ManualClock
+from phoenix_protocol._home import Home
+import phoenix_protocol._redact  # warm the lazy imports, so that kills land in real work
+import phoenix_protocol._checkpoint_providers
+
+home, agent_id, start_ms, keep, lo, hi = sys.argv[1:7]
+clock = ManualClock(int(start_ms))
+agent = Agent.open(agent_id, home=Home(home), clock=clock, config_overrides={"keep_routine": int(keep)})
+store = agent.checkpoints
+store._collectors.clear()
+lo, hi = int(lo), int(hi)
+
+
+def payload(ctx):
+    size = lo + int.from_bytes(os.urandom(4), "big") % (hi - lo)
+    blob = os.urandom(size // 2).hex()
+    return {"digest": hashlib.sha256(blob.encode()).hexdigest(), "chunks": [blob[i : i + 64] for i in range(0, len(blob), 64)]}
+
+
+store.register("payload", payload)
+out = sys.stdout
+out.write("ready\n")
+out.flush()
+while True:
+    clock.advance(1)
+    info = store.create("routine", summary="loop")
+    out.write(f"ack {info.seq} {info.name}\n")
+    out.flush()
+"""
+
+# The same writer, killed by itself at one chosen step of ``create``.
+CRASH_POINT_CHILD = r"""
+import hashlib, os, signal, sys
+from phoenix_protocol._agent import Agent
+from phoenix_protocol._clock import ManualClock
+from phoenix_protocol._home import Home
+
+home, agent_id, start_ms, keep, point = sys.argv[1:6]
+clock = ManualClock(int(start_ms))
+agent = Agent.open(agent_id, home=Home(home), clock=clock, config_overrides={"keep_routine": int(keep)})
+store = agent.checkpoints
+store._collectors.clear()
+blob = "p" * 20000
+store.register("payload", lambda ctx: {"digest": hashlib.sha256(blob.encode()).hexdigest(), "chunks": [blob]})
+
+
+def die(*args, **kwargs):
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
+if point == "before-link":  # the temporary file is written and synced, the final name not yet linked
+    os.link = die
+elif point == "before-index":  # the checkpoint file exists, the index does not list it yet
+    store._write_index = die
+elif point == "before-remove":  # the index is replaced, what retention dropped is still on disk
+    store._remove = die
+elif point == "before-log":  # everything is on disk, the ops event not yet written
+    agent.record = die
+info = store.create("routine", summary="crash point")
+print(f"ack {info.seq} {info.name}", flush=True)
+"""
+
+
+def tiny_payload(ctx: CollectContext) -> dict[str, bool]:
+    return {"probe": True}
+
+
+def open_store(home: str, agent_id: str, keep: int, clock: ManualClock) -> CheckpointStore:
+    """The parent's view of a worker's agent; its own creates carry a tiny payload."""
+    agent = Agent.open(agent_id, home=Home(home), clock=clock, config_overrides={"keep_routine": keep})
+    store = agent.checkpoints
+    store._collectors.clear()
+    store.register("payload", tiny_payload)
+    return store
+
+
+def checkpoint_files(store: CheckpointStore) -> list[str]:
+    names = os.listdir(store.dir) if os.path.isdir(store.dir) else []
+    return sorted(n for n in names if parse_name(n) is not None)
+
+
+def temp_files(store: CheckpointStore) -> list[str]:
+    names: list[str] = []
+    for directory in (store.agent.dir, store.dir):
+        with_tmp = [n for n in os.listdir(directory) if n.endswith(".tmp")] if os.path.isdir(directory) else []
+        names += with_tmp
+    return names
+
+
+def verify_payload(checkpoint: Checkpoint) -> None:
+    """The payload's own digest matches its data (a second check beyond the file checksum)."""
+    payload = checkpoint.section("payload")
+    assert isinstance(payload, dict), checkpoint.name
+    if payload.get("probe"):
+        return
+    blob = "".join(payload["chunks"])
+    assert hashlib.sha256(blob.encode()).hexdigest() == payload["digest"], f"{checkpoint.name}: payload damaged"
+
+
+def parse_acks(out: str) -> list[tuple[int, str]]:
+    acks = []
+    for line in out.splitlines():
+        parts = line.split()
+        if len(parts) == 3 and parts[0] == "ack":
+            acks.append((int(parts[1]), parts[2]))
+        elif line != "ready":
+            raise AssertionError(f"unexpected child output line {line!r}")
+    return acks
+
+
+def sigkill(proc: subprocess.Popen[str], timeout: float = 20) -> tuple[str, str]:
+    """SIGKILL ``proc``; return the rest of its stdout and stderr."""
+    proc.send_signal(signal.SIGKILL)
+    assert proc.stdout is not None and proc.stderr is not None
+    out = proc.stdout.read()
+    err = proc.stderr.read()
+    proc.wait(timeout)
+    proc.stdout.close()
+    proc.stderr.close()
+    return out, err
+
+
+@dataclass
+class Stats:
+    kills: int = 0
+    acks: int = 0
+    in_flight_visible: int = 0  # latest() was the write the kill interrupted (index already replaced)
+    unlisted_files: int = 0  # a file the index does not list (killed before the index or the prune)
+    over_retention: int = 0  # one routine checkpoint more than keep_routine on disk (killed before the prune)
+    tmp_files: int = 0  # temporary files left by killed writers
+
+    def add(self, other: Stats) -> None:
+        for f in fields(self):
+            setattr(self, f.name, getattr(self, f.name) + getattr(other, f.name))
+
+
+def check_after_kill(
+    store: CheckpointStore, last_acked: int, acks: list[tuple[int, str]], killed: set[int], where: str, stats: Stats
+) -> int:
+    """Every invariant that must hold the moment a writer died; returns the last acknowledged seq."""
+    seqs = [seq for seq, _name in acks]
+    assert seqs == sorted(set(seqs)), f"acknowledged seqs not increasing {seqs} {where}"
+    assert not seqs or seqs[0] > last_acked, f"seq {seqs[0]} reused (last acknowledged {last_acked}) {where}"
+    for seq, name in acks:
+        parsed = parse_name(name)
+        assert parsed is not None and parsed[1] == seq and parsed[0] == store.agent.id, name
+    acked = seqs[-1] if seqs else last_acked
+
+    on_disk = checkpoint_files(store)
+    keep = store.agent.config.keep_routine
+    # The write in flight may have pushed the oldest of the newest `keep` out; no other may be gone.
+    for _seq, name in acks[len(acks) - keep + 1 :] if keep > 1 else []:
+        assert name in on_disk, f"acknowledged checkpoint {name} (still within retention) is gone {where}"
+    for name in on_disk:  # a final name is only ever given to a whole, synced file
+        verify_payload(store.read(name))
+
+    checkpoint, problems = store.latest()
+    assert problems == [], f"problems after a kill {problems} {where}"
+    if acked:
+        assert checkpoint is not None, f"no checkpoint although {acked} was acknowledged {where}"
+    if checkpoint is not None:
+        assert checkpoint.seq in (acked, acked + 1), f"latest is seq {checkpoint.seq}, acknowledged {acked} {where}"
+        if checkpoint.seq == acked and acks:  # the write in flight did not get as far as its prune
+            assert checkpoint.name == acks[-1][1]
+            assert {name for _seq, name in acks[-keep:]} <= set(on_disk), f"retention ran early {where}"
+        stats.in_flight_visible += checkpoint.seq == acked + 1
+        verify_payload(checkpoint)
+
+    entries = store.entries()
+    names = [e.name for e in entries]
+    assert all(os.path.exists(os.path.join(store.dir, n)) for n in names), f"entries lists a missing file {where}"
+    entry_seqs = [e.seq for e in entries]
+    assert entry_seqs == sorted(set(entry_seqs), reverse=True), f"entries out of order or duplicated {where}"
+    assert set(names) == set(on_disk), f"entries {names} differ from the files {on_disk} {where}"
+    index = store._read_index()
+    listed = {e.name for e in index[1]} if index else set()
+    stats.unlisted_files += len(set(on_disk) - listed)
+    routine = [n for n in on_disk if n.endswith("_routine.checkpoint")]
+    assert len(routine) <= keep + 1, f"{len(routine)} routine checkpoints on disk, keep {keep} {where}"
+    stats.over_retention += len(routine) > keep
+
+    for name in temp_files(store):
+        pid = int(name.rsplit(".", 3)[-3])
+        assert pid in killed, f"temporary file {name} of a writer that was not killed {where}"
+    return acked
+
+
+def check_next_create(store: CheckpointStore, where: str) -> int:
+    """The next successful create: a fresh seq, and on disk exactly what retention keeps."""
+    before = [p for p in map(parse_name, checkpoint_files(store)) if p is not None]
+    highest = max((p[1] for p in before), default=0)
+    routine_before = sorted(p[1] for p in before if p[3] == "routine")
+    clock = store.agent.clock
+    assert isinstance(clock, ManualClock)
+    clock.advance(1)
+    info = store.create("routine", summary="probe")
+    assert info.seq == highest + 1, f"create took seq {info.seq}, files up to {highest} exist {where}"
+    after = [p for p in map(parse_name, checkpoint_files(store)) if p is not None]
+    routine_after = sorted(p[1] for p in after if p[3] == "routine")
+    keep = store.agent.config.keep_routine
+    assert routine_after == [*routine_before, info.seq][-keep:], f"retention not enforced {routine_after} {where}"
+    assert [e.seq for e in store.entries()] == sorted((p[1] for p in after), reverse=True), where
+    return info.seq
+
+
+def crash_worker(home: str, agent_id: str, rounds: int, seed: int, keep: int, size: tuple[int, int]) -> Stats:
+    rng = random.Random(seed)
+    clock = ManualClock(BASE_MS)
+    store = open_store(home, agent_id, keep, clock)
+    stats = Stats()
+    killed: set[int] = set()
+    last_acked = 0
+    for round_no in range(rounds):
+        where = f"(agent {agent_id}, seed {seed}, round {round_no})"
+        start_ms = BASE_MS + (round_no + 1) * ROUND_MS
+        proc = subprocess.Popen(
+            [PY, "-P", "-c", CHILD, home, agent_id, str(start_ms), str(keep), str(size[0]), str(size[1])],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        assert proc.stdout is not None
+        ready = proc.stdout.readline()
+        if ready != "ready\n":
+            proc.kill()
+            raise AssertionError(f"child did not start {where}: {ready!r} {proc.communicate()[1]}")
+        # A random moment: after a random number of acknowledged checkpoints, plus a random delay
+        # that lands inside the next one (a checkpoint takes some 10-60 ms here).
+        seen = "".join(proc.stdout.readline() for _ in range(rng.randrange(0, 4)))
+        time.sleep(rng.uniform(0, 0.06))
+        out, err = sigkill(proc)
+        assert proc.returncode == -signal.SIGKILL, f"child died on its own {where}: {err}"
+        killed.add(proc.pid)
+        stats.kills += 1
+        acks = parse_acks(seen + out)
+        stats.acks += len(acks)
+        last_acked = check_after_kill(store, last_acked, acks, killed, where, stats)
+        clock.set(start_ms + ROUND_MS // 2)
+        last_acked = check_next_create(store, where)
+    stats.tmp_files += len(temp_files(store))
+    return stats
+
+
+@pytest.mark.slow
+def test_sigkilled_checkpoint_writers_never_leave_a_torn_latest(tmp_path: Path) -> None:
+    home = str(tmp_path / "home")
+    seed = random.randrange(1 << 30)
+    # (rounds, keep_routine, payload bytes): 4 workers in parallel, 328 kills in all.
+    plans = [
+        (82, 3, (50_000, 400_000)),
+        (82, 1, (50_000, 200_000)),
+        (82, 2, (100_000, 400_000)),
+        (82, 3, (50_000, 150_000)),
+    ]
+    with ThreadPoolExecutor(len(plans)) as pool:
+        futures = [
+            pool.submit(crash_worker, home, f"ckpt{i}", rounds, seed + i, keep, size)
+            for i, (rounds, keep, size) in enumerate(plans)
+        ]
+        results = [f.result() for f in futures]
+    total = Stats()
+    for s in results:
+        total.add(s)
+    print(f"\ncheckpoint writers: {total} (seed {seed})")
+    assert total.kills >= 300
+    assert total.acks > total.kills, "the children must get real work done between kills"
+
+
+# -- crash points hit on purpose ------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("point", "new_file", "listed", "visible"),
+    [
+        ("before-link", False, False, False),
+        ("before-index", True, False, True),
+        ("before-remove", True, True, True),
+        ("before-log", True, True, True),
+    ],
+)
+def test_kill_at_each_step_of_create(tmp_path: Path, point: str, new_file: bool, listed: bool, visible: bool) -> None:
+    """The windows a random kill rarely hits: the new file is whole or absent, ``latest`` is the
+    last acknowledged checkpoint or the new one, and the next create neither reuses the new file's
+    seq nor leaves anything retention should have removed."""
+    home = str(tmp_path / "home")
+    keep = 2
+    store = open_store(home, "pt", keep, ManualClock(BASE_MS))
+    for _ in range(3):
+        store.agent.clock.advance(1)  # type: ignore[attr-defined]
+        last = store.create("routine")
+    before = set(checkpoint_files(store))
+    proc = subprocess.Popen(
+        [PY, "-P", "-c", CRASH_POINT_CHILD, home, "pt", str(BASE_MS + ROUND_MS), str(keep), point],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == -signal.SIGKILL, (out, err)
+    assert out == ""  # the create never returned
+    added = set(checkpoint_files(store)) - before
+    assert len(added) == int(new_file)
+    index = store._read_index()
+    assert index is not None
+    assert bool(added & {e.name for e in index[1]}) == listed
+    checkpoint, problems = store.latest()
+    assert problems == []
+    assert checkpoint is not None
+    assert checkpoint.seq == last.seq + int(visible)
+    if new_file:
+        (name,) = added
+        assert checkpoint.name == name
+        verify_payload(checkpoint)
+    temps = temp_files(store)
+    assert (point == "before-link") == any(".checkpoint." in t for t in temps), temps
+
+    stats = Stats()
+    check_after_kill(store, last.seq, [], {proc.pid}, point, stats)
+    assert stats.over_retention == int(point in ("before-index", "before-remove"))
+    assert stats.unlisted_files == int(point in ("before-index", "before-remove"))
+    seq = check_next_create(store, point)
+    assert seq == last.seq + 1 + int(new_file)
+    assert stats.in_flight_visible == int(visible)
+
+
+# -- damage by hand ----------------------------------------------------------------------------------
+
+
+def truncate(data: bytes) -> bytes:
+    return data[: len(data) // 2]
+
+
+def flip_byte(data: bytes) -> bytes:
+    i = len(data) // 2
+    return data[:i] + bytes([data[i] ^ 0x01]) + data[i + 1 :]
+
+
+def flip_checksum(data: bytes) -> bytes:
+    i = data.rindex(b'"checksum": "sha256:') + len(b'"checksum": "sha256:') + 5
+    return data[:i] + (b"0" if data[i : i + 1] != b"0" else b"1") + data[i + 1 :]
+
+
+def empty(data: bytes) -> bytes:
+    return b""
+
+
+def drop_last_line(data: bytes) -> bytes:
+    return data[: data.rstrip(b"\n").rfind(b"\n") + 1]
+
+
+@pytest.mark.parametrize("damage", [truncate, flip_byte, flip_checksum, empty, drop_last_line])
+def test_a_damaged_newest_checkpoint_is_reported_and_skipped(tmp_path: Path, damage: Callable[[bytes], bytes]) -> None:
+    clock = ManualClock(BASE_MS)
+    store = open_store(str(tmp_path / "home"), "hand", 5, clock)
+    store.register("payload", lambda ctx: {"chunks": ["ab" * 32] * 2000, "probe": True})
+    infos: list[CheckpointInfo] = []
+    for _ in range(3):
+        clock.advance(1)
+        infos.append(store.create("routine", summary=f"number {len(infos)}"))
+    newest = Path(store.dir, infos[-1].name)
+    newest.write_bytes(damage(newest.read_bytes()))
+
+    checkpoint, problems = store.latest()
+    assert checkpoint is not None and checkpoint.name == infos[-2].name
+    assert len(problems) == 1 and infos[-1].name in problems[0]
+    with pytest.raises(CorruptStateError) as raised:
+        store.read(infos[-1].name)
+    assert raised.value.path == str(newest)
+    result = store.restore()
+    assert result.checkpoint.name == infos[-2].name
+
+    # Two damaged: the third is returned, both are named.
+    second = Path(store.dir, infos[-2].name)
+    second.write_bytes(flip_byte(second.read_bytes()))
+    checkpoint, problems = store.latest()
+    assert checkpoint is not None and checkpoint.name == infos[0].name
+    assert [infos[-1].name in problems[0], infos[-2].name in problems[1]] == [True, True]
+
+    # The damaged files are kept as evidence; the next checkpoint takes a fresh seq.
+    clock.advance(1)
+    info = store.create("routine")
+    assert info.seq == infos[-1].seq + 1
+    checkpoint, problems = store.latest()
+    assert checkpoint is not None and checkpoint.name == info.name and problems == []
+    assert {infos[-1].name, infos[-2].name} <= set(checkpoint_files(store))

@@ -141,13 +141,20 @@ class IdentityStore:
         if data is None:
             return Identity({"name": self.agent.id}, _default_mutable())
         identity, _header = self._parse(data)
+        self._check_seal(identity)
+        return identity
+
+    def _check_seal(self, identity: Identity) -> bool:
+        """Whether the file is sealed; raises ``IdentityCoreError`` when its core no longer
+        matches the seal (someone edited it by hand)."""
         stored = self._stored_digest()
         if stored is not None and stored != digest_of(identity.immutable):
             raise IdentityCoreError(
                 f"the immutable section of {self.path} was changed outside Phoenix (its digest no longer "
-                "matches). Review the change; to accept it run `phx identity reset-core`, otherwise undo it."
+                "matches); nothing was written. Review the change; to accept it run `phx identity reset-core`, "
+                "otherwise undo it."
             )
-        return identity
+        return stored is not None
 
     def _write(self, identity: Identity, header: list[str]) -> None:
         import yaml
@@ -174,13 +181,7 @@ class IdentityStore:
                 sealed = False
             else:
                 identity, header = self._parse(data)
-                stored = self._stored_digest()
-                if stored is not None and stored != digest_of(identity.immutable):
-                    raise IdentityCoreError(
-                        f"the immutable section of {self.path} was changed outside Phoenix; nothing was written. "
-                        "Review it, then `phx identity reset-core` to accept it."
-                    )
-                sealed = stored is not None
+                sealed = self._check_seal(identity)
             before = digest_of(identity.immutable)
             mutate(identity)
             if digest_of(identity.immutable) != before:

@@ -44,7 +44,7 @@ from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
 from phoenix_protocol._clock import iso_from_ms
-from phoenix_protocol._durable import FileLock, atomic_create, atomic_write, ensure_dir, read_bytes
+from phoenix_protocol._durable import FileLock, atomic_create, atomic_write, ensure_dir, fsync_dir, read_bytes
 from phoenix_protocol._errors import (
     CorruptStateError,
     RefusedError,
@@ -90,7 +90,7 @@ class CheckpointOwnershipError(RefusedError):
 class CheckpointInfo:
     """What the index knows of a checkpoint, without reading it."""
 
-    __slots__ = ("checkpoint_type", "label", "name", "operation_id", "seq", "size", "timestamp_ms")
+    __slots__ = ("_encoded", "checkpoint_type", "label", "name", "operation_id", "seq", "size", "timestamp_ms")
 
     def __init__(
         self,
@@ -110,10 +110,17 @@ class CheckpointInfo:
         self.label = label
         self.operation_id = operation_id
         self.size = size
+        self._encoded: str | None = None
 
     @property
     def timestamp(self) -> str:
         return iso_from_ms(self.timestamp_ms)
+
+    def encoded(self) -> str:
+        """The entry's line in ``index.json`` (encoded once)."""
+        if self._encoded is None:
+            self._encoded = dumps_line(self.as_dict())
+        return self._encoded
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -320,6 +327,8 @@ class CheckpointStore:
         self.index_path = os.path.join(self.dir, "index.json")
         self._collectors: dict[str, Collector] = {}
         self._restorers: dict[str, Restorer] = {}
+        self._index_cache: tuple[tuple[int, int, int], int, list[CheckpointInfo]] | None = None
+        self._dir_seen: tuple[int, tuple[int, int, int] | None] | None = None
         from phoenix_protocol._checkpoint_providers import register_defaults
 
         register_defaults(self)
@@ -350,11 +359,14 @@ class CheckpointStore:
         ensure_dir(self.dir)
         return FileLock(self.index_path, self.agent.config.lock_timeout)
 
-    def _scan(self) -> list[CheckpointInfo]:
-        try:
-            names = os.listdir(self.dir)
-        except FileNotFoundError:
-            return []
+    def _scan(self, names: list[str] | None = None) -> list[CheckpointInfo]:
+        """Checkpoint files in the directory (or among ``names``), oldest first; parses names and
+        stats files, so callers scan only what they must."""
+        if names is None:
+            try:
+                names = os.listdir(self.dir)
+            except FileNotFoundError:
+                return []
         infos = []
         for name in names:
             parsed = parse_name(name)
@@ -369,41 +381,87 @@ class CheckpointStore:
         infos.sort(key=lambda i: i.seq)
         return infos
 
+    def _index_key(self) -> tuple[int, int, int] | None:
+        try:
+            st = os.stat(self.index_path)
+        except FileNotFoundError:
+            return None
+        return (st.st_ino, st.st_mtime_ns, st.st_size)
+
     def _read_index(self) -> tuple[int, list[CheckpointInfo]] | None:
+        """The index as written, or ``None`` when missing or unreadable. Kept in memory while
+        the file is unchanged (it is replaced by rename, so a new inode means a new index)."""
+        key = self._index_key()
+        if key is None:
+            return None
+        if self._index_cache is not None and self._index_cache[0] == key:
+            return self._index_cache[1], list(self._index_cache[2])
         data = read_bytes(self.index_path)
         if data is None:
             return None
         try:
             index = loads(data)
             entries = [CheckpointInfo.from_dict(e) for e in index["entries"]]
-            return int(index["next_seq"]), entries
+            result = (int(index["next_seq"]), entries)
         except (JSONError, KeyError, TypeError, ValueError):
             return None
+        self._index_cache = (key, result[0], entries)
+        return result[0], list(entries)
 
     def _write_index(self, next_seq: int, entries: list[CheckpointInfo]) -> None:
-        index = {
-            "kind": "phoenix.checkpoint-index",
-            "schema_version": 1,
-            "agent_id": self.agent.id,
-            "next_seq": next_seq,
-            "entries": [e.as_dict() for e in entries],
-        }
-        atomic_write(self.index_path, dumps_document(index).encode("ascii"))
+        """Replace ``index.json`` (one entry per line). Not fsynced on its own: the caller fsyncs
+        the directory, and the index is a cache that is rebuilt from the directory if a crash
+        leaves it damaged."""
+        head = dumps_line(
+            {"kind": "phoenix.checkpoint-index", "schema_version": 1, "agent_id": self.agent.id, "next_seq": next_seq}
+        )
+        lines = ",\n".join(e.encoded() for e in entries)
+        text = head[:-1] + ',"entries":[\n' + lines + ("\n" if lines else "") + "]}\n"
+        atomic_write(self.index_path, text.encode("ascii"), durable=False)
+        key = self._index_key()
+        self._index_cache = (key, next_seq, list(entries)) if key is not None else None
 
-    def _load_index(self) -> tuple[int, list[CheckpointInfo]]:
+    def _load_index(self, *, reconcile: bool = False) -> tuple[int, list[CheckpointInfo]]:
         """The index reconciled with the directory: entries whose file is gone are left out, and
         checkpoint files the index does not list are added (a writer killed after creating its
         file but before replacing the index, or after replacing the index but before removing
-        what retention dropped), so that retention sees them and no seq is ever reused."""
+        what retention dropped), so that retention sees them, readers see every whole file, and
+        no seq is ever reused. Only the names the index does not know are parsed and read.
+
+        Readers skip the directory listing while the directory has not changed since this store
+        last reconciled (its mtime; a change within the file system's timestamp granularity of
+        the last look is always re-checked). Writers (``reconcile=True``) always list it.
+        """
         index = self._read_index()
-        scanned = self._scan()
-        on_disk = {e.name for e in scanned}
-        next_seq, listed = index if index is not None else (1, [])
-        entries = [e for e in listed if e.name in on_disk]
+        if index is None:
+            scanned = [self._describe(e) for e in self._scan()]
+            return max([1] + [e.seq + 1 for e in scanned]), scanned
+        next_seq, listed = index
+        try:
+            dir_mtime = os.stat(self.dir).st_mtime_ns
+        except FileNotFoundError:
+            return next_seq, []
+        if not reconcile and self._dir_seen == (dir_mtime, self._index_cache_key()):
+            return next_seq, listed
+        import time
+
+        try:
+            names = set(os.listdir(self.dir))
+        except FileNotFoundError:
+            names = set()
+        entries = [e for e in listed if e.name in names]
         known = {e.name for e in entries}
-        entries += [self._describe(e) for e in scanned if e.name not in known]
+        unknown = self._scan([n for n in names if n not in known and n.endswith(SUFFIX)])
+        entries += [self._describe(e) for e in unknown]
         entries.sort(key=lambda e: e.seq)
-        return max([next_seq] + [e.seq + 1 for e in scanned]), entries
+        settled = time.time_ns() - dir_mtime > 50_000_000  # older than any timestamp granularity
+        self._dir_seen = (
+            (dir_mtime, self._index_cache_key()) if settled and not unknown and len(entries) == len(listed) else None
+        )
+        return max([next_seq] + [e.seq + 1 for e in unknown]), entries
+
+    def _index_cache_key(self) -> tuple[int, int, int] | None:
+        return self._index_cache[0] if self._index_cache is not None else None
 
     def _describe(self, info: CheckpointInfo) -> CheckpointInfo:
         """Add the label and operation of a file the index does not list (read from the file)."""
@@ -502,7 +560,7 @@ class CheckpointStore:
 
         sections = redact_value(sections)  # type: ignore[assignment]
         with self.lock():
-            next_seq, entries = self._load_index()
+            next_seq, entries = self._load_index(reconcile=True)
             ms = self.agent.clock.now_ms() if now_ms is None else now_ms
             name = make_name(self.agent.id, next_seq, ms, checkpoint_type)
             envelope: dict[str, Any] = {
@@ -535,13 +593,21 @@ class CheckpointStore:
             )
             entries.append(info)
             keep, drop = self._retain(entries, now_ms=ms)
-            self._write_index(next_seq + 1, keep)  # its directory fsync covers the new file too
+            self._write_index(next_seq + 1, keep)
+            # One directory fsync makes both the new file's name and the new index durable.
+            try:
+                fsync_dir(self.dir)
+            except OSError as exc:
+                raise StorageError(f"could not confirm durable write of {name}: {exc.strerror}.", path=name) from exc
             self._remove(drop)
+        # The checkpoint is durable; the event about it and the timestamp in state.json need not
+        # be fsynced again (the checkpoint file itself is the record).
         self.agent.record(
             "checkpoint_created",
             "ok",
             {"name": name, "type": checkpoint_type, "seq": next_seq, "size": len(data), "pruned": len(drop)},
             trusted=True,
+            durable=False,
         )
         self._mark_taken(checkpoint_type, ms)
         return info
@@ -575,7 +641,7 @@ class CheckpointStore:
             state.last_checkpoint_ms = ms
 
         with contextlib.suppress(PhoenixError):  # a corrupt state.json must not fail the checkpoint
-            self.agent.state.change(mutate)
+            self.agent.state.change(mutate, durable=False)
 
     def _retain(
         self, entries: list[CheckpointInfo], *, now_ms: int
@@ -604,7 +670,7 @@ class CheckpointStore:
         if not os.path.isdir(self.dir):
             return []
         with self.lock():
-            next_seq, entries = self._load_index()
+            next_seq, entries = self._load_index(reconcile=True)
             keep, drop = self._retain(entries, now_ms=self.agent.clock.now_ms())
             self._write_index(next_seq, keep)
             self._remove(drop)

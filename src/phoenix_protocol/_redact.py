@@ -467,6 +467,16 @@ def _redact_once(text: str) -> str:
     return "".join(parts)
 
 
+# Strings already scanned and found clean. Agent state is mostly text seen before (a
+# conversation grows at its end; a checkpoint repeats the previous one's messages), and a dict
+# lookup (Python caches a string's hash) costs far less than scanning again. Bounded by the
+# characters it holds; cleared when full.
+_CLEAN: dict[str, None] = {}
+_CLEAN_LIMIT = 32 * 1024 * 1024
+_clean_chars = 0
+_MEMO_MIN = 64  # shorter strings are cheaper to scan than to remember
+
+
 def redact(text: str) -> str:
     """``text`` with every detected secret value replaced by ``[REDACTED:<kind>]``.
 
@@ -474,22 +484,48 @@ def redact(text: str) -> str:
     again after a replacement, because a secret glued to another one (``<token>-----BEGIN...``)
     only shows its boundary once its neighbour has been replaced.
     """
+    global _clean_chars
     if not text:
         return text
+    memo = len(text) >= _MEMO_MIN
+    if memo and text in _CLEAN:
+        return text
+    original = text
     out = _redact_once(text)
     for _ in range(3):
         if out is text:
             break
         text, out = out, _redact_once(out)
+    if memo and out is original:
+        if _clean_chars + len(original) > _CLEAN_LIMIT:
+            _CLEAN.clear()
+            _clean_chars = 0
+        _CLEAN[original] = None
+        _clean_chars += len(original)
     return out
+
+
+_KEY_WORDS: dict[str, str | None] = {}  # dict key -> its secret word, or None (keys repeat a lot)
+
+
+def _key_word(key: str) -> str | None:
+    if key in _KEY_WORDS:
+        return _KEY_WORDS[key]
+    m = _assign_pattern().search(key + "=x")
+    word = None
+    if m is not None and m.end("op") == len(key) + 1 and m.group("kq") is None:
+        word = m.group("kw").lower()
+    if len(_KEY_WORDS) > 10_000:
+        _KEY_WORDS.clear()
+    _KEY_WORDS[key] = word
+    return word
 
 
 def _key_kind(key: str, value: str) -> str | None:
     """The redaction kind when ``key`` names a secret and ``value`` looks like one, else None."""
-    m = _assign_pattern().search(key + "=x")
-    if m is None or m.end("op") != len(key) + 1 or m.group("kq") is not None:
+    kw = _key_word(key)
+    if kw is None:
         return None
-    kw = m.group("kw").lower()
     if any(c.isspace() for c in value) or (kw == "pwd" and value.startswith(("/", "~"))):
         return None
     password = kw.startswith(_PASSWORD_WORDS)

@@ -20,6 +20,7 @@ ALLOWED = {
     "phoenix_protocol._agent",
     "phoenix_protocol._clock",
     "phoenix_protocol._config",
+    "phoenix_protocol._drift",
     "phoenix_protocol._durable",
     "phoenix_protocol._errors",
     "phoenix_protocol._home",

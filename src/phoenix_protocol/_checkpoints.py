@@ -816,6 +816,14 @@ class CheckpointStore:
                 taken.append(self.create("routine", summary="every-interval checkpoint", now_ms=now_ms))
         return taken
 
+    def emergency_recovery(self, reason: str, *, now_ms: int | None = None) -> CheckpointInfo:
+        """Seed 003's emergency recovery, when drift is detected or reported: a recovery
+        checkpoint, a forced refresh (the next session starts from a clean brief), and an
+        ``emergency_recovery`` ops event that reports it."""
+        info = self.force_refresh(reason, now_ms=now_ms)
+        self.agent.record("emergency_recovery", "warn", {"reason": reason, "checkpoint": info.name})
+        return info
+
     def force_refresh(self, reason: str, *, now_ms: int | None = None) -> CheckpointInfo:
         """Seed 003's forced refresh: a recovery checkpoint, an ops event, and a state flag so
         that the next session starts from a fresh brief."""

@@ -67,6 +67,46 @@ SETTINGS: dict[str, tuple[type, Any, float | None, str]] = {
         1,
         "Session checkpoints kept per agent (the sessions list keeps every session).",
     ),
+    # Watchdog (seed 000) and operational drift (seed 003).
+    "watchdog_grace": (
+        float,
+        60.0,
+        0.0,
+        "Seconds after the last heartbeat before a working agent whose process is gone is marked stalled.",
+    ),
+    "watchdog_remote_grace": (
+        float,
+        3600.0,
+        0.0,
+        "Seconds without a heartbeat before an agent recorded on another host is marked stalled (its process cannot be checked here).",
+    ),
+    "watchdog_interval": (float, 60.0, 1.0, "Seconds between passes of `phx watchdog --interval`."),
+    "watchdog_process_names": (
+        str,
+        "claude,gemini,codex",
+        None,
+        "Comma-separated agent process names for the tmux mode.",
+    ),
+    "drift_repeat_limit": (
+        int,
+        3,
+        1,
+        "The same action (or cycle) more than this many times without progress is drift.",
+    ),
+    "drift_window": (int, 10, 3, "Calls per window for the error-rate and slowdown detectors."),
+    "drift_error_rate_factor": (
+        float,
+        2.0,
+        1.0,
+        "Error rate rising by this factor between windows (and >= 50 %) is drift.",
+    ),
+    "drift_slowdown_factor": (float, 2.0, 1.0, "Median call time rising over three windows by this factor is drift."),
+    "drift_stall_minutes": (
+        float,
+        20.0,
+        0.0,
+        "Minutes of calls without progress (while working) that count as drift (0: never).",
+    ),
 }
 
 
@@ -89,6 +129,15 @@ class Config:
     keep_routine: int
     recovery_retention_days: float
     keep_session_checkpoints: int
+    watchdog_grace: float
+    watchdog_remote_grace: float
+    watchdog_interval: float
+    watchdog_process_names: str
+    drift_repeat_limit: int
+    drift_window: int
+    drift_error_rate_factor: float
+    drift_slowdown_factor: float
+    drift_stall_minutes: float
 
     def __init__(self, values: Mapping[str, Any] | None = None, sources: Mapping[str, str] | None = None) -> None:
         self.sources: dict[str, str] = {}

@@ -72,14 +72,29 @@ def _session_id(payload: dict[str, Any]) -> str | None:
     return None
 
 
+_COSMETIC_KEYS = frozenset({"description", "timeout", "run_in_background"})
+
+
+def _normalized(value: object) -> object:
+    """A tool input without what does not change the action taken: whitespace runs inside
+    strings collapse, and cosmetic keys (the Bash tool's ``description``, ``timeout``) go."""
+    if isinstance(value, str):
+        return " ".join(value.split())
+    if isinstance(value, dict):
+        return {k: _normalized(v) for k, v in value.items() if k not in _COSMETIC_KEYS}
+    if isinstance(value, list):
+        return [_normalized(v) for v in value]
+    return value
+
+
 def _digest(value: object) -> str | None:
-    """A short, stable digest of a tool's input (for spotting repeated actions later)."""
+    """A short, stable digest of a tool's normalized input (drift detection compares them)."""
     if value is None:
         return None
     from phoenix_protocol._jsonio import dumps_canonical
 
     try:
-        data = dumps_canonical(value).encode("utf-8", "surrogatepass")
+        data = dumps_canonical(_normalized(value)).encode("utf-8", "surrogatepass")
     except (TypeError, ValueError):
         return None
     try:
@@ -241,30 +256,44 @@ def handle(event: str, payload: dict[str, Any], options: dict[str, str]) -> str 
         agent = _open_agent(payload, options)
         ok, error = _tool_outcome(event, payload)
         due: list[str] = []
+        drift: list[Any] = []
+        tool = _plain(payload.get("tool_name"))
+        duration = payload.get("duration_ms")
+        from phoenix_protocol._drift import EDIT_TOOLS
+
         state = agent.state.heartbeat(
             session_id=session_id,
-            tool=_plain(payload.get("tool_name")),
+            tool=tool,
             ok=ok,
             input_digest=_digest(payload.get("tool_input")),
             error=error,
             durable=False,  # atomic, not fsynced: the next heartbeat replaces it (transitions stay durable)
             lock_timeout=agent.config.lock_timeout,
             due=due,
+            duration_ms=duration if isinstance(duration, int) and not isinstance(duration, bool) else None,
+            progress=tool in EDIT_TOOLS,
+            drift=drift,
         )
+        if drift:
+            # Seed 003's emergency recovery replaces a plain recovery checkpoint due now.
+            due = [k for k in due if k != "recovery"] + ["emergency:" + drift[0].detail]
         if not due:
             return None
         _take_due_checkpoints(payload, options, due)
-        if "recovery" not in due:
+        if drift:
+            message = _drift_message(state, drift[0])
+        elif "recovery" in due:
+            hours = agent.config.refresh_after_minutes / 60
+            message = (
+                f"Phoenix Protocol: {hours:g} hours of continuous work on '{state.current_task or 'the current task'}'. "
+                "A recovery checkpoint was taken and a refresh is due: finish the current step, record where you are "
+                '(`phx state working "..."`, `phx note next-action "..."`), then start a fresh session (/clear); '
+                "it will start from the brief."
+            )
+        else:
             return None
         from phoenix_protocol._jsonio import dumps_line
 
-        hours = agent.config.refresh_after_minutes / 60
-        message = (
-            f"Phoenix Protocol: {hours:g} hours of continuous work on '{state.current_task or 'the current task'}'. "
-            "A recovery checkpoint was taken and a refresh is due: finish the current step, record where you are "
-            '(`phx state working "..."`, `phx note next-action "..."`), then start a fresh session (/clear); '
-            "it will start from the brief."
-        )
         return dumps_line({"hookSpecificOutput": {"hookEventName": "PostToolUse", "additionalContext": message}})
     if event == "stop":
         agent = _open_agent(payload, options)
@@ -372,11 +401,28 @@ def _take_due_checkpoints(payload: dict[str, Any], options: dict[str, str], due:
     _checkpoints_now(payload, options, due)
 
 
+def _drift_message(state: Any, signal: Any) -> str:
+    """What the model is told, once per drift: what it is doing, and what the brief says it was doing."""
+    lines = [f"Phoenix Protocol: you may be going in circles: {signal.detail}."]
+    if state.current_task:
+        lines.append(f"Your brief says you are working on: {state.current_task}.")
+    actions = [item["text"] for item in state.next_actions[:3]]
+    if actions:
+        lines.append("Next actions recorded: " + "; ".join(actions) + ".")
+    lines.append(
+        "A recovery checkpoint was taken. Step back: try a different approach, record what you learned "
+        '(`phx note open-loop "..."`), or start a fresh session (/clear), which starts from the brief.'
+    )
+    return " ".join(lines)
+
+
 def _checkpoints_now(payload: dict[str, Any], options: dict[str, str], due: list[str]) -> None:
     agent = _open_agent(payload, options)
     try:
         for kind in due:
-            if kind == "recovery":
+            if kind.startswith("emergency:"):
+                agent.checkpoints.emergency_recovery(f"drift: {kind.split(':', 1)[1]}")
+            elif kind == "recovery":
                 minutes = agent.config.refresh_after_minutes
                 agent.checkpoints.force_refresh(f"{minutes:g} minutes of continuous work")
             else:

@@ -85,6 +85,9 @@ _FIELDS: dict[str, tuple[tuple[type, ...], Callable[[], Any]]] = {
     "work_started_ms": (_OPT_INT, lambda: None),
     "last_checkpoint_ms": (_OPT_INT, lambda: None),
     "refresh_requested": ((dict, type(None)), lambda: None),
+    "recent_actions": ((list,), list),
+    "last_progress_ms": (_OPT_INT, lambda: None),
+    "drift": ((dict, type(None)), lambda: None),
 }
 
 
@@ -129,6 +132,9 @@ class AgentState:
     work_started_ms: int | None
     last_checkpoint_ms: int | None
     refresh_requested: dict[str, Any] | None
+    recent_actions: list[list[Any]]
+    last_progress_ms: int | None
+    drift: dict[str, Any] | None
 
     def __init__(self, **fields: Any) -> None:
         self.extra: dict[str, Any] = {}
@@ -250,6 +256,13 @@ def is_new_session(state: AgentState, session_id: str, source: str) -> bool:
     (``claude --resume`` keeps the id of the session it brings back: a new life of it, since the
     old one ended or died). ``compact`` continues the session."""
     return source in ("startup", "clear", "resume") or state.session_id != session_id
+
+
+def _progress(state: AgentState, now_ms: int | None) -> None:
+    """The agent moved its own work on (task, notes): progress for the drift detectors."""
+    if now_ms is not None:
+        state.last_progress_ms = max(state.last_progress_ms or 0, now_ms)
+    state.drift = None
 
 
 def _track_work(state: AgentState, previous: str) -> None:
@@ -454,6 +467,8 @@ class StateStore:
             state.updated_by = source
             state.status_event = name
             _track_work(state, previous)
+            if source == "model":
+                _progress(state, state.last_active_ms)
             if status == "working":
                 if clean is not None:
                     state.current_task = clean
@@ -500,6 +515,7 @@ class StateStore:
             number = state.note_seq
             item = {"id": number, "text": clean, "added_at": self.clock.now_iso()}
             (state.open_loops if kind == "open_loop" else state.next_actions).append(item)
+            _progress(state, self.clock.now_ms())
             return [Transition("note_added", "ok", {"kind": kind, "id": number, "text": clean}, trusted=True)]
 
         return self.change(mutate), number
@@ -513,6 +529,7 @@ class StateStore:
                 for i, item in enumerate(items):
                     if item.get("id") == number:
                         del items[i]
+                        _progress(state, self.clock.now_ms())
                         found.update(item, kind=kind)
                         meta = {"kind": kind, "id": number, "text": item.get("text", "")}
                         return [Transition("note_resolved", "ok", meta, trusted=True)]
@@ -589,6 +606,9 @@ class StateStore:
         durable: bool = True,
         lock_timeout: float | None = None,
         due: list[str] | None = None,
+        duration_ms: int | None = None,
+        progress: bool = False,
+        drift: list[Any] | None = None,
     ) -> AgentState:
         """Record one tool call (PostToolUse hook): ``last_active``, ``heartbeat_seq``, ``last_tool``.
 
@@ -599,6 +619,12 @@ class StateStore:
         If ``due`` is a list, time-based checkpoints that are due (``due_checkpoints``) are
         *claimed* (marked as taken, so that no other process takes them too) and appended to it;
         the caller then takes them, off the hot path.
+
+        The call joins ``recent_actions`` (the ring the drift detectors read: ``_drift``);
+        ``progress`` marks a call that moved the work on (a successful edit). If ``drift`` is a
+        list, a *new* drift signal (one not already reported) is recorded in ``state.drift``,
+        logged, and appended to it, so that the caller warns the model once and takes a recovery
+        checkpoint.
         """
         # The tool's own output: sanitized, never refused (a heartbeat must always count).
         clean_error = (
@@ -635,6 +661,8 @@ class StateStore:
             elif state.last_heartbeat_logged_ms is None or now - state.last_heartbeat_logged_ms >= interval_ms:
                 out.append(Transition("heartbeat", "ok", meta, trusted=True, durable=durable))
                 state.last_heartbeat_logged_ms = now
+            if tool is not None:
+                out += self._track_actions(state, now, tool, input_digest, ok, duration_ms, progress, drift)
             if due is not None:
                 kinds = due_checkpoints(state, self.config, now)
                 if kinds:
@@ -646,6 +674,45 @@ class StateStore:
             return out
 
         return self.change(mutate, durable=durable, lock_timeout=lock_timeout)
+
+    def _track_actions(
+        self,
+        state: AgentState,
+        now: int,
+        tool: str,
+        digest: str | None,
+        ok: bool,
+        duration_ms: int | None,
+        progress: bool,
+        drift: list[Any] | None,
+    ) -> list[Transition]:
+        from phoenix_protocol._drift import Action, DriftConfig, detect
+
+        config = DriftConfig.from_config(self.config)
+        actions = []
+        for item in state.recent_actions[-(config.keep - 1) :]:
+            try:
+                actions.append(Action.from_list(item))
+            except (TypeError, ValueError):
+                continue  # a hand-edited entry: skip it
+        actions.append(Action(now, tool, digest or "-", ok, duration_ms, progress and ok))
+        state.recent_actions = [a.to_list() for a in actions]
+        if progress and ok:
+            state.last_progress_ms = now
+            state.drift = None
+            return []
+        if state.status != "working":
+            return []
+        signals = detect(actions, now_ms=now, config=config, last_progress_ms=state.last_progress_ms)
+        if not signals:
+            return []
+        signal = signals[0]
+        if state.drift is not None and state.drift.get("signature") == signal.signature:
+            return []  # already reported: warn once
+        state.drift = {**signal.as_dict(), "at": state.last_active}
+        if drift is not None:
+            drift.append(signal)
+        return [Transition("drift_detected", "warn", {"kind": signal.kind, "detail": signal.detail}, trusted=True)]
 
     def end_session(
         self, session_id: str | None, *, reason: str = "other", lock_timeout: float | None = None

@@ -1,0 +1,244 @@
+"""Operational drift (seed 003): signs that an agent is busy without getting anywhere.
+
+Four detectors over the agent's recent actions (a ring of tool calls the PostToolUse hook keeps in
+state.json) and its progress marks:
+
+``repetition``
+    The same action (tool name + a normalized digest of its input) more than ``repeat_limit`` (3)
+    times without progress in between, or a cycle of 2 to 4 actions (A, B, A, B, ...) repeated
+    more than ``repeat_limit`` times without progress.
+``error_rate``
+    The share of failed calls in the latest window of ``window`` calls is at least 50 %, at least
+    ``error_rate_factor`` (2) times the previous window's, with at least 3 failures.
+``slowdown``
+    The median duration of three consecutive windows rises each time, the last at least
+    ``slowdown_factor`` (2) times the first (seed 003's "processing time increases steadily").
+``no_progress``
+    Working, calls keep coming (at least ``window``), and nothing counted as progress for
+    ``stall_minutes`` (20).
+
+Progress is a successful edit (``Edit``, ``Write``, ``MultiEdit``, ``NotebookEdit``, ...), or a
+change the agent makes to its own state (task, notes, progress): it resets repetition and stall.
+
+Pure functions, no I/O; imports nothing (the heartbeat runs it on every tool call).
+"""
+
+from __future__ import annotations
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
+
+__all__ = ["EDIT_TOOLS", "Action", "DriftConfig", "Signal", "detect"]
+
+EDIT_TOOLS = frozenset(
+    {"Edit", "Write", "MultiEdit", "NotebookEdit", "apply_patch", "write_file", "replace", "edit_file", "create_file"}
+)
+"""Tools whose success counts as progress (Claude Code's, Gemini CLI's and Codex's editors)."""
+
+
+class Action:
+    """One tool call: when, which tool, a digest of its input, outcome, duration, progress."""
+
+    __slots__ = ("digest", "duration_ms", "ok", "progress", "tool", "ts_ms")
+
+    def __init__(
+        self,
+        ts_ms: int,
+        tool: str,
+        digest: str,
+        ok: bool = True,
+        duration_ms: int | None = None,
+        progress: bool = False,
+    ) -> None:
+        self.ts_ms = ts_ms
+        self.tool = tool
+        self.digest = digest
+        self.ok = ok
+        self.duration_ms = duration_ms
+        self.progress = progress
+
+    @property
+    def key(self) -> str:
+        return self.tool + ":" + self.digest
+
+    def to_list(self) -> list[Any]:
+        """Compact form kept in state.json."""
+        return [self.ts_ms, self.tool, self.digest, self.ok, self.duration_ms, self.progress]
+
+    @classmethod
+    def from_list(cls, item: list[Any]) -> Action:
+        ts, tool, digest, ok, duration, progress = item
+        return cls(
+            int(ts), str(tool), str(digest), bool(ok), duration if isinstance(duration, int) else None, bool(progress)
+        )
+
+
+class DriftConfig:
+    """Thresholds (settings ``drift_*`` in the configuration)."""
+
+    def __init__(
+        self,
+        *,
+        repeat_limit: int = 3,
+        window: int = 10,
+        error_rate_factor: float = 2.0,
+        slowdown_factor: float = 2.0,
+        stall_minutes: float = 20.0,
+    ) -> None:
+        self.repeat_limit = repeat_limit
+        self.window = window
+        self.error_rate_factor = error_rate_factor
+        self.slowdown_factor = slowdown_factor
+        self.stall_minutes = stall_minutes
+
+    @classmethod
+    def from_config(cls, config: Any) -> DriftConfig:
+        return cls(
+            repeat_limit=int(getattr(config, "drift_repeat_limit", 3)),
+            window=int(getattr(config, "drift_window", 10)),
+            error_rate_factor=float(getattr(config, "drift_error_rate_factor", 2.0)),
+            slowdown_factor=float(getattr(config, "drift_slowdown_factor", 2.0)),
+            stall_minutes=float(getattr(config, "drift_stall_minutes", 20.0)),
+        )
+
+    @property
+    def keep(self) -> int:
+        """How many recent actions the detectors need."""
+        return max(3 * self.window, 4 * (self.repeat_limit + 1) + 1)
+
+
+class Signal:
+    """A detected drift: its kind, a human sentence, and a signature (to warn only once)."""
+
+    __slots__ = ("detail", "kind", "signature")
+
+    def __init__(self, kind: str, detail: str, signature: str) -> None:
+        self.kind = kind
+        self.detail = detail
+        self.signature = signature
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"kind": self.kind, "detail": self.detail, "signature": self.signature}
+
+    def __repr__(self) -> str:
+        return f"Signal({self.kind!r}, {self.detail!r})"
+
+
+def _since_progress(actions: list[Action]) -> list[Action]:
+    for i in range(len(actions) - 1, -1, -1):
+        if actions[i].progress:
+            return actions[i + 1 :]
+    return actions
+
+
+def _repetition(actions: list[Action], limit: int) -> Signal | None:
+    tail = _since_progress(actions)
+    if len(tail) <= limit:
+        return None
+    keys = [a.key for a in tail]
+    last = keys[-1]
+    # The same action, anywhere since the last progress, more than `limit` times.
+    count = keys.count(last)
+    if count > limit:
+        tool = tail[-1].tool
+        return Signal("repetition", f"the same {tool} call {count} times without progress", f"repeat:{last}")
+    # A cycle of 2-4 distinct actions repeated back to back more than `limit` times.
+    for period in (2, 3, 4):
+        need = period * (limit + 1)
+        if len(keys) < need:
+            continue
+        window = keys[-need:]
+        pattern = window[:period]
+        if len(set(pattern)) < 2:
+            continue
+        if all(window[i] == pattern[i % period] for i in range(need)):
+            tools = ", ".join(a.tool for a in tail[-period:])
+            return Signal(
+                "repetition",
+                f"a cycle of {period} calls ({tools}) repeated {limit + 1} times without progress",
+                "cycle:" + "|".join(sorted(pattern)),
+            )
+    return None
+
+
+def _error_rate(actions: list[Action], window: int, factor: float) -> Signal | None:
+    if len(actions) < 2 * window:
+        return None
+    current = actions[-window:]
+    previous = actions[-2 * window : -window]
+    failed_now = sum(1 for a in current if not a.ok)
+    failed_before = sum(1 for a in previous if not a.ok)
+    rate_now = failed_now / window
+    rate_before = failed_before / window
+    if failed_now >= 3 and rate_now >= 0.5 and rate_now >= factor * max(rate_before, 0.05):
+        return Signal(
+            "error_rate",
+            f"{failed_now} of the last {window} calls failed (previously {failed_before} of {window})",
+            f"errors:{failed_now // 2}",
+        )
+    return None
+
+
+def _median(values: list[int]) -> float:
+    ordered = sorted(values)
+    mid = len(ordered) // 2
+    return float(ordered[mid]) if len(ordered) % 2 else (ordered[mid - 1] + ordered[mid]) / 2
+
+
+def _slowdown(actions: list[Action], window: int, factor: float) -> Signal | None:
+    timed = [a.duration_ms for a in actions if a.duration_ms is not None]
+    if len(timed) < 3 * window:
+        return None
+    w1, w2, w3 = timed[-3 * window : -2 * window], timed[-2 * window : -window], timed[-window:]
+    m1, m2, m3 = _median(w1), _median(w2), _median(w3)
+    if m1 < m2 < m3 and m3 >= factor * max(m1, 1.0) and m3 >= 1000:
+        return Signal(
+            "slowdown",
+            f"calls keep getting slower: median {m1 / 1000:.1f}s, then {m2 / 1000:.1f}s, then {m3 / 1000:.1f}s",
+            f"slow:{int(m3 // 1000)}",
+        )
+    return None
+
+
+def _no_progress(
+    actions: list[Action], now_ms: int, last_progress_ms: int | None, window: int, minutes: float
+) -> Signal | None:
+    if not minutes or len(actions) < window:
+        return None
+    reference = last_progress_ms
+    marks = [a.ts_ms for a in actions if a.progress]
+    if marks:
+        reference = max(marks + ([reference] if reference else []))
+    if reference is None:
+        reference = actions[0].ts_ms
+    idle = now_ms - reference
+    calls = sum(1 for a in actions if a.ts_ms > reference)
+    if idle >= minutes * 60_000 and calls >= window:
+        return Signal(
+            "no_progress",
+            f"{calls} calls and no progress for {idle // 60_000} minutes",
+            f"stall:{reference}",
+        )
+    return None
+
+
+def detect(
+    actions: list[Action],
+    *,
+    now_ms: int,
+    config: DriftConfig | None = None,
+    last_progress_ms: int | None = None,
+) -> list[Signal]:
+    """Every drift signal in ``actions`` (oldest first) as of ``now_ms``."""
+    cfg = config or DriftConfig()
+    signals = []
+    for found in (
+        _repetition(actions, cfg.repeat_limit),
+        _error_rate(actions, cfg.window, cfg.error_rate_factor),
+        _slowdown(actions, cfg.window, cfg.slowdown_factor),
+        _no_progress(actions, now_ms, last_progress_ms, cfg.window, cfg.stall_minutes),
+    ):
+        if found is not None:
+            signals.append(found)
+    return signals

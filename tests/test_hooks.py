@@ -41,12 +41,16 @@ def _context(out: str) -> str:
     return str(data["hookSpecificOutput"]["additionalContext"])
 
 
-def test_session_start_fresh_records_session_and_injects_nothing(project: Path) -> None:
+def test_session_start_fresh_records_session_and_injects_nothing(
+    project: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # In-process, the "agent" above the hook is whatever launched pytest: pin it.
+    monkeypatch.setenv("PHOENIX_AGENT_PID", str(os.getpid()))
     code, out, err = run(["session-start"], _payload(project, "SessionStart", source="startup"))
     assert (code, out, err) == (0, "", "")
     state = _agent(project).state.read()
     assert (state.status, state.session_id, state.updated_by) == ("working", "sess-1", "hook")
-    assert state.pid is not None and state.pid_start_time is not None and state.host
+    assert state.pid == os.getpid() and state.pid_start_time is not None and state.host
 
 
 def test_post_tool_use_is_the_heartbeat(project: Path) -> None:

@@ -39,7 +39,7 @@ from phoenix_protocol._state import AgentState
 
 __all__ = ["EXIT_CODES", "cli"]
 
-EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_DATA, EXIT_REFUSED = 0, 1, 2, 3, 4
+EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_DATA, EXIT_REFUSED, EXIT_ATTENTION = 0, 1, 2, 3, 4, 5
 EXIT_CODES = {
     EXIT_OK: "success",
     EXIT_FAILED: "the operation failed (I/O error, lock timeout, ...)",
@@ -47,6 +47,7 @@ EXIT_CODES = {
     EXIT_DATA: "a state file is corrupt or from a newer Phoenix: run `phx doctor` or upgrade",
     EXIT_REFUSED: "refused on purpose: status precedence (watchdog > hook > model; --force overrides), "
     "a sealed identity core, another agent's checkpoint",
+    EXIT_ATTENTION: "the watchdog found agents that need attention (stalled, or drifting) and acted",
 }
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -677,4 +678,4 @@ def cli(argv: list[str] | None = None) -> int:
 
 
 # The commands of seeds 003 and 002 live in their own module; importing it registers them.
-from phoenix_protocol import _cli_sessions  # noqa: E402, F401
+from phoenix_protocol import _cli_sessions, _cli_watchdog  # noqa: E402, F401

@@ -14,8 +14,8 @@ state.json) and its progress marks:
     The median duration of three consecutive windows rises each time, the last at least
     ``slowdown_factor`` (2) times the first (seed 003's "processing time increases steadily").
 ``no_progress``
-    Working, calls keep coming (at least ``window``), and nothing counted as progress for
-    ``stall_minutes`` (20).
+    Working, calls keep coming (at least ``window`` within the last ``stall_minutes``, 20), and
+    nothing counted as progress for ``stall_minutes``. A long think without calls is not drift.
 
 Progress is a successful edit (``Edit``, ``Write``, ``MultiEdit``, ``NotebookEdit``, ...), or a
 change the agent makes to its own state (task, notes, progress): it resets repetition and stall.
@@ -204,23 +204,24 @@ def _slowdown(actions: list[Action], window: int, factor: float) -> Signal | Non
 def _no_progress(
     actions: list[Action], now_ms: int, last_progress_ms: int | None, window: int, minutes: float
 ) -> Signal | None:
+    """At least ``window`` calls within the last ``minutes``, and no progress in that time. A long
+    think without calls lets the calls age out: thinking is not drift."""
     if not minutes or len(actions) < window:
         return None
-    reference = last_progress_ms
+    span = int(minutes * 60_000)
     marks = [a.ts_ms for a in actions if a.progress]
-    if marks:
-        reference = max(marks + ([reference] if reference else []))
-    if reference is None:
-        reference = actions[0].ts_ms
-    idle = now_ms - reference
-    calls = sum(1 for a in actions if a.ts_ms > reference)
-    if idle >= minutes * 60_000 and calls >= window:
-        return Signal(
-            "no_progress",
-            f"{calls} calls and no progress for {idle // 60_000} minutes",
-            f"stall:{reference}",
-        )
-    return None
+    reference = max(marks + ([last_progress_ms] if last_progress_ms else []), default=None)
+    if reference is not None and now_ms - reference < span:
+        return None
+    recent = [a for a in actions if now_ms - a.ts_ms <= span]
+    if len(recent) < window:
+        return None  # not enough calls lately
+    if reference is None and now_ms - actions[0].ts_ms < span:
+        return None  # no progress mark, and too short a history to judge
+    since = f"for {(now_ms - reference) // 60_000} minutes" if reference else "in the recorded history"
+    return Signal(
+        "no_progress", f"{len(recent)} calls and no progress {since}", f"stall:{reference or actions[0].ts_ms}"
+    )
 
 
 def detect(

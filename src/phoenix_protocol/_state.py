@@ -626,10 +626,9 @@ class StateStore:
         logged, and appended to it, so that the caller warns the model once and takes a recovery
         checkpoint.
         """
-        # The tool's own output: sanitized, never refused (a heartbeat must always count).
-        clean_error = (
-            _clean_text(error.replace("\x00", "\N{REPLACEMENT CHARACTER}"), "the tool error")[:500] if error else None
-        )
+        # The tool's own output: sanitized, never refused (a heartbeat must always count). The
+        # escape is \ufffd, not \N{...}: compiling a named escape imports unicodedata.
+        clean_error = _clean_text(error.replace("\x00", "\ufffd"), "the tool error")[:500] if error else None
         interval_ms = int(self.config.heartbeat_log_interval * 1000)
 
         def mutate(state: AgentState) -> list[Transition]:
@@ -703,7 +702,9 @@ class StateStore:
             return []
         if state.status != "working":
             return []
-        signals = detect(actions, now_ms=now, config=config, last_progress_ms=state.last_progress_ms)
+        # Work that has not progressed since it started counts from its start.
+        since = state.last_progress_ms or state.work_started_ms
+        signals = detect(actions, now_ms=now, config=config, last_progress_ms=since)
         if not signals:
             return []
         signal = signals[0]

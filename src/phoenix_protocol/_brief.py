@@ -119,6 +119,10 @@ def render_brief(
             + (f", started {state.session_started_at}" if state.session_started_at else "")
             + f", {state.heartbeat_seq} tool calls recorded"
         )
+    if state.drift:
+        current.append(f"- Drift detected: {_line(str(state.drift.get('detail', '')))} (at {state.drift.get('at')})")
+    if state.refresh_requested:
+        current.append(f"- Refresh requested: {_line(str(state.refresh_requested.get('reason', '')))}")
     for notice in notices or []:
         current.append(f"- Note: {_line(notice)}")
 

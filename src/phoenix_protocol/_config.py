@@ -107,6 +107,14 @@ SETTINGS: dict[str, tuple[type, Any, float | None, str]] = {
         0.0,
         "Minutes of calls without progress (while working) that count as drift (0: never).",
     ),
+    # Persona drift (seed 002, "persona gravity").
+    "persona_scorer": (
+        str,
+        "lexical",
+        None,
+        "Persona drift scorer: lexical, or embedding (needs the [persona] extra).",
+    ),
+    "persona_threshold": (float, 0.5, 0.0, "A persona check passes when its score (0-1) is at least this."),
 }
 
 
@@ -138,6 +146,8 @@ class Config:
     drift_error_rate_factor: float
     drift_slowdown_factor: float
     drift_stall_minutes: float
+    persona_scorer: str
+    persona_threshold: float
 
     def __init__(self, values: Mapping[str, Any] | None = None, sources: Mapping[str, str] | None = None) -> None:
         self.sources: dict[str, str] = {}

@@ -29,7 +29,7 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any
 
-__all__ = ["EDIT_TOOLS", "Action", "DriftConfig", "Signal", "detect"]
+__all__ = ["EDIT_TOOLS", "Action", "DriftConfig", "Signal", "detect", "is_progress", "observe"]
 
 EDIT_TOOLS = frozenset(
     {"Edit", "Write", "MultiEdit", "NotebookEdit", "apply_patch", "write_file", "replace", "edit_file", "create_file"}
@@ -125,6 +125,16 @@ class Signal:
         return f"Signal({self.kind!r}, {self.detail!r})"
 
 
+def is_progress(actions: list[Action], tool: str, digest: str, ok: bool, *, edit: bool | None = None) -> bool:
+    """Whether a call moves the work on: a successful edit (``edit``, by default: the tool is in
+    ``EDIT_TOOLS``), unless the very same edit already succeeded in the recent actions (an edit
+    flip-flopping X -> Y -> X, or rewriting the same content, goes nowhere)."""
+    if not ok or not (tool in EDIT_TOOLS if edit is None else edit):
+        return False
+    key = tool + ":" + digest
+    return not any(a.ok and a.progress and a.key == key for a in actions)
+
+
 def _since_progress(actions: list[Action]) -> list[Action]:
     for i in range(len(actions) - 1, -1, -1):
         if actions[i].progress:
@@ -187,18 +197,34 @@ def _median(values: list[int]) -> float:
 
 
 def _slowdown(actions: list[Action], window: int, factor: float) -> Signal | None:
-    timed = [a.duration_ms for a in actions if a.duration_ms is not None]
+    """Each call's duration relative to the median of the same tool (a long-tailed mix of fast
+    reads and slow builds is not a trend), compared over three windows."""
+    timed = [(a.tool, a.duration_ms) for a in actions if a.duration_ms is not None]
     if len(timed) < 3 * window:
         return None
-    w1, w2, w3 = timed[-3 * window : -2 * window], timed[-2 * window : -window], timed[-window:]
-    m1, m2, m3 = _median(w1), _median(w2), _median(w3)
-    if m1 < m2 < m3 and m3 >= factor * max(m1, 1.0) and m3 >= 1000:
+    timed = timed[-3 * window :]
+    by_tool: dict[str, list[int]] = {}
+    for tool, duration in timed:
+        by_tool.setdefault(tool, []).append(duration)
+    typical = {tool: max(_median(values), 1.0) for tool, values in by_tool.items()}
+    ratios = [duration / typical[tool] for tool, duration in timed]
+    r1, r2, r3 = (_median_f(ratios[i * window : (i + 1) * window]) for i in range(3))
+    raw_last = _median([d for _t, d in timed[-window:]])
+    raw_first = _median([d for _t, d in timed[:window]])
+    if r1 < r2 < r3 and r3 >= factor * r1 and raw_last >= 1000 and raw_last >= factor * raw_first:
         return Signal(
             "slowdown",
-            f"calls keep getting slower: median {m1 / 1000:.1f}s, then {m2 / 1000:.1f}s, then {m3 / 1000:.1f}s",
-            f"slow:{int(m3 // 1000)}",
+            f"calls keep getting slower: median {raw_first / 1000:.1f}s, then "
+            f"{_median([d for _t, d in timed[window : 2 * window]]) / 1000:.1f}s, then {raw_last / 1000:.1f}s",
+            f"slow:{int(raw_last // 1000)}",
         )
     return None
+
+
+def _median_f(values: list[float]) -> float:
+    ordered = sorted(values)
+    mid = len(ordered) // 2
+    return ordered[mid] if len(ordered) % 2 else (ordered[mid - 1] + ordered[mid]) / 2
 
 
 def _no_progress(
@@ -210,6 +236,8 @@ def _no_progress(
         return None
     span = int(minutes * 60_000)
     marks = [a.ts_ms for a in actions if a.progress]
+    # A pause of half the stall time or more (thinking, waiting for the user) restarts the clock.
+    marks += [actions[i].ts_ms for i in range(1, len(actions)) if actions[i].ts_ms - actions[i - 1].ts_ms >= span // 2]
     reference = max(marks + ([last_progress_ms] if last_progress_ms else []), default=None)
     if reference is not None and now_ms - reference < span:
         return None
@@ -243,3 +271,26 @@ def detect(
         if found is not None:
             signals.append(found)
     return signals
+
+
+def observe(
+    actions: list[Action],
+    *,
+    now_ms: int,
+    tool: str,
+    digest: str,
+    ok: bool,
+    duration_ms: int | None,
+    config: DriftConfig,
+    last_progress_ms: int | None,
+    edit: bool | None = None,
+) -> tuple[list[Action], bool, list[Signal]]:
+    """One tool call as the heartbeat sees it: the new ring of recent actions (at most
+    ``config.keep``), whether the call was progress (``is_progress``), and the drift signals
+    (none after progress). ``last_progress_ms`` is the previous progress mark (or when work
+    started)."""
+    progress = is_progress(actions, tool, digest, ok, edit=edit)
+    ring = [*actions[-(config.keep - 1) :], Action(now_ms, tool, digest, ok, duration_ms, progress)]
+    if progress:
+        return ring, True, []
+    return ring, False, detect(ring, now_ms=now_ms, config=config, last_progress_ms=last_progress_ms)

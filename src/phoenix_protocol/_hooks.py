@@ -278,6 +278,13 @@ def handle(event: str, payload: dict[str, Any], options: dict[str, str]) -> str 
             # Seed 003's emergency recovery replaces a plain recovery checkpoint due now.
             due = [k for k in due if k != "recovery"] + ["emergency:" + drift[0].detail]
         if not due:
+            if "persona_reanchor" in state.extra:  # a persona check failed: re-anchor, once
+                block = _reanchor(agent)
+                if block:
+                    from phoenix_protocol._jsonio import dumps_line
+
+                    context = {"hookEventName": "PostToolUse", "additionalContext": block}
+                    return dumps_line({"hookSpecificOutput": context})
             return None
         _take_due_checkpoints(payload, options, due)
         if drift:
@@ -298,7 +305,10 @@ def handle(event: str, payload: dict[str, Any], options: dict[str, str]) -> str 
     if event == "stop":
         agent = _open_agent(payload, options)
         agent.state.heartbeat(session_id=session_id, tool=None, durable=False, lock_timeout=agent.config.lock_timeout)
-        return None
+        answer = payload.get("last_assistant_message")
+        if isinstance(answer, str) and answer.strip() and os.path.exists(os.path.join(agent.dir, "identity.yaml")):
+            _persona_check(agent, answer)
+        return None  # Stop prints nothing: output there would keep the conversation going
     if event == "session-start":
         return _session_start(payload, options, session_id)
     if event == "pre-compact":
@@ -375,10 +385,13 @@ def _session_start(payload: dict[str, Any], options: dict[str, str], session_id:
         before.refresh_requested
     )
     handover = restored is not None and restored.checkpoint is not None and _has_handover(restored)
-    if not recovering and source not in ("compact", "resume") and not handover:
+    anchor = _reanchor(agent) if "persona_reanchor" in after.extra else None
+    if not recovering and source not in ("compact", "resume") and not handover and not anchor:
         _write_brief_best_effort(agent, after)
         return None
     context = _recovery_context(agent, before, after, source, notices if recovering else [], restored, recovering)
+    if anchor:
+        context = (anchor + "\n\n" + context)[: agent.config.brief_max_chars]
     return dumps_line({"hookSpecificOutput": {"hookEventName": "SessionStart", "additionalContext": context}})
 
 
@@ -399,6 +412,32 @@ def _take_due_checkpoints(payload: dict[str, Any], options: dict[str, str], due:
         finally:
             os._exit(0)
     _checkpoints_now(payload, options, due)
+
+
+def _persona_check(agent: Agent, message: str) -> None:
+    """Seed 002's persona gravity: compare the turn's last answer with the identity's core. A
+    failed check flags a re-anchor for the next context injection; problems are logged."""
+    from phoenix_protocol._errors import PhoenixError
+
+    try:
+        from phoenix_protocol._persona import check_persona
+
+        check_persona(agent, [message])
+    except PhoenixError as exc:
+        agent.record("drift_check_failed", "warn", {"kind": "persona", "error": str(exc)[:300]})
+
+
+def _reanchor(agent: Agent) -> str | None:
+    """The "who you are" block when a persona check failed since the last injection (once)."""
+    from phoenix_protocol._errors import PhoenixError
+
+    try:
+        from phoenix_protocol._persona import take_reanchor
+
+        return take_reanchor(agent)
+    except PhoenixError as exc:
+        agent.record("persona_reanchor_failed", "warn", {"error": str(exc)[:300]})
+        return None
 
 
 def _drift_message(state: Any, signal: Any) -> str:

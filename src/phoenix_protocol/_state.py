@@ -621,7 +621,8 @@ class StateStore:
         the caller then takes them, off the hot path.
 
         The call joins ``recent_actions`` (the ring the drift detectors read: ``_drift``);
-        ``progress`` marks a call that moved the work on (a successful edit). If ``drift`` is a
+        ``progress`` says the tool is an editor: its success counts as progress unless the very
+        same edit already succeeded recently (``_drift.is_progress``). If ``drift`` is a
         list, a *new* drift signal (one not already reported) is recorded in ``state.drift``,
         logged, and appended to it, so that the caller warns the model once and takes a recovery
         checkpoint.
@@ -685,27 +686,33 @@ class StateStore:
         progress: bool,
         drift: list[Any] | None,
     ) -> list[Transition]:
-        from phoenix_protocol._drift import Action, DriftConfig, detect
+        from phoenix_protocol._drift import Action, DriftConfig, observe
 
         config = DriftConfig.from_config(self.config)
         actions = []
-        for item in state.recent_actions[-(config.keep - 1) :]:
+        for item in state.recent_actions:
             try:
                 actions.append(Action.from_list(item))
             except (TypeError, ValueError):
                 continue  # a hand-edited entry: skip it
-        actions.append(Action(now, tool, digest or "-", ok, duration_ms, progress and ok))
-        state.recent_actions = [a.to_list() for a in actions]
-        if progress and ok:
+        ring, progressed, signals = observe(
+            actions,
+            now_ms=now,
+            tool=tool,
+            digest=digest or "-",
+            ok=ok,
+            duration_ms=duration_ms,
+            config=config,
+            # Work that has not progressed since it started counts from its start.
+            last_progress_ms=state.last_progress_ms or state.work_started_ms,
+            edit=progress,
+        )
+        state.recent_actions = [a.to_list() for a in ring]
+        if progressed:
             state.last_progress_ms = now
             state.drift = None
             return []
-        if state.status != "working":
-            return []
-        # Work that has not progressed since it started counts from its start.
-        since = state.last_progress_ms or state.work_started_ms
-        signals = detect(actions, now_ms=now, config=config, last_progress_ms=since)
-        if not signals:
+        if state.status != "working" or not signals:
             return []
         signal = signals[0]
         if state.drift is not None and state.drift.get("signature") == signal.signature:

@@ -1,0 +1,409 @@
+"""Phoenix's drift detectors against Gemini CLI's and OpenHands' loop detectors, same traces.
+
+    .venv/bin/python bench/drift_compare.py            # prints Markdown, writes bench/results/drift_compare.md
+    .venv/bin/python bench/drift_compare.py -v         # ... and every trace's verdicts
+
+The traces are ``bench/drift_traces.py`` (labelled, deterministic); the two baselines are the
+re-implementations in ``bench/drift_baselines.py`` (sources and constants cited there). Phoenix
+is fed exactly as its heartbeat feeds it (``StateStore._track_actions``): one ``Action`` per
+tool call at the call's end (PostToolUse), the input digested by ``_hooks._digest``, progress =
+a successful call of a tool in ``_drift.EDIT_TOOLS``, a ring of the last ``DriftConfig.keep``
+actions, ``last_progress_ms`` falling back to the start of the work, ``detect`` after every
+call that is not progress. Assistant text and context-window errors never reach Phoenix's
+hooks, so they are invisible to it.
+
+A detector *detects* a drift trace when its first alarm is at or after the trace's
+``drift_start``; an alarm before it is an early (false) alarm and the trace counts as missed.
+Steps to detection = index of the alarm step - ``drift_start`` (0: on the first drifting step);
+minutes = from the start of the first drifting step to the end of the alarm step. On a normal
+trace any alarm is a false positive.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import time
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))  # drift_traces, drift_baselines (also when imported by the tests)
+
+from drift_baselines import Detection, run_gemini, run_openhands  # noqa: E402
+from drift_traces import DRIFT_PATTERNS, NORMAL_PATTERNS, PHOENIX_CLAIMS, T0, Trace, traces  # noqa: E402
+
+from phoenix_protocol._drift import Action, DriftConfig, observe  # noqa: E402
+from phoenix_protocol._hooks import _digest  # noqa: E402
+
+__all__ = ["DETECTORS", "Outcome", "evaluate", "run_phoenix"]
+
+
+def run_phoenix(trace: Trace, config: DriftConfig | None = None) -> Detection | None:
+    """Replay a trace through Phoenix's heartbeat logic; the first step at which it signals."""
+    cfg = config or DriftConfig()
+    ring: list[Action] = []
+    last_progress_ms: int | None = None
+    work_started_ms = T0
+    for i, step in enumerate(trace.steps):
+        if step.kind != "tool":
+            continue  # no hook fires for text or a context-window error
+        now = step.end_ms
+        # The heartbeat's own step (phoenix_protocol._drift.observe), with the hook's digest.
+        ring, progressed, signals = observe(
+            ring,
+            now_ms=now,
+            tool=step.tool,
+            digest=_digest(step.input) or "-",
+            ok=step.ok,
+            duration_ms=step.duration_ms,
+            config=cfg,
+            last_progress_ms=last_progress_ms or work_started_ms,
+        )
+        if progressed:
+            last_progress_ms = now
+            continue
+        if signals:
+            return Detection(i, signals[0].kind, signals[0].detail)
+    return None
+
+
+DETECTORS: dict[str, Callable[[Trace], Detection | None]] = {
+    "Phoenix": run_phoenix,
+    "Gemini CLI": run_gemini,
+    "OpenHands": run_openhands,
+}
+
+
+@dataclass(frozen=True)
+class Outcome:
+    trace: Trace
+    detector: str
+    detection: Detection | None
+
+    @property
+    def fired(self) -> bool:
+        return self.detection is not None
+
+    @property
+    def early(self) -> bool:
+        start = self.trace.drift_start
+        return self.detection is not None and start is not None and self.detection.index < start
+
+    @property
+    def detected(self) -> bool:
+        return self.trace.is_drift and self.fired and not self.early
+
+    @property
+    def steps(self) -> int | None:
+        if not self.detected or self.detection is None or self.trace.drift_start is None:
+            return None
+        return self.detection.index - self.trace.drift_start
+
+    @property
+    def minutes(self) -> float | None:
+        if not self.detected or self.detection is None or self.trace.drift_start is None:
+            return None
+        begin = self.trace.steps[self.trace.drift_start].ts_ms
+        return (self.trace.steps[self.detection.index].end_ms - begin) / 60_000
+
+
+def evaluate(every: list[Trace] | None = None) -> list[Outcome]:
+    every = traces() if every is None else every
+    return [Outcome(t, name, run(t)) for t in every for name, run in DETECTORS.items()]
+
+
+# ------------------------------------------------------------------------------------------------
+# report
+
+
+def _median(values: list[float]) -> str:
+    if not values:
+        return "-"
+    m = statistics.median(values)
+    return f"{m:.0f}" if m == int(m) else f"{m:.1f}"
+
+
+def _rules(outcomes: list[Outcome]) -> str:
+    kinds = Counter(o.detection.kind for o in outcomes if o.detection is not None and not o.early)
+    return ", ".join(f"{k} {n}" for k, n in kinds.most_common()) or "-"
+
+
+def _pct(k: int, n: int) -> str:
+    return f"{k}/{n} ({100 * k / n:.0f} %)" if n else "-"
+
+
+def _detector_table(name: str, outcomes: list[Outcome]) -> list[str]:
+    mine = [o for o in outcomes if o.detector == name]
+    lines = [
+        f"### {name}",
+        "",
+        "| drift pattern | traces | detected | early alarm | median steps to detection | median minutes | rules that fired |",
+        "|---|---:|---:|---:|---:|---:|---|",
+    ]
+    for pattern in DRIFT_PATTERNS:
+        rows = [o for o in mine if o.trace.pattern == pattern and o.trace.is_drift]
+        hit = [o for o in rows if o.detected]
+        claim = " (claimed)" if name == "Phoenix" and pattern in PHOENIX_CLAIMS else ""
+        lines.append(
+            f"| `{pattern}`{claim} | {len(rows)} | {_pct(len(hit), len(rows))} | {sum(o.early for o in rows)} "
+            f"| {_median([float(o.steps) for o in hit if o.steps is not None])} "
+            f"| {_median([o.minutes for o in hit if o.minutes is not None])} | {_rules(rows)} |"
+        )
+    drift = [o for o in mine if o.trace.is_drift]
+    hit = [o for o in drift if o.detected]
+    lines.append(
+        f"| **all drift** | {len(drift)} | **{_pct(len(hit), len(drift))}** | {sum(o.early for o in drift)} "
+        f"| {_median([float(o.steps) for o in hit if o.steps is not None])} "
+        f"| {_median([o.minutes for o in hit if o.minutes is not None])} | |"
+    )
+    lines += ["", "| normal pattern | traces | false positives | rules that fired |", "|---|---:|---:|---|"]
+    for pattern in NORMAL_PATTERNS:
+        rows = [o for o in mine if o.trace.pattern == pattern and not o.trace.is_drift]
+        hard = " (hard)" if rows and rows[0].trace.hard else ""
+        fired = [o for o in rows if o.fired]
+        kinds = Counter(o.detection.kind for o in fired if o.detection is not None)
+        lines.append(
+            f"| `{pattern}`{hard} | {len(rows)} | {_pct(len(fired), len(rows))} "
+            f"| {', '.join(f'{k} {n}' for k, n in kinds.most_common()) or '-'} |"
+        )
+    normal = [o for o in mine if not o.trace.is_drift]
+    easy = [o for o in normal if not o.trace.hard]
+    lines.append(f"| **all normal** | {len(normal)} | **{_pct(sum(o.fired for o in normal), len(normal))}** | |")
+    lines.append(f"| **normal, not hard** | {len(easy)} | **{_pct(sum(o.fired for o in easy), len(easy))}** | |")
+    return lines
+
+
+def _summary(outcomes: list[Outcome]) -> list[str]:
+    names = list(DETECTORS)
+    lines = [
+        "| drift pattern | traces | " + " | ".join(names) + " |",
+        "|---|---:|" + "---:|" * len(names),
+    ]
+
+    def cell(rows: list[Outcome]) -> str:
+        hit = [o for o in rows if o.detected]
+        steps = _median([float(o.steps) for o in hit if o.steps is not None])
+        return f"{len(hit)}/{len(rows)}" + (f" · {steps} steps" if hit else "")
+
+    for pattern in DRIFT_PATTERNS:
+        cells = [cell([o for o in outcomes if o.detector == n and o.trace.pattern == pattern]) for n in names]
+        count = sum(1 for o in outcomes if o.detector == names[0] and o.trace.pattern == pattern)
+        lines.append(f"| `{pattern}` | {count} | " + " | ".join(cells) + " |")
+    drift_n = sum(1 for o in outcomes if o.detector == names[0] and o.trace.is_drift)
+    lines.append(
+        f"| **detection rate** | {drift_n} | "
+        + " | ".join(f"**{_pct(sum(o.detected for o in outcomes if o.detector == n), drift_n)}**" for n in names)
+        + " |"
+    )
+    for title, keep in (("false positives, all normal", False), ("false positives, normal not hard", True)):
+        rows_by = {
+            n: [o for o in outcomes if o.detector == n and not o.trace.is_drift and not (keep and o.trace.hard)]
+            for n in names
+        }
+        n_rows = len(rows_by[names[0]])
+        lines.append(
+            f"| **{title}** | {n_rows} | "
+            + " | ".join(f"**{_pct(sum(o.fired for o in rows_by[n]), n_rows)}**" for n in names)
+            + " |"
+        )
+    return lines
+
+
+def _catches(outcomes: list[Outcome]) -> list[str]:
+    """Per pattern: who catches, who misses (with the traces missed), and why."""
+    names = list(DETECTORS)
+    lines = []
+    for pattern, what in {**DRIFT_PATTERNS, **NORMAL_PATTERNS}.items():
+        rows = [o for o in outcomes if o.trace.pattern == pattern]
+        drift = rows[0].trace.is_drift
+        parts = []
+        for n in names:
+            mine = [o for o in rows if o.detector == n]
+            good = [o for o in mine if (o.detected if drift else not o.fired)]
+            bad = [o for o in mine if o not in good]
+            text = f"{n} {len(good)}/{len(mine)}"
+            if bad:
+                listed = ", ".join(
+                    o.trace.name.rsplit("-", 1)[1] + ("" if drift or o.detection is None else f" {o.detection.kind}")
+                    for o in bad
+                )
+                text += f" ({'missed' if drift else 'flagged'} #{listed})"
+            parts.append(text)
+        verb = "caught" if drift else "left alone"
+        lines.append(f"- **`{pattern}`**: {what}. {verb.capitalize()}: " + "; ".join(parts) + ".")
+        why = WHY.get(pattern)
+        if why:
+            lines.append(f"  {why}")
+    return lines
+
+
+WHY: dict[str, str] = {
+    "repeat_identical": "Phoenix's digest drops whitespace runs and Bash's `description`/`timeout`, so cosmetic "
+    "variants are one action; it fires on the 4th call (`repeat_limit` 3). Gemini hashes the raw arguments: "
+    "a changing description or an extra space defeats it; otherwise it needs 5 in a row. OpenHands compares the "
+    "whole action, the model's `thought` included, so a different sentence before each call defeats it, and "
+    "exact command strings (whitespace counts); a Bash `description` is not a field of its `CmdRunAction`, so "
+    "that variant does not defeat it. It needs 4 equal action/observation pairs.",
+    "cycle_ab": "Gemini only counts *consecutive* identical calls, so no cycle ever reaches it (its LLM check, "
+    "left out, would be the only chance, after 30 turns). OpenHands' A-B rule fires on the 6th call. Phoenix "
+    "fires on the 7th: its count of one action since the last progress passes 3 (the 4th A) before its "
+    "cycle rule (4 full periods) would.",
+    "cycle_abc": "Only Phoenix sees cycles longer than 2 (its counts and its cycle rule, periods 2-4); OpenHands' "
+    "pattern rule is A-B only and Gemini's is A-A only.",
+    "repeat_error": "OpenHands is fastest on tool errors (3 `ErrorObservation`s), but a failing *shell command* is "
+    "a `CmdOutputObservation` with an exit code, so it takes the 4-pair rule instead. Gemini needs 5 identical "
+    "raw calls (a changing description defeats it).",
+    "error_rate": "Only Phoenix measures an error *rate*; the baselines need the same action repeated, and a broken "
+    "environment makes every call fail differently.",
+    "slowdown": "Only Phoenix looks at durations (three windows of 10 timed calls: ~20 calls into the trend).",
+    "no_progress": "Only Phoenix tracks progress (a successful edit); distinct reads never repeat, so the "
+    "baselines stay silent. Phoenix fires 20 minutes (`stall_minutes`) after the last edit.",
+    "monologue": "Text without tool calls never reaches Phoenix's hooks. OpenHands needs 3 *identical* messages "
+    "(a changing counter defeats it); Gemini's content rule needs a 50-char window 10 times with an average "
+    "spacing of at most 250 chars, so it only sees short repeated messages, and after 10 of them.",
+    "content_chant": "A chant inside one message: Gemini's content rule is made for it (it fires mid-stream); "
+    "OpenHands compares whole messages and Phoenix sees no text.",
+    "context_loop": "OpenHands catches both variants: back-to-back condensations by its context-window rule, the "
+    "huge Read / condensation alternation by its A-B rule. Phoenix sees neither the error nor the trimming, only "
+    "tool calls: it catches the variant where the same huge Read comes back each time, as does Gemini (a "
+    "context error does not reset its count).",
+    "edit_cycle": "**A Phoenix blind spot.** Every successful edit is progress, so edits that undo each other, "
+    "or rewrite identical content, reset its repetition count and its stall clock (the one trace it catches, "
+    "#3, it catches by accident: half of its calls are failing tests, so the error-rate rule fires). "
+    "OpenHands' A-B rule and 4-pair rule catch the 2-step flip-flops and the identical rewrites, not a 4-step "
+    "edit/test/revert/test cycle; Gemini catches 5 identical writes in a row only.",
+    "polling_build": "A hard case, labelled honestly: polling the same command every 30 s *is* the same action "
+    "repeated without progress. Phoenix flags it on the 4th poll; OpenHands too when the poll is a shell "
+    "command (a `CmdOutputObservation` compares command and exit code, not the growing output), not when it "
+    "is a Read or BashOutput whose output changes; Gemini on the 5th identical call.",
+    "review_task": "A hard case: a read-only task has no edit to count as progress, so Phoenix's `no_progress` "
+    "fires after 20 minutes; the baselines have no notion of progress.",
+    "thinking_pause": "**Phoenix false positive.** `no_progress` measures the stall from the last edit, long "
+    "thinking included: after a 10-45 minute think, the 10 reads that follow (in two minutes) make '10 calls "
+    "and no progress for 30+ minutes'. Pauses alone are fine (calls age out of the window).",
+    "read_burst": "**Phoenix false positive** (slowdown, by chance): ordinary duration noise that happens to "
+    "rise over three windows of 10 calls.",
+    "noisy_durations": "**Phoenix false positive.** `slowdown` compares medians of *all* tools' durations in "
+    "three windows of 10; with a realistic long-tailed mix (reads of 50 ms, test runs of seconds) and no "
+    "trend at all, m1 < m2 < m3 with m3 >= 2 x m1 happens by chance (all 4 of these 45-60 call sessions).",
+    "flaky_errors": "Borderline: one short burst of three failures on top of scattered ones made 5 of 10 calls "
+    "fail (Phoenix's 50 %) after 2 of 10.",
+    "edit_test_fix": "The same test command between edits: each edit is progress (Phoenix) or breaks the run of "
+    "identical calls (Gemini, OpenHands). The tight 9-round loops fail half their calls, but steadily, so "
+    "Phoenix's error-rate rule (2x the previous window) stays quiet.",
+}
+
+CAVEATS = (
+    "Caveats. The traces are synthetic and were written alongside Phoenix's detector: the `error_rate`, "
+    "`slowdown` and `no_progress` patterns are by construction signals only Phoenix measures, so its detection "
+    "rate over *all* patterns says more about coverage than about quality; read the table per pattern. The "
+    "baselines are ports of their rules, run outside their agents: Gemini CLI without its LLM check, OpenHands "
+    "with Claude Code's tools mapped onto its events (see `bench/drift_baselines.py`). Gemini CLI and OpenHands "
+    "*stop* the agent when they fire; Phoenix warns the model once and takes an emergency recovery checkpoint, "
+    "so a false positive costs them more than it costs Phoenix."
+)
+
+
+def _machine() -> str:
+    cores = os.cpu_count() or 0
+    model = ""
+    try:
+        with open("/proc/cpuinfo", encoding="ascii", errors="replace") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    model = line.split(":", 1)[1].strip()
+                    break
+    except OSError:
+        pass
+    return f"{platform.system()} {platform.machine()}, {cores} cores ({model or 'unknown CPU'}), Python {platform.python_version()}"
+
+
+def _commit() -> str:
+    try:
+        out = subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"], cwd=HERE, capture_output=True, text=True, check=False, timeout=5
+        )
+        return out.stdout.strip() or "unknown"
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+
+
+def report(outcomes: list[Outcome], elapsed: float) -> str:
+    every = sorted({id(o.trace): o.trace for o in outcomes}.values(), key=lambda t: t.name)
+    n_drift = sum(t.is_drift for t in every)
+    n_normal = len(every) - n_drift
+    n_hard = sum(t.hard for t in every)
+    lines = [
+        "## Drift detection: Phoenix vs Gemini CLI vs OpenHands, on the same synthetic traces",
+        "",
+        "```sh",
+        ".venv/bin/python bench/drift_compare.py",
+        "```",
+        "",
+        f"**{time.strftime('%Y-%m-%d')}**, {_machine()}, phoenix-protocol commit {_commit()}. "
+        f"{len(every)} traces ({n_drift} drift, {n_normal} normal of which {n_hard} hard cases), "
+        f"{sum(len(t.steps) for t in every):,} steps, all three detectors in {elapsed:.1f} s.",
+        "",
+        "Traces: `bench/drift_traces.py` (deterministic). Baselines: `bench/drift_baselines.py`, ported from "
+        "Gemini CLI's `packages/core/src/services/loopDetectionService.ts` (tool-call loop: 5 identical calls in a "
+        "row; content loop: a 50-char chunk 10 times close together; its LLM check after 30 turns needs a model "
+        "and is left out) and OpenHands' `openhands/controller/stuck.py` (4 equal action/observation pairs; 3 "
+        "equal actions with errors; 3 equal agent messages; A-B-A-B-A-B; 10 condensations; 3 empty messages). "
+        "Phoenix: `phoenix_protocol._drift.detect` with its defaults (`repeat_limit` 3, `window` 10, "
+        "`stall_minutes` 20), fed as its PostToolUse heartbeat feeds it: it sees tool calls only, not text.",
+        "",
+        "A drift trace counts as detected when the first alarm comes at or after the step where the drift "
+        "begins (an *early alarm* in the ordinary work before it counts as a miss); steps to detection are "
+        "counted from that step (0 = on it). On a normal trace any alarm is a false positive.",
+        "",
+        CAVEATS,
+        "",
+        "### Side by side (detected/traces · median steps to detection)",
+        "",
+        *_summary(outcomes),
+        "",
+    ]
+    for name in DETECTORS:
+        lines += [*_detector_table(name, outcomes), ""]
+    lines += ["### Where each catches or misses", "", *_catches(outcomes), ""]
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
+    parser.add_argument("-v", "--verbose", action="store_true", help="print every trace's verdicts")
+    parser.add_argument("--out", default=str(HERE / "results" / "drift_compare.md"))
+    args = parser.parse_args(argv)
+    started = time.perf_counter()
+    outcomes = evaluate()
+    elapsed = time.perf_counter() - started
+    text = report(outcomes, elapsed)
+    print(text)
+    if args.verbose:
+        by_trace: dict[str, list[Outcome]] = {}
+        for o in outcomes:
+            by_trace.setdefault(o.trace.name, []).append(o)
+        for name, rows in by_trace.items():
+            t = rows[0].trace
+            cells = []
+            for o in rows:
+                d = o.detection
+                cells.append(
+                    f"{o.detector}: " + ("-" if d is None else f"{d.kind}@{d.index}" + (" EARLY" if o.early else ""))
+                )
+            print(f"{name:24} start={t.drift_start!s:4} steps={len(t.steps):3} | " + " | ".join(cells) + f"  {t.note}")
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.out).write_text(text + "\n", encoding="utf-8")
+    print(f"\nwritten to {args.out}", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

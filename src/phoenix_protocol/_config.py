@@ -250,10 +250,11 @@ def load_config(
         layers.append((path, _read_toml(path)))
     environ = os.environ if env is None else env
     from_env = {}
-    for name in SETTINGS:
-        raw = environ.get("PHOENIX_" + name.upper())
-        if raw is not None and raw != "":
-            from_env[name] = raw
+    for key, raw in environ.items():  # one pass over the environment, not one lookup per setting
+        if key.startswith("PHOENIX_") and raw != "":
+            name = key[8:].lower()
+            if name in SETTINGS:
+                from_env[name] = raw
     layers.append(("environment", from_env))
     layers.append(("argument", dict(overrides or {})))
     for source, layer in layers:

@@ -51,6 +51,12 @@ def _render(out: Output, report: Any) -> None:
     out.console.print(table)
     if not report.verdicts:
         out.console.print("(no agents in this home)")
+    for mate in report.teammates:
+        if "error" in mate:
+            out.console.print(f"team {escape(mate['team'])}: [red]{escape(mate['error'])}[/]")
+            continue
+        action = f" — tasks returned: {', '.join(mate.get('returned', []))}" if mate.get("action") else ""
+        out.console.print(f"team {escape(mate['team'])}: {escape(mate['name'])} {mate['class']}{action}")
     if report.tmux is not None:
         for pane in report.tmux:
             found = ", ".join(f"{a['name']}({a['pid']})" for a in pane.agents) or "no agent process"
@@ -97,7 +103,7 @@ def watchdog_command(
 
     if interval is None:
         report = one_pass()
-        if report.stalled or report.drifting:
+        if report.stalled or report.drifting or report.swept:
             raise _Exit(EXIT_ATTENTION)
         return
     stop = {"now": False}

@@ -274,6 +274,7 @@ def handle(event: str, payload: dict[str, Any], options: dict[str, str]) -> str 
             progress=tool in EDIT_TOOLS,
             drift=drift,
         )
+        _team_heartbeat(agent, session_id)
         if drift:
             # Seed 003's emergency recovery replaces a plain recovery checkpoint due now.
             due = [k for k in due if k != "recovery"] + ["emergency:" + drift[0].detail]
@@ -386,12 +387,14 @@ def _session_start(payload: dict[str, Any], options: dict[str, str], session_id:
     )
     handover = restored is not None and restored.checkpoint is not None and _has_handover(restored)
     anchor = _reanchor(agent) if "persona_reanchor" in after.extra else None
-    if not recovering and source not in ("compact", "resume") and not handover and not anchor:
+    team = _team_context(agent)
+    if not recovering and source not in ("compact", "resume") and not handover and not anchor and not team:
         _write_brief_best_effort(agent, after)
         return None
     context = _recovery_context(agent, before, after, source, notices if recovering else [], restored, recovering)
-    if anchor:
-        context = (anchor + "\n\n" + context)[: agent.config.brief_max_chars]
+    for block in (team, anchor):
+        if block:
+            context = (block + "\n\n" + context)[: agent.config.brief_max_chars]
     return dumps_line({"hookSpecificOutput": {"hookEventName": "SessionStart", "additionalContext": context}})
 
 
@@ -412,6 +415,55 @@ def _take_due_checkpoints(payload: dict[str, Any], options: dict[str, str], due:
         finally:
             os._exit(0)
     _checkpoints_now(payload, options, due)
+
+
+def _team_binding() -> tuple[str, str] | None:
+    """``(team_id, teammate)`` when this session belongs to a team ($PHOENIX_TEAM, $PHOENIX_TEAMMATE)."""
+    team = os.environ.get("PHOENIX_TEAM")
+    mate = os.environ.get("PHOENIX_TEAMMATE")
+    return (team, mate) if team and mate else None
+
+
+def _team_heartbeat(agent: Agent, session_id: str | None) -> None:
+    """The teammate's heartbeat, on the hot path: one small file, no roster lookup."""
+    binding = _team_binding()
+    if binding is None:
+        return
+    from phoenix_protocol._heartbeats import beat, runtime_dir
+
+    beat(runtime_dir(agent.home.root, binding[0]), binding[1], now_ms=agent.clock.now_ms(), session_id=session_id)
+
+
+def _team_context(agent: Agent) -> str | None:
+    """SessionStart for a teammate: its tasks, unread messages, who is online, ZOMBIE mode."""
+    binding = _team_binding()
+    if binding is None:
+        return None
+    from phoenix_protocol._errors import PhoenixError
+
+    try:
+        from phoenix_protocol._team_resume import probe
+        from phoenix_protocol._teams import Team
+
+        team = Team.open(agent.home, binding[0], clock=agent.clock)
+        view = team.status_for(binding[1])
+        probed = probe(team)
+    except PhoenixError as exc:
+        return f"Team {binding[0]}: could not read the team state ({exc})."
+    lines = [f"=== Team {team.id} ({view['status']}); you are {binding[1]}, lead {view['lead']} ==="]
+    if view["zombie"]:
+        lines.append(
+            f"ZOMBIE mode: the lead has been silent for {(view['lead_silence_ms'] or 0) // 60_000} min. Keep working "
+            "on your task; Phoenix checkpoints the team every 30 s; the lead re-attaches with `phx team resume`."
+        )
+    for task in view["tasks"]:
+        lines.append(f"Your task {task['task_id']} [{task['status']}]: {task['title']}")
+    if not view["tasks"]:
+        lines.append(f"No task claimed: `phx team ready {team.id}` lists what you can claim.")
+    lines.append(f"Unread messages: {view['unread']} (`phx team inbox {team.id} --as {binding[1]}`).")
+    online = [m["name"] for m in probed["teammates"] if m["class"] == "online"]
+    lines.append("Online: " + (", ".join(online) if online else "nobody"))
+    return "\n".join(lines)
 
 
 def _persona_check(agent: Agent, message: str) -> None:

@@ -95,15 +95,27 @@ class TmuxPane:
 class WatchdogReport:
     """One pass: when, every verdict, and (tmux mode) the panes."""
 
-    def __init__(self, checked_at: str, verdicts: list[AgentVerdict], tmux: list[TmuxPane] | None) -> None:
+    def __init__(
+        self,
+        checked_at: str,
+        verdicts: list[AgentVerdict],
+        tmux: list[TmuxPane] | None,
+        teammates: list[dict[str, Any]] | None = None,
+    ) -> None:
         self.checked_at = checked_at
         self.verdicts = verdicts
         self.tmux = tmux
+        self.teammates = teammates or []
 
     @property
     def stalled(self) -> list[AgentVerdict]:
         """Agents marked stalled in this pass."""
         return [v for v in self.verdicts if v.action == "marked_stalled"]
+
+    @property
+    def swept(self) -> list[dict[str, Any]]:
+        """Teammates whose tasks this pass returned to their team's queue."""
+        return [t for t in self.teammates if t.get("action") == "tasks_returned"]
 
     @property
     def drifting(self) -> list[AgentVerdict]:
@@ -122,6 +134,7 @@ class WatchdogReport:
             "stalled": [v.agent_id for v in self.stalled],
             "drifting": [v.agent_id for v in self.drifting],
             "agents": [v.as_dict() for v in self.verdicts],
+            "teammates": self.teammates,
             "tmux": [p.as_dict() for p in self.tmux] if self.tmux is not None else None,
         }
 
@@ -289,5 +302,49 @@ def run_pass(
                             verdict.action = _mark_stalled(
                                 agent, f"no agent process in tmux session {pane.session!r}", None
                             )
-    report = WatchdogReport(iso_from_ms(now_ms), verdicts, panes)
-    return report
+    teammates = check_teams(home, clock=clock, act=act)
+    return WatchdogReport(iso_from_ms(now_ms), verdicts, panes, teammates)
+
+
+def check_teams(home: Home, *, clock: Clock = system_clock, act: bool = True) -> list[dict[str, Any]]:
+    """Every teammate of every team not completed: its liveness class from its heartbeats (a
+    teammate's process may run on any machine: heartbeats are the ground truth here); tasks held
+    by suspended or stale teammates go back to the queue (``Team.sweep``) when ``act``."""
+    from phoenix_protocol._teams import Team, list_teams
+
+    out: list[dict[str, Any]] = []
+    for team_id in list_teams(home):
+        try:
+            team = Team.open(home, team_id, clock=clock)
+            data = team.read()
+            if data["status"] == "completed":
+                continue
+            holding = {
+                t["assigned_to"]
+                for t in data["tasks"]
+                if t["status"] in ("in_progress", "blocked") and t["assigned_to"]
+            }
+            rows = []
+            for mate in team.roster():
+                live = team.liveness(mate["name"])
+                rows.append(
+                    {
+                        "team": team_id,
+                        "name": mate["name"],
+                        "class": live["class"],
+                        "skew": live["skew"],
+                        "task": mate.get("current_task"),
+                    }
+                )
+            dead = [r for r in rows if r["class"] in ("suspended", "stale") and r["name"] in holding]
+            if dead and act:
+                returned = team.sweep()
+                for row in dead:
+                    row["action"] = "tasks_returned"
+                    row["returned"] = [
+                        t["task_id"] for t in returned if t["checkpoint"].get("inherited_from") == row["name"]
+                    ]
+            out += rows
+        except PhoenixError as exc:
+            out.append({"team": team_id, "error": str(exc)})
+    return out

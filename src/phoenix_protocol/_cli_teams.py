@@ -66,7 +66,9 @@ def _print_task(out: Output, task: dict[str, Any], verb: str) -> None:
     from rich.markup import escape
 
     owner = f" ({escape(task['assigned_to'])})" if task.get("assigned_to") else ""
-    out.console.print(f"{verb} [bold]{task['task_id']}[/] [{task['status']}]{owner} {escape(task['title'])}")
+    out.console.print(
+        f"{verb} [bold]{task['task_id']}[/] {escape('[' + task['status'] + ']')}{owner} {escape(task['title'])}"
+    )
 
 
 def _tasks_table(out: Output, tasks: list[dict[str, Any]]) -> None:
@@ -313,7 +315,7 @@ def _print_messages(out: Output, messages: list[Any]) -> None:
     for m in messages:
         out.console.print(
             f"[bold]#{m.seq}[/] {m.ts[:19].replace('T', ' ')} [cyan]{escape(m.sender)}[/] → {escape(m.to)} "
-            f"[{m.type}] [bold]{escape(m.subject)}[/]\n    {escape(m.body)}"
+            f"{escape('[' + m.type + ']')} [bold]{escape(m.subject)}[/]\n    {escape(m.body)}"
         )
 
 
@@ -417,6 +419,8 @@ def team_status(home: Home, out: Output, team_id: str, name: str | None) -> None
 
     Example: phx team status TEAM --as alice
     """
+    from rich.markup import escape
+
     team = _team(home, team_id)
     if name:
         view = team.status_for(name)
@@ -428,7 +432,7 @@ def team_status(home: Home, out: Output, team_id: str, name: str | None) -> None
                 f"[bold red]ZOMBIE mode[/]: the lead ({view['lead']}) has been silent for "
                 f"{(view['lead_silence_ms'] or 0) // 60_000} min. Keep working on your task; checkpoints every 30 s."
             )
-        out.console.print(f"team {team_id} [{view['status']}] — {view['unread']} unread message(s)")
+        out.console.print(f"team {team_id} {escape('[' + view['status'] + ']')} — {view['unread']} unread message(s)")
         _tasks_table(out, view["tasks"])
         return
     from phoenix_protocol._team_resume import probe
@@ -438,7 +442,9 @@ def team_status(home: Home, out: Output, team_id: str, name: str | None) -> None
     if out.as_json:
         out.json({"team": data, "probe": probed})
         return
-    out.console.print(f"team [bold]{team_id}[/] ({data.get('name')}) [{data['status']}], lead {data['lead']}")
+    out.console.print(
+        f"team [bold]{team_id}[/] ({escape(str(data.get('name')))}) {escape('[' + data['status'] + ']')}, lead {data['lead']}"
+    )
     _tasks_table(out, data["tasks"])
     for mate in probed["teammates"]:
         out.console.print(f"  {mate['name']}: {mate['class']}" + (" (clock skew)" if mate["skew"] else ""))

@@ -5,16 +5,20 @@ Every error the library raises on purpose is a ``PhoenixError``::
     PhoenixError
     ├── UsageError              the caller asked for something invalid; nothing was written
     │   ├── InvalidIdError      an agent/team/session id outside the safe alphabet
-    │   └── ConfigError         a configuration file or variable that cannot be used
+    │   ├── ConfigError         a configuration file or variable that cannot be used
+    │   └── TeamNotFoundError   no such team in the home (_teams)
     └── OperationError          a valid request that could not be carried out
         ├── StorageError        the file system refused a read or a write (wraps the OSError)
         │   └── LockTimeoutError  another process held the lock for too long
         ├── CorruptStateError   a file exists but cannot be parsed; run ``phx doctor``
         ├── SchemaVersionError  a record written by a newer Phoenix than this one
-        └── RefusedError        a request Phoenix declines on purpose, and why
-            ├── StatusRefusedError        precedence watchdog > hook > model
-            ├── IdentityCoreError         the sealed immutable core of an identity (_identity)
-            └── CheckpointOwnershipError  another agent's checkpoint (_checkpoints)
+        ├── RefusedError        a request Phoenix declines on purpose, and why
+        │   ├── StatusRefusedError        precedence watchdog > hook > model
+        │   ├── IdentityCoreError         the sealed immutable core of an identity (_identity)
+        │   ├── CheckpointOwnershipError  another agent's checkpoint (_checkpoints)
+        │   ├── ClaimConflictError        a task another teammate holds (_teams)
+        │   └── TeamReadOnlyError         a completed team (_teams)
+        └── ClinicGaveUp        the Clinic exhausted its recoveries (clinic; carries every trauma)
 
 Messages say what happened and what to do next, in one line.
 

@@ -1,5 +1,10 @@
-"""The ``phx`` console script. ``phx hook ...`` goes straight to the light hook module; every
-other command loads the full CLI (click, rich)."""
+"""The ``phx`` console script.
+
+Two commands skip the full CLI (click, rich, every command module: about 100 ms of imports):
+``phx hook ...`` goes straight to the light hook module, and ``phx team resume|probe TEAM
+--json`` (what a lead's session start runs, on a time budget) to the resume protocol. Anything
+else, or any option these fast paths do not know, loads the full CLI, so behaviour is the same.
+"""
 
 from __future__ import annotations
 
@@ -14,6 +19,52 @@ def main(argv: list[str] | None = None) -> int:
 
         hook_main(args[1:])  # raises SystemExit(0)
         return 0  # pragma: no cover
+    if args[:2] in (["team", "resume"], ["team", "probe"]) and "--json" in args:
+        code = _team_resume_json(args[1], args[2:])
+        if code is not None:
+            return code
     from phoenix_protocol._cli import cli
 
     return cli(args)
+
+
+def _team_resume_json(command: str, args: list[str]) -> int | None:
+    """``phx team resume|probe TEAM --json [--session ID] [--home PATH]`` without click or rich;
+    ``None`` when the arguments need the full CLI (help, unknown options, usage errors)."""
+    import os
+
+    options: dict[str, str] = {}
+    positional: list[str] = []
+    i = 0
+    while i < len(args):
+        arg = args[i]
+        if arg == "--json":
+            i += 1
+        elif arg in ("--session", "--home") and i + 1 < len(args) and not (command == "probe" and arg == "--session"):
+            options[arg[2:]] = args[i + 1]
+            i += 2
+        elif arg.startswith("-"):
+            return None
+        else:
+            positional.append(arg)
+            i += 1
+    if len(positional) != 1:
+        return None
+    import json
+    import uuid
+
+    from phoenix_protocol._errors import PhoenixError
+    from phoenix_protocol._home import Home
+    from phoenix_protocol._team_resume import resume
+
+    try:
+        home = Home(os.path.abspath(options["home"])) if "home" in options else Home.resolve()
+        if command == "probe":
+            result = resume(home, positional[0], session_id=os.environ.get("PHOENIX_SESSION_ID") or "probe", attach=False)
+        else:
+            session = options.get("session") or os.environ.get("PHOENIX_SESSION_ID") or f"lead-{uuid.uuid4().hex[:12]}"
+            result = resume(home, positional[0], session_id=session)
+    except PhoenixError:
+        return None  # let the full CLI report it the usual way
+    sys.stdout.write(json.dumps({"ok": result.exit_code == 0, **result.as_dict()}, indent=2) + "\n")
+    return result.exit_code

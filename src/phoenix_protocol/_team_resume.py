@@ -163,6 +163,8 @@ def _resume(
     elif silence is None or silence > LEAD_TIMEOUT_MS:
         minutes = "never seen" if silence is None else f"silent for {silence // 60_000} min"
         result.step("lead session", "warn", f"re-attaching: the bound lead session {bound} is {minutes}")
+    elif not attach:
+        result.step("lead session", "ok", f"the lead is attached in session {bound}, seen {silence // 1000} s ago")
     else:
         result.step(
             "lead session",

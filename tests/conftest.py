@@ -28,6 +28,8 @@ def _isolated_env(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.
             monkeypatch.delenv(name, raising=False)
     for key, value in GIT_ENV.items():
         monkeypatch.setenv(key, value)
+    # Team heartbeats live in the runtime directory: one per test, not the machine's.
+    monkeypatch.setenv("XDG_RUNTIME_DIR", str(tmp_path_factory.mktemp("runtime")))
 
 
 def git(cwd: Path, *args: str) -> str:

@@ -115,3 +115,28 @@ def test_other_threads_poll(tmp_path: Path) -> None:
     finally:
         holder.kill()
         holder.wait()
+
+
+def test_threads_of_one_process_take_turns(tmp_path: Path) -> None:
+    """A flock belongs to the process: without the per-path thread lock two threads would both
+    'hold' it. Each thread increments a shared counter in a file under the lock."""
+    target = tmp_path / "counter"
+    target.write_text("0")
+    errors: list[BaseException] = []
+
+    def bump() -> None:
+        try:
+            for _ in range(200):
+                with FileLock(str(target), timeout=30):
+                    value = int(target.read_text())
+                    time.sleep(0)  # invite a switch inside the critical section
+                    target.write_text(str(value + 1))
+        except BaseException as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=bump) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert not errors and target.read_text() == "800"

@@ -333,8 +333,8 @@ def team_inbox(home: Home, out: Output, team_id: str, name: str, follow: bool, l
     team = _team(home, team_id)
     mailbox = team.mailbox
 
-    def deliver() -> list[Any]:
-        messages: list[Any] = mailbox.fetch(name, limit=limit)
+    def deliver() -> Any:
+        messages = mailbox.fetch(name, limit=limit)
         if out.as_json:
             import json
 
@@ -342,8 +342,8 @@ def team_inbox(home: Home, out: Output, team_id: str, name: str, follow: bool, l
         else:
             _print_messages(out, messages)
         sys.stdout.flush()  # handed over: only now is it delivered
-        if messages:
-            mailbox.mark_delivered(name, messages[-1].seq)
+        if messages.through_seq:  # past the messages shown and the ones not for NAME in between
+            mailbox.mark_delivered(name, messages.through_seq)
         return messages
 
     first = deliver()
@@ -568,7 +568,8 @@ def _resume_output(out: Output, result: Any) -> None:
 @click.argument("team_id", metavar="TEAM")
 @team_common
 def team_probe(home: Home, out: Output, team_id: str) -> None:
-    """Run the resume validation without attaching (exit 0/1/2 as resume would).
+    """Run the resume validation without attaching (another lead's binding is reported, not an
+    error; exit 1 transient, 2 permanent, as resume).
 
     Example: phx team probe TEAM
     """

@@ -115,6 +115,16 @@ SETTINGS: dict[str, tuple[type, Any, float | None, str]] = {
         "Persona drift scorer: lexical, or embedding (needs the [persona] extra).",
     ),
     "persona_threshold": (float, 0.5, 0.0, "A persona check passes when its score (0-1) is at least this."),
+    # Teams (seed 004).
+    "team_online_minutes": (float, 10.0, 0.0, "A teammate whose last heartbeat is younger than this is online."),
+    "team_idle_minutes": (float, 30.0, 0.0, "... younger than this is idle (then suspended: tasks may be reassigned)."),
+    "team_suspended_minutes": (float, 60.0, 0.0, "... younger than this is suspended; older is stale."),
+    "team_git_mirror": (
+        bool,
+        False,
+        None,
+        "Mirror full team checkpoints into refs/phoenix/teams/<team_id> (git plumbing only).",
+    ),
 }
 
 
@@ -148,6 +158,10 @@ class Config:
     drift_stall_minutes: float
     persona_scorer: str
     persona_threshold: float
+    team_online_minutes: float
+    team_idle_minutes: float
+    team_suspended_minutes: float
+    team_git_mirror: bool
 
     def __init__(self, values: Mapping[str, Any] | None = None, sources: Mapping[str, str] | None = None) -> None:
         self.sources: dict[str, str] = {}

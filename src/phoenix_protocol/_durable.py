@@ -20,7 +20,8 @@ Three primitives, each with the guarantee it gives and the one it does not:
     append repairs (``repair_tail``).
 
 ``FileLock(path)``
-    An exclusive ``flock`` on a separate ``*.lock`` file, re-entrant within a process, released
+    An exclusive ``flock`` on a separate ``*.lock`` file, re-entrant within a thread (threads of
+    one process take turns on a per-path lock first, since a flock belongs to the process), released
     by the kernel when the holder dies (SIGKILL included), so a crashed writer never leaves a
     stale lock. An uncontended lock costs one non-blocking ``flock``; a contended one waits in
     the kernel (fair to every waiter) with a ``SIGALRM`` timer as the bound, or, outside the main
@@ -33,6 +34,7 @@ Files are created 0600 and directories 0700. Hot path: imports ``os``, ``fcntl``
 
 from __future__ import annotations
 
+import _thread
 import errno
 import fcntl
 import os
@@ -343,7 +345,9 @@ def read_last_line(path: str) -> bytes | None:
         os.close(fd)
 
 
-_held: dict[str, tuple[int, int]] = {}  # lock path -> (fd, depth)
+_held: dict[str, tuple[int, int, int]] = {}  # lock path -> (fd, depth, owning thread)
+_gates: dict[str, _thread.LockType] = {}  # lock path -> the lock threads of this process take turns on
+_registry_guard = _thread.allocate_lock()
 
 
 def _try_lock(fd: int) -> bool:
@@ -413,12 +417,32 @@ class FileLock:
         self.lock_path = path + ".lock"
         self.target = path
         self.timeout = timeout
+        self._fd = -1
 
     def acquire(self) -> None:
+        me = _thread.get_ident()
         held = _held.get(self.lock_path)
-        if held is not None:
-            _held[self.lock_path] = (held[0], held[1] + 1)
+        if held is not None and held[2] == me:
+            _held[self.lock_path] = (held[0], held[1] + 1, me)
             return
+        # Threads of one process share the flock (it belongs to the process): a per-path thread
+        # lock makes them take turns, then the flock excludes other processes.
+        with _registry_guard:
+            gate = _gates.setdefault(self.lock_path, _thread.allocate_lock())
+        got = gate.acquire(True, self.timeout) if self.timeout > 0 else gate.acquire(False)
+        if not got:
+            raise LockTimeoutError(
+                f"could not lock {self.target} within {self.timeout:g}s: another thread of this process held it.",
+                path=self.target,
+            )
+        try:
+            self._acquire_file()
+        except BaseException:
+            gate.release()
+            raise
+        _held[self.lock_path] = (self._fd, 1, me)
+
+    def _acquire_file(self) -> None:
         try:
             fd = os.open(self.lock_path, os.O_RDWR | os.O_CREAT | _CLOEXEC, FILE_MODE)
         except OSError as exc:
@@ -445,18 +469,19 @@ class FileLock:
                 f"`fuser {self.lock_path}`.",
                 path=self.target,
             )
-        _held[self.lock_path] = (fd, 1)
+        self._fd = fd
 
     def release(self) -> None:
-        fd, depth = _held[self.lock_path]
+        fd, depth, owner = _held[self.lock_path]
         if depth > 1:
-            _held[self.lock_path] = (fd, depth - 1)
+            _held[self.lock_path] = (fd, depth - 1, owner)
             return
         del _held[self.lock_path]
         try:
             fcntl.flock(fd, fcntl.LOCK_UN)
         finally:
             os.close(fd)
+            _gates[self.lock_path].release()
 
     def __enter__(self) -> FileLock:
         self.acquire()

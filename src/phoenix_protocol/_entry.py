@@ -60,11 +60,32 @@ def _team_resume_json(command: str, args: list[str]) -> int | None:
     try:
         home = Home(os.path.abspath(options["home"])) if "home" in options else Home.resolve()
         if command == "probe":
-            result = resume(home, positional[0], session_id=os.environ.get("PHOENIX_SESSION_ID") or "probe", attach=False)
+            result = resume(
+                home, positional[0], session_id=os.environ.get("PHOENIX_SESSION_ID") or "probe", attach=False
+            )
         else:
             session = options.get("session") or os.environ.get("PHOENIX_SESSION_ID") or f"lead-{uuid.uuid4().hex[:12]}"
             result = resume(home, positional[0], session_id=session)
-    except PhoenixError:
-        return None  # let the full CLI report it the usual way
+    except (PhoenixError, OSError) as exc:
+        # Reported here, in the full CLI's JSON error format (running the CLI again could
+        # repeat side effects such as the lead's attachment).
+        code = _exit_code(exc)
+        message = " ".join(str(exc).split()) or type(exc).__name__
+        error = {"type": type(exc).__name__, "message": message, "exit_code": code}
+        sys.stdout.write(json.dumps({"ok": False, "error": error}, indent=2) + "\n")
+        return code
     sys.stdout.write(json.dumps({"ok": result.exit_code == 0, **result.as_dict()}, indent=2) + "\n")
     return result.exit_code
+
+
+def _exit_code(exc: BaseException) -> int:
+    """The CLI's exit codes (see ``_cli.EXIT_CODES``) without importing the CLI."""
+    from phoenix_protocol._errors import CorruptStateError, RefusedError, SchemaVersionError, UsageError
+
+    if isinstance(exc, UsageError):
+        return 2
+    if isinstance(exc, (CorruptStateError, SchemaVersionError)):
+        return 3
+    if isinstance(exc, RefusedError):
+        return 4
+    return 1

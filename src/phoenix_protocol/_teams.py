@@ -98,7 +98,7 @@ class ClaimConflictError(RefusedError):
 
 def generate_team_id(name: str) -> str:
     """A readable, safe, unique id: the name reduced to a slug plus 5 random characters."""
-    slug = re.sub(r"[^a-z0-9]+", "-", name.lower()).strip("-")[:40] or "team"
+    slug = re.sub(r"[^a-z0-9]+", "-", name.lower()).strip("-")[:40].rstrip("-") or "team"
     suffix = uuid.uuid4().hex[:5]
     return validate_id(f"{slug}-{suffix}", "team id")
 
@@ -109,6 +109,9 @@ def generate_team_id(name: str) -> str:
 def _migrate_1_0(data: dict[str, Any]) -> dict[str, Any]:
     """Seed 004's example upgrade: 1.0 → 1.1 adds ``checkpoint_seq`` = 0."""
     out = dict(data)
+    out["schema_version"] = "1.1"
+    if "teammates" in out and "tasks" not in out:  # teammates.json: nothing else changed
+        return out
     out.setdefault("checkpoint_seq", 0)
     tasks = []
     for old in out.get("tasks", []) or []:
@@ -118,7 +121,6 @@ def _migrate_1_0(data: dict[str, Any]) -> dict[str, Any]:
         task["checkpoint"] = checkpoint
         tasks.append(task)
     out["tasks"] = tasks
-    out["schema_version"] = "1.1"
     return out
 
 
@@ -229,8 +231,8 @@ class Team:
             "status": "pending",
             "lead": lead,
             "lead_session_id": None,
-            "lead_last_seen": None,
-            "lead_last_seen_ms": None,
+            "lead_last_seen": iso_from_ms(ms),  # the lead creates the team: seen now
+            "lead_last_seen_ms": ms,
             "settings": {"check_command": check_command, "facts_command": facts_command},
             "checkpoint_seq": 0,
             "task_seq": 0,
@@ -402,9 +404,9 @@ class Team:
             raise UsageError(f"{name!r} is not in team {self.id}.")
         hb = read_beat(self.heartbeat_dir, name)
         thresholds = {
-            "online_minutes": float(getattr(self.config, "team_online_minutes", 10.0)),
-            "idle_minutes": float(getattr(self.config, "team_idle_minutes", 30.0)),
-            "suspended_minutes": float(getattr(self.config, "team_suspended_minutes", 60.0)),
+            "online_minutes": float(self.config.team_online_minutes),
+            "idle_minutes": float(self.config.team_idle_minutes),
+            "suspended_minutes": float(self.config.team_suspended_minutes),
         }
         if hb is None:
             last_ms = mate.get("last_heartbeat_ms")
@@ -418,8 +420,13 @@ class Team:
             }
         elapsed = now - int(hb["ms"])
         if elapsed >= -SKEW_MS:
+            age = max(elapsed, 0)
+            if int(mate.get("last_heartbeat_seq") or 0) == hb["seq"] and mate.get("seen_at_ms"):
+                # We saw this very beat (while its clock was skewed) at seen_at_ms by our clock:
+                # it is at least that old, whatever its timestamp says now.
+                age = max(age, now - int(mate["seen_at_ms"]))
             return {
-                "class": classify(max(elapsed, 0), **thresholds),
+                "class": classify(age, **thresholds),
                 "elapsed_ms": elapsed,
                 "skew": False,
                 "seq": hb["seq"],
@@ -777,7 +784,7 @@ class Team:
         name = f"checkpoint-{seq:08d}.json"
         atomic_write(os.path.join(self.checkpoint_dir, name), dumps_document(record).encode("ascii"))
         self._prune_checkpoints()
-        if kind == "full" and getattr(self.config, "team_git_mirror", False):
+        if kind == "full" and self.config.team_git_mirror:
             self.mirror_to_git(os.path.join(self.checkpoint_dir, name))
         return {"name": name, "seq": seq, "kind": kind}
 
@@ -793,7 +800,8 @@ class Team:
         data = self.read()
         last_full = data["session_log"].get("last_full_snapshot_ms") or 0
         kind = "full" if self.clock.now_ms() - last_full >= FULL_SNAPSHOT_MS else "task"
-        self.checkpoint(kind=kind, task=task, reason=f"{task['task_id']} {reason}")
+        info = self.checkpoint(kind=kind, task=task, reason=f"{task['task_id']} {reason}")
+        task["checkpoint"].update(checkpoint_seq=info["seq"], name=info["name"])  # what the caller gets back
 
     def _prune_checkpoints(self) -> None:
         try:
@@ -855,7 +863,10 @@ class Team:
         if commit is None:
             return None
         sha = commit.decode().strip()
-        _git(root, "update-ref", ref, sha)
+        # Compare-and-swap: a concurrent mirror that moved the ref makes this one fail, not lose a commit.
+        old = parent.decode().strip() if parent else "0" * 40
+        if _git(root, "update-ref", ref, sha, old) is None:
+            return None
         return sha
 
     # -- the lead, zombie mode ----------------------------------------------------------------------
@@ -920,7 +931,9 @@ class Team:
         if command:
             proc = subprocess.run(command, shell=True, cwd=root, capture_output=True, timeout=3600, check=False)  # noqa: S602 - the user's configured check
             result["exit_code"] = proc.returncode
-            result["output_tail"] = (proc.stdout + proc.stderr)[-2000:].decode("utf-8", "replace")
+            from phoenix_protocol._redact import redact
+
+            result["output_tail"] = redact((proc.stdout + proc.stderr)[-2000:].decode("utf-8", "replace"))
             green = proc.returncode == 0
         else:
             result["exit_code"] = None
@@ -944,6 +957,11 @@ class Team:
         """Mark the team completed (read-only from then on); refused while git has uncommitted
         changes unless ``force``."""
         root = self.home.project_root
+        status = self.read()["status"]
+        if "completed" not in _TRANSITIONS[status]:
+            raise RefusedError(
+                f"team {self.id} is {status}: only a consolidating team can complete (`phx team consolidate`)."
+            )
         if root and not force:
             dirty = _git(root, "status", "--porcelain", "--untracked-files=no")
             if dirty and dirty.strip():
@@ -957,10 +975,10 @@ class Team:
         if data["status"] != "consolidating":
             return None
         root = self.home.project_root
-        staged = _git(root, "diff", "--cached", "--name-only") if root else None
-        dirty = _git(root, "diff", "--name-only") if root else None
-        files_staged = (staged or b"").decode().split()
-        files_dirty = (dirty or b"").decode().split()
+        staged = _git(root, "diff", "--cached", "--name-only", "-z") if root else None
+        dirty = _git(root, "diff", "--name-only", "-z") if root else None
+        files_staged = [f for f in (staged or b"").decode("utf-8", "surrogateescape").split("\x00") if f]
+        files_dirty = [f for f in (dirty or b"").decode("utf-8", "surrogateescape").split("\x00") if f]
         if not files_staged and not files_dirty:
             return None
         return {

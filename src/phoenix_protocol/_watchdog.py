@@ -337,6 +337,8 @@ def check_teams(home: Home, *, clock: Clock = system_clock, act: bool = True) ->
                     }
                 )
             dead = [r for r in rows if r["class"] in ("suspended", "stale") and r["name"] in holding]
+            if act:
+                _periodic_snapshot(team, data)
             if dead and act:
                 returned = team.sweep()
                 for row in dead:
@@ -348,3 +350,12 @@ def check_teams(home: Home, *, clock: Clock = system_clock, act: bool = True) ->
         except PhoenixError as exc:
             out.append({"team": team_id, "error": str(exc)})
     return out
+
+
+def _periodic_snapshot(team: Any, data: dict[str, Any]) -> None:
+    """Seed 004's periodic full snapshot, for a team whose transitions have stopped."""
+    from phoenix_protocol._teams import FULL_SNAPSHOT_MS
+
+    last = data["session_log"].get("last_full_snapshot_ms") or 0
+    if team.clock.now_ms() - last >= FULL_SNAPSHOT_MS:
+        team.checkpoint(kind="full", reason="periodic (watchdog)")

@@ -1080,3 +1080,23 @@ def test_watchdog_check_teams_returns_tasks_of_stale_teammates(home: Home, clock
     rows_broken = check_teams(home, clock=clock)
     assert len(rows_broken) == 1 and rows_broken[0]["team"] == broken.id
     assert "not valid JSON" in rows_broken[0]["error"]
+
+
+def test_emergency_recovery_reports_to_the_lead(phome: Home, clock: ManualClock) -> None:
+    from phoenix_protocol._agent import Agent
+
+    team = Team.create(phome, "recovering", lead="lead", clock=clock)
+    team.join("alice")
+    agent = Agent.open("alice", home=phome, clock=clock)
+    agent.state.set_status("working", "Port the parser")
+    info = agent.checkpoints.emergency_recovery("drift: the same Bash call 4 times without progress")
+    inbox = team.mailbox.fetch("lead")
+    assert [m.subject for m in inbox] == ["Emergency recovery: alice"]
+    assert info.name in inbox[0].body and "4 times" in inbox[0].body
+    events = [e for e in agent.ops.read()[0] if e["event"] == "emergency_recovery"]
+    assert events[-1]["meta"]["reported_to"] == [f"{team.id}:lead"]
+    # An agent in no team reports to nobody.
+    loner = Agent.open("loner", home=phome, clock=clock)
+    loner.state.set_status("working", "x")
+    loner.checkpoints.emergency_recovery("manual")
+    assert "reported_to" not in [e for e in loner.ops.read()[0] if e["event"] == "emergency_recovery"][-1]["meta"]

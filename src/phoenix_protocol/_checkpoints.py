@@ -819,10 +819,44 @@ class CheckpointStore:
     def emergency_recovery(self, reason: str, *, now_ms: int | None = None) -> CheckpointInfo:
         """Seed 003's emergency recovery, when drift is detected or reported: a recovery
         checkpoint, a forced refresh (the next session starts from a clean brief), and an
-        ``emergency_recovery`` ops event that reports it."""
+        ``emergency_recovery`` ops event that reports it. When the agent belongs to a team (it is
+        ``$PHOENIX_TEAMMATE`` of ``$PHOENIX_TEAM``, or a teammate of that name in a team of the
+        home), the report also goes to the lead's inbox (idempotent: once per checkpoint)."""
         info = self.force_refresh(reason, now_ms=now_ms)
-        self.agent.record("emergency_recovery", "warn", {"reason": reason, "checkpoint": info.name})
+        leads = self._report_to_leads(reason, info)
+        meta: dict[str, Any] = {"reason": reason, "checkpoint": info.name}
+        if leads:
+            meta["reported_to"] = leads
+        self.agent.record("emergency_recovery", "warn", meta)
         return info
+
+    def _report_to_leads(self, reason: str, info: CheckpointInfo) -> list[str]:
+        from phoenix_protocol._errors import PhoenixError
+        from phoenix_protocol._teams import Team, list_teams
+
+        bound_team = os.environ.get("PHOENIX_TEAM")
+        name = os.environ.get("PHOENIX_TEAMMATE") if bound_team else None
+        candidates = [bound_team] if bound_team else list_teams(self.agent.home)
+        sender = name or self.agent.id
+        reported = []
+        for team_id in candidates:
+            try:
+                team = Team.open(self.agent.home, team_id, clock=self.agent.clock)
+                data = team.read()
+                if data["status"] == "completed" or sender not in team.teammate_names() or sender == data["lead"]:
+                    continue
+                team.send(
+                    sender,
+                    data["lead"],
+                    type="info",
+                    subject=f"Emergency recovery: {sender}",
+                    body=f"{reason}. Recovery checkpoint {info.name}; the next session starts from a fresh brief.",
+                    msg_id=f"emergency-{self.agent.id}-{info.seq}",
+                )
+                reported.append(f"{team_id}:{data['lead']}")
+            except PhoenixError:
+                continue  # the recovery itself stands; the report is best effort
+        return reported
 
     def force_refresh(self, reason: str, *, now_ms: int | None = None) -> CheckpointInfo:
         """Seed 003's forced refresh: a recovery checkpoint, an ops event, and a state flag so

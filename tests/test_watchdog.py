@@ -205,3 +205,21 @@ def test_tmux_mode_finds_agent_processes_in_panes(home: Home, tmp_path: Path) ->
         assert verdict.verdict == "stalled" and "no agent process" in verdict.detail
     finally:
         subprocess.run(["tmux", "-S", socket, "kill-server"], check=False)
+
+
+def test_watchdog_checkpoints_a_zombie_team_every_30_seconds(home: Home, clock: ManualClock) -> None:
+    from phoenix_protocol._teams import Team
+
+    team = Team.create(home, "zombies", lead="lead", clock=clock)
+    team.join("alice")
+    clock.advance(6 * 60)  # the lead has been silent for 6 minutes
+    team.heartbeat("alice")
+    run_pass(home, clock=clock)
+    first = team.latest_checkpoint(kind="full")
+    assert first is not None and "ZOMBIE" in first["reason"]
+    clock.advance(10)
+    run_pass(home, clock=clock)
+    assert team.latest_checkpoint(kind="full")["seq"] == first["seq"]  # type: ignore[index]
+    clock.advance(30)
+    run_pass(home, clock=clock)
+    assert team.latest_checkpoint(kind="full")["seq"] > first["seq"]  # type: ignore[index]

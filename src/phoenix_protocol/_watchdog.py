@@ -353,9 +353,16 @@ def check_teams(home: Home, *, clock: Clock = system_clock, act: bool = True) ->
 
 
 def _periodic_snapshot(team: Any, data: dict[str, Any]) -> None:
-    """Seed 004's periodic full snapshot, for a team whose transitions have stopped."""
-    from phoenix_protocol._teams import FULL_SNAPSHOT_MS
+    """Seed 004's periodic full snapshot, for a team whose transitions have stopped; in ZOMBIE
+    mode (the lead silent for more than 5 minutes) every 30 seconds."""
+    from phoenix_protocol._teams import FULL_SNAPSHOT_MS, LEAD_TIMEOUT_MS, ZOMBIE_CHECKPOINT_MS
 
-    last = data["session_log"].get("last_full_snapshot_ms") or 0
-    if team.clock.now_ms() - last >= FULL_SNAPSHOT_MS:
+    now = team.clock.now_ms()
+    log = data["session_log"]
+    silence = team.lead_silence_ms(now_ms=now)
+    if data["status"] in ("active", "suspended") and silence is not None and silence > LEAD_TIMEOUT_MS:
+        if now - (log.get("last_checkpoint_ms") or 0) >= ZOMBIE_CHECKPOINT_MS:
+            team.checkpoint(kind="full", reason="ZOMBIE: the lead is silent; teammates work on")
+        return
+    if now - (log.get("last_full_snapshot_ms") or 0) >= FULL_SNAPSHOT_MS:
         team.checkpoint(kind="full", reason="periodic (watchdog)")

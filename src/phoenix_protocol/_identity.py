@@ -169,19 +169,22 @@ class IdentityStore:
         atomic_write(self.path, (prefix + text).encode("utf-8"))
         atomic_write(self.digest_path, (digest_of(identity.immutable) + "\n").encode("ascii"))
 
+    def _load(self) -> tuple[Identity, list[str], bool]:
+        """The identity as in the file (a default one when there is none), its header comment
+        lines, and whether the file exists. No seal check."""
+        data = read_bytes(self.path)
+        if data is None:
+            return Identity({"name": self.agent.id}, _default_mutable()), [], False
+        identity, header = self._parse(data)
+        return identity, header, True
+
     def update(self, mutate: Callable[[Identity], Any]) -> Identity:
         """Change the mutable section under the lock. ``mutate`` edits the identity in place; if
         it touched the immutable section, nothing is written and ``IdentityCoreError`` is raised."""
         self.agent.ensure()
         with FileLock(self.path, self.agent.config.lock_timeout):
-            data = read_bytes(self.path)
-            header: list[str] = []
-            if data is None:
-                identity = Identity({"name": self.agent.id}, _default_mutable())
-                sealed = False
-            else:
-                identity, header = self._parse(data)
-                sealed = self._check_seal(identity)
+            identity, header, exists = self._load()
+            sealed = self._check_seal(identity) if exists else False
             before = digest_of(identity.immutable)
             mutate(identity)
             if digest_of(identity.immutable) != before:
@@ -258,12 +261,7 @@ class IdentityStore:
         the file, e.g. after an edit by hand) with a new digest. Logged with both digests."""
         self.agent.ensure()
         with FileLock(self.path, self.agent.config.lock_timeout):
-            data = read_bytes(self.path)
-            header: list[str] = []
-            if data is None:
-                identity = Identity({"name": self.agent.id}, _default_mutable())
-            else:
-                identity, header = self._parse(data)
+            identity, header, _exists = self._load()
             old = self._stored_digest()
             if immutable is not None:
                 if not isinstance(immutable, dict):

@@ -1,0 +1,306 @@
+"""Namespaced memory (seed 002): store text with tags and metadata, recall it ranked by BM25.
+
+The embedded default is one SQLite database with an FTS5 index in ``<home>/memory/memory.sqlite3``
+(WAL, ``synchronous=FULL``: a store that returned is durable). Every memory belongs to a
+namespace (an agent or a tenant; the id validator's alphabet) and nothing crosses namespaces: every
+query filters on it.
+
+- ``store(namespace, text, tags, metadata) -> MemoryRecord`` (id ``mem-…``); text and metadata
+  strings pass the secret redactor first;
+- ``recall(namespace, query, k, tags) -> [(record, score)]``: BM25 over the text and tags (Porter
+  stemming), best first, restricted to memories carrying every tag given; the query is plain words
+  (FTS5 operators in it are treated as words, so user input can never be a syntax error);
+- ``list``, ``get``, ``delete``, ``count``.
+
+``remember`` and ``recall_for`` do the same for an agent's session: the ids created go into the
+session checkpoint's ``recent_memories`` and the query becomes its ``last_recall_query`` (seed 002).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import sqlite3
+import uuid
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any
+
+from phoenix_protocol._clock import Clock, iso_from_ms, system_clock
+from phoenix_protocol._durable import FILE_MODE, ensure_dir
+from phoenix_protocol._errors import StorageError, UsageError
+from phoenix_protocol._ids import validate_id
+
+if TYPE_CHECKING:
+    from phoenix_protocol._agent import Agent
+    from phoenix_protocol._home import Home
+
+__all__ = ["MAX_TEXT", "MemoryRecord", "MemoryStore", "recall_for", "remember"]
+
+SCHEMA_VERSION = 1
+MAX_TEXT = 64 * 1024
+MAX_TAGS = 32
+MAX_K = 100
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS memories (
+    rowid INTEGER PRIMARY KEY,
+    id TEXT NOT NULL UNIQUE,
+    namespace TEXT NOT NULL,
+    text TEXT NOT NULL,
+    tags TEXT NOT NULL,
+    metadata TEXT NOT NULL,
+    created_ms INTEGER NOT NULL
+);
+CREATE INDEX IF NOT EXISTS memories_by_namespace ON memories (namespace, created_ms);
+CREATE TABLE IF NOT EXISTS memory_tags (memory_rowid INTEGER NOT NULL, tag TEXT NOT NULL, PRIMARY KEY (tag, memory_rowid));
+CREATE VIRTUAL TABLE IF NOT EXISTS memories_fts USING fts5(
+    text, tags, content='memories', content_rowid='rowid', tokenize='porter unicode61'
+);
+CREATE TRIGGER IF NOT EXISTS memories_ai AFTER INSERT ON memories BEGIN
+    INSERT INTO memories_fts (rowid, text, tags) VALUES (new.rowid, new.text, new.tags);
+END;
+CREATE TRIGGER IF NOT EXISTS memories_ad AFTER DELETE ON memories BEGIN
+    INSERT INTO memories_fts (memories_fts, rowid, text, tags) VALUES ('delete', old.rowid, old.text, old.tags);
+    DELETE FROM memory_tags WHERE memory_rowid = old.rowid;
+END;
+"""
+
+
+class MemoryRecord:
+    """One memory."""
+
+    __slots__ = ("created_at", "id", "metadata", "namespace", "tags", "text")
+
+    def __init__(
+        self, memory_id: str, namespace: str, text: str, tags: list[str], metadata: dict[str, Any], created_at: str
+    ) -> None:
+        self.id = memory_id
+        self.namespace = namespace
+        self.text = text
+        self.tags = tags
+        self.metadata = metadata
+        self.created_at = created_at
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "namespace": self.namespace,
+            "text": self.text,
+            "tags": self.tags,
+            "metadata": self.metadata,
+            "created_at": self.created_at,
+        }
+
+    def __repr__(self) -> str:
+        return f"MemoryRecord({self.id!r}, {self.namespace!r})"
+
+
+def _tags(tags: Any) -> list[str]:
+    if tags is None:
+        return []
+    if isinstance(tags, str) or not all(isinstance(t, str) for t in tags):
+        raise UsageError("tags must be a list of strings.")
+    clean = list(dict.fromkeys(" ".join(t.split()).lower() for t in tags if t.strip()))
+    if len(clean) > MAX_TAGS:
+        raise UsageError(f"at most {MAX_TAGS} tags.")
+    for tag in clean:
+        if len(tag) > 64:
+            raise UsageError(f"tag {tag[:20]!r}… is longer than 64 characters.")
+    return clean
+
+
+def _match_query(query: str) -> str:
+    """Plain words as an FTS5 query (each word quoted, OR-ed): user input is never FTS5 syntax."""
+    words = [w for w in "".join(ch if ch.isalnum() else " " for ch in query).split() if w]
+    if not words:
+        raise UsageError("a recall query needs at least one word.")
+    return " OR ".join('"' + w.replace('"', "") + '"' for w in words[:64])
+
+
+class MemoryStore:
+    """The memories of a Phoenix home (all namespaces, each kept apart)."""
+
+    def __init__(self, home: Home, *, clock: Clock = system_clock) -> None:
+        self.home = home
+        self.clock = clock
+        self.dir = os.path.join(home.root, "memory")
+        self.path = os.path.join(self.dir, "memory.sqlite3")
+
+    @contextlib.contextmanager
+    def _db(self) -> Iterator[sqlite3.Connection]:
+        if not os.path.exists(self.path):
+            self.home.ensure()
+            ensure_dir(self.dir)
+            with contextlib.suppress(FileExistsError):
+                os.close(os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, FILE_MODE))
+        try:
+            conn = sqlite3.connect(self.path, timeout=30, isolation_level=None)
+        except sqlite3.Error as exc:
+            raise StorageError(f"could not open {self.path}: {exc}.", path=self.path) from exc
+        try:
+            conn.execute("PRAGMA journal_mode=WAL")
+            conn.execute("PRAGMA synchronous=FULL")
+            conn.executescript(_SCHEMA)
+            conn.execute("INSERT OR IGNORE INTO meta (key, value) VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),))
+            version = int(conn.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()[0])
+            if version > SCHEMA_VERSION:
+                from phoenix_protocol._errors import SchemaVersionError
+
+                raise SchemaVersionError(
+                    f"{self.path} was written by a newer Phoenix (memory schema {version}); upgrade phoenix-protocol.",
+                    path=self.path,
+                    found=version,
+                    supported=SCHEMA_VERSION,
+                )
+            for suffix in ("-wal", "-shm"):  # SQLite creates them with the umask's mode
+                with contextlib.suppress(FileNotFoundError):
+                    os.chmod(self.path + suffix, FILE_MODE)
+            yield conn
+        except sqlite3.Error as exc:
+            raise StorageError(f"memory store {self.path}: {exc}.", path=self.path) from exc
+        finally:
+            conn.close()
+
+    @staticmethod
+    def _record(row: tuple[Any, ...]) -> MemoryRecord:
+        memory_id, namespace, text, tags, metadata, created_ms = row
+        return MemoryRecord(
+            memory_id, namespace, text, json.loads(tags), json.loads(metadata), iso_from_ms(int(created_ms))
+        )
+
+    def store(
+        self, namespace: str, text: str, *, tags: Any = (), metadata: dict[str, Any] | None = None
+    ) -> MemoryRecord:
+        """Store a memory; returns it with its id. Durable when it returns."""
+        validate_id(namespace, "namespace")
+        if not isinstance(text, str) or not text.strip():
+            raise UsageError("a memory needs some text.")
+        if len(text) > MAX_TEXT:
+            raise UsageError(f"a memory's text is at most {MAX_TEXT} characters ({len(text)} given).")
+        if metadata is not None and not isinstance(metadata, dict):
+            raise UsageError("metadata must be a JSON object.")
+        clean_tags = _tags(tags)
+        from phoenix_protocol._redact import redact, redact_value
+
+        clean_text = redact(text)
+        clean_meta = redact_value(metadata or {})
+        try:
+            meta_json = json.dumps(clean_meta, ensure_ascii=False, allow_nan=False)
+        except (TypeError, ValueError) as exc:
+            raise UsageError(f"metadata must be JSON: {exc}.") from None
+        ms = self.clock.now_ms()
+        memory_id = "mem-" + uuid.uuid4().hex[:24]
+        with self._db() as db:
+            db.execute("BEGIN IMMEDIATE")
+            try:
+                cur = db.execute(
+                    "INSERT INTO memories (id, namespace, text, tags, metadata, created_ms) VALUES (?, ?, ?, ?, ?, ?)",
+                    (memory_id, namespace, clean_text, json.dumps(clean_tags), meta_json, ms),
+                )
+                db.executemany(
+                    "INSERT INTO memory_tags (memory_rowid, tag) VALUES (?, ?)",
+                    [(cur.lastrowid, t) for t in clean_tags],
+                )
+                db.execute("COMMIT")
+            except BaseException:
+                db.execute("ROLLBACK")
+                raise
+        return MemoryRecord(memory_id, namespace, clean_text, clean_tags, clean_meta, iso_from_ms(ms))  # type: ignore[arg-type]
+
+    def _tag_filter(self, tags: list[str]) -> tuple[str, list[Any]]:
+        if not tags:
+            return "", []
+        marks = ",".join("?" * len(tags))
+        sql = f" AND m.rowid IN (SELECT memory_rowid FROM memory_tags WHERE tag IN ({marks}) GROUP BY memory_rowid HAVING count(*) = ?)"  # noqa: S608 - only '?' placeholders are interpolated
+        return sql, [*tags, len(tags)]
+
+    def recall(self, namespace: str, query: str, *, k: int = 5, tags: Any = None) -> list[tuple[MemoryRecord, float]]:
+        """The ``k`` memories of ``namespace`` that best match ``query`` (BM25), best first."""
+        validate_id(namespace, "namespace")
+        if not isinstance(query, str):
+            raise UsageError("a recall query must be text.")
+        if not isinstance(k, int) or isinstance(k, bool) or not 1 <= k <= MAX_K:
+            raise UsageError(f"k must be between 1 and {MAX_K}.")
+        match = _match_query(query)
+        tag_sql, tag_args = self._tag_filter(_tags(tags))
+        sql = (
+            "SELECT m.id, m.namespace, m.text, m.tags, m.metadata, m.created_ms, bm25(memories_fts) AS rank "  # noqa: S608 - only '?' placeholders are interpolated
+            "FROM memories_fts JOIN memories m ON m.rowid = memories_fts.rowid "
+            f"WHERE memories_fts MATCH ? AND m.namespace = ?{tag_sql} ORDER BY rank, m.created_ms DESC LIMIT ?"
+        )
+        if not os.path.exists(self.path):
+            return []
+        with self._db() as db:
+            rows = db.execute(sql, [match, namespace, *tag_args, k]).fetchall()
+        return [(self._record(row[:6]), round(-float(row[6]), 6)) for row in rows]
+
+    def list(self, namespace: str, *, tags: Any = None, limit: int = 50, offset: int = 0) -> list[MemoryRecord]:
+        """Memories of ``namespace``, newest first."""
+        validate_id(namespace, "namespace")
+        if not 1 <= limit <= 1000 or offset < 0:
+            raise UsageError("limit must be between 1 and 1000 and offset not negative.")
+        if not os.path.exists(self.path):
+            return []
+        tag_sql, tag_args = self._tag_filter(_tags(tags))
+        sql = (
+            "SELECT m.id, m.namespace, m.text, m.tags, m.metadata, m.created_ms FROM memories m "  # noqa: S608 - only '?' placeholders are interpolated
+            f"WHERE m.namespace = ?{tag_sql} ORDER BY m.created_ms DESC, m.rowid DESC LIMIT ? OFFSET ?"
+        )
+        with self._db() as db:
+            rows = db.execute(sql, [namespace, *tag_args, limit, offset]).fetchall()
+        return [self._record(row) for row in rows]
+
+    def get(self, namespace: str, memory_id: str) -> MemoryRecord | None:
+        """One memory of ``namespace`` (``None`` when absent, or in another namespace)."""
+        validate_id(namespace, "namespace")
+        validate_id(memory_id, "memory id")
+        if not os.path.exists(self.path):
+            return None
+        with self._db() as db:
+            row = db.execute(
+                "SELECT id, namespace, text, tags, metadata, created_ms FROM memories WHERE id = ? AND namespace = ?",
+                (memory_id, namespace),
+            ).fetchone()
+        return self._record(row) if row else None
+
+    def delete(self, namespace: str, memory_id: str) -> bool:
+        """Delete one memory of ``namespace``; ``False`` when there is none."""
+        validate_id(namespace, "namespace")
+        validate_id(memory_id, "memory id")
+        if not os.path.exists(self.path):
+            return False
+        with self._db() as db:
+            cur = db.execute("DELETE FROM memories WHERE id = ? AND namespace = ?", (memory_id, namespace))
+        return cur.rowcount > 0
+
+    def count(self, namespace: str) -> int:
+        validate_id(namespace, "namespace")
+        if not os.path.exists(self.path):
+            return 0
+        with self._db() as db:
+            return int(db.execute("SELECT count(*) FROM memories WHERE namespace = ?", (namespace,)).fetchone()[0])
+
+
+def remember(
+    agent: Agent, text: str, *, tags: Any = (), metadata: dict[str, Any] | None = None, store: MemoryStore | None = None
+) -> MemoryRecord:
+    """Store a memory in the agent's namespace and note it in the open session (its id goes into
+    the session checkpoint's ``recent_memories``)."""
+    from phoenix_protocol._sessions import record_memory
+
+    record = (store or MemoryStore(agent.home, clock=agent.clock)).store(agent.id, text, tags=tags, metadata=metadata)
+    record_memory(agent, record.id)
+    return record
+
+
+def recall_for(
+    agent: Agent, query: str, *, k: int = 5, tags: Any = None, store: MemoryStore | None = None
+) -> list[tuple[MemoryRecord, float]]:
+    """Recall in the agent's namespace and note the query as the session's ``last_recall_query``."""
+    from phoenix_protocol._sessions import record_recall
+
+    found = (store or MemoryStore(agent.home, clock=agent.clock)).recall(agent.id, query, k=k, tags=tags)
+    record_recall(agent, query)
+    return found

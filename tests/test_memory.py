@@ -1,0 +1,102 @@
+"""Namespaced memory: FTS5/BM25 recall, tags, isolation, redaction, sessions."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from phoenix_protocol._agent import Agent
+from phoenix_protocol._clock import ManualClock
+from phoenix_protocol._errors import InvalidIdError, UsageError
+from phoenix_protocol._home import Home
+from phoenix_protocol._memory import MemoryStore, recall_for, remember
+
+
+@pytest.fixture
+def store(home: Home, clock: ManualClock) -> MemoryStore:
+    return MemoryStore(home, clock=clock)
+
+
+def test_store_and_recall_ranked(store: MemoryStore, clock: ManualClock) -> None:
+    store.store("zero", "Timers drift under load when the event loop is blocked", tags=["asyncio", "bug"])
+    clock.advance(1)
+    store.store("zero", "The release checklist: changelog, tag, publish", tags=["release"])
+    clock.advance(1)
+    store.store("zero", "Asyncio timers fire late if a callback blocks the loop", tags=["asyncio"])
+    found = store.recall("zero", "why do asyncio timers drift", k=2)
+    assert len(found) == 2
+    assert all("timer" in record.text.lower() for record, _score in found)
+    assert found[0][1] >= found[1][1] > 0
+    tagged = store.recall("zero", "timers", tags=["bug"])
+    assert [r.tags for r, _s in tagged] == [["asyncio", "bug"]]
+
+
+def test_namespaces_are_isolated(store: MemoryStore) -> None:
+    mine = store.store("zero", "secret plan for the migration")
+    assert store.recall("other", "migration") == []
+    assert store.get("other", mine.id) is None
+    assert store.delete("other", mine.id) is False
+    assert store.get("zero", mine.id) is not None
+    assert store.count("zero") == 1 and store.count("other") == 0
+
+
+def test_list_delete_and_pagination(store: MemoryStore, clock: ManualClock) -> None:
+    ids = []
+    for i in range(5):
+        ids.append(store.store("zero", f"note number {i}", tags=["n"] if i % 2 else []).id)
+        clock.advance(1)
+    assert [r.id for r in store.list("zero", limit=2)] == ids[::-1][:2]
+    assert [r.id for r in store.list("zero", limit=2, offset=2)] == ids[::-1][2:4]
+    assert [r.id for r in store.list("zero", tags=["n"])] == [ids[3], ids[1]]
+    assert store.delete("zero", ids[0]) is True
+    assert store.recall("zero", "number", k=10) and ids[0] not in {
+        r.id for r, _ in store.recall("zero", "number", k=10)
+    }
+
+
+@pytest.mark.parametrize("query", ['"unbalanced', "AND OR NOT", "a* NEAR(b)", "col:value", "((((x"])
+def test_queries_are_words_never_syntax(store: MemoryStore, query: str) -> None:
+    store.store("zero", "value of a and b near the column")
+    store.recall("zero", query)  # no FTS5 syntax error, whatever the user typed
+    with pytest.raises(UsageError, match="at least one word"):
+        store.recall("zero", "((((")
+
+
+def test_bad_input(store: MemoryStore) -> None:
+    with pytest.raises(InvalidIdError):
+        store.store("../x", "text")
+    with pytest.raises(UsageError):
+        store.store("zero", "   ")
+    with pytest.raises(UsageError):
+        store.store("zero", "x" * 70_000)
+    with pytest.raises(UsageError):
+        store.store("zero", "x", tags="not-a-list")
+    with pytest.raises(UsageError):
+        store.recall("zero", "!!!")
+    with pytest.raises(UsageError):
+        store.recall("zero", "x", k=0)
+
+
+def test_secrets_are_redacted_and_files_private(store: MemoryStore) -> None:
+    record = store.store(
+        "zero", "deploy key ghp_" + "Zx9" * 12 + " for the bot", metadata={"password": "Hunter2Secret!"}
+    )
+    assert "Zx9Zx9" not in record.text and record.metadata["password"].startswith("[REDACTED")
+    assert "Zx9Zx9" not in Path(store.path).read_bytes().decode("latin-1")
+    assert os.stat(store.path).st_mode & 0o777 == 0o600
+    assert os.stat(store.dir).st_mode & 0o777 == 0o700
+
+
+def test_session_tracking(home: Home, clock: ManualClock) -> None:
+    from phoenix_protocol._sessions import begin, end
+
+    agent = Agent.open("zero", home=home, clock=clock)
+    agent.state.start_session("s1")
+    begin(agent, "s1")
+    first = remember(agent, "The CI cache key includes the lockfile hash", tags=["ci"])
+    recall_for(agent, "ci cache key")
+    info = end(agent, "s1", summary="noted the CI cache")
+    recent = agent.checkpoints.read(info.name).section("recent_memories")
+    assert recent == {"memory_ids": [first.id], "last_recall_query": "ci cache key"}

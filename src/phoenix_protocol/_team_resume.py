@@ -146,7 +146,7 @@ def _resume(
                 "team status",
                 "warn",
                 "partial consolidation: the last session was consolidating and git has staged or dirty changes; "
-                "choose retry | abort | inspect (`phx team consolidate-resolve`)",
+                "choose retry | abort | inspect (`phx team consolidate TEAM --resolve retry|abort|inspect`)",
                 partial_consolidation=partial,
             )
         else:

@@ -1,0 +1,335 @@
+"""Bearer tokens for the memory bridge (``phx serve``): scoped to namespaces and operations.
+
+A token is ``phx_<id>_<secret>``: ``id`` (12 hex digits) names the record, ``secret`` is 256 bits
+from ``secrets``. Only ``sha256(secret)`` is stored, in ``<home>/tokens.json`` (0600, replaced
+atomically under its lock); the plaintext is returned once, by ``create``, and never written,
+logged or shown again. ``verify`` looks the record up by id and compares the digests with
+``hmac.compare_digest`` (also against a dummy digest when the id is unknown, so that an unknown
+id and a wrong secret take the same time), then checks revocation and expiry with the injected
+clock.
+
+A token covers:
+
+- **namespaces**: ``agent:<agent_id>`` (that agent's checkpoints, sessions, identity and
+  memory), ``team:<team_id>`` (that team's mailbox, tasks and heartbeats), or ``*`` (every
+  namespace: an operator's token);
+- **scopes** (operations): ``memory:read``, ``memory:write``, ``checkpoint:read``,
+  ``checkpoint:write``, ``identity:read``, ``identity:write``, ``team:read``, ``team:write``,
+  ``<area>:*`` for both of an area, or ``*`` for all.
+
+Tokens are never deleted: a revoked one stays listed (with ``revoked_at``), so that a home which
+ever had tokens keeps requiring them (``configured``) even after the last one is revoked.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import os
+import re
+import secrets
+from collections.abc import Sequence
+from typing import Any
+
+from phoenix_protocol._clock import Clock, iso_from_ms, system_clock
+from phoenix_protocol._durable import FileLock, atomic_write, read_bytes
+from phoenix_protocol._errors import CorruptStateError, SchemaVersionError, UsageError
+from phoenix_protocol._home import Home
+from phoenix_protocol._ids import validate_id
+from phoenix_protocol._jsonio import JSONError, dumps_document, loads
+
+__all__ = [
+    "ALL",
+    "SCOPES",
+    "TokenInfo",
+    "TokenStore",
+    "agent_namespace",
+    "parse_duration",
+    "team_namespace",
+]
+
+SCHEMA_VERSION = 1
+KIND = "phoenix.tokens"
+FILENAME = "tokens.json"
+PREFIX = "phx_"
+ALL = "*"
+AREAS = ("memory", "checkpoint", "identity", "team")
+SCOPES = tuple(f"{area}:{op}" for area in AREAS for op in ("read", "write"))
+"""Every operation a token can be granted (``<area>:*`` and ``*`` grant several)."""
+_ID_HEX = 12
+_SECRET_BYTES = 32  # 256 bits
+_DUMMY_DIGEST = hashlib.sha256(b"phoenix: no such token").hexdigest()
+_MAX_LABEL = 200
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhdw]?)\s*$")
+_Records = list[dict[str, Any]]
+_UNITS = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86_400, "w": 604_800}
+
+
+def agent_namespace(agent_id: str) -> str:
+    """The namespace of an agent: ``agent:<agent_id>``."""
+    return "agent:" + validate_id(agent_id, "agent id")
+
+
+def team_namespace(team_id: str) -> str:
+    """The namespace of a team: ``team:<team_id>``."""
+    return "team:" + validate_id(team_id, "team id")
+
+
+def _check_namespace(value: str) -> str:
+    if value == ALL:
+        return value
+    kind, sep, name = value.partition(":")
+    if not sep or kind not in ("agent", "team"):
+        raise UsageError(f"namespace {value!r} must be agent:<id>, team:<id> or * (every namespace).")
+    validate_id(name, f"{kind} id")
+    return value
+
+
+def _check_scope(value: str) -> str:
+    if value == ALL or value in SCOPES:
+        return value
+    area, sep, op = value.partition(":")
+    if sep and area in AREAS and op == ALL:
+        return value
+    raise UsageError(f"unknown scope {value!r}; scopes: {', '.join(SCOPES)}, <area>:* or *.")
+
+
+def parse_duration(text: str) -> float:
+    """Seconds from ``3600``, ``90s``, ``45m``, ``12h``, ``30d`` or ``2w``; ``UsageError`` otherwise."""
+    match = _DURATION.match(str(text))
+    if not match:
+        raise UsageError(f"{text!r} is not a duration: use seconds (3600) or a number with s, m, h, d or w (30d).")
+    seconds = float(match.group(1)) * _UNITS[match.group(2)]
+    if seconds <= 0:
+        raise UsageError("a token's lifetime must be longer than zero.")
+    return seconds
+
+
+class TokenInfo:
+    """What is known of a token, never its secret: id, namespaces, scopes, label, times."""
+
+    __slots__ = ("created_ms", "expires_ms", "id", "label", "namespaces", "revoked_ms", "scopes")
+
+    def __init__(
+        self,
+        token_id: str,
+        namespaces: list[str],
+        scopes: list[str],
+        *,
+        label: str | None = None,
+        created_ms: int = 0,
+        expires_ms: int | None = None,
+        revoked_ms: int | None = None,
+    ) -> None:
+        self.id = token_id
+        self.namespaces = list(namespaces)
+        self.scopes = list(scopes)
+        self.label = label
+        self.created_ms = created_ms
+        self.expires_ms = expires_ms
+        self.revoked_ms = revoked_ms
+
+    def covers_namespace(self, namespace: str) -> bool:
+        """Whether the token may act in ``namespace`` (``agent:<id>`` or ``team:<id>``)."""
+        return ALL in self.namespaces or namespace in self.namespaces
+
+    def allows(self, scope: str) -> bool:
+        """Whether the token grants the operation ``scope`` (e.g. ``memory:write``)."""
+        area = scope.partition(":")[0]
+        return ALL in self.scopes or scope in self.scopes or f"{area}:{ALL}" in self.scopes
+
+    def active(self, now_ms: int) -> bool:
+        """Not revoked and not expired at ``now_ms``."""
+        return self.revoked_ms is None and (self.expires_ms is None or now_ms < self.expires_ms)
+
+    def status(self, now_ms: int) -> str:
+        """``active``, ``expired`` or ``revoked``."""
+        if self.revoked_ms is not None:
+            return "revoked"
+        if self.expires_ms is not None and now_ms >= self.expires_ms:
+            return "expired"
+        return "active"
+
+    def as_dict(self, now_ms: int | None = None) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "id": self.id,
+            "namespaces": self.namespaces,
+            "scopes": self.scopes,
+            "label": self.label,
+            "created_at": iso_from_ms(self.created_ms),
+            "expires_at": iso_from_ms(self.expires_ms) if self.expires_ms is not None else None,
+            "revoked_at": iso_from_ms(self.revoked_ms) if self.revoked_ms is not None else None,
+        }
+        if now_ms is not None:
+            out["status"] = self.status(now_ms)
+        return out
+
+    def __repr__(self) -> str:
+        return f"TokenInfo({self.id!r}, namespaces={self.namespaces!r}, scopes={self.scopes!r})"
+
+
+def _digest(secret: str) -> str:
+    return hashlib.sha256(secret.encode("utf-8")).hexdigest()
+
+
+def _split(token: str) -> tuple[str, str] | None:
+    """``(id, secret)`` of a well-formed token, else ``None`` (the secret may contain ``_``)."""
+    if not isinstance(token, str) or not token.startswith(PREFIX) or len(token) > 200:
+        return None
+    token_id, sep, secret = token[len(PREFIX) :].partition("_")
+    if not sep or len(token_id) != _ID_HEX or any(c not in "0123456789abcdef" for c in token_id) or not secret:
+        return None
+    return token_id, secret
+
+
+class TokenStore:
+    """The tokens of one Phoenix home (``<home>/tokens.json``)."""
+
+    def __init__(self, home: Home, *, clock: Clock = system_clock, lock_timeout: float = 10.0) -> None:
+        self.home = home
+        self.clock = clock
+        self.lock_timeout = lock_timeout
+        self.path = os.path.join(home.root, FILENAME)
+        self._cache: tuple[tuple[int, int, int], list[dict[str, Any]]] | None = None
+
+    # -- reading ---------------------------------------------------------------------------
+
+    def _records(self) -> list[dict[str, Any]]:
+        """Every record in the file (cached while the file is unchanged: revocation by another
+        process replaces the file, which changes its inode)."""
+        try:
+            st = os.stat(self.path)
+        except FileNotFoundError:
+            self._cache = None
+            return []
+        except OSError:
+            st = None
+        key = (st.st_ino, st.st_size, st.st_mtime_ns) if st is not None else None
+        if key is not None and self._cache is not None and self._cache[0] == key:
+            return self._cache[1]
+        data = read_bytes(self.path)
+        records = self._parse(data) if data is not None else []
+        if key is not None:
+            self._cache = (key, records)
+        return records
+
+    def _parse(self, data: bytes) -> list[dict[str, Any]]:
+        try:
+            doc = loads(data)
+        except JSONError as exc:
+            raise CorruptStateError(f"{self.path} is not valid JSON ({exc}).", path=self.path) from None
+        if not isinstance(doc, dict) or doc.get("kind") != KIND or not isinstance(doc.get("tokens"), list):
+            raise CorruptStateError(f"{self.path} is not a Phoenix token file.", path=self.path)
+        version = doc.get("schema_version")
+        if not isinstance(version, int) or version > SCHEMA_VERSION:
+            raise SchemaVersionError(
+                f"{self.path} was written by a newer Phoenix (token schema {version!r}); upgrade phoenix-protocol.",
+                path=self.path,
+                found=version if isinstance(version, int) else 0,
+                supported=SCHEMA_VERSION,
+            )
+        return [r for r in doc["tokens"] if isinstance(r, dict) and isinstance(r.get("id"), str)]
+
+    @staticmethod
+    def _info(record: dict[str, Any]) -> TokenInfo:
+        return TokenInfo(
+            str(record["id"]),
+            [str(n) for n in record.get("namespaces") or []],
+            [str(s) for s in record.get("scopes") or []],
+            label=record.get("label"),
+            created_ms=int(record.get("created_ms") or 0),
+            expires_ms=record.get("expires_ms"),
+            revoked_ms=record.get("revoked_ms"),
+        )
+
+    def configured(self) -> bool:
+        """Whether this home has (or ever had) tokens: then every request must carry a valid one."""
+        return bool(self._records())
+
+    def has_active(self) -> bool:
+        """Whether at least one token is neither revoked nor expired."""
+        now = self.clock.now_ms()
+        return any(self._info(r).active(now) for r in self._records())
+
+    def list(self) -> list[TokenInfo]:
+        """Every token, oldest first (revoked and expired ones included)."""
+        return [self._info(r) for r in self._records()]
+
+    def verify(self, token: str) -> TokenInfo | None:
+        """The token's info when ``token`` is well formed, known, matches, is not revoked and has
+        not expired; ``None`` otherwise (the caller cannot tell which, on purpose)."""
+        parts = _split(token)
+        if parts is None:
+            return None
+        token_id, secret = parts
+        record = next((r for r in self._records() if r.get("id") == token_id), None)
+        stored = str(record.get("hash", "")) if record is not None else _DUMMY_DIGEST
+        if not hmac.compare_digest(stored.encode("ascii", "replace"), _digest(secret).encode("ascii")):
+            return None
+        if record is None:  # pragma: no cover - the dummy digest matches no secret
+            return None
+        info = self._info(record)
+        return info if info.active(self.clock.now_ms()) else None
+
+    # -- writing ---------------------------------------------------------------------------
+
+    def _write(self, records: _Records) -> None:
+        doc = {"kind": KIND, "schema_version": SCHEMA_VERSION, "tokens": records}
+        atomic_write(self.path, dumps_document(doc).encode("ascii"))
+        self._cache = None
+
+    def create(
+        self,
+        namespaces: Sequence[str],
+        scopes: Sequence[str],
+        *,
+        expires_in: float | None = None,
+        label: str | None = None,
+    ) -> tuple[str, TokenInfo]:
+        """Create a token; returns ``(plaintext, info)``. The plaintext is not kept anywhere."""
+        clean_ns = sorted({_check_namespace(n) for n in namespaces})
+        if not clean_ns:
+            raise UsageError("a token needs at least one namespace (--agent ID or --team ID).")
+        clean_scopes = sorted({_check_scope(s) for s in scopes})
+        if not clean_scopes:
+            raise UsageError(f"a token needs at least one scope; scopes: {', '.join(SCOPES)}, <area>:* or *.")
+        if expires_in is not None and not expires_in > 0:
+            raise UsageError("a token's lifetime must be longer than zero.")
+        if label is not None:
+            label = " ".join(label.split())[:_MAX_LABEL] or None
+        self.home.ensure()
+        with FileLock(self.path, self.lock_timeout):
+            records = list(self._records())
+            known = {r["id"] for r in records}
+            token_id = secrets.token_hex(_ID_HEX // 2)
+            while token_id in known:  # pragma: no cover - 48 random bits
+                token_id = secrets.token_hex(_ID_HEX // 2)
+            secret = secrets.token_urlsafe(_SECRET_BYTES)
+            now = self.clock.now_ms()
+            record: dict[str, Any] = {
+                "id": token_id,
+                "hash": _digest(secret),
+                "namespaces": clean_ns,
+                "scopes": clean_scopes,
+                "label": label,
+                "created_ms": now,
+                "expires_ms": now + int(expires_in * 1000) if expires_in is not None else None,
+                "revoked_ms": None,
+            }
+            records.append(record)
+            self._write(records)
+        return f"{PREFIX}{token_id}_{secret}", self._info(record)
+
+    def revoke(self, token_id: str) -> TokenInfo:
+        """Revoke a token by id (idempotent); ``UsageError`` for an unknown id."""
+        if not os.path.exists(self.path):
+            raise UsageError(f"no token {token_id!r}: this home has no tokens (`phx token create`).")
+        with FileLock(self.path, self.lock_timeout):
+            records = [dict(r) for r in self._records()]
+            for record in records:
+                if record["id"] == token_id:
+                    if record.get("revoked_ms") is None:
+                        record["revoked_ms"] = self.clock.now_ms()
+                        self._write(records)
+                    return self._info(record)
+        raise UsageError(f"no token {token_id!r} in {self.path} (`phx token list`).")

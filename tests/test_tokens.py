@@ -1,0 +1,162 @@
+"""Bearer tokens: plaintext once, stored hashed, constant-time verified, scoped, revocable, expiring."""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+
+import pytest
+
+from phoenix_protocol._cli import cli
+from phoenix_protocol._clock import ManualClock
+from phoenix_protocol._errors import UsageError
+from phoenix_protocol._home import Home
+from phoenix_protocol._tokens import SCOPES, TokenStore, agent_namespace, parse_duration, team_namespace
+
+
+@pytest.fixture
+def store(home: Home, clock: ManualClock) -> TokenStore:
+    return TokenStore(home, clock=clock)
+
+
+def test_token_is_shown_once_and_stored_hashed(store: TokenStore) -> None:
+    token, info = store.create(["agent:zero"], ["memory:read"], label="ci")
+    prefix, token_id, secret = token.split("_", 2)
+    assert prefix == "phx" and token_id == info.id and len(token_id) == 12
+    assert len(secret) >= 43  # 32 random bytes, url-safe base64
+    with open(store.path, encoding="ascii") as fh:
+        raw = fh.read()
+    assert secret not in raw and token not in raw
+    assert "hash" in raw
+    assert stat.S_IMODE(os.stat(store.path).st_mode) == 0o600
+    assert "hash" not in info.as_dict()
+    assert store.verify(token) is not None
+
+
+def test_verify_refuses_every_bad_token_alike(store: TokenStore, clock: ManualClock) -> None:
+    token, info = store.create(["agent:zero"], ["*"], expires_in=60)
+    other, other_info = store.create(["agent:zero"], ["*"])
+    assert store.verify(token) is not None
+    wrong = token[:-4] + ("AAAA" if not token.endswith("AAAA") else "BBBB")
+    for bad in (
+        wrong,
+        "phx_000000000000_" + token.split("_", 2)[2],
+        "not-a-token",
+        "",
+        "phx_",
+        "phx_zz_x",
+        token + "x",
+    ):
+        assert store.verify(bad) is None, bad
+    clock.advance(61)
+    assert store.verify(token) is None  # expired
+    assert store.verify(other) is not None
+    store.revoke(other_info.id)
+    assert store.verify(other) is None  # revoked
+    assert {i.id: i.status(clock.now_ms()) for i in store.list()} == {info.id: "expired", other_info.id: "revoked"}
+
+
+def test_revocation_reaches_another_process_view(home: Home, clock: ManualClock) -> None:
+    server_view = TokenStore(home, clock=clock)
+    cli_view = TokenStore(home, clock=clock)
+    token, info = cli_view.create(["team:t1"], ["team:read"])
+    assert server_view.verify(token) is not None  # cached from now on
+    cli_view.revoke(info.id)
+    assert server_view.verify(token) is None
+
+
+def test_scopes_and_namespaces(store: TokenStore) -> None:
+    _token, info = store.create([agent_namespace("zero"), team_namespace("t1")], ["memory:*", "team:read"])
+    assert info.covers_namespace("agent:zero") and info.covers_namespace("team:t1")
+    assert not info.covers_namespace("agent:one") and not info.covers_namespace("team:zero")
+    assert info.allows("memory:read") and info.allows("memory:write") and info.allows("team:read")
+    assert not info.allows("team:write") and not info.allows("checkpoint:read")
+    _token, everything = store.create(["*"], ["*"])
+    assert everything.covers_namespace("agent:anyone") and all(everything.allows(s) for s in SCOPES)
+
+
+@pytest.mark.parametrize(
+    ("namespaces", "scopes"),
+    [
+        ([], ["*"]),
+        (["zero"], ["*"]),
+        (["agent:../x"], ["*"]),
+        (["user:zero"], ["*"]),
+        (["agent:zero"], []),
+        (["agent:zero"], ["memory:delete"]),
+        (["agent:zero"], ["files:*"]),
+    ],
+)
+def test_bad_requests_are_refused_and_write_nothing(
+    store: TokenStore, namespaces: list[str], scopes: list[str]
+) -> None:
+    with pytest.raises(UsageError):
+        store.create(namespaces, scopes)
+    assert not os.path.exists(store.path)
+
+
+def test_configured_survives_revoking_the_last_token(store: TokenStore) -> None:
+    assert not store.configured() and not store.has_active()
+    _token, info = store.create(["agent:zero"], ["*"])
+    store.revoke(info.id)
+    store.revoke(info.id)  # idempotent
+    assert store.configured() and not store.has_active()
+    with pytest.raises(UsageError):
+        store.revoke("000000000000")
+
+
+@pytest.mark.parametrize(
+    ("text", "seconds"),
+    [("3600", 3600), ("90s", 90), ("45m", 2700), ("12h", 43200), ("30d", 2_592_000), ("2w", 1_209_600)],
+)
+def test_parse_duration(text: str, seconds: float) -> None:
+    assert parse_duration(text) == seconds
+
+
+@pytest.mark.parametrize("text", ["", "0", "-5", "10y", "1.5.2h", "soon"])
+def test_parse_duration_refuses(text: str) -> None:
+    with pytest.raises(UsageError):
+        parse_duration(text)
+
+
+def test_cli_create_list_revoke(home: Home, capsys: pytest.CaptureFixture[str]) -> None:
+    assert (
+        cli(["token", "create", "--agent", "zero", "--scope", "memory:read", "--expires", "30d", "--home", home.root])
+        == 0
+    )
+    lines = capsys.readouterr().out.strip().splitlines()
+    token = lines[-1]
+    assert token.startswith("phx_")
+    assert TokenStore(home).verify(token) is not None
+
+    assert cli(["token", "create", "--team", "t1", "--label", "bridge", "--json", "--home", home.root]) == 0
+    created = json.loads(capsys.readouterr().out)
+    assert created["token"].startswith("phx_") and created["info"]["namespaces"] == ["team:t1"]
+    assert created["info"]["scopes"] == ["*"]
+
+    assert cli(["token", "list", "--json", "--home", home.root]) == 0
+    listed = capsys.readouterr().out
+    assert token.split("_", 2)[2] not in listed and created["token"] not in listed
+    assert [t["status"] for t in json.loads(listed)["tokens"]] == ["active", "active"]
+
+    assert cli(["token", "revoke", created["info"]["id"], "--home", home.root]) == 0
+    capsys.readouterr()
+    assert TokenStore(home).verify(created["token"]) is None
+    assert cli(["token", "list", "--home", home.root]) == 0
+    assert "revoked" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["token", "create"],
+        ["token", "create", "--agent", "../etc"],
+        ["token", "create", "--agent", "zero", "--scope", "root"],
+        ["token", "create", "--agent", "zero", "--expires", "0"],
+        ["token", "revoke", "abc"],
+    ],
+)
+def test_cli_usage_errors_exit_2(home: Home, args: list[str], capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli([*args, "--home", home.root]) == 2
+    assert "error" in capsys.readouterr().err

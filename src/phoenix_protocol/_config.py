@@ -125,6 +125,15 @@ SETTINGS: dict[str, tuple[type, Any, float | None, str]] = {
         None,
         "Mirror full team checkpoints into refs/phoenix/teams/<team_id> (git plumbing only).",
     ),
+    # The memory bridge (seed 002's HTTP service, `phx serve`).
+    "server_host": (str, "127.0.0.1", None, "Address `phx serve` listens on (non-loopback needs a token)."),
+    "server_port": (int, 8765, 1, "Port `phx serve` listens on."),
+    "server_max_body_bytes": (
+        int,
+        1024 * 1024,
+        1024,
+        "Largest request body the server accepts; larger ones get 413 before they are read.",
+    ),
 }
 
 
@@ -162,6 +171,9 @@ class Config:
     team_idle_minutes: float
     team_suspended_minutes: float
     team_git_mirror: bool
+    server_host: str
+    server_port: int
+    server_max_body_bytes: int
 
     def __init__(self, values: Mapping[str, Any] | None = None, sources: Mapping[str, str] | None = None) -> None:
         self.sources: dict[str, str] = {}

@@ -678,4 +678,13 @@ def cli(argv: list[str] | None = None) -> int:
 
 
 # The commands of seeds 003 and 002 live in their own module; importing it registers them.
-from phoenix_protocol import _cli_clinic, _cli_sessions, _cli_teams, _cli_watchdog  # noqa: E402, F401
+# _cli_remote gives the commands that also work on a memory bridge their --server option.
+from phoenix_protocol import (  # noqa: E402, F401
+    _cli_clinic,
+    _cli_memory,
+    _cli_remote,
+    _cli_server,
+    _cli_sessions,
+    _cli_teams,
+    _cli_watchdog,
+)

@@ -153,11 +153,16 @@ def test_restore_with_named_checkpoint_and_refusals(client: TestClient, served: 
     client.post("/checkpoint/zero", json={"summary": "first", "checkpoint_type": "routine"})
     name = client.get("/checkpoint/zero/latest").json()["name"]
     assert client.post("/restore/zero", json={"checkpoint": name, "force": True}).json()["checkpoint"] == name
-    assert_problem(client.post("/restore/zero", json={"checkpoint": "nope.checkpoint"}), 400)
+    assert_problem(client.post("/restore/zero", json={"checkpoint": "nope.checkpoint"}), 422)
+    missing = name.replace("_routine.", "_recovery.")
+    assert_problem(client.post("/restore/zero", json={"checkpoint": missing}), 404)
+    assert_problem(
+        client.post("/restore/zero", json={"checkpoint": "zero_00000000000000000-1_routine.checkpoint"}), 404
+    )
     client.post("/checkpoint/other", json={"summary": "theirs", "checkpoint_type": "routine"})
     theirs = client.get("/checkpoint/other/latest").json()["name"]
     before = client.get("/sessions/zero").json()
-    assert_problem(client.post("/restore/zero", json={"checkpoint": theirs}), 400)
+    assert_problem(client.post("/restore/zero", json={"checkpoint": theirs}), 404)  # not in zero's namespace
     assert client.get("/sessions/zero").json() == before
 
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 import uuid
 from typing import TYPE_CHECKING, Any
 
+from phoenix_protocol import _errors
 from phoenix_protocol._agent import Agent
 from phoenix_protocol._errors import UsageError
 from phoenix_protocol._ids import validate_id
@@ -64,8 +65,9 @@ _RESERVED_SECTIONS = frozenset(
 _LIST_KEYS = ("beliefs", "skills", "relationships")
 
 
-class NotFoundError(UsageError):
-    """Nothing at this address that the caller may use: no such namespace, or not theirs."""
+class NotFoundError(_errors.NotFoundError):
+    """Nothing at this address that the caller may use: no such namespace, or not theirs. Its
+    default message is the same whichever it was."""
 
     def __init__(self, message: str = NOT_FOUND) -> None:
         super().__init__(message)
@@ -187,6 +189,10 @@ def restore(
         validate_id(session_id, "session id", max_length=128)  # before anything is written
     result = None
     if checkpoint is not None:
+        from phoenix_protocol._checkpoints import parse_name
+
+        if parse_name(checkpoint) is None:  # shaped like a name, but no checkpoint can have it
+            raise NotFoundError(f"no checkpoint {checkpoint!r} for agent {agent.id!r}.")
         result = agent.checkpoints.restore(checkpoint, force=force)  # ownership, checksum, version first
     sid = session_id or str(uuid.uuid4())
     agent.state.start_session(sid, source="startup", process=None)

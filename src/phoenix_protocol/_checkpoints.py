@@ -47,6 +47,7 @@ from phoenix_protocol._clock import iso_from_ms
 from phoenix_protocol._durable import FileLock, atomic_create, atomic_write, ensure_dir, fsync_dir, read_bytes
 from phoenix_protocol._errors import (
     CorruptStateError,
+    NotFoundError,
     RefusedError,
     SchemaVersionError,
     StorageError,
@@ -506,7 +507,7 @@ class CheckpointStore:
         path = self.path_of(name)
         data = read_bytes(path)
         if data is None:
-            raise UsageError(f"no checkpoint {name!r} for agent {self.agent.id!r} (see `phx checkpoint list`).")
+            raise NotFoundError(f"no checkpoint {name!r} for agent {self.agent.id!r} (see `phx checkpoint list`).")
         return Checkpoint(path, decode(data, path))
 
     def latest(self, checkpoint_type: str | None = None) -> tuple[Checkpoint | None, list[str]]:

@@ -6,7 +6,8 @@ Every error the library raises on purpose is a ``PhoenixError``::
     ├── UsageError              the caller asked for something invalid; nothing was written
     │   ├── InvalidIdError      an agent/team/session id outside the safe alphabet
     │   ├── ConfigError         a configuration file or variable that cannot be used
-    │   └── TeamNotFoundError   no such team in the home (_teams)
+    │   └── NotFoundError       the thing named does not exist (or is not the caller's, on the server)
+    │       └── TeamNotFoundError   no such team in the home (_teams)
     └── OperationError          a valid request that could not be carried out
         ├── StorageError        the file system refused a read or a write (wraps the OSError)
         │   └── LockTimeoutError  another process held the lock for too long
@@ -32,6 +33,7 @@ __all__ = [
     "CorruptStateError",
     "InvalidIdError",
     "LockTimeoutError",
+    "NotFoundError",
     "OperationError",
     "PhoenixError",
     "RefusedError",
@@ -56,6 +58,10 @@ class InvalidIdError(UsageError, ValueError):
 
 class ConfigError(UsageError):
     """A configuration file or ``PHOENIX_*`` variable has a value Phoenix cannot use."""
+
+
+class NotFoundError(UsageError):
+    """What the request names (a checkpoint, a memory, a task, a team) does not exist; nothing changed."""
 
 
 class OperationError(PhoenixError):

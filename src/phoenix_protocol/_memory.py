@@ -35,10 +35,12 @@ if TYPE_CHECKING:
     from phoenix_protocol._agent import Agent
     from phoenix_protocol._home import Home
 
-__all__ = ["MAX_TEXT", "MemoryRecord", "MemoryStore", "recall_for", "remember"]
+__all__ = ["MAX_TEXT", "MEMORY_ID_REGEX", "MemoryRecord", "MemoryStore", "recall_for", "remember"]
 
 SCHEMA_VERSION = 1
 MAX_TEXT = 64 * 1024
+MEMORY_ID_REGEX = "mem-[0-9a-f]{24}"
+"""Every memory id: ``mem-`` and 24 hex digits (96 random bits)."""
 MAX_TAGS = 32
 MAX_K = 100
 

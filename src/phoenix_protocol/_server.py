@@ -52,29 +52,41 @@ try:
     from fastapi import Depends, FastAPI, Path, Query, Request
     from fastapi.exceptions import RequestValidationError
     from fastapi.responses import JSONResponse, Response
-    from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
+    from fastapi.routing import APIRoute
+    from pydantic import (
+        AfterValidator,
+        BaseModel,
+        BeforeValidator,
+        ConfigDict,
+        Field,
+        WithJsonSchema,
+        model_validator,
+    )
+    from starlette.convertors import Convertor, register_url_convertor
     from starlette.datastructures import Headers
     from starlette.exceptions import HTTPException as StarletteHTTPException
+    from starlette.routing import Match
 except ImportError as _exc:  # pragma: no cover - exercised by hand without the extra
     raise ImportError(
         "the Phoenix HTTP service needs FastAPI and uvicorn: pip install 'phoenix-protocol[server]'"
     ) from _exc
 
 from phoenix_protocol import _bridge
-from phoenix_protocol._bridge import NOT_FOUND, NotFoundError
+from phoenix_protocol._bridge import NOT_FOUND
 from phoenix_protocol._clock import Clock, system_clock
 from phoenix_protocol._config import Config, load_config
 from phoenix_protocol._errors import (
     ConfigError,
     InvalidIdError,
     LockTimeoutError,
+    NotFoundError,
     PhoenixError,
     RefusedError,
     UsageError,
 )
 from phoenix_protocol._home import Home
 from phoenix_protocol._ids import MAX_ID_LENGTH, validate_id
-from phoenix_protocol._memory import MAX_TEXT, MemoryStore
+from phoenix_protocol._memory import MAX_TEXT, MEMORY_ID_REGEX, MemoryStore
 from phoenix_protocol._tokens import ALL, TokenInfo, TokenStore, agent_namespace, team_namespace
 from phoenix_protocol._version import __version__
 
@@ -89,6 +101,9 @@ PROBLEM_TYPE = "application/problem+json"
 MAX_JSON_DEPTH = 32
 ID_PATTERN = rf"^[A-Za-z0-9][A-Za-z0-9._-]{{0,{MAX_ID_LENGTH - 1}}}$"
 LONG_ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$"
+CHECKPOINT_NAME_PATTERN = (
+    rf"^{ID_PATTERN[1:-1]}_[0-9]{{17}}-[0-9]{{1,12}}_(routine|pre-operation|recovery|session)\.checkpoint$"
+)
 _OPEN = TokenInfo("open", [ALL], [ALL], label="no tokens configured")
 
 
@@ -120,7 +135,7 @@ def problem(
 
 def status_for(exc: PhoenixError) -> int:
     """The HTTP status of a library error."""
-    if isinstance(exc, NotFoundError) or type(exc).__name__ == "TeamNotFoundError":
+    if isinstance(exc, NotFoundError):
         return 404
     if isinstance(exc, InvalidIdError):
         return 422
@@ -289,9 +304,23 @@ NameParam = Annotated[
     Path(pattern=ID_PATTERN, max_length=MAX_ID_LENGTH, description="Teammate name: " + ID_DOC),
     _id_validator("teammate name"),
 ]
-MemoryIdParam = Annotated[
-    str, Path(pattern=ID_PATTERN, max_length=MAX_ID_LENGTH, description="Memory id."), _id_validator("memory id")
-]
+MemoryIdParam = Annotated[str, Path(pattern=f"^{MEMORY_ID_REGEX}$", description="Memory id (mem-…).")]
+
+
+class _MemoryIdConvertor(Convertor[str]):
+    """``{memory_id:memory_id}`` in a route: only a well-formed memory id matches, so that
+    ``/memory/{agent_id}/recall`` is never read as the memory called ``recall``."""
+
+    regex = MEMORY_ID_REGEX
+
+    def convert(self, value: str) -> str:
+        return value
+
+    def to_string(self, value: str) -> str:
+        return value
+
+
+register_url_convertor("memory_id", _MemoryIdConvertor())
 TaskIdParam = Annotated[
     str, Path(pattern=ID_PATTERN, max_length=MAX_ID_LENGTH, description="Task id."), _id_validator("task id")
 ]
@@ -302,8 +331,18 @@ Tag = Annotated[str, Field(min_length=1, max_length=64)]
 ShortText = Annotated[str, Field(max_length=2000)]
 
 
+def _json_int(value: Any) -> Any:
+    """JSON Schema's integer: ``3.0`` is one (strict pydantic would refuse it), ``true`` and
+    ``"3"`` are not (lax pydantic would take them)."""
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    return value
+
+
 class _Part(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    """Strict: JSON types as the schema says them (``false`` is not ``0``, ``"1"`` is not ``1``)."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
 
 
 class _Request(_Part):
@@ -348,8 +387,8 @@ class Relationship(_Part):
 
 
 class DriftChecks(_Part):
-    passed: Annotated[int, Field(ge=0, le=1_000_000)] = 0
-    failed: Annotated[int, Field(ge=0, le=1_000_000)] = 0
+    passed: Annotated[int, Field(ge=0, le=1_000_000), BeforeValidator(_json_int)] = 0
+    failed: Annotated[int, Field(ge=0, le=1_000_000), BeforeValidator(_json_int)] = 0
 
 
 class IdentityUpdatesSection(_Part):
@@ -371,9 +410,22 @@ class CheckpointRequest(_Request):
     context: ContextSection | None = None
     working_memory: WorkingMemorySection | None = None
     identity_updates: IdentityUpdatesSection | None = None
-    extensions: dict[Annotated[str, Field(pattern=ID_PATTERN)], Any] | None = Field(
-        default=None, max_length=16, description="Extra sections, stored under `extensions`."
-    )
+    extensions: (
+        Annotated[
+            dict[Annotated[str, Field(pattern=ID_PATTERN)], Any],
+            Field(max_length=16),
+            # Only keys matching the pattern: pydantic alone would leave other keys allowed.
+            WithJsonSchema(
+                {
+                    "type": "object",
+                    "maxProperties": 16,
+                    "patternProperties": {ID_PATTERN: {}},
+                    "additionalProperties": False,
+                }
+            ),
+        ]
+        | None
+    ) = Field(default=None, description="Extra sections, stored under `extensions`.")
 
 
 class CheckpointInfoModel(BaseModel):
@@ -402,7 +454,7 @@ class LatestCheckpointResponse(BaseModel):
 class RestoreRequest(_Request):
     """``POST /restore/{agent_id}``: all optional."""
 
-    checkpoint: Annotated[str, Field(min_length=1, max_length=255)] | None = Field(
+    checkpoint: Annotated[str, Field(pattern=CHECKPOINT_NAME_PATTERN, max_length=255)] | None = Field(
         default=None, description="A checkpoint name (default: the newest valid one)."
     )
     force: bool = Field(default=False, description="Overwrite the current task and notes with the checkpoint's.")
@@ -464,7 +516,7 @@ class RecallRequest(_Request):
     """``POST /memory/{agent_id}/recall``."""
 
     query: Annotated[str, Field(min_length=1, max_length=1000)]
-    k: Annotated[int, Field(ge=1, le=100)] = 5
+    k: Annotated[int, Field(ge=1, le=100), BeforeValidator(_json_int)] = 5
     tags: list[Tag] | None = Field(default=None, max_length=32)
 
 
@@ -560,7 +612,7 @@ class InboxResponse(BaseModel):
 
 
 class DeliveredRequest(_Request):
-    through_seq: Annotated[int, Field(ge=0, le=2**53)]
+    through_seq: Annotated[int, Field(ge=0, le=2**53), BeforeValidator(_json_int)]
 
 
 class DeliveredResponse(BaseModel):
@@ -643,7 +695,7 @@ def _authorize(request: Request, namespace: str, scope: str) -> TokenInfo:
     namespace or the operation gets the 404 of a namespace that does not exist."""
     info = request.scope.get(AUTH_SCOPE_KEY)
     if not isinstance(info, TokenInfo) or not (info.covers_namespace(namespace) and info.allows(scope)):
-        raise NotFoundError()
+        raise _bridge.NotFoundError()
     return info
 
 
@@ -690,6 +742,16 @@ _ERROR_RESPONSES = {
     "500": "The server's state could not be read or written (run `phx doctor` on the server).",
     "503": "The state was busy (a lock held too long): retry.",
 }
+
+
+def _allowed_methods(app: FastAPI, request: Request) -> str:
+    """Every method some route serves at the request's path (Starlette names only the first
+    route's, and the same path has several routes here)."""
+    methods: set[str] = set()
+    for route in app.router.routes:
+        if isinstance(route, APIRoute) and route.matches(request.scope)[0] != Match.NONE:
+            methods |= route.methods or set()
+    return ", ".join(sorted(methods))
 
 
 def _customize_openapi(app: FastAPI) -> Callable[[], dict[str, Any]]:
@@ -787,14 +849,17 @@ def create_app(
         status = exc.status_code
         names = {404: "NotFoundError", 413: "UsageError", 405: "UsageError"}
         detail = exc.detail if isinstance(exc.detail, str) else HTTPStatus(status).description
+        headers = dict(exc.headers) if exc.headers else {}
         if status == 404:
             detail = "No such endpoint (see /openapi.json)."
+        elif status == 405:
+            headers["Allow"] = _allowed_methods(app, request)
         return problem(
             status,
             detail,
             instance=request.url.path,
             error=names.get(status, "UsageError" if status < 500 else "OperationError"),
-            headers=dict(exc.headers) if exc.headers else None,
+            headers=headers or None,
         )
 
     @app.exception_handler(Exception)
@@ -902,14 +967,14 @@ def create_app(
         records = _bridge.memory_list(memory, agent(agent_id), tags=tag, limit=limit, offset=offset)
         return {"agent_id": agent_id, "memories": records, "limit": limit, "offset": offset}
 
-    @app.get("/memory/{agent_id}/{memory_id}", response_model=MemoryResponse, tags=["memory"])
+    @app.get("/memory/{agent_id}/{memory_id:memory_id}", response_model=MemoryResponse, tags=["memory"])
     def get_memory(
         agent_id: Annotated[str, Depends(agent_access("memory:read"))], memory_id: MemoryIdParam
     ) -> dict[str, Any]:
         """One memory."""
         return {"agent_id": agent_id, "memory": _bridge.memory_get(memory, agent(agent_id), memory_id)}
 
-    @app.delete("/memory/{agent_id}/{memory_id}", status_code=204, tags=["memory"])
+    @app.delete("/memory/{agent_id}/{memory_id:memory_id}", status_code=204, tags=["memory"])
     def delete_memory(
         agent_id: Annotated[str, Depends(agent_access("memory:write"))], memory_id: MemoryIdParam
     ) -> Response:

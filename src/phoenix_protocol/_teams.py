@@ -39,6 +39,7 @@ from phoenix_protocol._clock import Clock, iso_from_ms, system_clock
 from phoenix_protocol._durable import FileLock, atomic_write, ensure_dir, read_bytes
 from phoenix_protocol._errors import (
     CorruptStateError,
+    NotFoundError,
     RefusedError,
     SchemaVersionError,
     UsageError,
@@ -84,7 +85,7 @@ FULL_SNAPSHOT_MS = 5 * 60_000
 KEEP_CHECKPOINTS = 200
 
 
-class TeamNotFoundError(UsageError):
+class TeamNotFoundError(NotFoundError):
     """No team with that id in this home (``phx team list``)."""
 
 

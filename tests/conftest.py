@@ -79,3 +79,27 @@ def clock() -> ManualClock:
 @pytest.fixture
 def agent(home: Home, clock: ManualClock) -> Iterator[Agent]:
     yield Agent.open("tester", home=home, clock=clock)
+
+
+PG_SERVER = os.environ.get("PHOENIX_TEST_PG", "postgresql://postgres@127.0.0.1:5432/test")
+"""The PostgreSQL server the tests use (these machines run one: trust auth, database ``test``)."""
+
+
+@pytest.fixture
+def pg_url() -> Iterator[str]:
+    """A PostgreSQL store URL of its own: a fresh schema, dropped afterwards (with this process's pools)."""
+    import uuid
+
+    import psycopg
+
+    from phoenix_protocol import _pg
+
+    schema = "phx_test_" + uuid.uuid4().hex[:12]
+    with psycopg.connect(PG_SERVER, autocommit=True, connect_timeout=5) as conn:
+        conn.execute(f"CREATE SCHEMA {schema}")
+    try:
+        yield f"{PG_SERVER}?options=-csearch_path%3D{schema}"
+    finally:
+        _pg.close_all()
+        with psycopg.connect(PG_SERVER, autocommit=True, connect_timeout=5) as conn:
+            conn.execute(f"DROP SCHEMA {schema} CASCADE")

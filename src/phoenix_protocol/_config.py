@@ -125,6 +125,14 @@ SETTINGS: dict[str, tuple[type, Any, float | None, str]] = {
         None,
         "Mirror full team checkpoints into refs/phoenix/teams/<team_id> (git plumbing only).",
     ),
+    # Storage backend (issue 8).
+    "store": (
+        str,
+        "files",
+        None,
+        "Where teams (and memory) are kept: files (the home) or a postgresql:// URL ([postgres] extra).",
+    ),
+    "pg_pool_size": (int, 10, 1, "Most connections one process keeps open to the PostgreSQL store."),
     # The memory bridge (seed 002's HTTP service, `phx serve`).
     "server_host": (str, "127.0.0.1", None, "Address `phx serve` listens on (non-loopback needs a token)."),
     "server_port": (int, 8765, 1, "Port `phx serve` listens on."),
@@ -171,6 +179,8 @@ class Config:
     team_idle_minutes: float
     team_suspended_minutes: float
     team_git_mirror: bool
+    store: str
+    pg_pool_size: int
     server_host: str
     server_port: int
     server_max_body_bytes: int

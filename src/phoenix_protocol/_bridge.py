@@ -1,6 +1,6 @@
 """The memory bridge's operations (seed 002): one function per endpoint of ``phx serve``.
 
-Each takes the library's objects (an ``Agent``, a ``Team``, the ``MemoryStore``) and plain values,
+Each takes the library's objects (an ``Agent``, a ``Team``, the memory store) and plain values,
 calls the same library functions as the CLI, and returns JSON-ready data. No HTTP here: the
 FastAPI layer (``_server``) validates input, authorizes, and turns ``PhoenixError`` into problem
 details; ``phx memory`` calls these functions directly on the local home.
@@ -23,7 +23,7 @@ if TYPE_CHECKING:
     from phoenix_protocol._clock import Clock
     from phoenix_protocol._config import Config
     from phoenix_protocol._home import Home
-    from phoenix_protocol._memory import MemoryStore
+    from phoenix_protocol._memory import MemoryBackend
     from phoenix_protocol._teams import Team
 
 __all__ = [
@@ -95,13 +95,12 @@ def open_agent(
 
 def open_team(home: Home, team_id: str, *, clock: Clock | None = None) -> Team:
     """The team ``team_id``; ``NotFoundError`` (without the list of teams) when there is none."""
-    import os
 
     from phoenix_protocol._clock import system_clock
     from phoenix_protocol._teams import Team
 
     team = Team(home, validate_id(team_id, "team id"), clock=clock or system_clock)
-    if not os.path.exists(team.metadata_path):
+    if not team.exists():
         raise NotFoundError()
     return team
 
@@ -218,12 +217,12 @@ def sessions(agent: Agent) -> list[dict[str, Any]]:
 # -- memory ------------------------------------------------------------------------------------
 
 
-def _memory_namespace_exists(store: MemoryStore, agent: Agent) -> bool:
+def _memory_namespace_exists(store: MemoryBackend, agent: Agent) -> bool:
     return agent.exists() or store.count(agent.id) > 0
 
 
 def memory_store(
-    store: MemoryStore,
+    store: MemoryBackend,
     agent: Agent,
     text: str,
     *,
@@ -237,7 +236,7 @@ def memory_store(
 
 
 def memory_recall(
-    store: MemoryStore, agent: Agent, query: str, *, k: int = 5, tags: list[str] | None = None
+    store: MemoryBackend, agent: Agent, query: str, *, k: int = 5, tags: list[str] | None = None
 ) -> list[dict[str, Any]]:
     """The best matches, best first, each with its ``score``; the query becomes ``last_recall_query``."""
     from phoenix_protocol._memory import recall_for
@@ -250,7 +249,7 @@ def memory_recall(
 
 
 def memory_list(
-    store: MemoryStore, agent: Agent, *, tags: list[str] | None = None, limit: int = 50, offset: int = 0
+    store: MemoryBackend, agent: Agent, *, tags: list[str] | None = None, limit: int = 50, offset: int = 0
 ) -> list[dict[str, Any]]:
     """The agent's memories, newest first."""
     if not _memory_namespace_exists(store, agent):
@@ -258,7 +257,7 @@ def memory_list(
     return [r.as_dict() for r in store.list(agent.id, tags=tags, limit=limit, offset=offset)]
 
 
-def memory_get(store: MemoryStore, agent: Agent, memory_id: str) -> dict[str, Any]:
+def memory_get(store: MemoryBackend, agent: Agent, memory_id: str) -> dict[str, Any]:
     """One memory of the agent's namespace."""
     record = store.get(agent.id, memory_id)
     if record is None:
@@ -266,7 +265,7 @@ def memory_get(store: MemoryStore, agent: Agent, memory_id: str) -> dict[str, An
     return record.as_dict()
 
 
-def memory_delete(store: MemoryStore, agent: Agent, memory_id: str) -> None:
+def memory_delete(store: MemoryBackend, agent: Agent, memory_id: str) -> None:
     """Delete one memory of the agent's namespace (``NotFoundError`` when there is none)."""
     if not store.delete(agent.id, memory_id):
         raise NotFoundError()

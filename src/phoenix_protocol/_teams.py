@@ -170,8 +170,13 @@ def _load_json(path: str) -> dict[str, Any] | None:
     return value
 
 
-def list_teams(home: Home) -> list[str]:
-    """Ids of the teams in ``home``, sorted."""
+def list_teams(home: Home, *, config: Any = None) -> list[str]:
+    """Ids of the teams in ``home`` (or in the PostgreSQL store it is configured with), sorted."""
+    store = _store_url(home, config)
+    if store is not None:
+        from phoenix_protocol._teams_pg import pg_list_teams
+
+        return pg_list_teams(store)
     try:
         names = os.listdir(os.path.join(home.root, "teams"))
     except FileNotFoundError:
@@ -181,8 +186,123 @@ def list_teams(home: Home) -> list[str]:
     )
 
 
+def _store_url(home: Home, config: Any = None) -> str | None:
+    """The ``postgresql://`` URL teams are kept at, or ``None`` for the home's files."""
+    from phoenix_protocol._config import load_config
+    from phoenix_protocol._pg import is_postgres_url
+
+    cfg = config if config is not None else load_config(home.root, project_root=home.project_root)
+    return str(cfg.store) if is_postgres_url(cfg.store) else None
+
+
+class FileTeamStore:
+    """A team's state in the home's files (the embedded default). ``PgTeamStore`` in ``_teams_pg``
+    is the same interface on PostgreSQL; ``Team`` uses whichever the configuration names."""
+
+    def __init__(self, team: Team) -> None:
+        self.team = team
+        self.metadata_path = team.metadata_path
+        self.teammates_path = team.teammates_path
+        self.checkpoint_dir = team.checkpoint_dir
+        self.heartbeat_dir = runtime_dir(team.home.root, team.id)
+        self.lock_timeout = team.config.lock_timeout
+
+    def exists(self) -> bool:
+        return os.path.exists(self.metadata_path)
+
+    def create(self, metadata: dict[str, Any]) -> None:
+        ensure_dir(self.team.dir)
+        with FileLock(self.metadata_path, self.lock_timeout):
+            if os.path.exists(self.metadata_path):
+                raise UsageError(f"team {self.team.id} already exists.")
+            atomic_write(self.metadata_path, dumps_document(metadata).encode("ascii"))
+            atomic_write(
+                self.teammates_path,
+                dumps_document({"schema_version": SCHEMA_VERSION, "teammates": []}).encode("ascii"),
+            )
+
+    def read(self) -> dict[str, Any]:
+        data = _load_json(self.metadata_path)
+        if data is None:
+            raise TeamNotFoundError(f"team {self.team.id} has no metadata.json.")
+        return migrate(data, self.metadata_path)
+
+    def change(self, mutate: Callable[[dict[str, Any]], Any]) -> tuple[dict[str, Any], Any]:
+        with FileLock(self.metadata_path, self.lock_timeout):
+            data = self.read()
+            result = mutate(data)
+            atomic_write(self.metadata_path, dumps_document(data).encode("ascii"))
+        return data, result
+
+    def roster(self) -> list[dict[str, Any]]:
+        data = _load_json(self.teammates_path) or {"schema_version": SCHEMA_VERSION, "teammates": []}
+        return list(migrate(data, self.teammates_path).get("teammates", []))
+
+    def change_roster(self, mutate: Callable[[list[dict[str, Any]]], Any]) -> Any:
+        with FileLock(self.teammates_path, self.lock_timeout):
+            data = _load_json(self.teammates_path) or {"schema_version": SCHEMA_VERSION, "teammates": []}
+            data = migrate(data, self.teammates_path)
+            teammates = list(data.get("teammates", []))
+            result = mutate(teammates)
+            data["teammates"] = teammates
+            data["schema_version"] = SCHEMA_VERSION
+            atomic_write(self.teammates_path, dumps_document(data).encode("ascii"))
+        return result
+
+    def claim_next(self, name: str, claim: Callable[[dict[str, Any]], dict[str, Any] | None]) -> Any:
+        """The first ready task, claimed under the metadata lock (``claim`` picks and claims it)."""
+        return self.change(claim)[1]
+
+    def beat(self, name: str, *, now_ms: int, session_id: str | None) -> dict[str, Any]:
+        return beat(self.heartbeat_dir, name, now_ms=now_ms, session_id=session_id)
+
+    def read_beat(self, name: str) -> dict[str, Any] | None:
+        return read_beat(self.heartbeat_dir, name)
+
+    def mailbox(self) -> Mailbox:
+        from phoenix_protocol._mailbox import Mailbox
+
+        return Mailbox(self.team.dir, team_id=self.team.id, clock=self.team.clock, lock_timeout=self.lock_timeout)
+
+    def write_checkpoint(self, name: str, seq: int, kind: str, record: dict[str, Any], keep: int) -> bytes:
+        ensure_dir(self.checkpoint_dir)
+        content = dumps_document(record).encode("ascii")
+        atomic_write(os.path.join(self.checkpoint_dir, name), content)
+        try:
+            names = sorted(
+                n for n in os.listdir(self.checkpoint_dir) if n.startswith("checkpoint-") and n.endswith(".json")
+            )
+        except FileNotFoundError:
+            return content
+        for old in names[: max(0, len(names) - keep)]:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(os.path.join(self.checkpoint_dir, old))
+        return content
+
+    def latest_checkpoint(self, kind: str | None) -> dict[str, Any] | None:
+        try:
+            names = sorted((n for n in os.listdir(self.checkpoint_dir) if n.startswith("checkpoint-")), reverse=True)
+        except FileNotFoundError:
+            return None
+        for name in names:
+            try:
+                record = _load_json(os.path.join(self.checkpoint_dir, name))
+            except CorruptStateError:
+                continue
+            if record is not None and (kind is None or record.get("checkpoint_type") == kind):
+                return record
+        return None
+
+    def checkpoint_names(self) -> list[str]:
+        try:
+            return sorted(n for n in os.listdir(self.checkpoint_dir) if n.startswith("checkpoint-"))
+        except FileNotFoundError:
+            return []
+
+
 class Team:
-    """One team in a Phoenix home. ``Team.create`` makes one; ``Team.open`` loads one."""
+    """One team in a Phoenix home. ``Team.create`` makes one; ``Team.open`` loads one. Its state
+    is in the home's files or, with ``store = "postgresql://…"``, in PostgreSQL (``self.store``)."""
 
     def __init__(self, home: Home, team_id: str, *, clock: Clock = system_clock, config: Any = None) -> None:
         from phoenix_protocol._config import load_config
@@ -196,7 +316,14 @@ class Team:
         self.clock = clock
         self.config = config if config is not None else load_config(home.root, project_root=home.project_root)
         self.heartbeat_dir = runtime_dir(home.root, self.id)
-        self._mailbox: Mailbox | None = None
+        self._mailbox: Any = None
+        url = _store_url(home, self.config)
+        if url is not None:
+            from phoenix_protocol._teams_pg import PgTeamStore
+
+            self.store: Any = PgTeamStore(self, url)
+        else:
+            self.store = FileTeamStore(self)
 
     # -- opening ----------------------------------------------------------------------------
 
@@ -217,10 +344,9 @@ class Team:
         if not name.strip():
             raise UsageError("a team needs a name.")
         team = cls(home, team_id or generate_team_id(name), clock=clock)
-        if os.path.exists(team.metadata_path):
+        if team.store.exists():
             raise UsageError(f"team {team.id} already exists.")
         home.ensure()
-        ensure_dir(team.dir)
         ms = clock.now_ms()
         metadata = {
             "kind": "phoenix.team",
@@ -249,11 +375,7 @@ class Team:
                 "last_full_snapshot_ms": None,
             },
         }
-        with FileLock(team.metadata_path, team.config.lock_timeout):
-            atomic_write(team.metadata_path, dumps_document(metadata).encode("ascii"))
-            atomic_write(
-                team.teammates_path, dumps_document({"schema_version": SCHEMA_VERSION, "teammates": []}).encode("ascii")
-            )
+        team.store.create(metadata)
         team.join(lead, role="lead")
         return team
 
@@ -261,8 +383,8 @@ class Team:
     def open(cls, home: Home, team_id: str, *, clock: Clock = system_clock) -> Team:
         """Open an existing team; ``TeamNotFoundError`` names the ids that do exist."""
         team = cls(home, team_id, clock=clock)
-        if not os.path.exists(team.metadata_path):
-            known = list_teams(home)
+        if not team.store.exists():
+            known = list_teams(home, config=team.config)
             raise TeamNotFoundError(
                 f"no team {team_id!r} in {home.root}"
                 + (f"; teams: {', '.join(known)}" if known else "")
@@ -270,49 +392,39 @@ class Team:
             )
         return team
 
+    def exists(self) -> bool:
+        """Whether the team has been created (in the configured store)."""
+        return bool(self.store.exists())
+
     @property
     def mailbox(self) -> Mailbox:
+        """The team's mailbox (``Mailbox`` on files, ``PgMailbox`` on PostgreSQL: the same methods)."""
         if self._mailbox is None:
-            from phoenix_protocol._mailbox import Mailbox
-
-            self._mailbox = Mailbox(self.dir, team_id=self.id, clock=self.clock, lock_timeout=self.config.lock_timeout)
-        return self._mailbox
+            self._mailbox = self.store.mailbox()
+        return self._mailbox  # type: ignore[no-any-return]
 
     # -- reading and changing ------------------------------------------------------------------
 
     def read(self) -> dict[str, Any]:
-        """``metadata.json`` (migrated)."""
-        data = _load_json(self.metadata_path)
-        if data is None:
-            raise TeamNotFoundError(f"team {self.id} has no metadata.json.")
-        return migrate(data, self.metadata_path)
+        """The team's metadata with its tasks (``metadata.json``, migrated)."""
+        return self.store.read()  # type: ignore[no-any-return]
 
     def roster(self) -> list[dict[str, Any]]:
-        """``teammates.json``'s teammates."""
-        data = _load_json(self.teammates_path) or {"schema_version": SCHEMA_VERSION, "teammates": []}
-        return list(migrate(data, self.teammates_path).get("teammates", []))
+        """The teammates (``teammates.json``)."""
+        return self.store.roster()  # type: ignore[no-any-return]
 
     def _change(
         self, mutate: Callable[[dict[str, Any]], Any], *, allow_completed: bool = False
     ) -> tuple[dict[str, Any], Any]:
-        with FileLock(self.metadata_path, self.config.lock_timeout):
-            data = self.read()
+        def guarded(data: dict[str, Any]) -> Any:
             if data["status"] == "completed" and not allow_completed:
                 raise TeamReadOnlyError(f"team {self.id} is completed: its state is read-only.")
-            result = mutate(data)
-            atomic_write(self.metadata_path, dumps_document(data).encode("ascii"))
-        return data, result
+            return mutate(data)
+
+        return self.store.change(guarded)  # type: ignore[no-any-return]
 
     def _change_roster(self, mutate: Callable[[list[dict[str, Any]]], Any]) -> Any:
-        with FileLock(self.teammates_path, self.config.lock_timeout):
-            data = _load_json(self.teammates_path) or {"schema_version": SCHEMA_VERSION, "teammates": []}
-            data = migrate(data, self.teammates_path)
-            teammates = list(data.get("teammates", []))
-            result = mutate(teammates)
-            data["teammates"] = teammates
-            data["schema_version"] = SCHEMA_VERSION
-            atomic_write(self.teammates_path, dumps_document(data).encode("ascii"))
-        return result
+        return self.store.change_roster(mutate)
 
     def _log(self, data: dict[str, Any], action: str) -> None:
         ms = self.clock.now_ms()
@@ -385,7 +497,7 @@ class Team:
         data = self.read()
         if name not in self.teammate_names():
             raise UsageError(f"{name!r} is not in team {self.id} (`phx team join {self.id} {name}`).")
-        record = beat(self.heartbeat_dir, name, now_ms=self.clock.now_ms(), session_id=session_id)
+        record: dict[str, Any] = self.store.beat(name, now_ms=self.clock.now_ms(), session_id=session_id)
         if name == data["lead"] and data["status"] != "completed":
             last = data.get("lead_last_seen_ms") or 0
             if record["ms"] - last >= 60_000:  # the binding in metadata.json, at most once a minute
@@ -403,7 +515,7 @@ class Team:
         mate = next((m for m in self.roster() if m["name"] == name), None)
         if mate is None:
             raise UsageError(f"{name!r} is not in team {self.id}.")
-        hb = read_beat(self.heartbeat_dir, name)
+        hb = self.store.read_beat(name)
         thresholds = {
             "online_minutes": float(self.config.team_online_minutes),
             "idle_minutes": float(self.config.team_idle_minutes),
@@ -560,6 +672,33 @@ class Team:
         self._set_current_task(name, task_id)
         self._task_checkpoint(task, "claimed")
         return task  # type: ignore[no-any-return]
+
+    def claim_next(self, name: str) -> dict[str, Any] | None:
+        """Claim the first ready task for ``name`` (``None`` when none is ready). On PostgreSQL
+        the task is picked with ``FOR UPDATE SKIP LOCKED``: concurrent claimers take different
+        tasks instead of queueing on one."""
+        validate_id(name, "teammate name")
+        if name not in self.teammate_names():
+            raise UsageError(f"{name!r} is not in team {self.id} (`phx team join {self.id} {name}`).")
+        started = iso_from_ms(self.clock.now_ms())
+
+        def claim(data: dict[str, Any]) -> dict[str, Any] | None:
+            if data["status"] == "completed":
+                raise TeamReadOnlyError(f"team {self.id} is completed: its state is read-only.")
+            done = {t["task_id"] for t in data["tasks"] if t["status"] == "completed"}
+            for task in data["tasks"]:
+                if task["status"] == "pending" and not task["assigned_to"] and set(task["dependencies"]) <= done:
+                    task.update(assigned_to=name, status="in_progress", started_at=started)
+                    self._log(data, "task_assignment")
+                    return task  # type: ignore[no-any-return]
+            return None
+
+        task: dict[str, Any] | None = self.store.claim_next(name, claim)
+        if task is None:
+            return None
+        self._set_current_task(name, task["task_id"])
+        self._task_checkpoint(task, "claimed")
+        return task
 
     def release(self, task_id: str, name: str) -> dict[str, Any]:
         """Give a claimed task back to the queue (only its owner can)."""
@@ -762,7 +901,7 @@ class Team:
         data, _ = self._change(mutate, allow_completed=kind == "full")
         seq = holder["seq"]
         roster = self.roster()
-        beats = {m["name"]: read_beat(self.heartbeat_dir, m["name"]) for m in roster}
+        beats = {m["name"]: self.store.read_beat(m["name"]) for m in roster}
         record: dict[str, Any] = {
             "kind": "phoenix.team-checkpoint",
             "schema_version": SCHEMA_VERSION,
@@ -781,12 +920,10 @@ class Team:
             record["facts"] = self.facts_hash()
         elif task is not None:
             record["task"] = self._task(data, task["task_id"])
-        ensure_dir(self.checkpoint_dir)
         name = f"checkpoint-{seq:08d}.json"
-        atomic_write(os.path.join(self.checkpoint_dir, name), dumps_document(record).encode("ascii"))
-        self._prune_checkpoints()
+        content: bytes = self.store.write_checkpoint(name, seq, kind, record, KEEP_CHECKPOINTS)
         if kind == "full" and self.config.team_git_mirror:
-            self.mirror_to_git(os.path.join(self.checkpoint_dir, name))
+            self._mirror(name, content)
         return {"name": name, "seq": seq, "kind": kind}
 
     def _mailbox_position(self, roster: list[dict[str, Any]]) -> dict[str, Any]:
@@ -804,40 +941,21 @@ class Team:
         info = self.checkpoint(kind=kind, task=task, reason=f"{task['task_id']} {reason}")
         task["checkpoint"].update(checkpoint_seq=info["seq"], name=info["name"])  # what the caller gets back
 
-    def _prune_checkpoints(self) -> None:
-        try:
-            names = sorted(
-                n for n in os.listdir(self.checkpoint_dir) if n.startswith("checkpoint-") and n.endswith(".json")
-            )
-        except FileNotFoundError:
-            return
-        for name in names[: max(0, len(names) - KEEP_CHECKPOINTS)]:
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(os.path.join(self.checkpoint_dir, name))
-
     def latest_checkpoint(self, *, kind: str | None = None) -> dict[str, Any] | None:
         """The newest readable checkpoint (of a kind)."""
-        try:
-            names = sorted((n for n in os.listdir(self.checkpoint_dir) if n.startswith("checkpoint-")), reverse=True)
-        except FileNotFoundError:
-            return None
-        for name in names:
-            try:
-                record = _load_json(os.path.join(self.checkpoint_dir, name))
-            except CorruptStateError:
-                continue
-            if record is not None and (kind is None or record.get("checkpoint_type") == kind):
-                return record
-        return None
+        return self.store.latest_checkpoint(kind)  # type: ignore[no-any-return]
 
     def mirror_to_git(self, checkpoint_path: str) -> str | None:
         """Mirror a checkpoint into ``refs/phoenix/teams/<team_id>`` with git plumbing: no branch,
         index or work tree of the user's is touched. Returns the commit id."""
+        with open(checkpoint_path, "rb") as fh:
+            content = fh.read()
+        return self._mirror(os.path.basename(checkpoint_path), content)
+
+    def _mirror(self, name: str, content: bytes) -> str | None:
         root = self.home.project_root
         if root is None:
             return None
-        with open(checkpoint_path, "rb") as fh:
-            content = fh.read()
         blob = _git(root, "hash-object", "-w", "--stdin", input_=content)
         if blob is None:
             return None
@@ -850,7 +968,7 @@ class Team:
             "commit-tree",
             tree.decode().strip(),
             "-m",
-            f"phoenix team {self.id}: {os.path.basename(checkpoint_path)}",
+            f"phoenix team {self.id}: {name}",
         ]
         if parent:
             args += ["-p", parent.decode().strip()]
@@ -877,7 +995,7 @@ class Team:
         now = self.clock.now_ms() if now_ms is None else now_ms
         data = self.read()
         seen = [int(data["lead_last_seen_ms"])] if data.get("lead_last_seen_ms") else []
-        hb = read_beat(self.heartbeat_dir, data["lead"])
+        hb = self.store.read_beat(data["lead"])
         if hb is not None:
             seen.append(int(hb["ms"]))
         return now - max(seen) if seen else None

@@ -919,6 +919,21 @@ class Mailbox:
             count -= self._count(self._bc_from_path(reader), _LOC_WIDTH, start, indexed)
         return count + len(self._recent_for(reader, max(start, indexed) + 1)[0])
 
+    def wait(self, reader: str, timeout: float, *, interval: float = 0.5) -> bool:
+        """Block until ``reader`` has an unread message (``True``) or ``timeout`` seconds pass
+        (``False``). The files have no wake-up signal: this looks every ``interval`` seconds
+        (``PgMailbox.wait`` is woken by the sender's commit instead)."""
+        import time
+
+        deadline = time.monotonic() + timeout
+        while True:
+            if self.unread_count(reader):
+                return True
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return False
+            time.sleep(min(interval, left))
+
     def cursor_state(self, reader: str) -> dict[str, Any]:
         """The reader's cursor for checkpoints: delivered seq, acknowledged-through seq and the
         acknowledged ranges beyond it."""

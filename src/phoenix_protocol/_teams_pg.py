@@ -1,0 +1,709 @@
+"""Teams on PostgreSQL (``store = "postgresql://…"``): ``PgTeamStore`` and ``PgMailbox``, the
+same interface as the file store (``FileTeamStore``, ``Mailbox``), so that teammates on several
+machines share one team.
+
+Tables (migration 1 in ``_pg``): ``phx_teams`` (metadata and roster as jsonb, one row per team),
+``phx_tasks`` (one row per task: claims lock one row, not the team), ``phx_team_seq`` (the
+mailbox's counter), ``phx_messages``, ``phx_cursors``, ``phx_acks``, ``phx_heartbeats``,
+``phx_team_checkpoints``.
+
+- A change of the team (``change``) locks the team's row and its task rows (``FOR UPDATE``),
+  runs the same mutation as on files, and writes back the metadata and the tasks that changed, in
+  one transaction.
+- ``claim_next`` picks the first ready task with ``FOR UPDATE SKIP LOCKED``: fifty claimers take
+  fifty different tasks at once, and no task is claimed twice.
+- A message takes its sequence number from ``phx_team_seq`` in the transaction that inserts it:
+  the counter row's lock orders the senders, a rollback gives the number back, so the sequence has
+  no gaps and no duplicates and commits happen in sequence order. The same ``msg_id`` is stored
+  once. Each send notifies channel ``phx_mailbox`` (payload ``<team_id> <seq>``) at commit, which
+  wakes ``PgMailbox.wait`` (``phx team inbox --follow``) without polling.
+- Heartbeats are one upsert; checkpoint retention is one ``DELETE`` in the transaction that
+  writes the checkpoint.
+
+Every operation is one transaction; reads and idempotent writes are retried on a fresh connection
+when the connection fails before the commit (``_pg.transaction``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING, Any
+
+from phoenix_protocol import _pg
+from phoenix_protocol._clock import Clock, iso_from_ms, system_clock
+from phoenix_protocol._errors import UsageError
+from phoenix_protocol._ids import validate_id
+from phoenix_protocol._jsonio import dumps_document
+from phoenix_protocol._mailbox import (
+    BROADCAST,
+    MAX_BODY_BYTES,
+    MAX_SUBJECT_BYTES,
+    MESSAGE_TYPES,
+    Inbox,
+    Message,
+    _new_msg_id,
+)
+from phoenix_protocol._mailbox import SCHEMA_VERSION as MAILBOX_SCHEMA
+from phoenix_protocol._teams import TeamNotFoundError, TeamReadOnlyError, migrate
+
+if TYPE_CHECKING:
+    import psycopg
+
+    from phoenix_protocol._teams import Team
+
+__all__ = ["CHANNEL", "PgMailbox", "PgTeamStore", "pg_list_teams"]
+
+CHANNEL = "phx_mailbox"
+_ADDRESSED = "(recipient = %(reader)s OR (recipient = '*' AND sender <> %(reader)s))"
+_CURSOR_SQL = (
+    "SELECT m.seq, a.reader IS NOT NULL FROM phx_messages m LEFT JOIN phx_acks a "
+    "ON a.team_id = m.team_id AND a.seq = m.seq AND a.reader = %(reader)s "
+    "WHERE m.team_id = %(team)s AND m.seq <= %(delivered)s "
+    "AND (m.recipient = %(reader)s OR (m.recipient = '*' AND m.sender <> %(reader)s)) ORDER BY m.seq"
+)
+
+
+def _jsonb(value: Any) -> Any:
+    from psycopg.types.json import Jsonb
+
+    return Jsonb(value)
+
+
+def pg_list_teams(url: str) -> list[str]:
+    """Ids of the teams in the PostgreSQL store, sorted."""
+
+    def work(conn: psycopg.Connection[Any]) -> list[str]:
+        return [row[0] for row in conn.execute("SELECT team_id FROM phx_teams ORDER BY team_id")]
+
+    return _pg.transaction(url, work, retry=True)
+
+
+def _canonical(record: dict[str, Any]) -> str:
+    return json.dumps(record, sort_keys=True, separators=(",", ":"))
+
+
+class PgTeamStore:
+    """One team's state in PostgreSQL (see the module docstring)."""
+
+    def __init__(self, team: Team, url: str) -> None:
+        self.team = team
+        self.url = url
+        self.id = team.id
+        self.where = f"{_pg.describe(url)} team {team.id}"
+
+    # -- metadata ------------------------------------------------------------------------------
+
+    def exists(self) -> bool:
+        def work(conn: psycopg.Connection[Any]) -> bool:
+            return conn.execute("SELECT 1 FROM phx_teams WHERE team_id = %s", (self.id,)).fetchone() is not None
+
+        return _pg.transaction(self.url, work, retry=True)
+
+    def create(self, metadata: dict[str, Any]) -> None:
+        meta = {k: v for k, v in metadata.items() if k != "tasks"}
+
+        def work(conn: psycopg.Connection[Any]) -> None:
+            row = conn.execute(
+                "INSERT INTO phx_teams (team_id, metadata, roster, created_ms) VALUES (%s, %s, '[]', %s) "
+                "ON CONFLICT (team_id) DO NOTHING RETURNING team_id",
+                (self.id, _jsonb(meta), int(metadata.get("created_ms") or 0)),
+            ).fetchone()
+            if row is None:
+                raise UsageError(f"team {self.id} already exists.")
+            conn.execute("INSERT INTO phx_team_seq (team_id, last_seq) VALUES (%s, 0)", (self.id,))
+            for position, task in enumerate(metadata.get("tasks") or []):
+                self._insert_task(conn, position, task)
+
+        _pg.transaction(self.url, work, retry=True)
+
+    def _assemble(self, meta: Any, tasks: list[Any]) -> dict[str, Any]:
+        data = dict(meta)
+        data["tasks"] = [dict(t) for t in tasks]
+        return migrate(data, self.where)
+
+    def read(self) -> dict[str, Any]:
+        def work(conn: psycopg.Connection[Any]) -> dict[str, Any]:
+            row = conn.execute("SELECT metadata FROM phx_teams WHERE team_id = %s", (self.id,)).fetchone()
+            if row is None:
+                raise TeamNotFoundError(f"team {self.id} is not in {_pg.describe(self.url)}.")
+            tasks = conn.execute(
+                "SELECT record FROM phx_tasks WHERE team_id = %s ORDER BY position", (self.id,)
+            ).fetchall()
+            return self._assemble(row[0], [t[0] for t in tasks])
+
+        return _pg.transaction(self.url, work, retry=True)
+
+    def _insert_task(self, conn: psycopg.Connection[Any], position: int, task: dict[str, Any]) -> None:
+        conn.execute(
+            "INSERT INTO phx_tasks (team_id, task_id, position, status, assigned_to, dependencies, record) "
+            "VALUES (%s, %s, %s, %s, %s, %s, %s)",
+            (
+                self.id,
+                task["task_id"],
+                position,
+                task["status"],
+                task.get("assigned_to"),
+                list(task.get("dependencies") or []),
+                _jsonb(task),
+            ),
+        )
+
+    def _update_task(self, conn: psycopg.Connection[Any], position: int, task: dict[str, Any]) -> None:
+        conn.execute(
+            "UPDATE phx_tasks SET position = %s, status = %s, assigned_to = %s, dependencies = %s, record = %s "
+            "WHERE team_id = %s AND task_id = %s",
+            (
+                position,
+                task["status"],
+                task.get("assigned_to"),
+                list(task.get("dependencies") or []),
+                _jsonb(task),
+                self.id,
+                task["task_id"],
+            ),
+        )
+
+    def change(self, mutate: Callable[[dict[str, Any]], Any]) -> tuple[dict[str, Any], Any]:
+        def work(conn: psycopg.Connection[Any]) -> tuple[dict[str, Any], Any]:
+            row = conn.execute("SELECT metadata FROM phx_teams WHERE team_id = %s FOR UPDATE", (self.id,)).fetchone()
+            if row is None:
+                raise TeamNotFoundError(f"team {self.id} is not in {_pg.describe(self.url)}.")
+            rows = conn.execute(
+                "SELECT record FROM phx_tasks WHERE team_id = %s ORDER BY position FOR UPDATE", (self.id,)
+            ).fetchall()
+            data = self._assemble(row[0], [r[0] for r in rows])
+            before = {t["task_id"]: _canonical(t) for t in data["tasks"]}
+            result = mutate(data)
+            meta = {k: v for k, v in data.items() if k != "tasks"}
+            conn.execute("UPDATE phx_teams SET metadata = %s WHERE team_id = %s", (_jsonb(meta), self.id))
+            for position, task in enumerate(data["tasks"]):
+                old = before.get(task["task_id"])
+                if old is None:
+                    self._insert_task(conn, position, task)
+                elif old != _canonical(task):
+                    self._update_task(conn, position, task)
+            return data, result
+
+        return _pg.transaction(self.url, work, retry=True)
+
+    # -- roster --------------------------------------------------------------------------------
+
+    def roster(self) -> list[dict[str, Any]]:
+        def work(conn: psycopg.Connection[Any]) -> list[dict[str, Any]]:
+            row = conn.execute("SELECT roster FROM phx_teams WHERE team_id = %s", (self.id,)).fetchone()
+            return [dict(m) for m in (row[0] if row else [])]
+
+        return _pg.transaction(self.url, work, retry=True)
+
+    def change_roster(self, mutate: Callable[[list[dict[str, Any]]], Any]) -> Any:
+        def work(conn: psycopg.Connection[Any]) -> Any:
+            row = conn.execute("SELECT roster FROM phx_teams WHERE team_id = %s FOR UPDATE", (self.id,)).fetchone()
+            if row is None:
+                raise TeamNotFoundError(f"team {self.id} is not in {_pg.describe(self.url)}.")
+            teammates = [dict(m) for m in row[0]]
+            result = mutate(teammates)
+            conn.execute("UPDATE phx_teams SET roster = %s WHERE team_id = %s", (_jsonb(teammates), self.id))
+            return result
+
+        return _pg.transaction(self.url, work, retry=True)
+
+    # -- claims --------------------------------------------------------------------------------
+
+    _READY = (
+        "FROM phx_tasks WHERE team_id = %(team)s AND status = 'pending' AND assigned_to IS NULL "
+        "AND dependencies <@ ARRAY(SELECT task_id FROM phx_tasks WHERE team_id = %(team)s AND status = 'completed')"
+    )
+
+    def claim_next(self, name: str, claim: Callable[[dict[str, Any]], Any]) -> dict[str, Any] | None:
+        """The first ready task, claimed for ``name``: ``FOR UPDATE SKIP LOCKED`` takes a task no
+        other transaction holds; when every ready task is held for a moment (another claimer, a
+        change of the team), it looks again until none is ready."""
+        started = iso_from_ms(self.team.clock.now_ms())
+        deadline = time.monotonic() + self.team.config.lock_timeout
+
+        def work(conn: psycopg.Connection[Any]) -> tuple[dict[str, Any] | None, bool]:
+            row = conn.execute("SELECT metadata->>'status' FROM phx_teams WHERE team_id = %s", (self.id,)).fetchone()
+            if row is None:
+                raise TeamNotFoundError(f"team {self.id} is not in {_pg.describe(self.url)}.")
+            if row[0] == "completed":
+                raise TeamReadOnlyError(f"team {self.id} is completed: its state is read-only.")
+            found = conn.execute(
+                f"SELECT record {self._READY} ORDER BY position FOR UPDATE SKIP LOCKED LIMIT 1",
+                {"team": self.id},
+            ).fetchone()
+            if found is None:
+                waiting = conn.execute(f"SELECT count(*) {self._READY}", {"team": self.id}).fetchone()
+                return None, bool(waiting and waiting[0])
+            task = dict(found[0])
+            task.update(assigned_to=name, status="in_progress", started_at=started)
+            conn.execute(
+                "UPDATE phx_tasks SET status = 'in_progress', assigned_to = %s, record = %s "
+                "WHERE team_id = %s AND task_id = %s",
+                (name, _jsonb(task), self.id, task["task_id"]),
+            )
+            return task, False
+
+        while True:
+            task, held = _pg.transaction(self.url, work, retry=True)
+            if task is not None or not held or time.monotonic() > deadline:
+                return task
+            time.sleep(0.005)
+
+    # -- heartbeats ------------------------------------------------------------------------------
+
+    def beat(self, name: str, *, now_ms: int, session_id: str | None) -> dict[str, Any]:
+        validate_id(name, "teammate name")
+        host = os.uname().nodename
+
+        def work(conn: psycopg.Connection[Any]) -> dict[str, Any]:
+            row = conn.execute(
+                "INSERT INTO phx_heartbeats AS h (team_id, name, seq, ms, session_id, host, pid) "
+                "VALUES (%s, %s, 1, %s, %s, %s, %s) ON CONFLICT (team_id, name) DO UPDATE SET "
+                "seq = h.seq + 1, ms = EXCLUDED.ms, session_id = EXCLUDED.session_id, host = EXCLUDED.host, "
+                "pid = EXCLUDED.pid RETURNING seq",
+                (self.id, name, now_ms, session_id, host, os.getpid()),
+            ).fetchone()
+            return {
+                "schema_version": 1,
+                "name": name,
+                "seq": int(row[0]) if row else 1,
+                "ms": now_ms,
+                "host": host,
+                "session_id": session_id,
+            }
+
+        return _pg.transaction(self.url, work, retry=True)
+
+    def read_beat(self, name: str) -> dict[str, Any] | None:
+        def work(conn: psycopg.Connection[Any]) -> dict[str, Any] | None:
+            row = conn.execute(
+                "SELECT seq, ms, host, session_id FROM phx_heartbeats WHERE team_id = %s AND name = %s",
+                (self.id, name),
+            ).fetchone()
+            if row is None:
+                return None
+            return {
+                "schema_version": 1,
+                "name": name,
+                "seq": int(row[0]),
+                "ms": int(row[1]),
+                "host": row[2],
+                "session_id": row[3],
+            }
+
+        return _pg.transaction(self.url, work, retry=True)
+
+    # -- checkpoints -----------------------------------------------------------------------------
+
+    def write_checkpoint(self, name: str, seq: int, kind: str, record: dict[str, Any], keep: int) -> bytes:
+        def work(conn: psycopg.Connection[Any]) -> None:
+            conn.execute(
+                "INSERT INTO phx_team_checkpoints (team_id, seq, kind, record) VALUES (%s, %s, %s, %s) "
+                "ON CONFLICT (team_id, seq) DO UPDATE SET kind = EXCLUDED.kind, record = EXCLUDED.record",
+                (self.id, seq, kind, _jsonb(record)),
+            )
+            conn.execute(
+                "DELETE FROM phx_team_checkpoints WHERE team_id = %s AND seq <= "
+                "(SELECT max(seq) FROM phx_team_checkpoints WHERE team_id = %s) - %s",
+                (self.id, self.id, keep),
+            )
+
+        _pg.transaction(self.url, work, retry=True)
+        return dumps_document(record).encode("ascii")
+
+    def latest_checkpoint(self, kind: str | None) -> dict[str, Any] | None:
+        def work(conn: psycopg.Connection[Any]) -> dict[str, Any] | None:
+            if kind is None:
+                row = conn.execute(
+                    "SELECT record FROM phx_team_checkpoints WHERE team_id = %s ORDER BY seq DESC LIMIT 1", (self.id,)
+                ).fetchone()
+            else:
+                row = conn.execute(
+                    "SELECT record FROM phx_team_checkpoints WHERE team_id = %s AND kind = %s ORDER BY seq DESC LIMIT 1",
+                    (self.id, kind),
+                ).fetchone()
+            return dict(row[0]) if row else None
+
+        return _pg.transaction(self.url, work, retry=True)
+
+    def checkpoint_names(self) -> list[str]:
+        def work(conn: psycopg.Connection[Any]) -> list[str]:
+            rows = conn.execute("SELECT seq FROM phx_team_checkpoints WHERE team_id = %s ORDER BY seq", (self.id,))
+            return [f"checkpoint-{int(r[0]):08d}.json" for r in rows]
+
+        return _pg.transaction(self.url, work, retry=True)
+
+    def mailbox(self) -> PgMailbox:
+        return PgMailbox(self.url, team_id=self.id, clock=self.team.clock)
+
+
+class _Duplicate(Exception):
+    def __init__(self, message: Message) -> None:
+        self.message = message
+
+
+class PgMailbox:
+    """A team's mailbox in PostgreSQL: ``Mailbox``'s methods and guarantees (see the module docstring)."""
+
+    def __init__(self, url: str, *, team_id: str, clock: Clock = system_clock) -> None:
+        self.url = url
+        self.team_id = validate_id(team_id, "team id")
+        self.clock = clock
+
+    def close(self) -> None:
+        """Nothing to release (connections belong to the process's pool)."""
+
+    def __enter__(self) -> PgMailbox:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- writing ---------------------------------------------------------------------------------
+
+    def send(
+        self,
+        sender: str,
+        to: str,
+        *,
+        type: str = "info",
+        subject: str,
+        body: str,
+        msg_id: str | None = None,
+    ) -> Message:
+        """Store a message and return it; a ``msg_id`` already stored returns the original
+        (``duplicate=True``) and writes nothing. Subject and body are redacted."""
+        validate_id(sender, "sender")
+        if to != BROADCAST:
+            validate_id(to, "recipient")
+        if type not in MESSAGE_TYPES:
+            raise UsageError(f"message type must be one of {', '.join(MESSAGE_TYPES)}, not {type!r}.")
+        if not isinstance(subject, str) or not subject.strip():
+            raise UsageError("a message needs a non-empty subject.")
+        if not isinstance(body, str):
+            raise UsageError("a message body must be a string.")
+        if len(subject.encode("utf-8", "surrogatepass")) > MAX_SUBJECT_BYTES:
+            raise UsageError(f"the subject is longer than {MAX_SUBJECT_BYTES} bytes: shorten it.")
+        if len(body.encode("utf-8", "surrogatepass")) > MAX_BODY_BYTES:
+            raise UsageError(f"the body is longer than {MAX_BODY_BYTES // 1024} KB: send a path or a summary instead.")
+        msg_id = _new_msg_id() if msg_id is None else validate_id(msg_id, "message id")
+        from phoenix_protocol._redact import redact
+
+        ms = self.clock.now_ms()
+        fields: dict[str, Any] = {
+            "msg_id": msg_id,
+            "sender": sender,
+            "to": to,
+            "type": type,
+            "subject": redact(subject),
+            "body": redact(body),
+            "ts": iso_from_ms(ms),
+            "ts_ms": ms,
+        }
+
+        def work(conn: psycopg.Connection[Any]) -> Message:
+            found = self._by_id(conn, msg_id)
+            if found is not None:
+                raise _Duplicate(found)
+            row = conn.execute(
+                "UPDATE phx_team_seq SET last_seq = last_seq + 1 WHERE team_id = %s RETURNING last_seq", (self.team_id,)
+            ).fetchone()
+            if row is None:
+                raise TeamNotFoundError(f"team {self.team_id} is not in {_pg.describe(self.url)}.")
+            found = self._by_id(conn, msg_id)  # a sender with the same id may have committed meanwhile
+            if found is not None:
+                raise _Duplicate(found)  # rolls the counter back: no gap
+            seq = int(row[0])
+            conn.execute(
+                "INSERT INTO phx_messages (team_id, seq, msg_id, sender, recipient, type, subject, body, ts, ts_ms) "
+                "VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s)",
+                (self.team_id, seq, msg_id, sender, to, type, fields["subject"], fields["body"], fields["ts"], ms),
+            )
+            conn.execute("SELECT pg_notify(%s, %s)", (CHANNEL, f"{self.team_id} {seq}"))
+            return Message(seq=seq, **fields)
+
+        try:
+            return _pg.transaction(self.url, work, retry=True)
+        except _Duplicate as dup:
+            dup.message.duplicate = True
+            return dup.message
+
+    def _by_id(self, conn: psycopg.Connection[Any], msg_id: str) -> Message | None:
+        row = conn.execute(
+            f"SELECT {self._COLUMNS} FROM phx_messages WHERE team_id = %s AND msg_id = %s",  # noqa: S608 - constant SQL
+            (self.team_id, msg_id),
+        ).fetchone()
+        if row is None:
+            return None
+        message = self._message(row)
+        self._fill_acks(conn, [message])
+        return message
+
+    _COLUMNS = "seq, msg_id, sender, recipient, type, subject, body, ts, ts_ms"
+
+    @staticmethod
+    def _message(row: tuple[Any, ...]) -> Message:
+        seq, msg_id, sender, to, type_, subject, body, ts, ts_ms = row
+        return Message(
+            seq=int(seq),
+            msg_id=msg_id,
+            sender=sender,
+            to=to,
+            type=type_,
+            subject=subject,
+            body=body,
+            ts=ts,
+            ts_ms=int(ts_ms),
+        )
+
+    def _fill_acks(self, conn: psycopg.Connection[Any], messages: list[Message]) -> None:
+        if not messages:
+            return
+        rows = conn.execute(
+            "SELECT seq, array_agg(reader ORDER BY reader) FROM phx_acks WHERE team_id = %s AND seq = ANY(%s) "
+            "GROUP BY seq",
+            (self.team_id, [m.seq for m in messages]),
+        ).fetchall()
+        acks = {int(seq): list(readers) for seq, readers in rows}
+        for message in messages:
+            message.acked_by = acks.get(message.seq, [])
+
+    def _delivered(self, conn: psycopg.Connection[Any], reader: str) -> int:
+        row = conn.execute(
+            "SELECT delivered FROM phx_cursors WHERE team_id = %s AND reader = %s", (self.team_id, reader)
+        ).fetchone()
+        return int(row[0]) if row else 0
+
+    def _last(self, conn: psycopg.Connection[Any]) -> int:
+        row = conn.execute("SELECT last_seq FROM phx_team_seq WHERE team_id = %s", (self.team_id,)).fetchone()
+        if row is None:
+            raise TeamNotFoundError(f"team {self.team_id} is not in {_pg.describe(self.url)}.")
+        return int(row[0])
+
+    # -- reading ---------------------------------------------------------------------------------
+
+    def fetch(self, reader: str, *, limit: int | None = None) -> Inbox:
+        """Messages for ``reader`` past its delivered cursor, oldest first; the cursor does not move."""
+        reader = validate_id(reader, "reader")
+        if limit is not None and limit < 1:
+            raise UsageError(f"limit must be at least 1, not {limit}.")
+
+        def work(conn: psycopg.Connection[Any]) -> Inbox:
+            last = self._last(conn)  # commits happen in seq order: everything up to it is visible
+            start = self._delivered(conn, reader)
+            rows = conn.execute(
+                f"SELECT {self._COLUMNS} FROM phx_messages WHERE team_id = %(team)s AND seq > %(start)s "  # noqa: S608
+                f"AND seq <= %(last)s AND {_ADDRESSED} ORDER BY seq LIMIT %(limit)s",
+                {"team": self.team_id, "start": start, "last": last, "reader": reader, "limit": limit},
+            ).fetchall()
+            out = Inbox(self._message(r) for r in rows)
+            out.through_seq = out[-1].seq if limit is not None and len(out) >= limit else max(last, start)
+            self._fill_acks(conn, list(out))
+            return out
+
+        return _pg.transaction(self.url, work, retry=True)
+
+    def mark_delivered(self, reader: str, up_to_seq: int) -> None:
+        """Record that every message for ``reader`` up to ``up_to_seq`` was handed over (never backwards)."""
+        reader = validate_id(reader, "reader")
+        if not isinstance(up_to_seq, int) or up_to_seq < 0:
+            raise UsageError(f"a seq is a non-negative integer, not {up_to_seq!r}.")
+
+        def work(conn: psycopg.Connection[Any]) -> None:
+            last = self._last(conn)
+            if up_to_seq > last:
+                raise UsageError(
+                    f"cannot mark message #{up_to_seq} delivered to {reader}: the mailbox ends at #{last}."
+                )
+            conn.execute(
+                "INSERT INTO phx_cursors AS c (team_id, reader, delivered) VALUES (%s, %s, %s) "
+                "ON CONFLICT (team_id, reader) DO UPDATE SET delivered = GREATEST(c.delivered, EXCLUDED.delivered)",
+                (self.team_id, reader, up_to_seq),
+            )
+
+        _pg.transaction(self.url, work, retry=True)
+
+    def ack(self, reader: str, seq: int) -> None:
+        """Record that ``reader`` acknowledges message ``seq`` (idempotent; only a recipient, once delivered)."""
+        reader = validate_id(reader, "reader")
+        if not isinstance(seq, int) or seq < 1:
+            raise UsageError(f"a message seq is a positive integer, not {seq!r}.")
+
+        def work(conn: psycopg.Connection[Any]) -> None:
+            message = self._get(conn, seq)
+            if message is None:
+                raise UsageError(f"there is no message #{seq} in team {self.team_id}'s mailbox.")
+            if not message.addressed_to(reader):
+                whom = "a broadcast by " + message.sender if message.broadcast else "addressed to " + message.to
+                raise UsageError(f"message #{seq} is {whom}, not for {reader}: only a recipient can acknowledge it.")
+            if seq > self._delivered(conn, reader):
+                raise UsageError(
+                    f"message #{seq} has not been delivered to {reader} yet: read it first "
+                    f"(`phx team inbox {self.team_id} --as {reader}`), then acknowledge it."
+                )
+            conn.execute(
+                "INSERT INTO phx_acks (team_id, seq, reader, acked_ms) VALUES (%s, %s, %s, %s) ON CONFLICT DO NOTHING",
+                (self.team_id, seq, reader, self.clock.now_ms()),
+            )
+
+        _pg.transaction(self.url, work, retry=True)
+
+    def _get(self, conn: psycopg.Connection[Any], seq: int) -> Message | None:
+        row = conn.execute(
+            f"SELECT {self._COLUMNS} FROM phx_messages WHERE team_id = %s AND seq = %s",  # noqa: S608 - constant SQL
+            (self.team_id, seq),
+        ).fetchone()
+        return self._message(row) if row else None
+
+    def get(self, seq: int) -> Message | None:
+        """Message ``seq`` with its ``acked_by``, or ``None``."""
+
+        def work(conn: psycopg.Connection[Any]) -> Message | None:
+            message = self._get(conn, seq)
+            if message is not None:
+                self._fill_acks(conn, [message])
+            return message
+
+        return _pg.transaction(self.url, work, retry=True)
+
+    def acked_by(self, seq: int) -> list[str]:
+        """The readers who acknowledged message ``seq`` (sorted); ``[]`` for an unknown seq."""
+        message = self.get(seq)
+        return message.acked_by if message is not None else []
+
+    def replay(self, last: int) -> list[Message]:
+        """The newest ``last`` messages, whoever they are for, oldest first."""
+        if last <= 0:
+            return []
+
+        def work(conn: psycopg.Connection[Any]) -> list[Message]:
+            rows = conn.execute(
+                f"SELECT {self._COLUMNS} FROM phx_messages WHERE team_id = %s ORDER BY seq DESC LIMIT %s",  # noqa: S608
+                (self.team_id, last),
+            ).fetchall()
+            out = [self._message(r) for r in reversed(rows)]
+            self._fill_acks(conn, out)
+            return out
+
+        return _pg.transaction(self.url, work, retry=True)
+
+    def stats(self) -> dict[str, Any]:
+        """The same keys as the file mailbox's (segments and archives are the table's: one, none)."""
+
+        def work(conn: psycopg.Connection[Any]) -> dict[str, Any]:
+            last = self._last(conn)
+            row = conn.execute(
+                "SELECT coalesce(min(seq), 0), coalesce(sum(octet_length(subject) + octet_length(body)), 0) "
+                "FROM phx_messages WHERE team_id = %s",
+                (self.team_id,),
+            ).fetchone()
+            first, size = (int(row[0]), int(row[1])) if row else (0, 0)
+            return {
+                "schema_version": MAILBOX_SCHEMA,
+                "team_id": self.team_id,
+                "count": last,
+                "first_seq": first,
+                "segments": 1 if last else 0,
+                "bytes": size,
+                "archived_segments": 0,
+                "archived_bytes": 0,
+                "indexed_seq": last,
+            }
+
+        return _pg.transaction(self.url, work, retry=True)
+
+    def unread_count(self, reader: str) -> int:
+        """How many messages for ``reader`` are past its delivered cursor."""
+        reader = validate_id(reader, "reader")
+
+        def work(conn: psycopg.Connection[Any]) -> int:
+            start = self._delivered(conn, reader)
+            row = conn.execute(
+                f"SELECT count(*) FROM phx_messages WHERE team_id = %(team)s AND seq > %(start)s AND {_ADDRESSED}",  # noqa: S608
+                {"team": self.team_id, "start": start, "reader": reader},
+            ).fetchone()
+            return int(row[0]) if row else 0
+
+        return _pg.transaction(self.url, work, retry=True)
+
+    def cursor_state(self, reader: str) -> dict[str, Any]:
+        """Delivered seq, acknowledged-through seq and the acknowledged ranges beyond it."""
+        reader = validate_id(reader, "reader")
+
+        def work(conn: psycopg.Connection[Any]) -> dict[str, Any]:
+            delivered = self._delivered(conn, reader)
+            addressed = [
+                (int(seq), bool(acked))
+                for seq, acked in conn.execute(
+                    _CURSOR_SQL, {"team": self.team_id, "reader": reader, "delivered": delivered}
+                )
+            ]
+            return {
+                "schema_version": MAILBOX_SCHEMA,
+                "reader": reader,
+                "delivered_seq": delivered,
+                **_ranges(addressed),
+            }
+
+        return _pg.transaction(self.url, work, retry=True)
+
+    def readers(self) -> list[str]:
+        """Everyone who has a cursor, sorted."""
+
+        def work(conn: psycopg.Connection[Any]) -> list[str]:
+            rows = conn.execute("SELECT reader FROM phx_cursors WHERE team_id = %s ORDER BY reader", (self.team_id,))
+            return [r[0] for r in rows]
+
+        return _pg.transaction(self.url, work, retry=True)
+
+    def compact(self, recipients: Callable[[Message], Iterable[str]] | Iterable[str]) -> dict[str, Any]:
+        """Nothing to move: the table is indexed by (team, seq), so old messages cost reads nothing."""
+        return {"archived": [], "kept": [], "stats": self.stats()}
+
+    def wait(self, reader: str, timeout: float) -> bool:
+        """Block until ``reader`` has an unread message (``True``) or ``timeout`` seconds pass:
+        LISTEN on the mailbox channel, woken by the sender's commit (no polling)."""
+        import psycopg
+
+        deadline = time.monotonic() + timeout
+        try:
+            with psycopg.connect(self.url, autocommit=True, connect_timeout=_pg.CONNECT_TIMEOUT) as conn:
+                conn.execute(f"LISTEN {CHANNEL}")
+                if self.unread_count(reader):
+                    return True
+                while True:
+                    left = deadline - time.monotonic()
+                    if left <= 0:
+                        return False
+                    for note in conn.notifies(timeout=left, stop_after=1):
+                        team, _, _seq = note.payload.partition(" ")
+                        if team == self.team_id and self.unread_count(reader):
+                            return True
+        except psycopg.Error as exc:
+            raise _pg.PgError(
+                f"PostgreSQL server {_pg.describe(self.url)}: {' '.join(str(exc).split())}",
+                server=_pg.describe(self.url),
+            ) from exc
+
+
+def _ranges(addressed: list[tuple[int, bool]]) -> dict[str, Any]:
+    """``acked_through`` (everything addressed to the reader up to it is acknowledged) and the
+    acknowledged runs after it, from ``(seq, acknowledged)`` of the messages addressed to it."""
+    through, i = 0, 0
+    while i < len(addressed) and addressed[i][1]:
+        through = addressed[i][0]
+        i += 1
+    ranges: list[list[int]] = []
+    current: list[int] | None = None
+    for seq, acked in addressed[i:]:
+        if not acked:
+            current = None
+        elif current is None:
+            current = [seq, seq]
+            ranges.append(current)
+        else:
+            current[1] = seq
+    return {"acked_through": through, "acked_ranges": ranges}

@@ -305,6 +305,8 @@ MIGRATIONS: list[tuple[int, str, str]] = [
         2,
         "memory: namespaced memories with full-text search",
         """
+        CREATE FUNCTION phx_words(text[]) RETURNS text LANGUAGE sql IMMUTABLE PARALLEL SAFE
+            AS $$ SELECT array_to_string($1, ' ') $$;
         CREATE TABLE phx_memories (
             id          text PRIMARY KEY,
             namespace   text NOT NULL,
@@ -313,7 +315,7 @@ MIGRATIONS: list[tuple[int, str, str]] = [
             metadata    jsonb NOT NULL DEFAULT '{}'::jsonb,
             created_ms  bigint NOT NULL,
             document    tsvector GENERATED ALWAYS AS (
-                to_tsvector('english', text || ' ' || array_to_string(tags, ' '))
+                to_tsvector('english'::regconfig, text || ' ' || phx_words(tags))
             ) STORED
         );
         CREATE INDEX phx_memories_namespace ON phx_memories (namespace, created_ms DESC);

@@ -681,6 +681,7 @@ def cli(argv: list[str] | None = None) -> int:
 # _cli_remote gives the commands that also work on a memory bridge their --server option.
 from phoenix_protocol import (  # noqa: E402, F401
     _cli_clinic,
+    _cli_db,
     _cli_memory,
     _cli_remote,
     _cli_server,

@@ -209,15 +209,26 @@ def team_ready(home: Home, out: Output, team_id: str) -> None:
 
 @team_group.command("claim")
 @click.argument("team_id", metavar="TEAM")
-@click.argument("task_id", metavar="TASK")
+@click.argument("task_id", metavar="[TASK]", required=False)
 @click.option("--as", "name", required=True, metavar="NAME")
 @team_common
-def team_claim(home: Home, out: Output, team_id: str, task_id: str, name: str) -> None:
-    """Claim a ready task; atomic: of two claimers exactly one wins (the other exits 4).
+def team_claim(home: Home, out: Output, team_id: str, task_id: str | None, name: str) -> None:
+    """Claim a ready task (without TASK: the first ready one); atomic: of two claimers of one
+    task exactly one wins (the other exits 4). With no task ready, prints so and exits 0.
 
     Example: phx team claim TEAM task-0001 --as alice
     """
-    _print_task(out, _team(home, team_id).claim(task_id, name), "claimed")
+    team = _team(home, team_id)
+    if task_id is not None:
+        _print_task(out, team.claim(task_id, name), "claimed")
+        return
+    task = team.claim_next(name)
+    if task is not None:
+        _print_task(out, task, "claimed")
+    elif out.as_json:
+        out.json({"task": None})
+    else:
+        out.console.print("no task is ready")
 
 
 @team_group.command("release")

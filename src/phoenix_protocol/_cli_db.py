@@ -1,0 +1,84 @@
+"""``phx db migrate`` and ``phx db status``: the PostgreSQL store's schema (issue 8).
+
+Registered on the ``phx`` group by ``_cli``. The store is the configured one (``PHOENIX_STORE``
+or ``store`` in ``phoenix.toml``); with the file store there is nothing to migrate.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from phoenix_protocol._cli import Output, main_group
+from phoenix_protocol._cli_teams import team_common
+from phoenix_protocol._errors import UsageError
+from phoenix_protocol._home import Home
+
+__all__: list[str] = []
+
+
+def _url(home: Home) -> str:
+    from phoenix_protocol._config import load_config
+    from phoenix_protocol._pg import is_postgres_url
+
+    store = load_config(home.root, project_root=home.project_root).store
+    if not is_postgres_url(store):
+        raise UsageError(
+            f"the store is {store!r}, not PostgreSQL: set PHOENIX_STORE=postgresql://user@host/db "
+            "(or store = 'postgresql://...' in phoenix.toml) first."
+        )
+    return str(store)
+
+
+@main_group.group("db")
+def db_group() -> None:
+    """The PostgreSQL store's schema (PHOENIX_STORE=postgresql://…, [postgres] extra).
+
+    Example: phx db status
+    """
+
+
+@db_group.command("migrate")
+@team_common
+def db_migrate(home: Home, out: Output) -> None:
+    """Apply the pending schema migrations (also done on first use); concurrent runs wait for
+    each other.
+
+    Example: PHOENIX_STORE=postgresql://phoenix@db.internal/phoenix phx db migrate
+    """
+    from phoenix_protocol import _pg
+
+    url = _url(home)
+    applied = _pg.migrate(url)
+    result: dict[str, Any] = {"server": _pg.describe(url), "applied": applied, **_pg.status(url)}
+    if out.as_json:
+        out.json(result)
+        return
+    for step in applied:
+        out.console.print(f"applied migration {step['version']}: {step['description']}")
+    out.console.print(f"{result['server']}: schema version {result['current']} (latest {result['latest']})")
+
+
+@db_group.command("status")
+@team_common
+def db_status(home: Home, out: Output) -> None:
+    """The schema version of the PostgreSQL store and the migrations not applied yet (nothing is changed).
+
+    Example: phx db status --json
+    """
+    from rich.table import Table
+
+    from phoenix_protocol import _pg
+
+    info = _pg.status(_url(home))
+    if out.as_json:
+        out.json(info)
+        return
+    table = Table(title=f"{info['server']}: schema {info['current']} of {info['latest']}")
+    table.add_column("version", justify="right")
+    table.add_column("migration")
+    table.add_column("applied")
+    for step in info["applied"]:
+        table.add_row(str(step["version"]), step["description"], step["applied_at"])
+    for step in info["pending"]:
+        table.add_row(str(step["version"]), step["description"], "[yellow]pending[/yellow]")
+    out.console.print(table)

@@ -189,6 +189,9 @@ def handle(event: str, payload: dict[str, Any], options: dict[str, str]) -> str 
     raise ValueError(f"unknown hook event {event!r}; expected one of {', '.join(EVENTS)}")
 
 
+PG_BEAT_INTERVAL_MS = 30_000
+
+
 def _take_due_checkpoints(payload: dict[str, Any], options: dict[str, str], due: list[str]) -> None:
     """Take the time-based checkpoints the heartbeat claimed, off the hot path: in a detached
     child (the hook returns at once; Claude Code does not wait for it), or inline when
@@ -224,7 +227,21 @@ def _team_heartbeat(agent: Agent, session_id: str | None) -> None:
         return
     from phoenix_protocol._heartbeats import beat, runtime_dir
 
-    beat(runtime_dir(agent.home.root, binding[0]), binding[1], now_ms=agent.clock.now_ms(), session_id=session_id)
+    directory = runtime_dir(agent.home.root, binding[0])
+    now = agent.clock.now_ms()
+    beat(directory, binding[1], now_ms=now, session_id=session_id)
+    if str(agent.config.store).startswith(("postgresql://", "postgres://")):
+        # Teammates on other machines read heartbeats from PostgreSQL: pass one on every 30 s,
+        # from a detached child (psycopg and a connection cost more than the hook's budget).
+        from phoenix_protocol._durable import atomic_write, read_bytes
+
+        mark = os.path.join(directory, binding[1] + ".pg")
+        last = read_bytes(mark)
+        if last is None or not last.strip().isdigit() or now - int(last) >= PG_BEAT_INTERVAL_MS:
+            atomic_write(mark, str(now).encode("ascii"), durable=False)
+            from phoenix_protocol._hooks_session import share_team_beat
+
+            share_team_beat(agent, binding, session_id)
 
 
 def _parse_args(argv: list[str]) -> tuple[str, dict[str, str]]:

@@ -7,6 +7,7 @@ load (unmarshal) this code: ``_hooks`` imports it only when one of these is need
 
 from __future__ import annotations
 
+import contextlib
 import os
 from typing import TYPE_CHECKING, Any
 
@@ -252,6 +253,35 @@ def _session_start(payload: dict[str, Any], options: dict[str, str], session_id:
         if block:
             context = (block + "\n\n" + context)[: agent.config.brief_max_chars]
     return dumps_line({"hookSpecificOutput": {"hookEventName": "SessionStart", "additionalContext": context}})
+
+
+def share_team_beat(agent: Agent, binding: tuple[str, str], session_id: str | None) -> None:
+    """Record the teammate's heartbeat in the PostgreSQL store, in a detached child (the hook
+    returns at once), or inline with ``PHOENIX_HOOK_INLINE=1``. A failure is an ops event."""
+
+    def work() -> None:
+        try:
+            from phoenix_protocol._teams import Team
+
+            team = Team(agent.home, binding[0], clock=agent.clock, config=agent.config)
+            team.store.beat(binding[1], now_ms=agent.clock.now_ms(), session_id=session_id)
+        except Exception as exc:  # noqa: BLE001 - a hook never fails the agent; recorded instead
+            with contextlib.suppress(Exception):
+                agent.record("hook_failed", "error", {"hook": "team-heartbeat", "error": str(exc)[:500]})
+
+    if os.environ.get("PHOENIX_HOOK_INLINE") != "1" and hasattr(os, "fork"):
+        pid = os.fork()
+        if pid:
+            return
+        try:
+            os.setsid()
+            devnull = os.open(os.devnull, os.O_RDWR)
+            for fd in (0, 1, 2):
+                os.dup2(devnull, fd)
+            work()
+        finally:
+            os._exit(0)
+    work()
 
 
 def _team_context(agent: Agent) -> str | None:

@@ -1,0 +1,301 @@
+"""Teams on the real PostgreSQL server: concurrency, killed connections, an unreachable server,
+and the hooks (issue 8)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+
+from conftest import HOOK_PREFIX
+from phoenix_protocol import _pg
+from phoenix_protocol._agent import Agent
+from phoenix_protocol._clock import ManualClock
+from phoenix_protocol._errors import StorageError
+from phoenix_protocol._home import Home
+from phoenix_protocol._hooks import run
+from phoenix_protocol._teams import Team
+
+UNREACHABLE = "postgresql://postgres@127.0.0.1:5499/test"
+
+CLAIMER = r"""
+import json, sys
+from phoenix_protocol._home import Home
+from phoenix_protocol._teams import Team
+home, team_id, name = sys.argv[1:4]
+team = Team.open(Home(home), team_id)
+claimed = []
+while True:
+    task = team.claim_next(name)
+    if task is None:
+        break
+    claimed.append(task["task_id"])
+print(json.dumps(claimed))
+"""
+
+SENDER = r"""
+import json, sys
+from phoenix_protocol._home import Home
+from phoenix_protocol._teams import Team
+home, team_id, name, n = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
+box = Team.open(Home(home), team_id).mailbox
+out = []
+for i in range(n):
+    # every sender also sends the shared ids: each must be stored once
+    msg_id = f"shared-{i % 10}" if i % 5 == 0 else f"{name}-{i}"
+    m = box.send(name, "*", subject=f"{name} {i}", body="", msg_id=msg_id)
+    out.append([m.seq, m.msg_id, m.duplicate])
+print(json.dumps(out))
+"""
+
+
+def _team(home: Home, clock: ManualClock, names: list[str]) -> Team:
+    team = Team.create(home, "load", lead="lead", team_id="load-1", clock=clock)
+    for name in names:
+        team.join(name)
+    return team
+
+
+@pytest.fixture
+def store(pg_url: str, monkeypatch: pytest.MonkeyPatch) -> str:
+    monkeypatch.setenv("PHOENIX_STORE", pg_url)
+    return pg_url
+
+
+def _spawn(script: str, *args: str) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [sys.executable, "-c", script, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+
+
+def test_fifty_processes_claim_a_thousand_tasks_once_each(store: str, home: Home, clock: ManualClock) -> None:
+    names = [f"agent-{i:02d}" for i in range(50)]
+    team = _team(home, clock, names)
+    with psycopg.connect(store, autocommit=True) as conn:  # a thousand tasks in one statement
+        conn.execute(
+            "INSERT INTO phx_tasks (team_id, task_id, position, status, assigned_to, dependencies, record) "
+            "SELECT 'load-1', 'task-' || lpad(i::text, 4, '0'), i, 'pending', NULL, '{}', jsonb_build_object("
+            "'task_id', 'task-' || lpad(i::text, 4, '0'), 'title', 'task ' || i, 'assigned_to', NULL, "
+            "'status', 'pending', 'dependencies', '[]'::jsonb, 'created_at', '2026-11-22T00:00:00.000Z', "
+            "'started_at', NULL, 'completed_at', NULL, 'checkpoint', jsonb_build_object('last_progress_at', NULL, "
+            "'files_modified', '[]'::jsonb, 'check_status', 'pending', 'checkpoint_seq', 0, 'name', NULL)) "
+            "FROM generate_series(1, 1000) AS i"
+        )
+    procs = [_spawn(CLAIMER, home.root, team.id, name) for name in names]
+    results = [p.communicate(timeout=300) for p in procs]
+    assert all(p.returncode == 0 for p in procs), [err for _out, err in results if err][:3]
+    claims = Counter(task for out, _err in results for task in json.loads(out))
+    assert len(claims) == 1000 and set(claims.values()) == {1}  # none lost, none claimed twice
+    stored = team.read()["tasks"]
+    assert len(stored) == 1000 and all(t["status"] == "in_progress" for t in stored)
+    owners = {t["task_id"]: t["assigned_to"] for t in stored}
+    by_process = {name: json.loads(out) for name, (out, _err) in zip(names, results, strict=True)}
+    assert all(owners[task] == name for name, tasks in by_process.items() for task in tasks)
+    assert sum(1 for tasks in by_process.values() if tasks) > 1  # the work was shared
+
+
+def test_message_sequence_has_no_gaps_or_duplicates_under_concurrency(
+    store: str, home: Home, clock: ManualClock
+) -> None:
+    names = [f"s{i}" for i in range(8)]
+    team = _team(home, clock, names)
+    procs = [_spawn(SENDER, home.root, team.id, name, "40") for name in names]
+    results = [p.communicate(timeout=300) for p in procs]
+    assert all(p.returncode == 0 for p in procs), [err for _out, err in results if err][:3]
+    sent = [entry for out, _err in results for entry in json.loads(out)]
+    stored = team.mailbox.replay(10_000)
+    assert [m.seq for m in stored] == list(range(1, len(stored) + 1))  # gap-free, no duplicates
+    assert len({m.msg_id for m in stored}) == len(stored)
+    distinct_ids = {msg_id for _seq, msg_id, _dup in sent}
+    assert {m.msg_id for m in stored} == distinct_ids
+    by_id = {m.msg_id: m.seq for m in stored}
+    assert all(by_id[msg_id] == seq for seq, msg_id, _dup in sent)  # a duplicate got the original back
+    assert sum(1 for *_x, dup in sent if not dup) == len(stored)
+
+
+def _kill_my_backend(conn: psycopg.Connection[Any]) -> None:
+    with psycopg.connect(_pg_server(conn), autocommit=True) as other:
+        other.execute("SELECT pg_terminate_backend(%s)", (conn.info.backend_pid,))
+
+
+def _pg_server(conn: psycopg.Connection[Any]) -> str:
+    info = conn.info
+    return f"postgresql://{info.user}@{info.host}:{info.port}/{info.dbname}"
+
+
+def _counter(url: str) -> int:
+    with psycopg.connect(url) as conn:
+        row = conn.execute("SELECT last_seq FROM phx_team_seq WHERE team_id = 'load-1'").fetchone()
+        assert row is not None
+        return int(row[0])
+
+
+def test_a_killed_connection_leaves_no_partial_write_and_safe_work_is_retried(
+    store: str, home: Home, clock: ManualClock
+) -> None:
+    _team(home, clock, ["alice"])
+    attempts: list[int] = []
+
+    def work(conn: psycopg.Connection[Any]) -> int:
+        attempts.append(conn.info.backend_pid)
+        conn.execute("UPDATE phx_team_seq SET last_seq = last_seq + 100 WHERE team_id = 'load-1'")
+        if len(attempts) == 1:
+            _kill_my_backend(conn)  # mid-transaction: the next statement meets a dead connection
+        conn.execute("UPDATE phx_team_seq SET last_seq = last_seq + 1 WHERE team_id = 'load-1'")
+        return len(attempts)
+
+    assert _pg.transaction(store, work, retry=True) == 2  # ran again on a fresh connection
+    assert attempts[0] != attempts[1]
+    assert _counter(store) == 101  # the killed attempt left nothing
+
+    attempts.clear()
+    with pytest.raises(StorageError, match=r"postgresql://127\.0\.0\.1:5432/test"):
+        _pg.transaction(store, work, retry=False)  # unsafe: fails at once, clearly
+    assert len(attempts) == 1 and _counter(store) == 101
+
+
+def test_a_connection_lost_at_commit_is_reported_as_unknown_never_retried(
+    store: str, home: Home, clock: ManualClock
+) -> None:
+    _team(home, clock, ["alice"])
+    attempts: list[int] = []
+
+    def work(conn: psycopg.Connection[Any]) -> None:
+        attempts.append(1)
+        conn.execute("UPDATE phx_team_seq SET last_seq = last_seq + 7 WHERE team_id = 'load-1'")
+        _kill_my_backend(conn)  # the COMMIT goes to a dead connection
+
+    with pytest.raises(StorageError, match="outcome is unknown"):
+        _pg.transaction(store, work, retry=True)
+    assert attempts == [1] and _counter(store) == 0
+
+
+def test_a_claim_whose_connection_is_killed_is_retried_once_and_applied_once(
+    store: str, home: Home, clock: ManualClock
+) -> None:
+    team = _team(home, clock, ["alice"])
+    task = team.add_task("Write the parser")
+    killed: list[int] = []
+    original = team.store.change
+
+    def change(mutate: Any) -> Any:
+        def killing(data: dict[str, Any]) -> Any:
+            if not killed:  # the team's row and tasks are locked, nothing is written yet
+                with psycopg.connect(_server_only(store), autocommit=True) as other:
+                    rows = other.execute(
+                        "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE pid <> pg_backend_pid() "
+                        "AND state = 'idle in transaction' AND query LIKE '%phx_tasks%FOR UPDATE%'"
+                    ).fetchall()
+                killed.append(len(rows))
+            return mutate(data)
+
+        return original(killing)
+
+    team.store.change = change  # type: ignore[method-assign]
+    claimed = team.claim(task["task_id"], "alice")
+    assert killed and killed[0] == 1
+    assert claimed["assigned_to"] == "alice"
+    stored = team.read()
+    assert stored["tasks"][0]["status"] == "in_progress"
+    assert stored["session_log"]["last_action"] in ("task_assignment", "checkpoint_saved")
+
+
+def _server_only(url: str) -> str:
+    return url.split("?", 1)[0]
+
+
+def test_an_unreachable_server_is_a_clear_error_naming_it(
+    home: Home, clock: ManualClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("PHOENIX_STORE", UNREACHABLE)
+    started = time.monotonic()
+    with pytest.raises(StorageError, match=r"127\.0\.0\.1:5499/test"):
+        Team.create(home, "x", lead="lead", team_id="x-1", clock=clock)
+    assert time.monotonic() - started < 10
+    assert not os.path.exists(os.path.join(home.root, "teams"))  # nothing written, not even locally
+    proc = subprocess.run(
+        [sys.executable, "-m", "phoenix_protocol", "team", "list", "--home", home.root],
+        capture_output=True,
+        text=True,
+        check=False,
+        env={**os.environ, "PHOENIX_STORE": UNREACHABLE},
+    )
+    assert proc.returncode not in (0, 2) and "127.0.0.1:5499" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def _hook_payload(project: Path, event: str, **extra: Any) -> bytes:
+    body = {"session_id": "sess-1", "transcript_path": "/tmp/t.jsonl", "cwd": str(project), "hook_event_name": event}
+    return json.dumps({**body, **extra}).encode()
+
+
+def test_hooks_share_heartbeats_and_survive_an_unreachable_server(
+    store: str, project: Path, clock: ManualClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    home = Home(str(project / ".phoenix"))
+    team = Team.create(home, "hooks", lead="lead", team_id="hooks-1", clock=clock)
+    team.join("alice")
+    monkeypatch.setenv("PHOENIX_TEAM", "hooks-1")
+    monkeypatch.setenv("PHOENIX_TEAMMATE", "alice")
+    monkeypatch.setenv("PHOENIX_HOOK_INLINE", "1")
+    payload = _hook_payload(project, "PostToolUse", tool_name="Bash", tool_input={"command": "ls"}, tool_response={})
+    assert run(["post-tool-use"], payload)[0] == 0
+    beat = team.store.read_beat("alice")
+    assert beat is not None and beat["seq"] == 1 and beat["session_id"] == "sess-1"
+    assert run(["post-tool-use"], payload)[0] == 0
+    assert team.store.read_beat("alice")["seq"] == 1  # within 30 s: only the local file
+
+    # The server goes away: every hook still exits 0, says so once, and records an ops event.
+    monkeypatch.setenv("PHOENIX_STORE", UNREACHABLE)
+    for name in os.listdir(os.path.dirname(_marker(home))):
+        if name.endswith(".pg"):
+            os.unlink(os.path.join(os.path.dirname(_marker(home)), name))
+    code, _out, err = run(["post-tool-use"], payload)
+    assert code == 0 and err == ""
+    events = [e for e in Agent.open("default", home=home).ops.read()[0] if e["event"] == "hook_failed"]
+    assert events and "127.0.0.1:5499" in events[-1]["meta"]["error"]
+    proc = subprocess.run(
+        [*HOOK_PREFIX, "session-start"],
+        input=_hook_payload(project, "SessionStart", source="resume"),
+        capture_output=True,
+        check=False,
+        env={**os.environ, "PHOENIX_STORE": UNREACHABLE},
+        timeout=60,
+    )
+    assert proc.returncode == 0, proc.stderr
+    context = json.loads(proc.stdout)["hookSpecificOutput"]["additionalContext"]
+    assert "could not read the team state" in context and "127.0.0.1:5499" in context
+
+
+def _marker(home: Home) -> str:
+    from phoenix_protocol._heartbeats import runtime_dir
+
+    return os.path.join(runtime_dir(home.root, "hooks-1"), "alice.pg")
+
+
+def test_many_threads_share_one_pool(store: str, home: Home, clock: ManualClock) -> None:
+    team = _team(home, clock, ["alice"])
+    errors: list[BaseException] = []
+
+    def beat() -> None:
+        try:
+            for _ in range(20):
+                team.store.beat("alice", now_ms=clock.now_ms(), session_id=None)
+        except BaseException as exc:  # noqa: BLE001 - collected and asserted below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=beat) for _ in range(16)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors
+    assert team.store.read_beat("alice")["seq"] == 320  # every upsert counted once

@@ -193,7 +193,7 @@ def test_a_claim_whose_connection_is_killed_is_retried_once_and_applied_once(
                 with psycopg.connect(_server_only(store), autocommit=True) as other:
                     rows = other.execute(
                         "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE pid <> pg_backend_pid() "
-                        "AND state = 'idle in transaction' AND query LIKE '%phx_tasks%FOR UPDATE%'"
+                        "AND state = 'idle in transaction' AND query LIKE '%FROM phx_tasks%ORDER BY position%'"
                     ).fetchall()
                 killed.append(len(rows))
             return mutate(data)

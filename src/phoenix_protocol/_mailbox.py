@@ -947,6 +947,10 @@ class Mailbox:
             "acked_ranges": [list(r) for r in state.acked[1:]],
         }
 
+    def cursor_states(self, readers: list[str]) -> dict[str, dict[str, Any]]:
+        """``cursor_state`` of each reader."""
+        return {reader: self.cursor_state(reader) for reader in readers}
+
     def readers(self) -> list[str]:
         """Everyone who has a cursor (has marked something delivered), sorted."""
         try:

@@ -259,6 +259,9 @@ class FileTeamStore:
     def read_beat(self, name: str) -> dict[str, Any] | None:
         return read_beat(self.heartbeat_dir, name)
 
+    def read_beats(self, names: list[str]) -> dict[str, dict[str, Any] | None]:
+        return {name: read_beat(self.heartbeat_dir, name) for name in names}
+
     def mailbox(self) -> Mailbox:
         from phoenix_protocol._mailbox import Mailbox
 
@@ -879,14 +882,20 @@ class Team:
 
     def checkpoint(self, *, kind: str = "full", task: dict[str, Any] | None = None, reason: str = "") -> dict[str, Any]:
         """Write ``checkpoints/checkpoint-<seq>.json``: ``full`` (metadata, roster, heartbeats,
-        mailbox position and cursors, facts) or ``task`` / ``messages`` (small, between snapshots)."""
+        mailbox position and cursors, facts) or ``task`` / ``messages`` (small, between snapshots);
+        ``auto`` is ``full`` when the last full snapshot is older than 5 minutes, else ``task``."""
         ms = self.clock.now_ms()
         holder: dict[str, Any] = {}
+        requested = kind
 
         def mutate(data: dict[str, Any]) -> None:
+            nonlocal kind
             data["checkpoint_seq"] = int(data.get("checkpoint_seq", 0)) + 1
             holder["seq"] = data["checkpoint_seq"]
             log = data["session_log"]
+            if requested == "auto":
+                last_full = log.get("last_full_snapshot_ms") or 0
+                kind = "full" if ms - last_full >= FULL_SNAPSHOT_MS else "task"
             log["messages_since_checkpoint"] = 0
             log["last_checkpoint_ms"] = ms
             if kind == "full":
@@ -901,7 +910,7 @@ class Team:
         data, _ = self._change(mutate, allow_completed=kind == "full")
         seq = holder["seq"]
         roster = self.roster()
-        beats = {m["name"]: self.store.read_beat(m["name"]) for m in roster}
+        beats = self.store.read_beats([m["name"] for m in roster])
         record: dict[str, Any] = {
             "kind": "phoenix.team-checkpoint",
             "schema_version": SCHEMA_VERSION,
@@ -929,16 +938,13 @@ class Team:
     def _mailbox_position(self, roster: list[dict[str, Any]]) -> dict[str, Any]:
         try:
             stats = self.mailbox.stats()
-            cursors = {m["name"]: self.mailbox.cursor_state(m["name"]) for m in roster}
+            cursors = self.mailbox.cursor_states([m["name"] for m in roster])
         except (OSError, AttributeError, UsageError, CorruptStateError):
             return {}
         return {"stats": stats, "cursors": cursors}
 
     def _task_checkpoint(self, task: dict[str, Any], reason: str) -> None:
-        data = self.read()
-        last_full = data["session_log"].get("last_full_snapshot_ms") or 0
-        kind = "full" if self.clock.now_ms() - last_full >= FULL_SNAPSHOT_MS else "task"
-        info = self.checkpoint(kind=kind, task=task, reason=f"{task['task_id']} {reason}")
+        info = self.checkpoint(kind="auto", task=task, reason=f"{task['task_id']} {reason}")
         task["checkpoint"].update(checkpoint_seq=info["seq"], name=info["name"])  # what the caller gets back
 
     def latest_checkpoint(self, *, kind: str | None = None) -> dict[str, Any] | None:

@@ -58,12 +58,15 @@ __all__ = ["CHANNEL", "PgMailbox", "PgTeamStore", "pg_list_teams"]
 
 CHANNEL = "phx_mailbox"
 _ADDRESSED = "(recipient = %(reader)s OR (recipient = '*' AND sender <> %(reader)s))"
-_CURSOR_SQL = (
-    "SELECT m.seq, a.reader IS NOT NULL FROM phx_messages m LEFT JOIN phx_acks a "
-    "ON a.team_id = m.team_id AND a.seq = m.seq AND a.reader = %(reader)s "
-    "WHERE m.team_id = %(team)s AND m.seq <= %(delivered)s "
-    "AND (m.recipient = %(reader)s OR (m.recipient = '*' AND m.sender <> %(reader)s)) ORDER BY m.seq"
-)
+_CURSORS_SQL = """
+SELECT c.reader, c.delivered,
+    (SELECT min(m.seq) FROM phx_messages m
+      WHERE m.team_id = c.team_id AND m.seq <= c.delivered
+        AND (m.recipient = c.reader OR (m.recipient = '*' AND m.sender <> c.reader))
+        AND NOT EXISTS (SELECT 1 FROM phx_acks a WHERE a.team_id = m.team_id AND a.seq = m.seq AND a.reader = c.reader)),
+    (SELECT array_agg(a.seq ORDER BY a.seq) FROM phx_acks a WHERE a.team_id = c.team_id AND a.reader = c.reader)
+FROM phx_cursors c WHERE c.team_id = %(team)s AND c.reader = ANY(%(readers)s)
+"""
 
 
 def _jsonb(value: Any) -> Any:
@@ -121,7 +124,7 @@ class PgTeamStore:
 
     def _assemble(self, meta: Any, tasks: list[Any]) -> dict[str, Any]:
         data = dict(meta)
-        data["tasks"] = [dict(t) for t in tasks]
+        data["tasks"] = tasks
         return migrate(data, self.where)
 
     def read(self) -> dict[str, Any]:
@@ -151,10 +154,11 @@ class PgTeamStore:
             ),
         )
 
-    def _update_task(self, conn: psycopg.Connection[Any], position: int, task: dict[str, Any]) -> None:
-        conn.execute(
+    def _update_task(self, conn: psycopg.Connection[Any], position: int, task: dict[str, Any], old: str) -> int:
+        """Write a task if its row still holds ``old`` (the JSON read); the rows written (0 or 1)."""
+        cur = conn.execute(
             "UPDATE phx_tasks SET position = %s, status = %s, assigned_to = %s, dependencies = %s, record = %s "
-            "WHERE team_id = %s AND task_id = %s",
+            "WHERE team_id = %s AND task_id = %s AND record = %s::jsonb",
             (
                 position,
                 task["status"],
@@ -163,19 +167,32 @@ class PgTeamStore:
                 _jsonb(task),
                 self.id,
                 task["task_id"],
+                old,
             ),
         )
+        return cur.rowcount
 
     def change(self, mutate: Callable[[dict[str, Any]], Any]) -> tuple[dict[str, Any], Any]:
+        """Lock the team's row, run ``mutate`` on the metadata and tasks, write back what changed.
+        Task rows are not locked while ``mutate`` runs (a claim elsewhere must not wait for it):
+        each changed task is written only if it is still as read, else the whole change runs
+        again on fresh data (a serialization failure, retried by ``_pg.transaction``)."""
+        import psycopg
+
         def work(conn: psycopg.Connection[Any]) -> tuple[dict[str, Any], Any]:
-            row = conn.execute("SELECT metadata FROM phx_teams WHERE team_id = %s FOR UPDATE", (self.id,)).fetchone()
+            row = conn.execute(
+                "SELECT metadata::text FROM phx_teams WHERE team_id = %s FOR UPDATE", (self.id,)
+            ).fetchone()
             if row is None:
                 raise TeamNotFoundError(f"team {self.id} is not in {_pg.describe(self.url)}.")
-            rows = conn.execute(
-                "SELECT record FROM phx_tasks WHERE team_id = %s ORDER BY position FOR UPDATE", (self.id,)
-            ).fetchall()
-            data = self._assemble(row[0], [r[0] for r in rows])
-            before = {t["task_id"]: _canonical(t) for t in data["tasks"]}
+            texts = [
+                r[0]
+                for r in conn.execute(
+                    "SELECT record::text FROM phx_tasks WHERE team_id = %s ORDER BY position", (self.id,)
+                )
+            ]
+            data = self._assemble(json.loads(row[0]), [json.loads(t) for t in texts])
+            before = {t["task_id"]: (t, text) for t, text in zip(map(json.loads, texts), texts, strict=True)}
             result = mutate(data)
             meta = {k: v for k, v in data.items() if k != "tasks"}
             conn.execute("UPDATE phx_teams SET metadata = %s WHERE team_id = %s", (_jsonb(meta), self.id))
@@ -183,8 +200,8 @@ class PgTeamStore:
                 old = before.get(task["task_id"])
                 if old is None:
                     self._insert_task(conn, position, task)
-                elif old != _canonical(task):
-                    self._update_task(conn, position, task)
+                elif old[0] != task and self._update_task(conn, position, task, old[1]) != 1:
+                    raise psycopg.errors.SerializationFailure(f"task {task['task_id']} changed meanwhile")
             return data, result
 
         return _pg.transaction(self.url, work, retry=True)
@@ -293,6 +310,27 @@ class PgTeamStore:
                 "host": row[2],
                 "session_id": row[3],
             }
+
+        return _pg.transaction(self.url, work, retry=True)
+
+    def read_beats(self, names: list[str]) -> dict[str, dict[str, Any] | None]:
+        def work(conn: psycopg.Connection[Any]) -> dict[str, dict[str, Any] | None]:
+            rows = conn.execute(
+                "SELECT name, seq, ms, host, session_id FROM phx_heartbeats WHERE team_id = %s AND name = ANY(%s)",
+                (self.id, names),
+            ).fetchall()
+            found = {
+                r[0]: {
+                    "schema_version": 1,
+                    "name": r[0],
+                    "seq": int(r[1]),
+                    "ms": int(r[2]),
+                    "host": r[3],
+                    "session_id": r[4],
+                }
+                for r in rows
+            }
+            return {name: found.get(name) for name in names}
 
         return _pg.transaction(self.url, work, retry=True)
 
@@ -630,23 +668,29 @@ class PgMailbox:
         return _pg.transaction(self.url, work, retry=True)
 
     def cursor_state(self, reader: str) -> dict[str, Any]:
-        """Delivered seq, acknowledged-through seq and the acknowledged ranges beyond it."""
-        reader = validate_id(reader, "reader")
+        """Delivered seq, acknowledged-through seq (every message for the reader up to it is
+        acknowledged) and the acknowledged seqs beyond it, as runs ``[first, last]``."""
+        return self.cursor_states([reader])[validate_id(reader, "reader")]
 
-        def work(conn: psycopg.Connection[Any]) -> dict[str, Any]:
-            delivered = self._delivered(conn, reader)
-            addressed = [
-                (int(seq), bool(acked))
-                for seq, acked in conn.execute(
-                    _CURSOR_SQL, {"team": self.team_id, "reader": reader, "delivered": delivered}
-                )
-            ]
-            return {
-                "schema_version": MAILBOX_SCHEMA,
-                "reader": reader,
-                "delivered_seq": delivered,
-                **_ranges(addressed),
-            }
+    def cursor_states(self, readers: list[str]) -> dict[str, dict[str, Any]]:
+        """``cursor_state`` of each reader, in one query."""
+        names = [validate_id(r, "reader") for r in readers]
+
+        def work(conn: psycopg.Connection[Any]) -> dict[str, dict[str, Any]]:
+            rows = conn.execute(_CURSORS_SQL, {"team": self.team_id, "readers": names}).fetchall()
+            found = {r[0]: (int(r[1]), r[2], list(r[3] or [])) for r in rows}
+            out = {}
+            for name in names:
+                delivered, first_unacked, acked = found.get(name, (0, None, []))
+                through = delivered if first_unacked is None else int(first_unacked) - 1
+                out[name] = {
+                    "schema_version": MAILBOX_SCHEMA,
+                    "reader": name,
+                    "delivered_seq": delivered,
+                    "acked_through": through,
+                    "acked_ranges": _runs([int(a) for a in acked if a > through]),
+                }
+            return out
 
         return _pg.transaction(self.url, work, retry=True)
 
@@ -689,21 +733,12 @@ class PgMailbox:
             ) from exc
 
 
-def _ranges(addressed: list[tuple[int, bool]]) -> dict[str, Any]:
-    """``acked_through`` (everything addressed to the reader up to it is acknowledged) and the
-    acknowledged runs after it, from ``(seq, acknowledged)`` of the messages addressed to it."""
-    through, i = 0, 0
-    while i < len(addressed) and addressed[i][1]:
-        through = addressed[i][0]
-        i += 1
-    ranges: list[list[int]] = []
-    current: list[int] | None = None
-    for seq, acked in addressed[i:]:
-        if not acked:
-            current = None
-        elif current is None:
-            current = [seq, seq]
-            ranges.append(current)
+def _runs(seqs: list[int]) -> list[list[int]]:
+    """Sorted seqs as runs of consecutive numbers ``[first, last]``."""
+    runs: list[list[int]] = []
+    for seq in seqs:
+        if runs and runs[-1][1] == seq - 1:
+            runs[-1][1] = seq
         else:
-            current[1] = seq
-    return {"acked_through": through, "acked_ranges": ranges}
+            runs.append([seq, seq])
+    return runs

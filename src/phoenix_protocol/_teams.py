@@ -302,6 +302,20 @@ class FileTeamStore:
         except FileNotFoundError:
             return []
 
+    def read_checkpoint(self, name: str) -> dict[str, Any] | None:
+        """One checkpoint by name (``None`` if gone); a damaged one is a ``CorruptStateError``."""
+        if os.path.basename(name) != name or not name.startswith("checkpoint-"):
+            raise UsageError(f"{name!r} is not a team checkpoint name.")
+        return _load_json(os.path.join(self.checkpoint_dir, name))
+
+    def put_beat(self, record: dict[str, Any]) -> None:
+        """Store a heartbeat record as it is (``phx import``)."""
+        name = validate_id(str(record.get("name")), "teammate name")
+        ensure_dir(self.heartbeat_dir)
+        atomic_write(
+            os.path.join(self.heartbeat_dir, name + ".json"), (dumps_line(record) + "\n").encode("ascii"), durable=False
+        )
+
 
 class Team:
     """One team in a Phoenix home. ``Team.create`` makes one; ``Team.open`` loads one. Its state

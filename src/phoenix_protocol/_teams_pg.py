@@ -374,6 +374,34 @@ class PgTeamStore:
 
         return _pg.transaction(self.url, work, retry=True)
 
+    def read_checkpoint(self, name: str) -> dict[str, Any] | None:
+        """One checkpoint by name (``checkpoint-<seq>.json``), or ``None``."""
+        digits = name.removeprefix("checkpoint-").removesuffix(".json")
+        if not digits.isdigit():
+            raise UsageError(f"{name!r} is not a team checkpoint name.")
+
+        def work(conn: psycopg.Connection[Any]) -> dict[str, Any] | None:
+            row = conn.execute(
+                "SELECT record FROM phx_team_checkpoints WHERE team_id = %s AND seq = %s", (self.id, int(digits))
+            ).fetchone()
+            return dict(row[0]) if row else None
+
+        return _pg.transaction(self.url, work, retry=True)
+
+    def put_beat(self, record: dict[str, Any]) -> None:
+        """Store a heartbeat record as it is (``phx import``)."""
+        name = validate_id(str(record.get("name")), "teammate name")
+
+        def work(conn: psycopg.Connection[Any]) -> None:
+            conn.execute(
+                "INSERT INTO phx_heartbeats (team_id, name, seq, ms, session_id, host, pid) "
+                "VALUES (%s, %s, %s, %s, %s, %s, NULL) ON CONFLICT (team_id, name) DO UPDATE SET "
+                "seq = EXCLUDED.seq, ms = EXCLUDED.ms, session_id = EXCLUDED.session_id, host = EXCLUDED.host",
+                (self.id, name, int(record["seq"]), int(record["ms"]), record.get("session_id"), record.get("host")),
+            )
+
+        _pg.transaction(self.url, work, retry=True)
+
     def mailbox(self) -> PgMailbox:
         return PgMailbox(self.url, team_id=self.id, clock=self.team.clock)
 

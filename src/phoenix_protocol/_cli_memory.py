@@ -36,9 +36,9 @@ def _metadata(raw: str | None) -> dict[str, Any] | None:
 
 
 def _store(agent: Agent) -> Any:
-    from phoenix_protocol._memory import MemoryStore
+    from phoenix_protocol._memory import open_memory_store
 
-    return MemoryStore(agent.home, clock=agent.clock)
+    return open_memory_store(agent.home, config=agent.config, clock=agent.clock)
 
 
 def _table(out: Output, records: list[dict[str, Any]], *, scores: bool = False) -> None:

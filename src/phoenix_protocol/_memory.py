@@ -12,6 +12,11 @@ query filters on it.
   (FTS5 operators in it are treated as words, so user input can never be a syntax error);
 - ``list``, ``get``, ``delete``, ``count``.
 
+``store = "postgresql://…"`` (or ``PHOENIX_STORE``) keeps the memories on a PostgreSQL server
+instead (``PgMemoryStore`` in ``_memory_pg``: same interface, validation, errors and redaction;
+``tsvector`` recall ranked by ``ts_rank_cd``); ``open_memory_store`` picks the backend from the
+configuration, and psycopg is imported only when it picks PostgreSQL.
+
 ``remember`` and ``recall_for`` do the same for an agent's session: the ids created go into the
 session checkpoint's ``recent_memories`` and the query becomes its ``last_recall_query`` (seed 002).
 """
@@ -24,7 +29,7 @@ import os
 import sqlite3
 import uuid
 from collections.abc import Iterator
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol, cast
 
 from phoenix_protocol._clock import Clock, iso_from_ms, system_clock
 from phoenix_protocol._durable import FILE_MODE, ensure_dir
@@ -32,10 +37,22 @@ from phoenix_protocol._errors import StorageError, UsageError
 from phoenix_protocol._ids import validate_id
 
 if TYPE_CHECKING:
+    import builtins
+
     from phoenix_protocol._agent import Agent
+    from phoenix_protocol._config import Config
     from phoenix_protocol._home import Home
 
-__all__ = ["MAX_TEXT", "MEMORY_ID_REGEX", "MemoryRecord", "MemoryStore", "recall_for", "remember"]
+__all__ = [
+    "MAX_TEXT",
+    "MEMORY_ID_REGEX",
+    "MemoryBackend",
+    "MemoryRecord",
+    "MemoryStore",
+    "open_memory_store",
+    "recall_for",
+    "remember",
+]
 
 SCHEMA_VERSION = 1
 MAX_TEXT = 64 * 1024
@@ -43,6 +60,7 @@ MEMORY_ID_REGEX = "mem-[0-9a-f]{24}"
 """Every memory id: ``mem-`` and 24 hex digits (96 random bits)."""
 MAX_TAGS = 32
 MAX_K = 100
+MAX_LIST = 1000
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -110,15 +128,123 @@ def _tags(tags: Any) -> list[str]:
     for tag in clean:
         if len(tag) > 64:
             raise UsageError(f"tag {tag[:20]!r}… is longer than 64 characters.")
+        if "\x00" in tag:
+            raise UsageError("a tag must not contain a NUL character.")
     return clean
 
 
-def _match_query(query: str) -> str:
-    """Plain words as an FTS5 query (each word quoted, OR-ed): user input is never FTS5 syntax."""
+def _has_nul(value: Any) -> bool:
+    """A NUL character anywhere in a JSON value (keys included): PostgreSQL text and jsonb refuse it."""
+    if isinstance(value, str):
+        return "\x00" in value
+    if isinstance(value, dict):
+        return any(_has_nul(k) or _has_nul(v) for k, v in value.items())
+    if isinstance(value, list | tuple):
+        return any(_has_nul(v) for v in value)
+    return False
+
+
+def _new_id() -> str:
+    return "mem-" + uuid.uuid4().hex[:24]
+
+
+def _prepare_store(
+    namespace: str, text: str, tags: Any, metadata: dict[str, Any] | None
+) -> tuple[str, list[str], dict[str, Any], str]:
+    """Validate and redact what ``store`` is given (every backend): ``(text, tags, metadata,
+    metadata as JSON)``."""
+    validate_id(namespace, "namespace")
+    if not isinstance(text, str) or not text.strip():
+        raise UsageError("a memory needs some text.")
+    if len(text) > MAX_TEXT:
+        raise UsageError(f"a memory's text is at most {MAX_TEXT} characters ({len(text)} given).")
+    if "\x00" in text:
+        raise UsageError("a memory's text must not contain a NUL character.")
+    if metadata is not None and not isinstance(metadata, dict):
+        raise UsageError("metadata must be a JSON object.")
+    clean_tags = _tags(tags)
+    from phoenix_protocol._redact import redact, redact_value
+
+    clean_text = redact(text)
+    clean_meta = cast("dict[str, Any]", redact_value(metadata or {}))
+    try:
+        meta_json = json.dumps(clean_meta, ensure_ascii=False, allow_nan=False)
+    except (TypeError, ValueError) as exc:
+        raise UsageError(f"metadata must be JSON: {exc}.") from None
+    if _has_nul(clean_meta):
+        raise UsageError("metadata must not contain a NUL character.")
+    return clean_text, clean_tags, clean_meta, meta_json
+
+
+def _query_words(query: str) -> list[str]:
+    """The words of a recall query (at most 64): letters and digits; everything else separates."""
     words = [w for w in "".join(ch if ch.isalnum() else " " for ch in query).split() if w]
     if not words:
         raise UsageError("a recall query needs at least one word.")
-    return " OR ".join('"' + w.replace('"', "") + '"' for w in words[:64])
+    return words[:64]
+
+
+def _fts5_query(words: list[str]) -> str:
+    """Plain words as an FTS5 query (each word quoted, OR-ed): user input is never FTS5 syntax."""
+    return " OR ".join('"' + w.replace('"', "") + '"' for w in words)
+
+
+def _check_recall(namespace: str, query: Any, k: Any, tags: Any) -> tuple[list[str], list[str]]:
+    """Validate ``recall``'s arguments (every backend): ``(query words, tags)``."""
+    validate_id(namespace, "namespace")
+    if not isinstance(query, str):
+        raise UsageError("a recall query must be text.")
+    if not isinstance(k, int) or isinstance(k, bool) or not 1 <= k <= MAX_K:
+        raise UsageError(f"k must be between 1 and {MAX_K}.")
+    return _query_words(query), _tags(tags)
+
+
+def _check_list(namespace: str, tags: Any, limit: Any, offset: Any) -> list[str]:
+    """Validate ``list``'s arguments (every backend): the tags."""
+    validate_id(namespace, "namespace")
+    for value in (limit, offset):
+        if not isinstance(value, int) or isinstance(value, bool):
+            raise UsageError("limit and offset must be integers.")
+    if not 1 <= limit <= MAX_LIST or offset < 0:
+        raise UsageError(f"limit must be between 1 and {MAX_LIST} and offset not negative.")
+    return _tags(tags)
+
+
+class MemoryBackend(Protocol):
+    """What every memory store offers (``MemoryStore``, ``PgMemoryStore``): the same arguments,
+    validation, errors, redaction and results."""
+
+    def store(
+        self, namespace: str, text: str, *, tags: Any = (), metadata: dict[str, Any] | None = None
+    ) -> MemoryRecord: ...
+
+    def recall(
+        self, namespace: str, query: str, *, k: int = 5, tags: Any = None
+    ) -> builtins.list[tuple[MemoryRecord, float]]: ...
+
+    def list(
+        self, namespace: str, *, tags: Any = None, limit: int = 50, offset: int = 0
+    ) -> builtins.list[MemoryRecord]: ...
+
+    def get(self, namespace: str, memory_id: str) -> MemoryRecord | None: ...
+
+    def delete(self, namespace: str, memory_id: str) -> bool: ...
+
+    def count(self, namespace: str) -> int: ...
+
+
+def open_memory_store(home: Home, *, config: Config | None = None, clock: Clock = system_clock) -> MemoryBackend:
+    """The memory store the configuration names: ``PgMemoryStore`` when ``store`` is a
+    ``postgresql://`` URL, else the home's SQLite ``MemoryStore``."""
+    from phoenix_protocol._config import load_config
+    from phoenix_protocol._pg import is_postgres_url
+
+    cfg = config if config is not None else load_config(home.root, project_root=home.project_root)
+    if is_postgres_url(cfg.store):
+        from phoenix_protocol._memory_pg import PgMemoryStore
+
+        return PgMemoryStore(str(cfg.store), clock=clock, pool_size=cfg.pg_pool_size)
+    return MemoryStore(home, clock=clock)
 
 
 class MemoryStore:
@@ -176,24 +302,9 @@ class MemoryStore:
         self, namespace: str, text: str, *, tags: Any = (), metadata: dict[str, Any] | None = None
     ) -> MemoryRecord:
         """Store a memory; returns it with its id. Durable when it returns."""
-        validate_id(namespace, "namespace")
-        if not isinstance(text, str) or not text.strip():
-            raise UsageError("a memory needs some text.")
-        if len(text) > MAX_TEXT:
-            raise UsageError(f"a memory's text is at most {MAX_TEXT} characters ({len(text)} given).")
-        if metadata is not None and not isinstance(metadata, dict):
-            raise UsageError("metadata must be a JSON object.")
-        clean_tags = _tags(tags)
-        from phoenix_protocol._redact import redact, redact_value
-
-        clean_text = redact(text)
-        clean_meta = redact_value(metadata or {})
-        try:
-            meta_json = json.dumps(clean_meta, ensure_ascii=False, allow_nan=False)
-        except (TypeError, ValueError) as exc:
-            raise UsageError(f"metadata must be JSON: {exc}.") from None
+        clean_text, clean_tags, clean_meta, meta_json = _prepare_store(namespace, text, tags, metadata)
         ms = self.clock.now_ms()
-        memory_id = "mem-" + uuid.uuid4().hex[:24]
+        memory_id = _new_id()
         with self._db() as db:
             db.execute("BEGIN IMMEDIATE")
             try:
@@ -209,7 +320,7 @@ class MemoryStore:
             except BaseException:
                 db.execute("ROLLBACK")
                 raise
-        return MemoryRecord(memory_id, namespace, clean_text, clean_tags, clean_meta, iso_from_ms(ms))  # type: ignore[arg-type]
+        return MemoryRecord(memory_id, namespace, clean_text, clean_tags, clean_meta, iso_from_ms(ms))
 
     def _tag_filter(self, tags: list[str]) -> tuple[str, list[Any]]:
         if not tags:
@@ -220,13 +331,9 @@ class MemoryStore:
 
     def recall(self, namespace: str, query: str, *, k: int = 5, tags: Any = None) -> list[tuple[MemoryRecord, float]]:
         """The ``k`` memories of ``namespace`` that best match ``query`` (BM25), best first."""
-        validate_id(namespace, "namespace")
-        if not isinstance(query, str):
-            raise UsageError("a recall query must be text.")
-        if not isinstance(k, int) or isinstance(k, bool) or not 1 <= k <= MAX_K:
-            raise UsageError(f"k must be between 1 and {MAX_K}.")
-        match = _match_query(query)
-        tag_sql, tag_args = self._tag_filter(_tags(tags))
+        words, clean_tags = _check_recall(namespace, query, k, tags)
+        match = _fts5_query(words)
+        tag_sql, tag_args = self._tag_filter(clean_tags)
         sql = (
             "SELECT m.id, m.namespace, m.text, m.tags, m.metadata, m.created_ms, bm25(memories_fts) AS rank "  # noqa: S608 - only '?' placeholders are interpolated
             "FROM memories_fts JOIN memories m ON m.rowid = memories_fts.rowid "
@@ -240,12 +347,10 @@ class MemoryStore:
 
     def list(self, namespace: str, *, tags: Any = None, limit: int = 50, offset: int = 0) -> list[MemoryRecord]:
         """Memories of ``namespace``, newest first."""
-        validate_id(namespace, "namespace")
-        if not 1 <= limit <= 1000 or offset < 0:
-            raise UsageError("limit must be between 1 and 1000 and offset not negative.")
+        clean_tags = _check_list(namespace, tags, limit, offset)
         if not os.path.exists(self.path):
             return []
-        tag_sql, tag_args = self._tag_filter(_tags(tags))
+        tag_sql, tag_args = self._tag_filter(clean_tags)
         sql = (
             "SELECT m.id, m.namespace, m.text, m.tags, m.metadata, m.created_ms FROM memories m "  # noqa: S608 - only '?' placeholders are interpolated
             f"WHERE m.namespace = ?{tag_sql} ORDER BY m.created_ms DESC, m.rowid DESC LIMIT ? OFFSET ?"
@@ -285,24 +390,33 @@ class MemoryStore:
             return int(db.execute("SELECT count(*) FROM memories WHERE namespace = ?", (namespace,)).fetchone()[0])
 
 
+def _agent_store(agent: Agent, store: MemoryBackend | None) -> MemoryBackend:
+    return store if store is not None else open_memory_store(agent.home, config=agent.config, clock=agent.clock)
+
+
 def remember(
-    agent: Agent, text: str, *, tags: Any = (), metadata: dict[str, Any] | None = None, store: MemoryStore | None = None
+    agent: Agent,
+    text: str,
+    *,
+    tags: Any = (),
+    metadata: dict[str, Any] | None = None,
+    store: MemoryBackend | None = None,
 ) -> MemoryRecord:
     """Store a memory in the agent's namespace and note it in the open session (its id goes into
     the session checkpoint's ``recent_memories``)."""
     from phoenix_protocol._sessions import record_memory
 
-    record = (store or MemoryStore(agent.home, clock=agent.clock)).store(agent.id, text, tags=tags, metadata=metadata)
+    record = _agent_store(agent, store).store(agent.id, text, tags=tags, metadata=metadata)
     record_memory(agent, record.id)
     return record
 
 
 def recall_for(
-    agent: Agent, query: str, *, k: int = 5, tags: Any = None, store: MemoryStore | None = None
+    agent: Agent, query: str, *, k: int = 5, tags: Any = None, store: MemoryBackend | None = None
 ) -> list[tuple[MemoryRecord, float]]:
     """Recall in the agent's namespace and note the query as the session's ``last_recall_query``."""
     from phoenix_protocol._sessions import record_recall
 
-    found = (store or MemoryStore(agent.home, clock=agent.clock)).recall(agent.id, query, k=k, tags=tags)
+    found = _agent_store(agent, store).recall(agent.id, query, k=k, tags=tags)
     record_recall(agent, query)
     return found

@@ -86,7 +86,7 @@ from phoenix_protocol._errors import (
 )
 from phoenix_protocol._home import Home
 from phoenix_protocol._ids import MAX_ID_LENGTH, validate_id
-from phoenix_protocol._memory import MAX_TEXT, MEMORY_ID_REGEX, MemoryStore
+from phoenix_protocol._memory import MAX_TEXT, MEMORY_ID_REGEX, open_memory_store
 from phoenix_protocol._tokens import ALL, TokenInfo, TokenStore, agent_namespace, team_namespace
 from phoenix_protocol._version import __version__
 
@@ -807,7 +807,7 @@ def create_app(
     cfg = config if config is not None else load_config(home.root, project_root=home.project_root)
     limit = max_body_bytes if max_body_bytes is not None else cfg.server_max_body_bytes
     tokens = TokenStore(home, clock=clock, lock_timeout=cfg.lock_timeout)
-    memory = MemoryStore(home, clock=clock)
+    memory = open_memory_store(home, config=cfg, clock=clock)
     app = FastAPI(
         title="Phoenix Protocol memory bridge",
         version=__version__,

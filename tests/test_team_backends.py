@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 from collections.abc import Iterator
@@ -44,8 +45,10 @@ def test_the_configured_store_is_used(backend: str, team: Team) -> None:
     from phoenix_protocol._teams_pg import PgMailbox, PgTeamStore
 
     if backend == "postgres":
-        assert isinstance(team.store, PgTeamStore) and isinstance(team.mailbox, PgMailbox)
-        assert not (team.home.root and __import__("os").path.exists(team.metadata_path))
+        assert isinstance(team.store, PgTeamStore)
+        mailbox: object = team.mailbox
+        assert isinstance(mailbox, PgMailbox)
+        assert not os.path.exists(team.metadata_path)
     else:
         assert isinstance(team.store, FileTeamStore)
 

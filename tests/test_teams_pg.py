@@ -200,7 +200,7 @@ def test_a_claim_whose_connection_is_killed_is_retried_once_and_applied_once(
 
         return original(killing)
 
-    team.store.change = change  # type: ignore[method-assign]
+    team.store.change = change
     claimed = team.claim(task["task_id"], "alice")
     assert killed and killed[0] == 1
     assert claimed["assigned_to"] == "alice"
@@ -289,7 +289,7 @@ def test_many_threads_share_one_pool(store: str, home: Home, clock: ManualClock)
         try:
             for _ in range(20):
                 team.store.beat("alice", now_ms=clock.now_ms(), session_id=None)
-        except BaseException as exc:  # noqa: BLE001 - collected and asserted below
+        except BaseException as exc:
             errors.append(exc)
 
     threads = [threading.Thread(target=beat) for _ in range(16)]

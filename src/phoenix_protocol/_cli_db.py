@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import click
+
 from phoenix_protocol._cli import Output, main_group
 from phoenix_protocol._cli_teams import team_common
 from phoenix_protocol._errors import UsageError
@@ -82,3 +84,60 @@ def db_status(home: Home, out: Output) -> None:
     for step in info["pending"]:
         table.add_row(str(step["version"]), step["description"], "[yellow]pending[/yellow]")
     out.console.print(table)
+
+
+def _progress(out: Output) -> Any:
+    """A transient rich status line for text output (nothing in --json mode)."""
+    import contextlib
+
+    if out.as_json:
+        return contextlib.nullcontext(lambda _what: None)
+    from rich.progress import Progress, SpinnerColumn, TextColumn
+
+    @contextlib.contextmanager
+    def running() -> Any:
+        with Progress(SpinnerColumn(), TextColumn("{task.description}"), console=out.console, transient=True) as bar:
+            task = bar.add_task("starting")
+            yield lambda what: bar.update(task, description=what)
+
+    return running()
+
+
+@main_group.command("export")
+@click.argument("path", type=click.Path(dir_okay=False))
+@team_common
+def export_cmd(home: Home, out: Output, path: str) -> None:
+    """Write the whole home and its store (agents' files, teams, memory) to PATH (JSON lines, 0600).
+
+    Example: phx export home.phx.jsonl
+    """
+    from phoenix_protocol._transfer import export_home
+
+    with _progress(out) as say:
+        counts = export_home(home, path, progress=say)
+    if out.as_json:
+        out.json({"path": path, "records": counts})
+    else:
+        out.console.print(f"exported {sum(counts.values())} records to {path}: " + _summary(counts))
+
+
+@main_group.command("import")
+@click.argument("path", type=click.Path(dir_okay=False, exists=True))
+@team_common
+def import_cmd(home: Home, out: Output, path: str) -> None:
+    """Load an export into this home and its store; refused (nothing written) if any of it exists.
+
+    Example: PHOENIX_STORE=postgresql://phoenix@db/phoenix phx import home.phx.jsonl --home /new/home
+    """
+    from phoenix_protocol._transfer import import_home
+
+    with _progress(out) as say:
+        counts = import_home(home, path, progress=say)
+    if out.as_json:
+        out.json({"path": path, "records": counts})
+    else:
+        out.console.print(f"imported {sum(counts.values())} records from {path}: " + _summary(counts))
+
+
+def _summary(counts: dict[str, int]) -> str:
+    return ", ".join(f"{n} {kind}" for kind, n in sorted(counts.items())) or "nothing"

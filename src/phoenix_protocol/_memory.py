@@ -232,6 +232,44 @@ class MemoryBackend(Protocol):
 
     def count(self, namespace: str) -> int: ...
 
+    def namespaces(self) -> builtins.list[str]: ...
+
+    def exists(self, memory_id: str) -> bool: ...
+
+    def export(self, namespace: str) -> builtins.list[dict[str, Any]]: ...
+
+    def import_records(self, records: builtins.list[dict[str, Any]]) -> int: ...
+
+
+def _export_row(row: tuple[Any, ...]) -> dict[str, Any]:
+    """A memory as ``phx export`` writes it (the same on every store)."""
+    memory_id, namespace, text, tags, metadata, created_ms = row
+    return {
+        "id": memory_id,
+        "namespace": namespace,
+        "text": text,
+        "tags": json.loads(tags) if isinstance(tags, str) else list(tags),
+        "metadata": json.loads(metadata) if isinstance(metadata, str) else dict(metadata),
+        "created_ms": int(created_ms),
+    }
+
+
+def _import_row(record: dict[str, Any]) -> tuple[str, str, str, builtins.list[str], str, int]:
+    """Check an exported memory before it is written back (its text was redacted when stored)."""
+    import re
+
+    memory_id = str(record.get("id"))
+    if not re.fullmatch(MEMORY_ID_REGEX, memory_id):
+        raise UsageError(f"{memory_id!r} is not a memory id.")
+    namespace = validate_id(str(record.get("namespace")), "namespace")
+    text = record.get("text")
+    metadata = record.get("metadata") or {}
+    created = record.get("created_ms")
+    if not isinstance(text, str) or not text or not isinstance(metadata, dict) or not isinstance(created, int):
+        raise UsageError(f"memory {memory_id} in the export is incomplete.")
+    meta_json = json.dumps(metadata, ensure_ascii=False, allow_nan=False)
+    return memory_id, namespace, text, _tags(record.get("tags")), meta_json, created
+
 
 def open_memory_store(home: Home, *, config: Config | None = None, clock: Clock = system_clock) -> MemoryBackend:
     """The memory store the configuration names: ``PgMemoryStore`` when ``store`` is a
@@ -388,6 +426,52 @@ class MemoryStore:
             return 0
         with self._db() as db:
             return int(db.execute("SELECT count(*) FROM memories WHERE namespace = ?", (namespace,)).fetchone()[0])
+
+    def namespaces(self) -> builtins.list[str]:
+        """Every namespace with at least one memory, sorted."""
+        if not os.path.exists(self.path):
+            return []
+        with self._db() as db:
+            return [r[0] for r in db.execute("SELECT DISTINCT namespace FROM memories ORDER BY namespace")]
+
+    def exists(self, memory_id: str) -> bool:
+        """Whether any namespace has a memory with this id (``phx import`` refuses to overwrite)."""
+        if not os.path.exists(self.path):
+            return False
+        with self._db() as db:
+            return db.execute("SELECT 1 FROM memories WHERE id = ?", (memory_id,)).fetchone() is not None
+
+    def export(self, namespace: str) -> builtins.list[dict[str, Any]]:
+        """Every memory of ``namespace``, oldest first, as ``phx export`` writes them."""
+        validate_id(namespace, "namespace")
+        if not os.path.exists(self.path):
+            return []
+        with self._db() as db:
+            rows = db.execute(
+                "SELECT id, namespace, text, tags, metadata, created_ms FROM memories WHERE namespace = ? "
+                "ORDER BY created_ms, rowid",
+                (namespace,),
+            ).fetchall()
+        return [_export_row(r) for r in rows]
+
+    def import_records(self, records: builtins.list[dict[str, Any]]) -> int:
+        """Write exported memories back as they were (ids and times kept), in one transaction."""
+        rows = [_import_row(r) for r in records]
+        with self._db() as db:
+            db.execute("BEGIN IMMEDIATE")
+            try:
+                for memory_id, namespace, text, tags, meta_json, created in rows:
+                    cur = db.execute(
+                        "INSERT INTO memories (id, namespace, text, tags, metadata, created_ms) VALUES (?, ?, ?, ?, ?, ?)",
+                        (memory_id, namespace, text, json.dumps(tags), meta_json, created),
+                    )
+                    for tag in tags:
+                        db.execute("INSERT INTO memory_tags (memory_rowid, tag) VALUES (?, ?)", (cur.lastrowid, tag))
+                db.execute("COMMIT")
+            except BaseException:
+                db.execute("ROLLBACK")
+                raise
+        return len(rows)
 
 
 def _agent_store(agent: Agent, store: MemoryBackend | None) -> MemoryBackend:

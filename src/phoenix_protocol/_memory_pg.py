@@ -34,7 +34,15 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from phoenix_protocol import _pg
 from phoenix_protocol._clock import Clock, iso_from_ms, system_clock
 from phoenix_protocol._ids import validate_id
-from phoenix_protocol._memory import MemoryRecord, _check_list, _check_recall, _new_id, _prepare_store
+from phoenix_protocol._memory import (
+    MemoryRecord,
+    _check_list,
+    _check_recall,
+    _export_row,
+    _import_row,
+    _new_id,
+    _prepare_store,
+)
 
 if TYPE_CHECKING:
     import psycopg
@@ -158,3 +166,37 @@ class PgMemoryStore:
         sql = "SELECT count(*) FROM phx_memories WHERE namespace = %s"
         row = self._run(lambda conn: conn.execute(sql, (namespace,)).fetchone())
         return int(row[0]) if row else 0
+
+    def namespaces(self) -> builtins.list[str]:
+        """Every namespace with at least one memory, sorted."""
+        sql = "SELECT DISTINCT namespace FROM phx_memories ORDER BY namespace"
+        return self._run(lambda conn: [r[0] for r in conn.execute(sql)])
+
+    def exists(self, memory_id: str) -> bool:
+        """Whether any namespace has a memory with this id (``phx import`` refuses to overwrite)."""
+        sql = "SELECT 1 FROM phx_memories WHERE id = %s"
+        return self._run(lambda conn: conn.execute(sql, (memory_id,)).fetchone() is not None)
+
+    def export(self, namespace: str) -> builtins.list[dict[str, Any]]:
+        """Every memory of ``namespace``, oldest first, as ``phx export`` writes them."""
+        validate_id(namespace, "namespace")
+        sql = (
+            "SELECT id, namespace, text, tags, metadata, created_ms FROM phx_memories WHERE namespace = %s "
+            "ORDER BY created_ms, id"
+        )
+        return self._run(lambda conn: [_export_row(r) for r in conn.execute(sql, (namespace,))])
+
+    def import_records(self, records: builtins.list[dict[str, Any]]) -> int:
+        """Write exported memories back as they were (ids and times kept), in one transaction."""
+        rows = [_import_row(r) for r in records]
+
+        def work(conn: psycopg.Connection[Any]) -> int:
+            with conn.cursor() as cur:
+                cur.executemany(
+                    "INSERT INTO phx_memories (id, namespace, text, tags, metadata, created_ms) "
+                    "VALUES (%s, %s, %s, %s, %s::jsonb, %s)",
+                    rows,
+                )
+            return len(rows)
+
+        return self._run(work)

@@ -1,0 +1,240 @@
+"""``phx export`` / ``phx import``: a whole home, moved between stores without loss.
+
+The export is one JSON-lines file (0600: it holds everything the home holds, secrets already
+redacted): a header, then one record per thing, each with a ``type``:
+
+- ``file``: a file under ``agents/`` (state, ops logs, checkpoints, identity, sessions) or
+  ``tokens.json``, by path relative to the home, content in base64. These stay files on every
+  store.
+- ``team``: a team's metadata (with its tasks) and roster; then its ``message`` records (in
+  sequence order, with their timestamps, ids and acknowledgements), ``cursor`` records,
+  ``heartbeat`` records and ``team_checkpoint`` records.
+- ``memory``: one memory (id, namespace, text, tags, metadata, creation time).
+
+``import_home`` writes them into the store the target home is configured with (files, or
+``PHOENIX_STORE=postgresql://…``) through the stores' own interfaces, so the same file moves a
+home from files to PostgreSQL and back. It refuses, before writing anything, when the target
+already has one of the teams, memories or files: an import never merges and never overwrites.
+A message keeps its sequence number (the mailbox's sequence is gap-free, so sending them in
+order to an empty mailbox gives each its number back; anything else is an error), its id and
+its timestamp.
+"""
+
+from __future__ import annotations
+
+import base64
+import os
+from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING, Any
+
+from phoenix_protocol._clock import ManualClock, system_clock
+from phoenix_protocol._config import load_config
+from phoenix_protocol._durable import atomic_write, ensure_dir, read_bytes
+from phoenix_protocol._errors import CorruptStateError, SchemaVersionError, UsageError
+from phoenix_protocol._jsonio import JSONError, dumps_line, loads
+
+if TYPE_CHECKING:
+    from phoenix_protocol._home import Home
+
+__all__ = ["FORMAT_VERSION", "export_home", "import_home", "read_export"]
+
+FORMAT_VERSION = 1
+_FILE_ROOTS = ("agents",)
+_FILE_NAMES = ("tokens.json",)
+_SKIP_SUFFIXES = (".lock", ".tmp")
+
+Progress = Callable[[str], None]
+
+
+def _home_files(home: Home) -> Iterator[str]:
+    for name in _FILE_NAMES:
+        if os.path.isfile(os.path.join(home.root, name)):
+            yield name
+    for root in _FILE_ROOTS:
+        top = os.path.join(home.root, root)
+        for directory, dirs, files in os.walk(top):
+            dirs.sort()
+            for name in sorted(files):
+                if name.endswith(_SKIP_SUFFIXES) or ".tmp-" in name or name.startswith(".tmp"):
+                    continue
+                yield os.path.relpath(os.path.join(directory, name), home.root)
+
+
+def _records(home: Home, progress: Progress) -> Iterator[dict[str, Any]]:
+    from phoenix_protocol._teams import KEEP_CHECKPOINTS, Team, list_teams
+
+    config = load_config(home.root, project_root=home.project_root)
+    for rel in _home_files(home):
+        data = read_bytes(os.path.join(home.root, rel))
+        if data is not None:
+            yield {"type": "file", "path": rel, "content": base64.b64encode(data).decode("ascii")}
+    for team_id in list_teams(home, config=config):
+        progress(f"team {team_id}")
+        team = Team(home, team_id, config=config)
+        roster = team.roster()
+        yield {"type": "team", "team_id": team_id, "metadata": team.read(), "roster": roster}
+        box = team.mailbox
+        count = int(box.stats()["count"])
+        for message in box.replay(count) if count else []:
+            fields = message.as_dict()
+            fields["message_type"] = fields.pop("type")  # "type" names the record
+            yield {"type": "message", "team_id": team_id, **fields}
+        readers = box.readers()
+        for reader, state in box.cursor_states(readers).items():
+            yield {"type": "cursor", "team_id": team_id, "reader": reader, "delivered_seq": state["delivered_seq"]}
+        for name, beat in team.store.read_beats([m["name"] for m in roster]).items():
+            if beat is not None:
+                yield {"type": "heartbeat", "team_id": team_id, **beat, "name": name}
+        for name in team.store.checkpoint_names()[-KEEP_CHECKPOINTS:]:
+            record = team.store.read_checkpoint(name)
+            if record is not None:
+                yield {"type": "team_checkpoint", "team_id": team_id, "name": name, "record": record}
+    from phoenix_protocol._memory import open_memory_store
+
+    memory = open_memory_store(home, config=config)
+    for namespace in memory.namespaces():
+        progress(f"memory {namespace}")
+        for record in memory.export(namespace):
+            yield {"type": "memory", **record}
+
+
+def export_home(home: Home, path: str, *, progress: Progress | None = None) -> dict[str, int]:
+    """Write everything in ``home`` (and its store) to ``path``; returns the count of each record type."""
+    from phoenix_protocol._pg import describe, is_postgres_url
+
+    config = load_config(home.root, project_root=home.project_root)
+    source = describe(config.store) if is_postgres_url(config.store) else "files"
+    lines = [
+        dumps_line({"kind": "phoenix.export", "format_version": FORMAT_VERSION, "home": home.root, "store": source})
+    ]
+    counts: dict[str, int] = {}
+    for record in _records(home, progress or (lambda _what: None)):
+        counts[record["type"]] = counts.get(record["type"], 0) + 1
+        lines.append(dumps_line(record))
+    atomic_write(path, ("\n".join(lines) + "\n").encode("utf-8"))
+    return counts
+
+
+def read_export(path: str) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """The header and the records of an export; a damaged line is an error naming it."""
+    data = read_bytes(path)
+    if data is None:
+        raise UsageError(f"no export at {path}.")
+    header: dict[str, Any] | None = None
+    records: list[dict[str, Any]] = []
+    for number, raw in enumerate(data.splitlines(), 1):
+        if not raw.strip():
+            continue
+        try:
+            value = loads(raw)
+        except JSONError as exc:
+            raise CorruptStateError(f"{path}:{number} is not JSON ({exc}); the export is damaged.", path=path) from None
+        if not isinstance(value, dict):
+            raise CorruptStateError(f"{path}:{number} is not a JSON object.", path=path)
+        if header is None:
+            if value.get("kind") != "phoenix.export":
+                raise UsageError(f"{path} is not a Phoenix export (no phoenix.export header).")
+            if int(value.get("format_version", 0)) > FORMAT_VERSION:
+                raise SchemaVersionError(
+                    f"{path} was written by a newer Phoenix (export format {value.get('format_version')}).",
+                    path=path,
+                )
+            header = value
+            continue
+        records.append(value)
+    if header is None:
+        raise UsageError(f"{path} is empty: not a Phoenix export.")
+    return header, records
+
+
+def import_home(home: Home, path: str, *, progress: Progress | None = None) -> dict[str, int]:
+    """Load an export into ``home`` and the store it is configured with (see the module docstring)."""
+    from phoenix_protocol._memory import open_memory_store
+    from phoenix_protocol._teams import KEEP_CHECKPOINTS, Team, list_teams
+
+    say = progress or (lambda _what: None)
+    _header, records = read_export(path)
+    config = load_config(home.root, project_root=home.project_root)
+    by_type: dict[str, list[dict[str, Any]]] = {}
+    for record in records:
+        by_type.setdefault(str(record.get("type")), []).append(record)
+    unknown = set(by_type) - {"file", "team", "message", "cursor", "heartbeat", "team_checkpoint", "memory"}
+    if unknown:
+        raise UsageError(f"{path} has records of unknown types: {', '.join(sorted(unknown))}.")
+
+    # Refuse before writing anything.
+    home.ensure()
+    existing_teams = set(list_teams(home, config=config))
+    clash = [r["team_id"] for r in by_type.get("team", []) if r["team_id"] in existing_teams]
+    clash += [r["path"] for r in by_type.get("file", []) if os.path.exists(_inside(home, r["path"]))]
+    memory = open_memory_store(home, config=config)
+    clash += [r["id"] for r in by_type.get("memory", []) if memory.exists(str(r["id"]))]
+    if clash:
+        raise UsageError(
+            f"the target already has {len(clash)} of the exported items (e.g. {', '.join(map(str, clash[:3]))}): "
+            "import into an empty home and store; nothing was written."
+        )
+
+    for record in by_type.get("file", []):
+        target = _inside(home, record["path"])
+        ensure_dir(os.path.dirname(target))
+        atomic_write(target, base64.b64decode(record["content"]))
+    for team_record in by_type.get("team", []):
+        team_id = team_record["team_id"]
+        say(f"team {team_id}")
+        team = Team(home, team_id, config=config)
+        team.store.create(team_record["metadata"])
+        roster = team_record["roster"]
+        team.store.change_roster(lambda teammates, roster=roster: teammates.extend(roster))
+        clock = ManualClock()
+        box = team.store.mailbox()
+        box.clock = clock
+        for message in sorted(_of(by_type, "message", team_id), key=lambda m: int(m["seq"])):
+            clock.set(int(message["ts_ms"]))
+            sent = box.send(
+                message["from"],
+                message["to"],
+                type=message["message_type"],
+                subject=message["subject"],
+                body=message["body"],
+                msg_id=message["msg_id"],
+            )
+            if sent.seq != int(message["seq"]):
+                raise CorruptStateError(
+                    f"{path}: team {team_id}'s message {message['msg_id']} was #{message['seq']} but came in as "
+                    f"#{sent.seq}: the exported mailbox has a gap.",
+                    path=path,
+                )
+        for cursor in _of(by_type, "cursor", team_id):
+            if int(cursor["delivered_seq"]):
+                box.mark_delivered(cursor["reader"], int(cursor["delivered_seq"]))
+        for message in _of(by_type, "message", team_id):
+            for reader in message.get("acked_by") or []:
+                box.ack(reader, int(message["seq"]))
+        box.clock = system_clock
+        for beat in _of(by_type, "heartbeat", team_id):
+            team.store.put_beat({k: v for k, v in beat.items() if k not in ("type", "team_id")})
+        for checkpoint in sorted(_of(by_type, "team_checkpoint", team_id), key=lambda c: int(c["record"]["seq"])):
+            record = checkpoint["record"]
+            team.store.write_checkpoint(
+                checkpoint["name"], int(record["seq"]), str(record.get("checkpoint_type")), record, KEEP_CHECKPOINTS
+            )
+    memories = by_type.get("memory", [])
+    if memories:
+        say(f"{len(memories)} memories")
+        memory.import_records([{k: v for k, v in r.items() if k != "type"} for r in memories])
+    return {kind: len(items) for kind, items in by_type.items()}
+
+
+def _of(by_type: dict[str, list[dict[str, Any]]], kind: str, team_id: str) -> list[dict[str, Any]]:
+    return [r for r in by_type.get(kind, []) if r.get("team_id") == team_id]
+
+
+def _inside(home: Home, rel: str) -> str:
+    """``rel`` under the home; a path that leaves it (``..``, absolute) is refused."""
+    target = os.path.normpath(os.path.join(home.root, rel))
+    if os.path.isabs(rel) or not target.startswith(os.path.normpath(home.root) + os.sep):
+        raise UsageError(f"the export names a file outside the home ({rel!r}); refused.")
+    if not (rel in _FILE_NAMES or rel.split(os.sep, 1)[0] in _FILE_ROOTS):
+        raise UsageError(f"the export names a file Phoenix does not export ({rel!r}); refused.")
+    return target

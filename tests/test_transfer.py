@@ -1,0 +1,135 @@
+"""``phx export`` / ``phx import``: files → PostgreSQL → files gives back everything (issue 8)."""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from phoenix_protocol._agent import Agent
+from phoenix_protocol._cli import cli
+from phoenix_protocol._clock import ManualClock
+from phoenix_protocol._errors import UsageError
+from phoenix_protocol._home import Home
+from phoenix_protocol._memory import open_memory_store
+from phoenix_protocol._teams import Team
+from phoenix_protocol._tokens import TokenStore
+from phoenix_protocol._transfer import export_home, import_home, read_export
+
+
+def _fill(home: Home, clock: ManualClock) -> None:
+    agent = Agent.open("zero", home=home, clock=clock)
+    agent.state.set_status("working", "Add JWT authentication")
+    agent.checkpoints.create("routine", summary="halfway")
+    TokenStore(home, clock=clock).create(["agent:zero"], ["*"], label="laptop")
+    team = Team.create(home, "release", lead="lead", team_id="release-1", clock=clock)
+    team.join("alice")
+    team.join("bob")
+    first = team.add_task("Write the parser")
+    second = team.add_task("Test the parser", after=[first["task_id"]])
+    team.claim(first["task_id"], "alice")
+    clock.advance(61)
+    team.done(first["task_id"], "alice", files=["src/parser.py"])
+    team.claim(second["task_id"], "bob")
+    team.heartbeat("alice", session_id="s-a")
+    team.heartbeat("bob")
+    team.heartbeat("bob")
+    for i in range(7):
+        clock.advance(1)
+        team.send("alice", "bob" if i % 2 else "*", subject=f"note {i}", body=f"body {i}", msg_id=f"m-{i}")
+    box = team.mailbox
+    inbox = box.fetch("bob")
+    box.mark_delivered("bob", inbox.through_seq)
+    box.ack("bob", inbox[0].seq)
+    box.ack("bob", inbox[2].seq)
+    team.checkpoint(kind="full", reason="before export")
+    memory = open_memory_store(home, clock=clock)
+    memory.store("zero", "the timer drifts under load", tags=["timers"], metadata={"source": "test"})
+    clock.advance(1)
+    memory.store("zero", "use monotonic clocks for intervals", tags=["timers", "fix"])
+    memory.store("alice", "parser handles unicode", tags=[])
+
+
+def _records(path: str) -> list[str]:
+    _header, records = read_export(path)
+    return sorted(json.dumps(r, sort_keys=True) for r in records)
+
+
+def test_round_trip_files_postgres_files(
+    tmp_path: Path, clock: ManualClock, pg_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    source = Home(str(tmp_path / "a"))
+    _fill(source, clock)
+    first = str(tmp_path / "a.jsonl")
+    counts = export_home(source, first)
+    assert counts["team"] == 1 and counts["message"] == 7 and counts["memory"] == 3 and counts["file"] >= 4
+    assert stat.S_IMODE(os.stat(first).st_mode) == 0o600
+
+    monkeypatch.setenv("PHOENIX_STORE", pg_url)
+    middle = Home(str(tmp_path / "b"))
+    import_home(middle, first)
+    assert not os.path.exists(os.path.join(middle.root, "teams"))  # the team went to PostgreSQL
+    second = str(tmp_path / "b.jsonl")
+    export_home(middle, second)
+    assert _records(second) == _records(first)
+
+    monkeypatch.delenv("PHOENIX_STORE")
+    last = Home(str(tmp_path / "c"))
+    import_home(last, second)
+    third = str(tmp_path / "c.jsonl")
+    export_home(last, third)
+    assert _records(third) == _records(first)
+
+    # What came back works: the team, its mailbox and the agent.
+    team = Team.open(last, "release-1", clock=clock)
+    assert team.mailbox.unread_count("bob") == 0 and team.mailbox.acked_by(1) == ["bob"] and team.mailbox.acked_by(2) == []
+    assert team.send("bob", "alice", subject="back", body="").seq == 8
+    assert Agent.open("zero", home=last).state.read().current_task == "Add JWT authentication"
+    assert [r.text for r, _score in open_memory_store(last).recall("zero", "timer", k=1)] == [
+        "the timer drifts under load"
+    ]
+
+
+def test_import_refuses_a_target_that_has_any_of_it(tmp_path: Path, clock: ManualClock) -> None:
+    source = Home(str(tmp_path / "a"))
+    _fill(source, clock)
+    path = str(tmp_path / "a.jsonl")
+    export_home(source, path)
+    target = Home(str(tmp_path / "b"))
+    Team.create(target, "other", lead="x", team_id="release-1", clock=clock)
+    before = sorted(str(p) for p in Path(target.root).rglob("*"))
+    with pytest.raises(UsageError, match="nothing was written"):
+        import_home(target, path)
+    assert sorted(str(p) for p in Path(target.root).rglob("*")) == before
+
+
+def test_a_damaged_or_foreign_export_is_refused(tmp_path: Path) -> None:
+    home = Home(str(tmp_path / "h"))
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text(
+        '{"kind": "phoenix.export", "format_version": 1}\n{"type": "file", "path": "../escape", "content": ""}\n'
+    )
+    with pytest.raises(UsageError, match="outside the home"):
+        import_home(home, str(bad))
+    bad.write_text('{"kind": "something else"}\n')
+    with pytest.raises(UsageError, match="not a Phoenix export"):
+        import_home(home, str(bad))
+    bad.write_text('{"kind": "phoenix.export", "format_version": 1}\n{"type": "team", "team_id"\n')
+    assert cli(["import", str(bad), "--home", home.root]) == 3  # damaged: exit 3, nothing written
+    assert not os.path.exists(os.path.join(home.root, "teams"))
+
+
+def test_cli_export_import(tmp_path: Path, clock: ManualClock, capsys: pytest.CaptureFixture[str]) -> None:
+    source = Home(str(tmp_path / "a"))
+    _fill(source, clock)
+    path = str(tmp_path / "x.jsonl")
+    assert cli(["export", path, "--home", source.root, "--json"]) == 0
+    out: dict[str, Any] = json.loads(capsys.readouterr().out)
+    assert out["records"]["message"] == 7
+    assert cli(["import", path, "--home", str(tmp_path / "b"), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["records"] == out["records"]
+    assert cli(["import", path, "--home", str(tmp_path / "b")]) == 2  # the second time: refused

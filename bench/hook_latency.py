@@ -14,7 +14,12 @@ Compares, interleaved round-robin so that machine noise hits all three alike:
 the processes themselves; two extra rows run them through ``/bin/sh -c`` as Claude Code does
 (the shell costs every hook the same).
 
-Targets (issue 2): (c) <= 1.5 x (a) and (c) <= 0.6 x (b). Prints a Markdown table for
+With ``--pg URL`` (issue 8) two more rows run the same hook for a teammate whose team is on the
+PostgreSQL store (a fresh schema, dropped afterwards): (d) as it runs on most calls (the local
+heartbeat file; PostgreSQL gets one every 30 s), (e) on a call where the 30 s are up (it forks
+the child that writes the heartbeat to PostgreSQL and returns).
+
+Targets (issue 2): (c) <= 1.5 x (a) and (c) <= 0.6 x (b); issue 8: (d) and (e) within the same 1.5 x. Prints a Markdown table for
 docs/benchmarks.md. Python modules are byte-compiled first (as ``pip install`` does), since
 this environment may set PYTHONDONTWRITEBYTECODE.
 """
@@ -33,6 +38,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import phoenix_protocol
@@ -88,6 +94,7 @@ def _import_report(payload: bytes, cwd: str) -> str:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--runs", type=int, default=40, help="runs of each command (median reported; at least 20)")
+    parser.add_argument("--pg", metavar="URL", help="also run the hook with a team on this PostgreSQL server")
     args = parser.parse_args()
     runs = max(20, args.runs)
     if not shutil.which("jq"):
@@ -95,6 +102,7 @@ def main() -> int:
     compileall.compile_dir(os.path.dirname(phoenix_protocol.__file__), quiet=1)
 
     work = tempfile.mkdtemp(prefix="phoenix-bench-")
+    schema = None
     try:
         project = os.path.join(work, "project")
         os.makedirs(project)
@@ -133,17 +141,38 @@ def main() -> int:
             "(a) via /bin/sh -c": (["/bin/sh", "-c", f"{shlex.quote(sys.executable)} -c pass"], env),
             "(c) via /bin/sh -c": (["/bin/sh", "-c", hook_command("post-tool-use")], env),
         }
+        before: dict[str, Callable[[], None]] = {}
+        after: dict[str, Callable[[], None]] = {}
+        if args.pg:
+            schema, pg_env, marker = _pg_team(args.pg, project, env)
+            due = "(e) hook, team on PostgreSQL, sync due"
+            commands["(d) hook, team on PostgreSQL"] = (shlex.split(hook_command("post-tool-use")), pg_env)
+            commands[due] = (shlex.split(hook_command("post-tool-use")), pg_env)
+            before[due] = lambda: Path(marker).unlink(missing_ok=True)
+            # (e) leaves a detached process writing the heartbeat: wait for it (untimed), so that
+            # it does not slow down whatever is timed next.
+            after[due] = _waiter(pg_env["PHOENIX_STORE"])
         samples: dict[str, list[float]] = {name: [] for name in commands}
-        for cmd, cmd_env in commands.values():  # warm-up
+        for name, (cmd, cmd_env) in commands.items():  # warm-up
+            before.get(name, lambda: None)()
             _time(cmd, payload, project, cmd_env)
+            after.get(name, lambda: None)()
         for _ in range(runs):
             for name, (cmd, cmd_env) in commands.items():
+                before.get(name, lambda: None)()
                 samples[name].append(_time(cmd, payload, project, cmd_env))
+                after.get(name, lambda: None)()
         state = agent.state.read()
         assert state.heartbeat_seq >= 2 * runs, "the hook did not record its heartbeats"
         imports = _import_report(payload, project)
     finally:
         shutil.rmtree(work, ignore_errors=True)
+        if schema is not None:
+            import psycopg
+
+            time.sleep(1)  # the detached children finish their heartbeat
+            with psycopg.connect(args.pg, autocommit=True) as conn:
+                conn.execute(f"DROP SCHEMA {schema} CASCADE")
 
     med = {name: statistics.median(values) for name, values in samples.items()}
     a, b, c = (med[n] for n in list(commands)[:3])
@@ -174,7 +203,57 @@ def main() -> int:
         f"(c)/(a) = {c / a:.2f} (target <= 1.5: {'met' if ok_a else 'MISSED'}); "
         f"(c)/(b) = {c / b:.2f} (target <= 0.6: {'met' if ok_b else 'MISSED'})"
     )
+    for name in list(commands)[5:]:
+        ratio = med[name] / a
+        print(f"{name[:3]}/(a) = {ratio:.2f} (target <= 1.5: {'met' if ratio <= 1.5 else 'MISSED'})")
     return 0
+
+
+def _waiter(store: str) -> Callable[[], None]:
+    """Wait until the detached heartbeat process has written its beat (the seq went up)."""
+    import psycopg
+
+    def seq() -> int:
+        with psycopg.connect(store, autocommit=True) as conn:
+            row = conn.execute("SELECT seq FROM phx_heartbeats WHERE team_id = 'bench-1' AND name = 'alice'").fetchone()
+            return int(row[0]) if row else 0
+
+    last = [seq()]
+
+    def wait() -> None:
+        deadline = time.monotonic() + 10
+        while seq() <= last[0]:
+            if time.monotonic() > deadline:
+                raise SystemExit("the detached heartbeat did not reach PostgreSQL within 10 s")
+            time.sleep(0.02)
+        last[0] = seq()
+        time.sleep(0.05)  # and its process is gone
+
+    return wait
+
+
+def _pg_team(url: str, project: str, env: dict[str, str]) -> tuple[str, dict[str, str], str]:
+    """A team on a fresh schema of ``url`` with teammate ``alice``; the hook's environment for
+    her, and the file whose age decides when her heartbeat goes to PostgreSQL."""
+    import uuid
+
+    import psycopg
+
+    from phoenix_protocol._heartbeats import runtime_dir
+    from phoenix_protocol._teams import Team
+
+    schema = "phx_hookbench_" + uuid.uuid4().hex[:8]
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute(f"CREATE SCHEMA {schema}")
+    store = f"{url}?options=-csearch_path%3D{schema}"
+    home = Home(os.path.join(project, ".phoenix"))
+    os.environ["PHOENIX_STORE"] = store
+    try:
+        Team.create(home, "bench", lead="lead", team_id="bench-1").join("alice")
+    finally:
+        del os.environ["PHOENIX_STORE"]
+    pg_env = dict(env, PHOENIX_STORE=store, PHOENIX_TEAM="bench-1", PHOENIX_TEAMMATE="alice")
+    return schema, pg_env, os.path.join(runtime_dir(home.root, "bench-1"), "alice.pg")
 
 
 if __name__ == "__main__":

@@ -299,3 +299,21 @@ def test_many_threads_share_one_pool(store: str, home: Home, clock: ManualClock)
         t.join()
     assert not errors
     assert team.store.read_beat("alice")["seq"] == 320  # every upsert counted once
+
+
+def test_the_hook_passes_the_heartbeat_on_from_a_detached_process(
+    store: str, project: Path, clock: ManualClock
+) -> None:
+    home = Home(str(project / ".phoenix"))
+    team = Team.create(home, "hooks", lead="lead", team_id="hooks-1", clock=clock)
+    team.join("alice")
+    env = {**os.environ, "PHOENIX_TEAM": "hooks-1", "PHOENIX_TEAMMATE": "alice"}
+    env.pop("PHOENIX_HOOK_INLINE", None)
+    payload = _hook_payload(project, "PostToolUse", tool_name="Bash", tool_input={"command": "ls"}, tool_response={})
+    proc = subprocess.run([*HOOK_PREFIX, "post-tool-use"], input=payload, capture_output=True, env=env, timeout=60)
+    assert (proc.returncode, proc.stdout, proc.stderr) == (0, b"", b"")
+    deadline = time.monotonic() + 30
+    while team.store.read_beat("alice") is None and time.monotonic() < deadline:
+        time.sleep(0.1)
+    beat = team.store.read_beat("alice")
+    assert beat is not None and beat["session_id"] == "sess-1"

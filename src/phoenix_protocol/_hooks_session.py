@@ -255,33 +255,25 @@ def _session_start(payload: dict[str, Any], options: dict[str, str], session_id:
     return dumps_line({"hookSpecificOutput": {"hookEventName": "SessionStart", "additionalContext": context}})
 
 
-def share_team_beat(agent: Agent, binding: tuple[str, str], session_id: str | None) -> None:
-    """Record the teammate's heartbeat in the PostgreSQL store, in a detached child (the hook
-    returns at once), or inline with ``PHOENIX_HOOK_INLINE=1``. A failure is an ops event."""
+def share_team_beat_main(argv: list[str]) -> None:
+    """``HOME AGENT TEAM NAME SESSION``: record the teammate's heartbeat in the PostgreSQL store
+    (started detached by the PostToolUse hook every 30 s). A failure is an ops event: a hook
+    never fails the agent."""
+    from phoenix_protocol._agent import Agent
+    from phoenix_protocol._home import Home
 
-    def work() -> None:
-        try:
-            from phoenix_protocol._teams import Team
+    with contextlib.suppress(OSError):
+        os.nice(10)  # the agent's work comes first
+    root, agent_id, team_id, name, session_id = (argv + [""] * 5)[:5]
+    agent = Agent.open(agent_id, home=Home(root))
+    try:
+        from phoenix_protocol._teams import Team
 
-            team = Team(agent.home, binding[0], clock=agent.clock, config=agent.config)
-            team.store.beat(binding[1], now_ms=agent.clock.now_ms(), session_id=session_id)
-        except Exception as exc:  # noqa: BLE001 - a hook never fails the agent; recorded instead
-            with contextlib.suppress(Exception):
-                agent.record("hook_failed", "error", {"hook": "team-heartbeat", "error": str(exc)[:500]})
-
-    if os.environ.get("PHOENIX_HOOK_INLINE") != "1" and hasattr(os, "fork"):
-        pid = os.fork()
-        if pid:
-            return
-        try:
-            os.setsid()
-            devnull = os.open(os.devnull, os.O_RDWR)
-            for fd in (0, 1, 2):
-                os.dup2(devnull, fd)
-            work()
-        finally:
-            os._exit(0)
-    work()
+        team = Team(agent.home, team_id, clock=agent.clock, config=agent.config)
+        team.store.beat(name, now_ms=agent.clock.now_ms(), session_id=session_id or None)
+    except Exception as exc:  # noqa: BLE001 - recorded instead
+        with contextlib.suppress(Exception):
+            agent.record("hook_failed", "error", {"hook": "team-heartbeat", "error": str(exc)[:500]})
 
 
 def _team_context(agent: Agent) -> str | None:

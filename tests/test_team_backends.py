@@ -193,3 +193,19 @@ def test_schema_version_and_roster_survive_a_reopen(team: Team, clock: ManualClo
     data: dict[str, Any] = again.read()
     assert data["schema_version"] == _teams.SCHEMA_VERSION
     assert again.roster() == team.roster()
+
+
+def test_the_watchdog_sweeps_a_silent_teammates_task(team: Team, clock: ManualClock) -> None:
+    from phoenix_protocol._watchdog import check_teams
+
+    task = team.add_task("Write the parser")
+    team.claim(task["task_id"], "alice")
+    team.heartbeat("alice")
+    team.heartbeat("bob")
+    clock.advance(45 * 60)  # alice falls silent
+    team.heartbeat("bob")
+    team.heartbeat("lead")
+    rows = {r["name"]: r for r in check_teams(team.home, clock=clock)}
+    assert rows["alice"]["class"] == "suspended" and rows["alice"]["action"] == "tasks_returned"
+    assert rows["bob"]["class"] == "online"
+    assert [t["task_id"] for t in team.ready()] == [task["task_id"]]

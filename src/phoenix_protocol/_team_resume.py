@@ -132,7 +132,7 @@ def _resume(
     team = Team.open(home, team_id, clock=clock)
     data = team.read()
     now = clock.now_ms()
-    result.step("discovery", "ok", f"team {team.id} found ({team.metadata_path})")
+    result.step("discovery", "ok", f"team {team.id} found ({team.store.location})")
 
     status = data["status"]
     if status == "completed":

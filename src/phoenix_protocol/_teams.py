@@ -207,6 +207,11 @@ class FileTeamStore:
         self.heartbeat_dir = runtime_dir(team.home.root, team.id)
         self.lock_timeout = team.config.lock_timeout
 
+    @property
+    def location(self) -> str:
+        """Where the team is, for people: its metadata file."""
+        return self.metadata_path
+
     def exists(self) -> bool:
         return os.path.exists(self.metadata_path)
 

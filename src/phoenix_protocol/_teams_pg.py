@@ -97,6 +97,11 @@ class PgTeamStore:
         self.id = team.id
         self.where = f"{_pg.describe(url)} team {team.id}"
 
+    @property
+    def location(self) -> str:
+        """Where the team is, for people: the server (no password) and the team."""
+        return self.where
+
     # -- metadata ------------------------------------------------------------------------------
 
     def exists(self) -> bool:

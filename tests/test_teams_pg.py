@@ -187,7 +187,7 @@ def test_a_claim_whose_connection_is_killed_is_retried_once_and_applied_once(
     killed: list[int] = []
     original = team.store.change
 
-    def change(mutate: Any) -> Any:
+    def change(mutate: Any, **kwargs: Any) -> Any:
         def killing(data: dict[str, Any]) -> Any:
             if not killed:  # the team's row and tasks are locked, nothing is written yet
                 with psycopg.connect(_server_only(store), autocommit=True) as other:
@@ -198,7 +198,7 @@ def test_a_claim_whose_connection_is_killed_is_retried_once_and_applied_once(
                 killed.append(len(rows))
             return mutate(data)
 
-        return original(killing)
+        return original(killing, **kwargs)
 
     team.store.change = change
     claimed = team.claim(task["task_id"], "alice")

@@ -323,6 +323,16 @@ MIGRATIONS: list[tuple[int, str, str]] = [
         CREATE INDEX phx_memories_tags ON phx_memories USING gin (tags);
         """,
     ),
+    (
+        3,
+        "mailbox: a byte counter and an index of broadcasts (inboxes stay fast as the mailbox grows)",
+        """
+        ALTER TABLE phx_team_seq ADD COLUMN bytes bigint NOT NULL DEFAULT 0;
+        UPDATE phx_team_seq s SET bytes = coalesce((SELECT sum(octet_length(m.subject) + octet_length(m.body))
+            FROM phx_messages m WHERE m.team_id = s.team_id), 0);
+        CREATE INDEX phx_messages_broadcast ON phx_messages (team_id, seq) WHERE recipient = '*';
+        """,
+    ),
 ]
 """``(version, description, SQL)``, applied in order, each in the transaction that records it."""
 

@@ -232,7 +232,15 @@ class FileTeamStore:
             raise TeamNotFoundError(f"team {self.team.id} has no metadata.json.")
         return migrate(data, self.metadata_path)
 
-    def change(self, mutate: Callable[[dict[str, Any]], Any]) -> tuple[dict[str, Any], Any]:
+    def read_metadata(self) -> dict[str, Any]:
+        """The metadata (here with the tasks: they are one file)."""
+        return self.read()
+
+    def change(
+        self, mutate: Callable[[dict[str, Any]], Any], *, task_id: str | None = None
+    ) -> tuple[dict[str, Any], Any]:
+        """Read, mutate and rewrite ``metadata.json`` under its lock (``task_id`` changes nothing
+        here: the file holds every task anyway)."""
         with FileLock(self.metadata_path, self.lock_timeout):
             data = self.read()
             result = mutate(data)
@@ -436,14 +444,21 @@ class Team:
         return self.store.roster()  # type: ignore[no-any-return]
 
     def _change(
-        self, mutate: Callable[[dict[str, Any]], Any], *, allow_completed: bool = False
+        self,
+        mutate: Callable[[dict[str, Any]], Any],
+        *,
+        allow_completed: bool = False,
+        task_id: str | None = None,
     ) -> tuple[dict[str, Any], Any]:
+        """Run ``mutate`` on the team under its lock. ``task_id``: ``mutate`` looks at that task
+        only, and ``data["tasks"]`` may hold just it (the other tasks are left as they are)."""
+
         def guarded(data: dict[str, Any]) -> Any:
             if data["status"] == "completed" and not allow_completed:
                 raise TeamReadOnlyError(f"team {self.id} is completed: its state is read-only.")
             return mutate(data)
 
-        return self.store.change(guarded)  # type: ignore[no-any-return]
+        return self.store.change(guarded, task_id=task_id)  # type: ignore[no-any-return]
 
     def _change_roster(self, mutate: Callable[[list[dict[str, Any]]], Any]) -> Any:
         return self.store.change_roster(mutate)
@@ -905,16 +920,14 @@ class Team:
         ``auto`` is ``full`` when the last full snapshot is older than 5 minutes, else ``task``."""
         ms = self.clock.now_ms()
         holder: dict[str, Any] = {}
-        requested = kind
+        if kind == "auto":  # decided outside the change: two claimers may both snapshot, no harm
+            last_full = self.store.read_metadata()["session_log"].get("last_full_snapshot_ms") or 0
+            kind = "full" if ms - last_full >= FULL_SNAPSHOT_MS else "task"
 
         def mutate(data: dict[str, Any]) -> None:
-            nonlocal kind
             data["checkpoint_seq"] = int(data.get("checkpoint_seq", 0)) + 1
             holder["seq"] = data["checkpoint_seq"]
             log = data["session_log"]
-            if requested == "auto":
-                last_full = log.get("last_full_snapshot_ms") or 0
-                kind = "full" if ms - last_full >= FULL_SNAPSHOT_MS else "task"
             log["messages_since_checkpoint"] = 0
             log["last_checkpoint_ms"] = ms
             if kind == "full":
@@ -926,7 +939,9 @@ class Team:
                 )
             holder["data"] = data
 
-        data, _ = self._change(mutate, allow_completed=kind == "full")
+        # A task record needs only its task: the store may load just that one (PostgreSQL does).
+        only = task["task_id"] if task is not None and kind != "full" else None
+        data, _ = self._change(mutate, allow_completed=kind == "full", task_id=only)
         seq = holder["seq"]
         roster = self.roster()
         beats = self.store.read_beats([m["name"] for m in roster])

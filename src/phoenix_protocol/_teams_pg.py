@@ -57,13 +57,32 @@ if TYPE_CHECKING:
 __all__ = ["CHANNEL", "PgMailbox", "PgTeamStore", "pg_list_teams"]
 
 CHANNEL = "phx_mailbox"
-_ADDRESSED = "(recipient = %(reader)s OR (recipient = '*' AND sender <> %(reader)s))"
+# "Addressed to READER" is two index range scans (direct: phx_messages_to; broadcasts by others:
+# phx_messages_broadcast), never one OR that would read the whole mailbox.
+_FETCH_SQL = """
+SELECT seq, msg_id, sender, recipient, type, subject, body, ts, ts_ms FROM (
+    (SELECT * FROM phx_messages WHERE team_id = %(team)s AND recipient = %(reader)s
+        AND seq > %(start)s AND seq <= %(last)s ORDER BY seq LIMIT %(limit)s)
+    UNION ALL
+    (SELECT * FROM phx_messages WHERE team_id = %(team)s AND recipient = '*' AND sender <> %(reader)s
+        AND seq > %(start)s AND seq <= %(last)s ORDER BY seq LIMIT %(limit)s)
+) AS m ORDER BY seq LIMIT %(limit)s
+"""
+_UNREAD_SQL = """
+SELECT (SELECT count(*) FROM phx_messages WHERE team_id = %(team)s AND recipient = %(reader)s AND seq > %(start)s)
+     + (SELECT count(*) FROM phx_messages WHERE team_id = %(team)s AND recipient = '*'
+            AND sender <> %(reader)s AND seq > %(start)s)
+"""
 _CURSORS_SQL = """
 SELECT c.reader, c.delivered,
-    (SELECT min(m.seq) FROM phx_messages m
-      WHERE m.team_id = c.team_id AND m.seq <= c.delivered
-        AND (m.recipient = c.reader OR (m.recipient = '*' AND m.sender <> c.reader))
-        AND NOT EXISTS (SELECT 1 FROM phx_acks a WHERE a.team_id = m.team_id AND a.seq = m.seq AND a.reader = c.reader)),
+    LEAST(
+        (SELECT min(m.seq) FROM phx_messages m WHERE m.team_id = c.team_id AND m.recipient = c.reader
+            AND m.seq <= c.delivered AND NOT EXISTS (SELECT 1 FROM phx_acks a
+                WHERE a.team_id = m.team_id AND a.seq = m.seq AND a.reader = c.reader)),
+        (SELECT min(m.seq) FROM phx_messages m WHERE m.team_id = c.team_id AND m.recipient = '*'
+            AND m.sender <> c.reader AND m.seq <= c.delivered AND NOT EXISTS (SELECT 1 FROM phx_acks a
+                WHERE a.team_id = m.team_id AND a.seq = m.seq AND a.reader = c.reader))
+    ),
     (SELECT array_agg(a.seq ORDER BY a.seq) FROM phx_acks a WHERE a.team_id = c.team_id AND a.reader = c.reader)
 FROM phx_cursors c WHERE c.team_id = %(team)s AND c.reader = ANY(%(readers)s)
 """
@@ -177,7 +196,20 @@ class PgTeamStore:
         )
         return cur.rowcount
 
-    def change(self, mutate: Callable[[dict[str, Any]], Any]) -> tuple[dict[str, Any], Any]:
+    def read_metadata(self) -> dict[str, Any]:
+        """The team's metadata without its tasks (one small row)."""
+
+        def work(conn: psycopg.Connection[Any]) -> dict[str, Any]:
+            row = conn.execute("SELECT metadata FROM phx_teams WHERE team_id = %s", (self.id,)).fetchone()
+            if row is None:
+                raise TeamNotFoundError(f"team {self.id} is not in {_pg.describe(self.url)}.")
+            return dict(row[0])
+
+        return _pg.transaction(self.url, work, retry=True)
+
+    def change(
+        self, mutate: Callable[[dict[str, Any]], Any], *, task_id: str | None = None
+    ) -> tuple[dict[str, Any], Any]:
         """Lock the team's row, run ``mutate`` on the metadata and tasks, write back what changed.
         Task rows are not locked while ``mutate`` runs (a claim elsewhere must not wait for it):
         each changed task is written only if it is still as read, else the whole change runs
@@ -190,26 +222,41 @@ class PgTeamStore:
             ).fetchone()
             if row is None:
                 raise TeamNotFoundError(f"team {self.id} is not in {_pg.describe(self.url)}.")
-            texts = [
-                r[0]
-                for r in conn.execute(
+            if task_id is None:
+                cur = conn.execute(
                     "SELECT record::text FROM phx_tasks WHERE team_id = %s ORDER BY position", (self.id,)
                 )
-            ]
+            else:  # the caller looks at one task: the others are neither read nor written
+                cur = conn.execute(
+                    "SELECT record::text FROM phx_tasks WHERE team_id = %s AND task_id = %s", (self.id, task_id)
+                )
+            texts = [r[0] for r in cur]
             data = self._assemble(json.loads(row[0]), [json.loads(t) for t in texts])
             before = {t["task_id"]: (t, text) for t, text in zip(map(json.loads, texts), texts, strict=True)}
             result = mutate(data)
             meta = {k: v for k, v in data.items() if k != "tasks"}
             conn.execute("UPDATE phx_teams SET metadata = %s WHERE team_id = %s", (_jsonb(meta), self.id))
+            positions = self._positions(conn, data["tasks"]) if task_id is not None else None
             for position, task in enumerate(data["tasks"]):
+                if positions is not None:
+                    position = positions.get(task["task_id"], position)  # noqa: PLW2901 - kept in place
                 old = before.get(task["task_id"])
                 if old is None:
+                    if positions is not None:
+                        raise UsageError("a change that names one task cannot add tasks.")
                     self._insert_task(conn, position, task)
                 elif old[0] != task and self._update_task(conn, position, task, old[1]) != 1:
                     raise psycopg.errors.SerializationFailure(f"task {task['task_id']} changed meanwhile")
             return data, result
 
         return _pg.transaction(self.url, work, retry=True)
+
+    def _positions(self, conn: psycopg.Connection[Any], tasks: list[dict[str, Any]]) -> dict[str, int]:
+        rows = conn.execute(
+            "SELECT task_id, position FROM phx_tasks WHERE team_id = %s AND task_id = ANY(%s)",
+            (self.id, [t["task_id"] for t in tasks]),
+        ).fetchall()
+        return {r[0]: int(r[1]) for r in rows}
 
     # -- roster --------------------------------------------------------------------------------
 
@@ -479,8 +526,13 @@ class PgMailbox:
             found = self._by_id(conn, msg_id)
             if found is not None:
                 raise _Duplicate(found)
+            size = len(fields["subject"].encode("utf-8", "surrogatepass")) + len(
+                fields["body"].encode("utf-8", "surrogatepass")
+            )
             row = conn.execute(
-                "UPDATE phx_team_seq SET last_seq = last_seq + 1 WHERE team_id = %s RETURNING last_seq", (self.team_id,)
+                "UPDATE phx_team_seq SET last_seq = last_seq + 1, bytes = bytes + %s WHERE team_id = %s "
+                "RETURNING last_seq",
+                (size, self.team_id),
             ).fetchone()
             if row is None:
                 raise TeamNotFoundError(f"team {self.team_id} is not in {_pg.describe(self.url)}.")
@@ -566,9 +618,7 @@ class PgMailbox:
             last = self._last(conn)  # commits happen in seq order: everything up to it is visible
             start = self._delivered(conn, reader)
             rows = conn.execute(
-                f"SELECT {self._COLUMNS} FROM phx_messages WHERE team_id = %(team)s AND seq > %(start)s "  # noqa: S608
-                f"AND seq <= %(last)s AND {_ADDRESSED} ORDER BY seq LIMIT %(limit)s",
-                {"team": self.team_id, "start": start, "last": last, "reader": reader, "limit": limit},
+                _FETCH_SQL, {"team": self.team_id, "start": start, "last": last, "reader": reader, "limit": limit}
             ).fetchall()
             out = Inbox(self._message(r) for r in rows)
             out.through_seq = out[-1].seq if limit is not None and len(out) >= limit else max(last, start)
@@ -667,11 +717,11 @@ class PgMailbox:
         def work(conn: psycopg.Connection[Any]) -> dict[str, Any]:
             last = self._last(conn)
             row = conn.execute(
-                "SELECT coalesce(min(seq), 0), coalesce(sum(octet_length(subject) + octet_length(body)), 0) "
-                "FROM phx_messages WHERE team_id = %s",
-                (self.team_id,),
+                "SELECT (SELECT seq FROM phx_messages WHERE team_id = %s ORDER BY seq LIMIT 1), "
+                "(SELECT bytes FROM phx_team_seq WHERE team_id = %s)",
+                (self.team_id, self.team_id),
             ).fetchone()
-            first, size = (int(row[0]), int(row[1])) if row else (0, 0)
+            first, size = (int(row[0] or 0), int(row[1] or 0)) if row else (0, 0)
             return {
                 "schema_version": MAILBOX_SCHEMA,
                 "team_id": self.team_id,
@@ -692,10 +742,7 @@ class PgMailbox:
 
         def work(conn: psycopg.Connection[Any]) -> int:
             start = self._delivered(conn, reader)
-            row = conn.execute(
-                f"SELECT count(*) FROM phx_messages WHERE team_id = %(team)s AND seq > %(start)s AND {_ADDRESSED}",  # noqa: S608
-                {"team": self.team_id, "start": start, "reader": reader},
-            ).fetchone()
+            row = conn.execute(_UNREAD_SQL, {"team": self.team_id, "start": start, "reader": reader}).fetchone()
             return int(row[0]) if row else 0
 
         return _pg.transaction(self.url, work, retry=True)

@@ -209,3 +209,22 @@ def test_the_watchdog_sweeps_a_silent_teammates_task(team: Team, clock: ManualCl
     assert rows["alice"]["class"] == "suspended" and rows["alice"]["action"] == "tasks_returned"
     assert rows["bob"]["class"] == "online"
     assert [t["task_id"] for t in team.ready()] == [task["task_id"]]
+
+
+def test_unread_counts_match_the_inboxes_through_random_traffic(team: Team) -> None:
+    import random
+
+    rng = random.Random(8)
+    names = ["lead", "alice", "bob"]
+    box = team.mailbox
+    for step in range(60):
+        if rng.random() < 0.7:
+            sender = rng.choice(names)
+            to = rng.choice(["*", *[n for n in names if n != sender]])
+            team.send(sender, to, subject=f"step {step}", body="", msg_id=f"m-{step}" if step % 7 else "m-dup")
+        else:
+            reader = rng.choice(names)
+            inbox = box.fetch(reader, limit=rng.randint(1, 4))
+            box.mark_delivered(reader, inbox.through_seq)
+        for reader in names:
+            assert box.unread_count(reader) == len(box.fetch(reader)), (step, reader)

@@ -317,3 +317,22 @@ def test_the_hook_passes_the_heartbeat_on_from_a_detached_process(
         time.sleep(0.1)
     beat = team.store.read_beat("alice")
     assert beat is not None and beat["session_id"] == "sess-1"
+
+
+def test_migration_4_backfills_the_unread_counters(store: str, home: Home, clock: ManualClock) -> None:
+    team = _team(home, clock, ["alice", "bob"])
+    for i in range(9):
+        team.send(
+            ("alice", "bob", "lead")[i % 3], "*" if i % 4 == 0 else ("bob", "alice")[i % 2], subject=f"{i}", body=""
+        )
+    box = team.mailbox
+    box.mark_delivered("bob", box.fetch("bob", limit=2).through_seq)
+    expected = {name: len(box.fetch(name)) for name in ("lead", "alice", "bob")}
+    with psycopg.connect(store, autocommit=True) as conn:  # the database as migration 3 left it
+        conn.execute(
+            "DROP TABLE phx_mailbox_counts; ALTER TABLE phx_team_seq DROP COLUMN broadcasts; "
+            "ALTER TABLE phx_cursors DROP COLUMN addressed; DELETE FROM phx_schema_migrations WHERE version = 4"
+        )
+    assert _pg.status(store)["current"] == 3
+    assert [m["version"] for m in _pg.migrate(store)] == [4]
+    assert {name: box.unread_count(name) for name in expected} == expected

@@ -333,6 +333,32 @@ MIGRATIONS: list[tuple[int, str, str]] = [
         CREATE INDEX phx_messages_broadcast ON phx_messages (team_id, seq) WHERE recipient = '*';
         """,
     ),
+    (
+        4,
+        "mailbox: counters that make a reader's unread count constant-time",
+        """
+        ALTER TABLE phx_team_seq ADD COLUMN broadcasts bigint NOT NULL DEFAULT 0;
+        CREATE TABLE phx_mailbox_counts (
+            team_id          text NOT NULL REFERENCES phx_teams(team_id) ON DELETE CASCADE,
+            name             text NOT NULL,
+            direct           bigint NOT NULL DEFAULT 0,
+            broadcasts_sent  bigint NOT NULL DEFAULT 0,
+            PRIMARY KEY (team_id, name)
+        );
+        ALTER TABLE phx_cursors ADD COLUMN addressed bigint NOT NULL DEFAULT 0;
+        UPDATE phx_team_seq s SET broadcasts = (SELECT count(*) FROM phx_messages m
+            WHERE m.team_id = s.team_id AND m.recipient = '*');
+        INSERT INTO phx_mailbox_counts (team_id, name, direct, broadcasts_sent)
+            SELECT team_id, name, sum(direct), sum(sent) FROM (
+                SELECT team_id, recipient AS name, count(*) AS direct, 0 AS sent FROM phx_messages
+                    WHERE recipient <> '*' GROUP BY team_id, recipient
+                UNION ALL
+                SELECT team_id, sender, 0, count(*) FROM phx_messages WHERE recipient = '*' GROUP BY team_id, sender
+            ) AS c GROUP BY team_id, name;
+        UPDATE phx_cursors c SET addressed = (SELECT count(*) FROM phx_messages m WHERE m.team_id = c.team_id
+            AND m.seq <= c.delivered AND (m.recipient = c.reader OR (m.recipient = '*' AND m.sender <> c.reader)));
+        """,
+    ),
 ]
 """``(version, description, SQL)``, applied in order, each in the transaction that records it."""
 

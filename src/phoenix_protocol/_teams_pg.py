@@ -68,10 +68,21 @@ SELECT seq, msg_id, sender, recipient, type, subject, body, ts, ts_ms FROM (
         AND seq > %(start)s AND seq <= %(last)s ORDER BY seq LIMIT %(limit)s)
 ) AS m ORDER BY seq LIMIT %(limit)s
 """
+# Unread = messages for the reader so far (direct + others' broadcasts, counters kept by send)
+# - messages for it up to its cursor (kept by mark_delivered): constant time, one snapshot.
 _UNREAD_SQL = """
-SELECT (SELECT count(*) FROM phx_messages WHERE team_id = %(team)s AND recipient = %(reader)s AND seq > %(start)s)
-     + (SELECT count(*) FROM phx_messages WHERE team_id = %(team)s AND recipient = '*'
-            AND sender <> %(reader)s AND seq > %(start)s)
+SELECT coalesce((SELECT direct - broadcasts_sent FROM phx_mailbox_counts WHERE team_id = %(team)s
+            AND name = %(reader)s), 0)
+     + coalesce((SELECT broadcasts FROM phx_team_seq WHERE team_id = %(team)s), 0)
+     - coalesce((SELECT addressed FROM phx_cursors WHERE team_id = %(team)s AND reader = %(reader)s), 0)
+"""
+_DELIVER_SQL = """
+UPDATE phx_cursors SET delivered = %(upto)s, addressed = addressed
+    + (SELECT count(*) FROM phx_messages WHERE team_id = %(team)s AND recipient = %(reader)s
+        AND seq > %(start)s AND seq <= %(upto)s)
+    + (SELECT count(*) FROM phx_messages WHERE team_id = %(team)s AND recipient = '*'
+        AND sender <> %(reader)s AND seq > %(start)s AND seq <= %(upto)s)
+WHERE team_id = %(team)s AND reader = %(reader)s
 """
 _CURSORS_SQL = """
 SELECT c.reader, c.delivered,
@@ -530,9 +541,9 @@ class PgMailbox:
                 fields["body"].encode("utf-8", "surrogatepass")
             )
             row = conn.execute(
-                "UPDATE phx_team_seq SET last_seq = last_seq + 1, bytes = bytes + %s WHERE team_id = %s "
-                "RETURNING last_seq",
-                (size, self.team_id),
+                "UPDATE phx_team_seq SET last_seq = last_seq + 1, bytes = bytes + %s, "
+                "broadcasts = broadcasts + %s WHERE team_id = %s RETURNING last_seq",
+                (size, int(to == BROADCAST), self.team_id),
             ).fetchone()
             if row is None:
                 raise TeamNotFoundError(f"team {self.team_id} is not in {_pg.describe(self.url)}.")
@@ -544,6 +555,13 @@ class PgMailbox:
                 "INSERT INTO phx_messages (team_id, seq, msg_id, sender, recipient, type, subject, body, ts, ts_ms) "
                 "VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s)",
                 (self.team_id, seq, msg_id, sender, to, type, fields["subject"], fields["body"], fields["ts"], ms),
+            )
+            direct, name = (0, sender) if to == BROADCAST else (1, to)
+            conn.execute(
+                "INSERT INTO phx_mailbox_counts AS c (team_id, name, direct, broadcasts_sent) VALUES (%s, %s, %s, %s) "
+                "ON CONFLICT (team_id, name) DO UPDATE SET direct = c.direct + EXCLUDED.direct, "
+                "broadcasts_sent = c.broadcasts_sent + EXCLUDED.broadcasts_sent",
+                (self.team_id, name, direct, 1 - direct),
             )
             conn.execute("SELECT pg_notify(%s, %s)", (CHANNEL, f"{self.team_id} {seq}"))
             return Message(seq=seq, **fields)
@@ -640,10 +658,18 @@ class PgMailbox:
                     f"cannot mark message #{up_to_seq} delivered to {reader}: the mailbox ends at #{last}."
                 )
             conn.execute(
-                "INSERT INTO phx_cursors AS c (team_id, reader, delivered) VALUES (%s, %s, %s) "
-                "ON CONFLICT (team_id, reader) DO UPDATE SET delivered = GREATEST(c.delivered, EXCLUDED.delivered)",
-                (self.team_id, reader, up_to_seq),
+                "INSERT INTO phx_cursors (team_id, reader, delivered) VALUES (%s, %s, 0) ON CONFLICT DO NOTHING",
+                (self.team_id, reader),
             )
+            row = conn.execute(
+                "SELECT delivered FROM phx_cursors WHERE team_id = %s AND reader = %s FOR UPDATE",
+                (self.team_id, reader),
+            ).fetchone()
+            delivered = int(row[0]) if row else 0
+            if up_to_seq <= delivered:
+                return
+            # Keep the count of messages for the reader up to the cursor: unread is then a subtraction.
+            conn.execute(_DELIVER_SQL, {"team": self.team_id, "reader": reader, "start": delivered, "upto": up_to_seq})
 
         _pg.transaction(self.url, work, retry=True)
 
@@ -741,8 +767,7 @@ class PgMailbox:
         reader = validate_id(reader, "reader")
 
         def work(conn: psycopg.Connection[Any]) -> int:
-            start = self._delivered(conn, reader)
-            row = conn.execute(_UNREAD_SQL, {"team": self.team_id, "start": start, "reader": reader}).fetchone()
+            row = conn.execute(_UNREAD_SQL, {"team": self.team_id, "reader": reader}).fetchone()
             return int(row[0]) if row else 0
 
         return _pg.transaction(self.url, work, retry=True)

@@ -63,8 +63,9 @@ def probe(team: Team, *, now_ms: int | None = None) -> dict[str, Any]:
     now = team.clock.now_ms() if now_ms is None else now_ms
     data = team.read()
     mates = []
+    lives = team.liveness_all(now_ms=now)
     for mate in team.roster():
-        live = team.liveness(mate["name"], now_ms=now)
+        live = lives[mate["name"]]
         mates.append({"name": mate["name"], "role": mate.get("role"), "current_task": mate.get("current_task"), **live})
     counts: dict[str, int] = {}
     for mate in mates:

@@ -552,7 +552,17 @@ class Team:
         mate = next((m for m in self.roster() if m["name"] == name), None)
         if mate is None:
             raise UsageError(f"{name!r} is not in team {self.id}.")
-        hb = self.store.read_beat(name)
+        return self._liveness(mate, self.store.read_beat(name), now)
+
+    def liveness_all(self, *, now_ms: int | None = None) -> dict[str, dict[str, Any]]:
+        """``liveness`` of every teammate, from one read of the roster and one of the heartbeats."""
+        now = self.clock.now_ms() if now_ms is None else now_ms
+        roster = self.roster()
+        beats = self.store.read_beats([m["name"] for m in roster])
+        return {m["name"]: self._liveness(m, beats.get(m["name"]), now) for m in roster}
+
+    def _liveness(self, mate: dict[str, Any], hb: dict[str, Any] | None, now: int) -> dict[str, Any]:
+        name = mate["name"]
         thresholds = {
             "online_minutes": float(self.config.team_online_minutes),
             "idle_minutes": float(self.config.team_idle_minutes),
@@ -827,10 +837,11 @@ class Team:
 
     def sweep(self) -> list[dict[str, Any]]:
         """Return tasks held by suspended or stale teammates to the queue (checkpoints kept)."""
+        lead = self.read()["lead"]
         dead = {
-            m["name"]
-            for m in self.roster()
-            if m["name"] != self.read()["lead"] and self.liveness(m["name"])["class"] in ("suspended", "stale")
+            name
+            for name, live in self.liveness_all().items()
+            if name != lead and live["class"] in ("suspended", "stale")
         }
         if not dead:
             return []

@@ -325,8 +325,9 @@ def check_teams(home: Home, *, clock: Clock = system_clock, act: bool = True) ->
                 if t["status"] in ("in_progress", "blocked") and t["assigned_to"]
             }
             rows = []
+            lives = team.liveness_all()
             for mate in team.roster():
-                live = team.liveness(mate["name"])
+                live = lives[mate["name"]]
                 rows.append(
                     {
                         "team": team_id,

@@ -121,3 +121,23 @@ def test_doctor_checks_checkpoints_and_identity(agent: Agent) -> None:
     assert not list(Path(agent.checkpoints.dir).glob(".*.tmp"))
     assert Path(agent.checkpoints.index_path).exists()
     assert damaged.exists()  # reported, never deleted
+
+
+def test_the_postgresql_store_is_checked_and_migrated(
+    agent: Agent, pg_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from phoenix_protocol import _pg
+
+    agent.ensure()
+    monkeypatch.setenv("PHOENIX_STORE", pg_url)
+    pending = check_home(agent.home, [agent], repair=False)
+    assert any(f.level == "warn" and "pending" in f.message for f in pending)
+    assert _pg.status(pg_url)["current"] == 0  # --check changes nothing
+    repaired = check_home(agent.home, [agent])
+    assert any(f.repaired and "applied" in f.message for f in repaired)
+    current = check_home(agent.home, [agent])
+    assert any(f.level == "ok" and "is current" in f.message for f in current)
+
+    monkeypatch.setenv("PHOENIX_STORE", "postgresql://postgres@127.0.0.1:5499/test")
+    unreachable = check_home(agent.home, [agent])
+    assert any(f.level == "error" and "127.0.0.1:5499" in f.message for f in unreachable)

@@ -354,9 +354,58 @@ def check_home(home: Home, agents: list[Agent], *, repair: bool = True) -> list[
     if not os.path.isdir(home.root):
         return [Finding("ok", "no Phoenix home yet (nothing to check)", path=home.root)]
     _check_modes(home.root, repair, findings)
+    findings.extend(_check_store(home, repair))
     for agent in agents:
         findings.extend(check_agent(agent, repair=repair))
     return findings
+
+
+def _check_store(home: Home, repair: bool) -> list[Finding]:
+    """With the PostgreSQL store: the server answers and its schema is current (``repair``
+    applies pending migrations, as first use would). Nothing to check for the file store here."""
+    from phoenix_protocol._config import load_config
+    from phoenix_protocol._errors import PhoenixError
+    from phoenix_protocol._pg import is_postgres_url
+
+    try:
+        store = load_config(home.root, project_root=home.project_root).store
+    except PhoenixError as exc:
+        return [Finding("error", str(exc), path=home.root)]
+    if not is_postgres_url(store):
+        return []
+    from phoenix_protocol import _pg
+
+    try:
+        status = _pg.status(store)
+        if status["current"] > status["latest"]:
+            raise SchemaVersionError(
+                f"the PostgreSQL store {status['server']} was migrated by a newer Phoenix "
+                f"(schema {status['current']}; this one knows up to {status['latest']}): upgrade phoenix-protocol."
+            )
+        pending = len(status["pending"])
+        if pending and repair:
+            _pg.migrate(store)
+            return [
+                Finding(
+                    "warn",
+                    f"store {status['server']}: {pending} migration(s) applied",
+                    path=status["server"],
+                    repaired=True,
+                )
+            ]
+        if pending:
+            return [
+                Finding(
+                    "warn",
+                    f"store {status['server']}: {pending} migration(s) pending (`phx db migrate`)",
+                    path=status["server"],
+                )
+            ]
+        return [
+            Finding("ok", f"store {status['server']}: schema {status['current']} is current", path=status["server"])
+        ]
+    except PhoenixError as exc:
+        return [Finding("error", str(exc), path=_pg.describe(store))]
 
 
 def describe_state(state: AgentState) -> str:

@@ -1,6 +1,6 @@
 """The team mailbox side by side with SQLite, under the same load, in one run.
 
-    .venv/bin/python bench/mailbox_vs_sqlite.py [--writers 8] [--per-writer 1000] [--rounds 5] [--quick]
+    .venv/bin/python bench/mailbox_vs_sqlite.py [--writers 8] [--per-writer 1000] [--rounds 5] [--quick] [--pg URL]
 
 Load: ``--writers`` processes (default 8), each sending ``--per-writer`` messages (default 1,000, so
 8,000 in all) with its own message ids, all released at once by one barrier. The payload is the same
@@ -12,6 +12,10 @@ a body of about 200 bytes, a timestamp.
 - **SQLite**: one table with ``seq INTEGER PRIMARY KEY AUTOINCREMENT`` and ``msg_id TEXT UNIQUE``
   (the same idempotency key), ``journal_mode=WAL``, ``synchronous=FULL`` (every commit fsyncs
   the WAL), one ``BEGIN IMMEDIATE; INSERT; COMMIT`` per message, ``busy_timeout`` 60 s.
+
+- **PostgreSQL** (with ``--pg URL``, issue 8): ``PgMailbox.send`` as shipped (the team's counter
+  row orders the senders; one transaction per message, committed before returning), each round
+  on a fresh schema of that server, dropped afterwards.
 
 Rounds alternate which side goes first (machine noise hits both alike); each round uses fresh
 directories on the same file system. After every run: every message id stored exactly once, seqs
@@ -97,6 +101,61 @@ def sqlite_writer(directory: str, writer: int, n: int, writers: int, start: Any,
     out.put((writer, time.perf_counter() - t0, lat))
 
 
+def pg_writer(store: str, writer: int, n: int, writers: int, start: Any, out: Any) -> None:
+    import phoenix_protocol._redact  # noqa: F401 - imported before the clock starts
+    from phoenix_protocol._teams_pg import PgMailbox
+
+    box = PgMailbox(store, team_id="bench")
+    box.stats()  # connect (and open the pool) before the start
+    lat = []
+    start.wait()
+    t0 = time.perf_counter()
+    for k in range(n):
+        msg_id, sender, to, kind, subject, body = payload(writer, k, writers)
+        s = time.perf_counter()
+        box.send(sender, to, type=kind, subject=subject, body=body, msg_id=msg_id)
+        lat.append(time.perf_counter() - s)
+    out.put((writer, time.perf_counter() - t0, lat))
+
+
+def setup_pg(server: str) -> str:
+    """A fresh schema with team ``bench``; returns its store URL."""
+    import uuid
+
+    import psycopg
+
+    from phoenix_protocol import _pg
+
+    schema = "phx_mailbench_" + uuid.uuid4().hex[:8]
+    with psycopg.connect(server, autocommit=True) as conn:
+        conn.execute(f"CREATE SCHEMA {schema}")
+    store = f"{server}?options=-csearch_path%3D{schema}"
+    _pg.ensure_schema(store)
+    with psycopg.connect(store) as conn:
+        conn.execute("INSERT INTO phx_teams (team_id, metadata, created_ms) VALUES ('bench', '{}', 0)")
+        conn.execute("INSERT INTO phx_team_seq (team_id) VALUES ('bench')")
+    _pg.close_all()  # the writers are forked: no pool crosses the fork
+    return store
+
+
+def verify_pg(store: str, expected: set[str]) -> None:
+    import psycopg
+
+    with psycopg.connect(store) as conn:
+        rows = conn.execute("SELECT seq, msg_id FROM phx_messages WHERE team_id = 'bench' ORDER BY seq").fetchall()
+    assert [r[0] for r in rows] == list(range(1, len(expected) + 1)), "gap or duplicate seq"
+    ids = [r[1] for r in rows]
+    assert len(set(ids)) == len(ids) and set(ids) == expected, "lost or duplicate message"
+
+
+def drop_pg(server: str, store: str) -> None:
+    import psycopg
+
+    schema = store.rsplit("%3D", 1)[1]
+    with psycopg.connect(server, autocommit=True) as conn:
+        conn.execute(f"DROP SCHEMA {schema} CASCADE")
+
+
 def setup_sqlite(directory: str) -> None:
     conn = sqlite3.connect(os.path.join(directory, "mailbox.sqlite"))
     assert conn.execute("PRAGMA journal_mode=WAL").fetchone()[0] == "wal"
@@ -130,14 +189,17 @@ def verify_sqlite(directory: str, expected: set[str]) -> None:
     assert len(set(ids)) == len(ids) and set(ids) == expected, "lost or duplicate message"
 
 
-def run(side: str, root: str, writers: int, per_writer: int) -> dict[str, Any]:
+def run(side: str, root: str, writers: int, per_writer: int, pg: str | None = None) -> dict[str, Any]:
     directory = tempfile.mkdtemp(prefix=f"{side}-", dir=root)
     if side == "sqlite":
         setup_sqlite(directory)
+    if side == "postgresql":
+        assert pg is not None
+        directory = setup_pg(pg)
     ctx = mp.get_context("fork")
     start = ctx.Event()
     out = ctx.Queue()
-    target = phoenix_writer if side == "phoenix" else sqlite_writer
+    target = {"phoenix": phoenix_writer, "sqlite": sqlite_writer, "postgresql": pg_writer}[side]
     procs = [ctx.Process(target=target, args=(directory, i, per_writer, writers, start, out)) for i in range(writers)]
     for p in procs:
         p.start()
@@ -150,10 +212,14 @@ def run(side: str, root: str, writers: int, per_writer: int) -> dict[str, Any]:
         p.join()
         assert p.exitcode == 0, f"{side} writer failed"
     expected = {payload(i, k, writers)[0] for i in range(writers) for k in range(per_writer)}
-    (verify_phoenix if side == "phoenix" else verify_sqlite)(directory, expected)
+    {"phoenix": verify_phoenix, "sqlite": verify_sqlite, "postgresql": verify_pg}[side](directory, expected)
     lat = sorted(x for _w, _t, lats in results for x in lats)
     total = writers * per_writer
-    shutil.rmtree(directory)
+    if side == "postgresql":
+        assert pg is not None
+        drop_pg(pg, directory)
+    else:
+        shutil.rmtree(directory)
     return {
         "side": side,
         "wall": wall,
@@ -192,6 +258,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="8 x 100, one round: checks the script")
     parser.add_argument("--dir", default=None, help="where the mailboxes and databases go (default: a temp dir)")
     parser.add_argument("--out", default=None, help=f"Markdown output (default {RESULTS} for full runs)")
+    parser.add_argument("--pg", metavar="URL", help="also run PgMailbox on this PostgreSQL server")
     args = parser.parse_args(argv)
     if args.quick:
         args.per_writer, args.rounds = 100, 1
@@ -200,10 +267,12 @@ def main(argv: list[str] | None = None) -> int:
     ratios: list[float] = []
     try:
         for r in range(args.rounds):
-            order = ("phoenix", "sqlite") if r % 2 == 0 else ("sqlite", "phoenix")
+            order: tuple[str, ...] = ("phoenix", "sqlite") if r % 2 == 0 else ("sqlite", "phoenix")
+            if args.pg:
+                order = (*order, "postgresql") if r % 2 == 0 else ("postgresql", *order)
             pair = {}
             for side in order:
-                result = run(side, root, args.writers, args.per_writer)
+                result = run(side, root, args.writers, args.per_writer, args.pg)
                 runs.append(result)
                 pair[side] = result["rate"]
                 print(
@@ -239,7 +308,7 @@ def main(argv: list[str] | None = None) -> int:
         "| side | msgs/s (median) | p50 send (ms) | p99 send (ms) | runs (msgs/s) |",
         "|---|---:|---:|---:|---|",
     ]
-    for side in ("phoenix", "sqlite"):
+    for side in ("phoenix", "sqlite", "postgresql") if args.pg else ("phoenix", "sqlite"):
         each = ", ".join(f"{x['rate']:.0f}" for x in runs if x["side"] == side)
         lines.append(
             f"| {side} | {med(side, 'rate'):,.0f} | {med(side, 'p50'):.2f} | {med(side, 'p99'):.2f} | {each} |"

@@ -336,3 +336,54 @@ def test_migration_4_backfills_the_unread_counters(store: str, home: Home, clock
     assert _pg.status(store)["current"] == 3
     assert [m["version"] for m in _pg.migrate(store)] == [4]
     assert {name: box.unread_count(name) for name in expected} == expected
+
+
+def test_inbox_follow_wakes_on_notify_without_polling(
+    store: str, home: Home, clock: ManualClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    team = _team(home, clock, ["alice", "bob"])
+    box = team.mailbox
+    calls: list[int] = []
+    original = box.unread_count
+
+    def counting(reader: str) -> int:
+        calls.append(1)
+        return original(reader)
+
+    monkeypatch.setattr(box, "unread_count", counting)
+    assert box.wait("bob", timeout=1.5) is False
+    assert len(calls) == 1  # looked once, then slept on LISTEN: no polling
+
+    follower = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "phoenix_protocol",
+            "team",
+            "inbox",
+            team.id,
+            "--as",
+            "bob",
+            "--follow",
+            "--json",
+            "--home",
+            home.root,
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "PHOENIX_STORE": store},
+    )
+    try:
+        assert follower.stdout is not None
+        first = json.loads(follower.stdout.readline())  # the (empty) inbox at start
+        assert first["messages"] == []
+        time.sleep(1.0)  # the follower is waiting now
+        sent_at = time.monotonic()
+        team.send("alice", "bob", subject="wake up", body="")
+        line = follower.stdout.readline()
+        assert time.monotonic() - sent_at < 5
+        assert [m["subject"] for m in json.loads(line)["messages"]] == ["wake up"]
+    finally:
+        follower.kill()
+        follower.communicate(timeout=30)

@@ -76,6 +76,24 @@ SELECT coalesce((SELECT direct - broadcasts_sent FROM phx_mailbox_counts WHERE t
      + coalesce((SELECT broadcasts FROM phx_team_seq WHERE team_id = %(team)s), 0)
      - coalesce((SELECT addressed FROM phx_cursors WHERE team_id = %(team)s AND reader = %(reader)s), 0)
 """
+_SEND_SQL = """
+WITH s AS (
+    UPDATE phx_team_seq SET last_seq = last_seq + 1, bytes = bytes + %(size)s,
+        broadcasts = broadcasts + %(broadcast)s
+    WHERE team_id = %(team)s RETURNING last_seq
+), m AS (
+    INSERT INTO phx_messages (team_id, seq, msg_id, sender, recipient, type, subject, body, ts, ts_ms)
+    SELECT %(team)s, last_seq, %(msg_id)s, %(sender)s, %(to)s, %(type)s, %(subject)s, %(body)s, %(ts)s, %(ts_ms)s
+    FROM s RETURNING seq
+), c AS (
+    INSERT INTO phx_mailbox_counts AS c (team_id, name, direct, broadcasts_sent)
+    SELECT %(team)s, %(counted)s, %(direct)s, %(broadcast)s FROM m
+    ON CONFLICT (team_id, name) DO UPDATE SET direct = c.direct + EXCLUDED.direct,
+        broadcasts_sent = c.broadcasts_sent + EXCLUDED.broadcasts_sent
+    RETURNING 1
+)
+SELECT m.seq, pg_notify(%(channel)s, %(team)s || ' ' || m.seq), (SELECT count(*) FROM c) FROM m
+"""
 _DELIVER_SQL = """
 UPDATE phx_cursors SET delivered = %(upto)s, addressed = addressed
     + (SELECT count(*) FROM phx_messages WHERE team_id = %(team)s AND recipient = %(reader)s
@@ -540,37 +558,49 @@ class PgMailbox:
             size = len(fields["subject"].encode("utf-8", "surrogatepass")) + len(
                 fields["body"].encode("utf-8", "surrogatepass")
             )
+            direct = int(to != BROADCAST)
+            # One statement under the counter row's lock (then COMMIT): the number, the message,
+            # the recipient's counters and the notification. A sender with the same msg_id that
+            # committed meanwhile makes the INSERT fail: the transaction, counter included, is
+            # rolled back (no gap) and send() returns that sender's message.
             row = conn.execute(
-                "UPDATE phx_team_seq SET last_seq = last_seq + 1, bytes = bytes + %s, "
-                "broadcasts = broadcasts + %s WHERE team_id = %s RETURNING last_seq",
-                (size, int(to == BROADCAST), self.team_id),
+                _SEND_SQL,
+                {
+                    "team": self.team_id,
+                    "size": size,
+                    "broadcast": 1 - direct,
+                    "direct": direct,
+                    "counted": to if direct else sender,
+                    "msg_id": msg_id,
+                    "sender": sender,
+                    "to": to,
+                    "type": type,
+                    "subject": fields["subject"],
+                    "body": fields["body"],
+                    "ts": fields["ts"],
+                    "ts_ms": ms,
+                    "channel": CHANNEL,
+                },
             ).fetchone()
             if row is None:
                 raise TeamNotFoundError(f"team {self.team_id} is not in {_pg.describe(self.url)}.")
-            found = self._by_id(conn, msg_id)  # a sender with the same id may have committed meanwhile
-            if found is not None:
-                raise _Duplicate(found)  # rolls the counter back: no gap
-            seq = int(row[0])
-            conn.execute(
-                "INSERT INTO phx_messages (team_id, seq, msg_id, sender, recipient, type, subject, body, ts, ts_ms) "
-                "VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s)",
-                (self.team_id, seq, msg_id, sender, to, type, fields["subject"], fields["body"], fields["ts"], ms),
-            )
-            direct, name = (0, sender) if to == BROADCAST else (1, to)
-            conn.execute(
-                "INSERT INTO phx_mailbox_counts AS c (team_id, name, direct, broadcasts_sent) VALUES (%s, %s, %s, %s) "
-                "ON CONFLICT (team_id, name) DO UPDATE SET direct = c.direct + EXCLUDED.direct, "
-                "broadcasts_sent = c.broadcasts_sent + EXCLUDED.broadcasts_sent",
-                (self.team_id, name, direct, 1 - direct),
-            )
-            conn.execute("SELECT pg_notify(%s, %s)", (CHANNEL, f"{self.team_id} {seq}"))
-            return Message(seq=seq, **fields)
+            return Message(seq=int(row[0]), **fields)
 
         try:
             return _pg.transaction(self.url, work, retry=True)
         except _Duplicate as dup:
             dup.message.duplicate = True
             return dup.message
+        except _pg.PgError as exc:
+            import psycopg
+
+            if not isinstance(exc.__cause__, psycopg.errors.UniqueViolation):
+                raise
+            found = _pg.transaction(self.url, lambda conn: self._by_id(conn, msg_id), retry=True)
+            if found is None:
+                raise
+            found.duplicate = True
+            return found
 
     def _by_id(self, conn: psycopg.Connection[Any], msg_id: str) -> Message | None:
         row = conn.execute(

@@ -1,6 +1,10 @@
 """Load test of the memory bridge on loopback (issue 7): throughput, p50/p99, zero errors, zero lost writes.
 
-    .venv/bin/python bench/memory_bridge_load.py [--clients 50] [--requests 200] [--agents 10]
+    .venv/bin/python bench/memory_bridge_load.py [--clients 50] [--requests 200] [--agents 10] [--pg URL]
+
+With ``--pg URL`` (issue 8) the server keeps memory on that PostgreSQL server (a fresh schema,
+dropped afterwards; checkpoints stay in the home's files) and the results go to
+``bench/results/memory_bridge_load_pg.md``.
 
 Starts ``phx serve`` (the console script's code, ``python -m phoenix_protocol serve``) on a
 temporary home with one token, then runs ``--clients`` threads, each with its own
@@ -60,7 +64,19 @@ def main() -> int:
     parser.add_argument("--requests", type=int, default=200)
     parser.add_argument("--agents", type=int, default=10)
     parser.add_argument("--no-write", action="store_true", help="Do not write bench/results/memory_bridge_load.md.")
+    parser.add_argument("--pg", metavar="URL", help="keep memory on this PostgreSQL server (a fresh schema)")
     args = parser.parse_args()
+    env = {k: v for k, v in os.environ.items() if k != "PHOENIX_STORE"}
+    schema = None
+    if args.pg:
+        import uuid
+
+        import psycopg
+
+        schema = "phx_bridgebench_" + uuid.uuid4().hex[:8]
+        with psycopg.connect(args.pg, autocommit=True) as conn:
+            conn.execute(f"CREATE SCHEMA {schema}")
+        env["PHOENIX_STORE"] = f"{args.pg}?options=-csearch_path%3D{schema}"
 
     work = tempfile.mkdtemp(prefix="phoenix-bridge-bench-")
     home = Home(os.path.join(work, "home"))
@@ -74,6 +90,7 @@ def main() -> int:
         [sys.executable, "-m", "phoenix_protocol", "serve", "--port", str(port), "--home", home.root],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
+        env=env,
     )
     try:
         with PhoenixClient(url, token) as probe:
@@ -94,10 +111,16 @@ def main() -> int:
     finally:
         server.terminate()
         server.wait(timeout=30)
+        if schema is not None:
+            import psycopg
+
+            with psycopg.connect(args.pg, autocommit=True) as conn:
+                conn.execute(f"DROP SCHEMA {schema} CASCADE")
     report = render(args, result)
     print(report)
     if not args.no_write:
-        (ROOT / "bench" / "results" / "memory_bridge_load.md").write_text(report)
+        name = "memory_bridge_load_pg.md" if args.pg else "memory_bridge_load.md"
+        (ROOT / "bench" / "results" / name).write_text(report)
     return 0 if not result["errors"] and not result["lost"] else 1
 
 
@@ -206,13 +229,16 @@ def render(args: argparse.Namespace, result: dict[str, Any]) -> str:
         f"## Memory bridge under load: {args.clients} clients x {args.requests} requests on loopback",
         "",
         "```sh",
-        f".venv/bin/python bench/memory_bridge_load.py --clients {args.clients} --requests {args.requests} --agents {args.agents}",
+        f".venv/bin/python bench/memory_bridge_load.py --clients {args.clients} --requests {args.requests} --agents {args.agents}"
+        + (f" --pg {args.pg}" if args.pg else ""),
         "```",
         "",
         f"**{time.strftime('%Y-%m-%d')}**, {platform.system()} {platform.machine()}, {os.cpu_count()} cores, "
         f"Python {platform.python_version()}, phoenix-protocol commit {commit or '?'}. One `phx serve` process "
         f"(uvicorn, FastAPI), {args.clients} client threads each with one kept-alive connection, "
-        f"{args.agents} agents shared by the clients; bearer token on every request.",
+        f"{args.agents} agents shared by the clients; bearer token on every request; memory on "
+        + ("PostgreSQL (same machine)" if args.pg else "the home's SQLite")
+        + ".",
         "",
         "| requests | wall time | throughput | p50 | p99 | errors | acknowledged writes | lost writes |",
         "|---:|---:|---:|---:|---:|---:|---:|---:|",

@@ -96,6 +96,7 @@ __all__ = [
     "Inbox",
     "Mailbox",
     "Message",
+    "check_message",
 ]
 
 SCHEMA_VERSION = 1
@@ -500,6 +501,20 @@ def _bucket(msg_id: str) -> str:
     return f"{zlib.crc32(msg_id.encode('ascii')) % _ID_BUCKETS:02x}.jsonl"
 
 
+def check_message(type: str, subject: object, body: object) -> None:
+    """The checks every mailbox (files or PostgreSQL) makes of a message before storing it."""
+    if type not in MESSAGE_TYPES:
+        raise UsageError(f"message type must be one of {', '.join(MESSAGE_TYPES)}, not {type!r}.")
+    if not isinstance(subject, str) or not subject.strip():
+        raise UsageError("a message needs a non-empty subject.")
+    if not isinstance(body, str):
+        raise UsageError("a message body must be a string.")
+    if len(subject.encode("utf-8", "surrogatepass")) > MAX_SUBJECT_BYTES:
+        raise UsageError(f"the subject is longer than {MAX_SUBJECT_BYTES} bytes: shorten it.")
+    if len(body.encode("utf-8", "surrogatepass")) > MAX_BODY_BYTES:
+        raise UsageError(f"the body is longer than {MAX_BODY_BYTES // 1024} KB: send a path or a summary instead.")
+
+
 def _new_msg_id() -> str:
     return "m-" + os.urandom(12).hex()
 
@@ -670,16 +685,7 @@ class Mailbox:
             valid.add(validate_id(sender, "sender"))
         if to != BROADCAST and to not in valid:
             valid.add(validate_id(to, "recipient"))
-        if type not in MESSAGE_TYPES:
-            raise UsageError(f"message type must be one of {', '.join(MESSAGE_TYPES)}, not {type!r}.")
-        if not isinstance(subject, str) or not subject.strip():
-            raise UsageError("a message needs a non-empty subject.")
-        if not isinstance(body, str):
-            raise UsageError("a message body must be a string.")
-        if len(subject.encode("utf-8", "surrogatepass")) > MAX_SUBJECT_BYTES:
-            raise UsageError(f"the subject is longer than {MAX_SUBJECT_BYTES} bytes: shorten it.")
-        if len(body.encode("utf-8", "surrogatepass")) > MAX_BODY_BYTES:
-            raise UsageError(f"the body is longer than {MAX_BODY_BYTES // 1024} KB: send a path or a summary instead.")
+        check_message(type, subject, body)
         msg_id = _new_msg_id() if msg_id is None else validate_id(msg_id, "message id")
         from phoenix_protocol._redact import redact
 

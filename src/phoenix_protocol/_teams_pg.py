@@ -37,15 +37,7 @@ from phoenix_protocol._clock import Clock, iso_from_ms, system_clock
 from phoenix_protocol._errors import UsageError
 from phoenix_protocol._ids import validate_id
 from phoenix_protocol._jsonio import dumps_document
-from phoenix_protocol._mailbox import (
-    BROADCAST,
-    MAX_BODY_BYTES,
-    MAX_SUBJECT_BYTES,
-    MESSAGE_TYPES,
-    Inbox,
-    Message,
-    _new_msg_id,
-)
+from phoenix_protocol._mailbox import BROADCAST, Inbox, Message, _new_msg_id, check_message
 from phoenix_protocol._mailbox import SCHEMA_VERSION as MAILBOX_SCHEMA
 from phoenix_protocol._teams import TeamNotFoundError, TeamReadOnlyError, migrate
 
@@ -526,16 +518,7 @@ class PgMailbox:
         validate_id(sender, "sender")
         if to != BROADCAST:
             validate_id(to, "recipient")
-        if type not in MESSAGE_TYPES:
-            raise UsageError(f"message type must be one of {', '.join(MESSAGE_TYPES)}, not {type!r}.")
-        if not isinstance(subject, str) or not subject.strip():
-            raise UsageError("a message needs a non-empty subject.")
-        if not isinstance(body, str):
-            raise UsageError("a message body must be a string.")
-        if len(subject.encode("utf-8", "surrogatepass")) > MAX_SUBJECT_BYTES:
-            raise UsageError(f"the subject is longer than {MAX_SUBJECT_BYTES} bytes: shorten it.")
-        if len(body.encode("utf-8", "surrogatepass")) > MAX_BODY_BYTES:
-            raise UsageError(f"the body is longer than {MAX_BODY_BYTES // 1024} KB: send a path or a summary instead.")
+        check_message(type, subject, body)
         msg_id = _new_msg_id() if msg_id is None else validate_id(msg_id, "message id")
         from phoenix_protocol._redact import redact
 

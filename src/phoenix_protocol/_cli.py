@@ -127,6 +127,34 @@ def common(func: F) -> F:
     return wrapper  # type: ignore[return-value]
 
 
+def home_common(func: F) -> F:
+    """``--home`` and ``--json`` for a command that works on the home, not on one agent (teams,
+    the server, tokens, the store); gives it ``home`` and ``out`` and maps errors to exit codes."""
+
+    @click.option("--json", "as_json", is_flag=True, help="Print one JSON document (stable format) instead of text.")
+    @click.option(
+        "--home",
+        "home_path",
+        metavar="PATH",
+        help="Phoenix home (default: $PHOENIX_HOME or .phoenix/ at the git root).",
+    )
+    @functools.wraps(func)
+    def wrapper(*args: Any, home_path: str | None, as_json: bool, **kwargs: Any) -> Any:
+        out = Output(as_json)
+        try:
+            home = Home(os.path.abspath(home_path)) if home_path else Home.resolve()
+            return func(*args, home=home, out=out, **kwargs)
+        except PhoenixError as exc:
+            code = _exit_code_for(exc)
+            out.error(exc, code)
+            raise _Exit(code) from None
+        except OSError as exc:
+            out.error(exc, EXIT_FAILED)
+            raise _Exit(EXIT_FAILED) from None
+
+    return wrapper  # type: ignore[return-value]
+
+
 def _state_payload(agent: Agent, state: AgentState) -> dict[str, Any]:
     return {"agent": agent.id, "home": agent.home.root, "path": agent.state.path, "state": state.to_dict()}
 

@@ -10,8 +10,7 @@ from typing import Any
 
 import click
 
-from phoenix_protocol._cli import Output, main_group
-from phoenix_protocol._cli_teams import team_common
+from phoenix_protocol._cli import Output, home_common, main_group
 from phoenix_protocol._errors import UsageError
 from phoenix_protocol._home import Home
 
@@ -40,7 +39,7 @@ def db_group() -> None:
 
 
 @db_group.command("migrate")
-@team_common
+@home_common
 def db_migrate(home: Home, out: Output) -> None:
     """Apply the pending schema migrations (also done on first use); concurrent runs wait for
     each other.
@@ -61,7 +60,7 @@ def db_migrate(home: Home, out: Output) -> None:
 
 
 @db_group.command("status")
-@team_common
+@home_common
 def db_status(home: Home, out: Output) -> None:
     """The schema version of the PostgreSQL store and the migrations not applied yet (nothing is changed).
 
@@ -105,7 +104,7 @@ def _progress(out: Output) -> Any:
 
 @main_group.command("export")
 @click.argument("path", type=click.Path(dir_okay=False))
-@team_common
+@home_common
 def export_cmd(home: Home, out: Output, path: str) -> None:
     """Write the whole home and its store (agents' files, teams, memory) to PATH (JSON lines, 0600).
 
@@ -123,7 +122,7 @@ def export_cmd(home: Home, out: Output, path: str) -> None:
 
 @main_group.command("import")
 @click.argument("path", type=click.Path(dir_okay=False, exists=True))
-@team_common
+@home_common
 def import_cmd(home: Home, out: Output, path: str) -> None:
     """Load an export into this home and its store; refused (nothing written) if any of it exists.
 

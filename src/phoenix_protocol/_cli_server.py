@@ -6,7 +6,6 @@ Registered on the ``phx`` group by ``_cli``. FastAPI and uvicorn are imported on
 
 from __future__ import annotations
 
-import functools
 import os
 import sys
 from collections.abc import Callable
@@ -14,40 +13,13 @@ from typing import Any, TypeVar
 
 import click
 
-from phoenix_protocol._cli import EXIT_FAILED, Output, _Exit, _exit_code_for, main_group
+from phoenix_protocol._cli import Output, _Exit, _exit_code_for, home_common, main_group
 from phoenix_protocol._errors import PhoenixError, UsageError
 from phoenix_protocol._home import Home
 
 __all__: list[str] = []
 
 F = TypeVar("F", bound=Callable[..., Any])
-
-
-def home_common(func: F) -> F:
-    """``--home`` and ``--json``; gives the command ``home`` and ``out``; maps errors to exit codes."""
-
-    @click.option("--json", "as_json", is_flag=True, help="Print one JSON document (stable format) instead of text.")
-    @click.option(
-        "--home",
-        "home_path",
-        metavar="PATH",
-        help="Phoenix home (default: $PHOENIX_HOME or .phoenix/ at the git root).",
-    )
-    @functools.wraps(func)
-    def wrapper(*args: Any, home_path: str | None, as_json: bool, **kwargs: Any) -> Any:
-        out = Output(as_json)
-        try:
-            home = Home(os.path.abspath(home_path)) if home_path else Home.resolve()
-            return func(*args, home=home, out=out, **kwargs)
-        except PhoenixError as exc:
-            code = _exit_code_for(exc)
-            out.error(exc, code)
-            raise _Exit(code) from None
-        except OSError as exc:
-            out.error(exc, EXIT_FAILED)
-            raise _Exit(EXIT_FAILED) from None
-
-    return wrapper  # type: ignore[return-value]
 
 
 @main_group.command("serve")

@@ -8,7 +8,6 @@ step not allowed); ``phx team resume`` and ``probe`` use the seed's codes: 0 att
 
 from __future__ import annotations
 
-import functools
 import os
 import sys
 from collections.abc import Callable
@@ -16,40 +15,13 @@ from typing import Any, TypeVar
 
 import click
 
-from phoenix_protocol._cli import EXIT_FAILED, Output, _Exit, _exit_code_for, main_group
+from phoenix_protocol._cli import Output, _Exit, home_common, main_group
 from phoenix_protocol._errors import PhoenixError
 from phoenix_protocol._home import Home
 
 __all__: list[str] = []
 
 F = TypeVar("F", bound=Callable[..., Any])
-
-
-def team_common(func: F) -> F:
-    """``--home`` and ``--json``; gives the command ``home`` and ``out``; maps errors."""
-
-    @click.option("--json", "as_json", is_flag=True, help="Print one JSON document (stable format) instead of text.")
-    @click.option(
-        "--home",
-        "home_path",
-        metavar="PATH",
-        help="Phoenix home (default: $PHOENIX_HOME or .phoenix/ at the git root).",
-    )
-    @functools.wraps(func)
-    def wrapper(*args: Any, home_path: str | None, as_json: bool, **kwargs: Any) -> Any:
-        out = Output(as_json)
-        try:
-            home = Home(os.path.abspath(home_path)) if home_path else Home.resolve()
-            return func(*args, home=home, out=out, **kwargs)
-        except PhoenixError as exc:
-            code = _exit_code_for(exc)
-            out.error(exc, code)
-            raise _Exit(code) from None
-        except OSError as exc:
-            out.error(exc, EXIT_FAILED)
-            raise _Exit(EXIT_FAILED) from None
-
-    return wrapper  # type: ignore[return-value]
 
 
 def _team(home: Home, team_id: str) -> Any:
@@ -107,7 +79,7 @@ def team_group() -> None:
 @click.option(
     "--facts-command", metavar="CMD", help="Whose output hash 'verify facts' compares (default: git HEAD + changes)."
 )
-@team_common
+@home_common
 def team_create(
     home: Home, out: Output, name: str, lead: str, check_command: str | None, facts_command: str | None
 ) -> None:
@@ -130,7 +102,7 @@ def team_create(
 @click.argument("name")
 @click.option("--role", default="engineer", show_default=True)
 @click.option("--session", metavar="ID", help="The teammate's session id (default: $PHOENIX_SESSION_ID).")
-@team_common
+@home_common
 def team_join(home: Home, out: Output, team_id: str, name: str, role: str, session: str | None) -> None:
     """Join a team (a pending team becomes active).
 
@@ -155,7 +127,7 @@ def team_task_group() -> None:
 @click.argument("team_id", metavar="TEAM")
 @click.argument("title")
 @click.option("--after", multiple=True, metavar="TASK", help="A task this one depends on (repeatable).")
-@team_common
+@home_common
 def team_task_add(home: Home, out: Output, team_id: str, title: str, after: tuple[str, ...]) -> None:
     """Add a task (pending), optionally after others.
 
@@ -168,7 +140,7 @@ def team_task_add(home: Home, out: Output, team_id: str, title: str, after: tupl
 @click.argument("team_id", metavar="TEAM")
 @click.argument("task_id", metavar="TASK")
 @click.option("--on", "on", required=True, metavar="TASK", help="The task it depends on.")
-@team_common
+@home_common
 def team_task_depend(home: Home, out: Output, team_id: str, task_id: str, on: str) -> None:
     """Make TASK depend on another; a cycle is refused.
 
@@ -179,7 +151,7 @@ def team_task_depend(home: Home, out: Output, team_id: str, task_id: str, on: st
 
 @team_group.command("tasks")
 @click.argument("team_id", metavar="TEAM")
-@team_common
+@home_common
 def team_tasks(home: Home, out: Output, team_id: str) -> None:
     """List every task.
 
@@ -194,7 +166,7 @@ def team_tasks(home: Home, out: Output, team_id: str) -> None:
 
 @team_group.command("ready")
 @click.argument("team_id", metavar="TEAM")
-@team_common
+@home_common
 def team_ready(home: Home, out: Output, team_id: str) -> None:
     """Tasks whose dependencies are all completed, ready to claim.
 
@@ -211,7 +183,7 @@ def team_ready(home: Home, out: Output, team_id: str) -> None:
 @click.argument("team_id", metavar="TEAM")
 @click.argument("task_id", metavar="[TASK]", required=False)
 @click.option("--as", "name", required=True, metavar="NAME")
-@team_common
+@home_common
 def team_claim(home: Home, out: Output, team_id: str, task_id: str | None, name: str) -> None:
     """Claim a ready task (without TASK: the first ready one); atomic: of two claimers of one
     task exactly one wins (the other exits 4). With no task ready, prints so and exits 0.
@@ -235,7 +207,7 @@ def team_claim(home: Home, out: Output, team_id: str, task_id: str | None, name:
 @click.argument("team_id", metavar="TEAM")
 @click.argument("task_id", metavar="TASK")
 @click.option("--as", "name", required=True, metavar="NAME")
-@team_common
+@home_common
 def team_release(home: Home, out: Output, team_id: str, task_id: str, name: str) -> None:
     """Give a claimed task back to the queue.
 
@@ -250,7 +222,7 @@ def team_release(home: Home, out: Output, team_id: str, task_id: str, name: str)
 @click.option("--as", "name", required=True, metavar="NAME")
 @click.option("--check", type=click.Choice(["green", "red", "pending"]), default="green", show_default=True)
 @click.option("--file", "files", multiple=True, metavar="PATH", help="A file the task modified (repeatable).")
-@team_common
+@home_common
 def team_done(
     home: Home, out: Output, team_id: str, task_id: str, name: str, check: str, files: tuple[str, ...]
 ) -> None:
@@ -265,7 +237,7 @@ def team_done(
 @click.argument("team_id", metavar="TEAM")
 @click.argument("task_id", metavar="TASK")
 @click.argument("new_owner")
-@team_common
+@home_common
 def team_reassign(home: Home, out: Output, team_id: str, task_id: str, new_owner: str) -> None:
     """The seed's --force-reassign: hand a task to NEW_OWNER, who inherits its checkpoint.
 
@@ -276,7 +248,7 @@ def team_reassign(home: Home, out: Output, team_id: str, task_id: str, new_owner
 
 @team_group.command("sweep")
 @click.argument("team_id", metavar="TEAM")
-@team_common
+@home_common
 def team_sweep(home: Home, out: Output, team_id: str) -> None:
     """Return tasks held by suspended or stale teammates to the queue.
 
@@ -303,7 +275,7 @@ def team_sweep(home: Home, out: Output, team_id: str) -> None:
 @click.option("--subject", required=True)
 @click.option("--body", required=True)
 @click.option("--id", "msg_id", metavar="MSG_ID", help="Idempotency key: sending the same id twice stores it once.")
-@team_common
+@home_common
 def team_send(
     home: Home, out: Output, team_id: str, sender: str, to: str, kind: str, subject: str, body: str, msg_id: str | None
 ) -> None:
@@ -334,7 +306,7 @@ def _print_messages(out: Output, messages: list[Any]) -> None:
 @click.option("--as", "name", required=True, metavar="NAME")
 @click.option("--follow", is_flag=True, help="Keep waiting for new messages (Ctrl-C stops).")
 @click.option("--limit", type=click.IntRange(min=1), help="At most N messages.")
-@team_common
+@home_common
 def team_inbox(home: Home, out: Output, team_id: str, name: str, follow: bool, limit: int | None) -> None:
     """Messages NAME has not received yet; marked delivered only once printed.
 
@@ -373,7 +345,7 @@ def team_inbox(home: Home, out: Output, team_id: str, name: str, follow: bool, l
 @click.argument("team_id", metavar="TEAM")
 @click.argument("seq", type=int)
 @click.option("--as", "name", required=True, metavar="NAME")
-@team_common
+@home_common
 def team_ack(home: Home, out: Output, team_id: str, seq: int, name: str) -> None:
     """Acknowledge message SEQ (it must have been delivered to NAME).
 
@@ -390,7 +362,7 @@ def team_ack(home: Home, out: Output, team_id: str, seq: int, name: str) -> None
 @team_group.command("replay")
 @click.argument("team_id", metavar="TEAM")
 @click.option("--last", "last", type=click.IntRange(min=1), default=10, show_default=True)
-@team_common
+@home_common
 def team_replay(home: Home, out: Output, team_id: str, last: int) -> None:
     """The newest N messages of the whole team (the lead's summary).
 
@@ -406,7 +378,7 @@ def team_replay(home: Home, out: Output, team_id: str, last: int) -> None:
 @team_group.command("heartbeat")
 @click.argument("team_id", metavar="TEAM")
 @click.argument("name")
-@team_common
+@home_common
 def team_heartbeat(home: Home, out: Output, team_id: str, name: str) -> None:
     """Record a heartbeat (UTC ms + sequence number); the hooks do it on every tool call.
 
@@ -422,7 +394,7 @@ def team_heartbeat(home: Home, out: Output, team_id: str, name: str) -> None:
 @team_group.command("status")
 @click.argument("team_id", metavar="TEAM")
 @click.option("--as", "name", metavar="NAME", help="A teammate's view: its tasks, unread messages, ZOMBIE mode.")
-@team_common
+@home_common
 def team_status(home: Home, out: Output, team_id: str, name: str | None) -> None:
     """The team's state, or a teammate's view of it (ZOMBIE mode when the lead is silent).
 
@@ -461,7 +433,7 @@ def team_status(home: Home, out: Output, team_id: str, name: str | None) -> None
 
 @team_group.command("checkpoint")
 @click.argument("team_id", metavar="TEAM")
-@team_common
+@home_common
 def team_checkpoint(home: Home, out: Output, team_id: str) -> None:
     """Take a full team checkpoint now.
 
@@ -477,7 +449,7 @@ def team_checkpoint(home: Home, out: Output, team_id: str) -> None:
 @team_group.command("consolidate")
 @click.argument("team_id", metavar="TEAM")
 @click.option("--resolve", type=click.Choice(["retry", "abort", "inspect"]), help="After a partial consolidation.")
-@team_common
+@home_common
 def team_consolidate(home: Home, out: Output, team_id: str, resolve: str | None) -> None:
     """Mark consolidating, run the check command, record the last good commit.
 
@@ -502,7 +474,7 @@ def team_consolidate(home: Home, out: Output, team_id: str, resolve: str | None)
 @team_group.command("complete")
 @click.argument("team_id", metavar="TEAM")
 @click.option("--force", is_flag=True, help="Even with uncommitted changes.")
-@team_common
+@home_common
 def team_complete(home: Home, out: Output, team_id: str, force: bool) -> None:
     """Mark the team completed (read-only from then on).
 
@@ -516,7 +488,7 @@ def team_complete(home: Home, out: Output, team_id: str, force: bool) -> None:
 
 
 @team_group.command("list")
-@team_common
+@home_common
 def team_list(home: Home, out: Output) -> None:
     """Teams in this home (resumable ones first).
 
@@ -575,7 +547,7 @@ def _resume_output(out: Output, result: Any) -> None:
 
 @team_group.command("probe")
 @click.argument("team_id", metavar="TEAM")
-@team_common
+@home_common
 def team_probe(home: Home, out: Output, team_id: str) -> None:
     """Run the resume validation without attaching (another lead's binding is reported, not an
     error; exit 1 transient, 2 permanent, as resume).
@@ -593,7 +565,7 @@ def team_probe(home: Home, out: Output, team_id: str) -> None:
 @team_group.command("resume")
 @click.argument("team_id", metavar="TEAM")
 @click.option("--session", metavar="ID", help="The lead's session id (default: $PHOENIX_SESSION_ID, else a new one).")
-@team_common
+@home_common
 def team_resume(home: Home, out: Output, team_id: str, session: str | None) -> None:
     """Re-attach as lead after a crash: the seed's validation sequence; exit 0 attached,
     1 transient (retry), 2 permanent.

@@ -177,28 +177,7 @@ def _restore(
 
 
 def _sessions(client: PhoenixClient, out: Output, agent_id: str) -> None:
-    sessions = client.sessions(agent_id)
-    if out.as_json:
-        out.json({"agent": agent_id, "sessions": sessions})
-        return
-    from rich.table import Table
-
-    table = Table(box=None, padding=(0, 1), header_style="bold")
-    for column in ("session", "started", "ended", "duration"):
-        table.add_column(column, no_wrap=True)
-    table.add_column("summary", overflow="fold")
-    for s in sessions:
-        duration = s.get("duration_seconds")
-        table.add_row(
-            _escape(s["session_id"]),
-            str(s.get("started_at") or "?")[:19].replace("T", " "),
-            str(s.get("ended_at") or "open")[:19].replace("T", " "),
-            f"{duration // 60}m{duration % 60:02d}s" if isinstance(duration, int) else "-",
-            _escape(s.get("summary") or ""),
-        )
-    out.console.print(table)
-    if not sessions:
-        out.console.print("(no sessions yet)")
+    _cli_sessions._print_sessions(out, agent_id, client.sessions(agent_id))
 
 
 def _print_identity(out: Output, agent_id: str, identity: dict[str, Any]) -> None:
@@ -306,7 +285,9 @@ def _team_tasks(client: PhoenixClient, out: Output, team_id: str) -> None:
         _cli_teams._tasks_table(out, tasks)
 
 
-def _team_claim(client: PhoenixClient, out: Output, team_id: str, task_id: str, name: str) -> None:
+def _team_claim(client: PhoenixClient, out: Output, team_id: str, task_id: str | None, name: str) -> None:
+    if task_id is None:  # the bridge claims named tasks (POST /teams/{team}/tasks/{task}/claim)
+        raise UsageError("with --server, name the task to claim (`phx team ready TEAM` lists them).")
     _cli_teams._print_task(out, client.team_claim(team_id, task_id, name), "claimed")
 
 

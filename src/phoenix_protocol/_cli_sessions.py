@@ -257,9 +257,13 @@ def sessions_command(agent: Agent, out: Output) -> None:
     """
     from phoenix_protocol._sessions import list_sessions
 
-    sessions = list_sessions(agent)
+    _print_sessions(out, agent.id, list_sessions(agent))
+
+
+def _print_sessions(out: Output, agent_id: str, sessions: list[dict[str, Any]]) -> None:
+    """The sessions as a table (or ``--json``), here or from a memory bridge."""
     if out.as_json:
-        out.json({"agent": agent.id, "sessions": sessions})
+        out.json({"agent": agent_id, "sessions": sessions})
         return
     from rich.markup import escape
     from rich.table import Table

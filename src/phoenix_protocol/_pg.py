@@ -25,6 +25,7 @@ file store's paths.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import threading
 import time
@@ -204,11 +205,9 @@ def transaction(url: str, work: Callable[[psycopg.Connection[Any]], T], *, retry
                     conn.commit()
                     return result
                 except BaseException:
-                    if not committing and not conn.closed:
-                        try:
+                    if not committing and not conn.closed:  # handed back clean (the pool warns otherwise)
+                        with contextlib.suppress(psycopg.Error):
                             conn.rollback()
-                        except psycopg.Error:
-                            pass
                     raise
         except PgError as exc:
             cause = exc.__cause__

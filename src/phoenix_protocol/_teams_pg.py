@@ -124,10 +124,6 @@ def pg_list_teams(url: str) -> list[str]:
     return _pg.transaction(url, work, retry=True)
 
 
-def _canonical(record: dict[str, Any]) -> str:
-    return json.dumps(record, sort_keys=True, separators=(",", ":"))
-
-
 class PgTeamStore:
     """One team's state in PostgreSQL (see the module docstring)."""
 

@@ -87,6 +87,7 @@ from phoenix_protocol._errors import (
 from phoenix_protocol._home import Home
 from phoenix_protocol._ids import MAX_ID_LENGTH, validate_id
 from phoenix_protocol._memory import MAX_TEXT, MEMORY_ID_REGEX, open_memory_store
+from phoenix_protocol._teams import TeamNotFoundError
 from phoenix_protocol._tokens import ALL, TokenInfo, TokenStore, agent_namespace, team_namespace
 from phoenix_protocol._version import __version__
 
@@ -831,7 +832,7 @@ def create_app(
     async def phoenix_error(request: Request, exc: PhoenixError) -> Response:
         status = status_for(exc)
         detail = _bridge.scrub(" ".join(str(exc).split()), home) or type(exc).__name__
-        if status == 404 and type(exc).__name__ == "TeamNotFoundError":
+        if isinstance(exc, TeamNotFoundError):
             detail = NOT_FOUND  # its message lists the teams that exist
         if status >= 500:
             log.error("%s %s: %s: %s", request.method, request.url.path, type(exc).__name__, exc)

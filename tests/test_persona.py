@@ -162,7 +162,7 @@ def test_lexical_is_deterministic_and_fast() -> None:
     scorer = LexicalScorer()
     first = scorer.analyze(RELEASE, texts)
     timings = []
-    for _ in range(15):
+    for _ in range(40):  # best of many: a shared 2-core VM has bursts of load
         started = time.perf_counter()
         again = scorer.analyze(RELEASE, texts)
         timings.append(time.perf_counter() - started)

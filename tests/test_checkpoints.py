@@ -111,11 +111,18 @@ def test_bad_type_and_name_are_usage_errors(agent: Agent) -> None:
         agent.checkpoints.restore()
 
 
-def test_index_is_rebuilt_when_lost(agent: Agent) -> None:
-    names = [agent.checkpoints.create("session").name for _ in range(3)]
-    os.unlink(agent.checkpoints.index_path)
-    assert [e.name for e in agent.checkpoints.entries()] == names[::-1]
-    assert agent.checkpoints.create("session").seq == 4
+@pytest.mark.parametrize("lost", ["index.json", "index.log", "both"])
+def test_index_is_rebuilt_when_lost(agent: Agent, lost: str) -> None:
+    store = agent.checkpoints
+    names = [store.create("session").name for _ in range(2)]
+    store.rebuild_index()  # settles: the snapshot holds both, the log starts empty
+    names.append(store.create("session").name)  # this one is in the log only
+    for gone in ["index.json", "index.log"] if lost == "both" else [lost]:
+        os.unlink(os.path.join(store.dir, gone))
+    fresh = Agent.open(agent.id, home=agent.home, clock=agent.clock).checkpoints  # no view in memory
+    assert [e.name for e in fresh.entries()] == names[::-1]
+    assert fresh.create("session").seq == 4
+    assert [e.seq for e in store.entries()] == [4, 3, 2, 1]
 
 
 # -- time-based checkpoints -------------------------------------------------------------------

@@ -9,7 +9,9 @@ from typing import Any
 
 import pytest
 
+from phoenix_protocol._agent import Agent
 from phoenix_protocol._cli import cli
+from phoenix_protocol._home import Home
 
 
 def phx_json(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, dict[str, Any]]:
@@ -63,7 +65,8 @@ def test_restore_and_its_refusals(capsys: pytest.CaptureFixture[str], project: P
     shutil.copy(source / name, target / planted)
     code, data = phx_json(capsys, "restore", "--agent", "b", "--checkpoint", planted)
     assert code == 4 and data["error"]["type"] == "CheckpointOwnershipError"
-    # A damaged checkpoint is a data problem.
+    # A damaged checkpoint is a data problem (once the checkpoint log holds no copy of it).
+    Agent.open("a", home=Home(str(project / ".phoenix"))).checkpoints.rebuild_index()
     raw = (source / name).read_bytes()
     (source / name).write_bytes(raw.replace(b"end of A", b"end of B"))
     code, data = phx_json(capsys, "checkpoint", "show", name, "--agent", "a")

@@ -105,6 +105,7 @@ def test_doctor_checks_checkpoints_and_identity(agent: Agent) -> None:
     agent.state.set_status("working", "x")
     first = agent.checkpoints.create("session")
     second = agent.checkpoints.create("session")
+    agent.checkpoints.rebuild_index()  # settled: the checkpoint log holds no copy to repair from
     damaged = Path(agent.checkpoints.dir, second.name)
     damaged.write_bytes(damaged.read_bytes()[:-20])
     Path(agent.checkpoints.dir, f".{first.name}.99.1.tmp").write_text("partial")
@@ -121,6 +122,19 @@ def test_doctor_checks_checkpoints_and_identity(agent: Agent) -> None:
     assert not list(Path(agent.checkpoints.dir).glob(".*.tmp"))
     assert Path(agent.checkpoints.index_path).exists()
     assert damaged.exists()  # reported, never deleted
+
+
+def test_doctor_repairs_a_damaged_checkpoint_from_the_log(agent: Agent) -> None:
+    info = agent.checkpoints.create("session", summary="kept in the log")
+    path = Path(agent.checkpoints.dir, info.name)
+    original = path.read_bytes()
+    path.write_bytes(original.replace(b"kept in the log", b"Kept in the log"))
+    findings = check_agent(agent, repair=False)
+    assert any(f.level == "error" and "checkpoint log" in f.message and not f.repaired for f in findings)
+    assert path.read_bytes() != original  # --check changes nothing
+    findings = check_agent(agent)
+    assert any(f.repaired and "Restored from the log" in f.message for f in findings)
+    assert path.read_bytes() == original
 
 
 def test_the_postgresql_store_is_checked_and_migrated(

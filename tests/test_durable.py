@@ -1,6 +1,6 @@
 """Durable I/O under injected faults, and the primitives' unit behaviour.
 
-Faults are injected by replacing ``os.write``, ``os.fsync`` and ``os.replace`` (the functions
+Faults are injected by replacing ``os.write``, ``os.fsync``, ``os.fdatasync`` and ``os.replace`` (the functions
 ``phoenix_protocol._durable`` calls) with versions that raise ``ENOSPC`` or ``EIO`` for the file
 under test. Whatever fails, the caller gets a ``StorageError`` naming the file, the previous
 content is intact and no temporary file is left behind.
@@ -65,7 +65,7 @@ def fault(
     half_written = [False]
 
     def target(args: tuple[Any, ...]) -> str:
-        if name in ("write", "fsync"):
+        if name in ("write", "fsync", "fdatasync"):
             return _fd_path(args[0])
         return " -> ".join(str(a) for a in args[:2])
 
@@ -151,7 +151,8 @@ def test_atomic_write_directory_fsync_fault_is_reported(monkeypatch: pytest.Monk
 
 
 @pytest.mark.parametrize(
-    ("name", "code"), [("write", errno.ENOSPC), ("write", errno.EIO), ("fsync", errno.EIO), ("fsync", errno.ENOSPC)]
+    ("name", "code"),
+    [("write", errno.ENOSPC), ("write", errno.EIO), ("fdatasync", errno.EIO), ("fdatasync", errno.ENOSPC)],
 )
 def test_durable_append_fault_raises_naming_the_file(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path, name: str, code: int
@@ -215,7 +216,7 @@ def test_state_store_fault_keeps_the_previous_state(
     assert agent.state.read().last_output == "recovered"
 
 
-@pytest.mark.parametrize(("name", "code"), [("write", errno.ENOSPC), ("fsync", errno.EIO)])
+@pytest.mark.parametrize(("name", "code"), [("write", errno.ENOSPC), ("fdatasync", errno.EIO)])
 def test_state_change_whose_ops_append_fails_changes_nothing(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path, name: str, code: int
 ) -> None:

@@ -242,6 +242,7 @@ def test_a_damaged_checkpoint_is_refused_and_the_session_restores_the_previous(h
     good = session_checkpoint(agent, "the good one")
     clock.advance(60)
     bad = agent.checkpoints.create("session", summary="damaged later").name
+    agent.checkpoints.rebuild_index()  # settled: the checkpoint log no longer holds a copy
     path = Path(agent.checkpoints.dir, bad)
     data = bytearray(path.read_bytes())
     at = data.index(b"damaged later")
@@ -253,6 +254,30 @@ def test_a_damaged_checkpoint_is_refused_and_the_session_restores_the_previous(h
     started = _sessions.begin(agent, "s2")
     assert started.checkpoint is not None and started.checkpoint.name == good
     assert len(started.problems) == 1 and bad in started.problems[0]
+
+
+def test_a_damaged_checkpoint_still_in_the_log_is_read_from_it_and_repaired(home: Home, clock: ManualClock) -> None:
+    agent = Agent.open("zero", home=home, clock=clock)
+    session_checkpoint(agent, "the good one")
+    clock.advance(60)
+    bad = agent.checkpoints.create("session", summary="damaged later").name
+    path = Path(agent.checkpoints.dir, bad)
+    original = path.read_bytes()
+    path.write_bytes(original.replace(b"damaged later", b"Damaged later"))
+
+    fresh = Agent.open("zero", home=home, clock=clock)  # another process's view
+    checkpoint, problems = fresh.checkpoints.latest()
+    assert checkpoint is not None and checkpoint.name == bad and checkpoint.summary == "damaged later"
+    assert len(problems) == 1 and "checksum mismatch" in problems[0] and "checkpoint log" in problems[0]
+    assert fresh.checkpoints.restore(bad).checkpoint.summary == "damaged later"
+    assert fresh.checkpoints.repair_from_log(bad)
+    assert path.read_bytes() == original
+    assert fresh.checkpoints.latest()[1] == []
+    assert not fresh.checkpoints.repair_from_log(bad)  # nothing left to repair
+
+    path.unlink()  # gone by hand: the log still has it, and the next load writes it back
+    assert Agent.open("zero", home=home, clock=clock).checkpoints.entries()[0].name == bad
+    assert path.read_bytes() == original
 
 
 def test_a_checkpoint_from_a_newer_phoenix_is_refused(home: Home, clock: ManualClock) -> None:

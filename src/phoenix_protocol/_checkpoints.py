@@ -43,8 +43,15 @@ import os
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
+from phoenix_protocol._checkpoint_index import (
+    CHECKPOINT_TYPES,
+    Catalog,
+    CheckpointInfo,
+    make_name,
+    parse_name,
+)
 from phoenix_protocol._clock import iso_from_ms
-from phoenix_protocol._durable import FileLock, atomic_create, atomic_write, ensure_dir, fsync_dir, read_bytes
+from phoenix_protocol._durable import FileLock, ensure_dir, read_bytes
 from phoenix_protocol._errors import (
     CorruptStateError,
     NotFoundError,
@@ -54,7 +61,7 @@ from phoenix_protocol._errors import (
     UsageError,
 )
 from phoenix_protocol._ids import validate_id
-from phoenix_protocol._jsonio import JSONError, dumps_document, dumps_line, loads
+from phoenix_protocol._jsonio import JSONError, dumps_document_bytes, dumps_line, loads, loads_large
 
 if TYPE_CHECKING:
     from phoenix_protocol._agent import Agent
@@ -69,86 +76,23 @@ __all__ = [
     "CollectContext",
     "Operation",
     "RestoreResult",
+    "make_name",
+    "parse_name",
 ]
 
 SCHEMA_VERSION = 1
 KIND = "phoenix.checkpoint"
 FORMAT_VERSION = "1.0"
-CHECKPOINT_TYPES = ("routine", "pre-operation", "recovery", "session")
 STATE_SECTIONS = ("current_task", "mailbox", "operational_context", "memory")
 """Seed 003's sections, stored under ``state``."""
 SESSION_SECTIONS = ("context", "recent_memories", "identity_updates", "working_memory")
 """Seed 002's (PAIF) sections, stored at the top level (``metadata`` is written by the store)."""
 SECTIONS = STATE_SECTIONS + SESSION_SECTIONS
-SUFFIX = ".checkpoint"
 _CHECKSUM_MARK = b'\n  "checksum": "sha256:'
 
 
 class CheckpointOwnershipError(RefusedError):
     """A checkpoint of another agent was asked to be restored (seed 003 refuses it)."""
-
-
-class CheckpointInfo:
-    """What the index knows of a checkpoint, without reading it."""
-
-    __slots__ = ("_encoded", "checkpoint_type", "label", "name", "operation_id", "seq", "size", "timestamp_ms")
-
-    def __init__(
-        self,
-        name: str,
-        seq: int,
-        checkpoint_type: str,
-        timestamp_ms: int,
-        *,
-        label: str | None = None,
-        operation_id: str | None = None,
-        size: int = 0,
-    ) -> None:
-        self.name = name
-        self.seq = seq
-        self.checkpoint_type = checkpoint_type
-        self.timestamp_ms = timestamp_ms
-        self.label = label
-        self.operation_id = operation_id
-        self.size = size
-        self._encoded: str | None = None
-
-    @property
-    def timestamp(self) -> str:
-        return iso_from_ms(self.timestamp_ms)
-
-    def encoded(self) -> str:
-        """The entry's line in ``index.json`` (encoded once)."""
-        if self._encoded is None:
-            self._encoded = dumps_line(self.as_dict())
-        return self._encoded
-
-    def as_dict(self) -> dict[str, Any]:
-        return {
-            "name": self.name,
-            "seq": self.seq,
-            "checkpoint_type": self.checkpoint_type,
-            "timestamp": self.timestamp,
-            "timestamp_ms": self.timestamp_ms,
-            "label": self.label,
-            "operation_id": self.operation_id,
-            "size": self.size,
-        }
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> CheckpointInfo:
-        return cls(
-            str(data["name"]),
-            int(data["seq"]),
-            str(data["checkpoint_type"]),
-            int(data["timestamp_ms"]),
-            label=data.get("label"),
-            operation_id=data.get("operation_id"),
-            size=int(data.get("size", 0)),
-        )
-
-    def __repr__(self) -> str:
-        return f"CheckpointInfo({self.name!r})"
 
 
 class Checkpoint:
@@ -157,6 +101,7 @@ class Checkpoint:
     def __init__(self, path: str, data: dict[str, Any]) -> None:
         self.path = path
         self.data = data
+        self.recovered: str | None = None
 
     @property
     def name(self) -> str:
@@ -246,40 +191,9 @@ Collector = Callable[[CollectContext], Any]
 Restorer = Callable[[Any, "Agent", bool], Any]
 
 
-def parse_name(name: str) -> tuple[str, int, int, str] | None:
-    """``(agent_id, seq, timestamp_ms, checkpoint_type)`` from a checkpoint file name, or ``None``."""
-    if not name.endswith(SUFFIX):
-        return None
-    stem = name[: -len(SUFFIX)]
-    head, _, ctype = stem.rpartition("_")
-    agent_id, _, stamp = head.rpartition("_")
-    if ctype not in CHECKPOINT_TYPES or not agent_id:
-        return None
-    digits, _, seq = stamp.partition("-")
-    if len(digits) != 17 or not digits.isdigit() or not seq.isdigit():
-        return None
-    import calendar
-    import time
-
-    try:
-        parsed = time.strptime(digits[:14], "%Y%m%d%H%M%S")
-    except ValueError:
-        return None
-    ms = calendar.timegm(parsed) * 1000 + int(digits[14:])
-    return agent_id, int(seq), ms, ctype
-
-
-def make_name(agent_id: str, seq: int, timestamp_ms: int, checkpoint_type: str) -> str:
-    import time
-
-    secs, milli = divmod(timestamp_ms, 1000)
-    stamp = time.strftime("%Y%m%d%H%M%S", time.gmtime(secs)) + f"{milli:03d}"
-    return f"{agent_id}_{stamp}-{seq:08d}_{checkpoint_type}{SUFFIX}"
-
-
 def encode(envelope: dict[str, Any]) -> bytes:
     """The file bytes for ``envelope``: the document, then a checksum line over every byte before it."""
-    body = dumps_document({k: v for k, v in envelope.items() if k != "checksum"}).encode("ascii")
+    body = dumps_document_bytes({k: v for k, v in envelope.items() if k != "checksum"})
     # dumps_document ends with "\n}\n": reopen the object to append the checksum as its last key.
     head = body[: -len(b"\n}\n")] + b",\n"
     digest = hashlib.sha256(head).hexdigest()
@@ -297,7 +211,7 @@ def decode(data: bytes, path: str) -> dict[str, Any]:
     if hashlib.sha256(head).hexdigest() != stored:
         raise CorruptStateError(f"{path}: checksum mismatch (the file was damaged or edited).", path=path)
     try:
-        envelope = loads(data)
+        envelope = loads_large(data)
     except JSONError as exc:
         raise CorruptStateError(f"{path}: not valid JSON ({exc}).", path=path) from None
     if not isinstance(envelope, dict) or envelope.get("kind") != KIND:
@@ -325,11 +239,11 @@ class CheckpointStore:
     def __init__(self, agent: Agent) -> None:
         self.agent = agent
         self.dir = os.path.join(agent.dir, "checkpoints")
-        self.index_path = os.path.join(self.dir, "index.json")
+        self.catalog = Catalog(self.dir, agent.id, self._describe)
+        self.index_path = self.catalog.index_path
         self._collectors: dict[str, Collector] = {}
         self._restorers: dict[str, Restorer] = {}
-        self._index_cache: tuple[tuple[int, int, int], int, list[CheckpointInfo]] | None = None
-        self._dir_seen: tuple[int, tuple[int, int, int] | None] | None = None
+        self._ops_cache: tuple[tuple[int, int, int], set[str]] | None = None
         from phoenix_protocol._checkpoint_providers import register_defaults
 
         register_defaults(self)
@@ -360,110 +274,6 @@ class CheckpointStore:
         ensure_dir(self.dir)
         return FileLock(self.index_path, self.agent.config.lock_timeout)
 
-    def _scan(self, names: list[str] | None = None) -> list[CheckpointInfo]:
-        """Checkpoint files in the directory (or among ``names``), oldest first; parses names and
-        stats files, so callers scan only what they must."""
-        if names is None:
-            try:
-                names = os.listdir(self.dir)
-            except FileNotFoundError:
-                return []
-        infos = []
-        for name in names:
-            parsed = parse_name(name)
-            if parsed is None or parsed[0] != self.agent.id:
-                continue
-            _agent, seq, ms, ctype = parsed
-            try:
-                size = os.stat(os.path.join(self.dir, name)).st_size
-            except FileNotFoundError:
-                continue
-            infos.append(CheckpointInfo(name, seq, ctype, ms, size=size))
-        infos.sort(key=lambda i: i.seq)
-        return infos
-
-    def _index_key(self) -> tuple[int, int, int] | None:
-        try:
-            st = os.stat(self.index_path)
-        except FileNotFoundError:
-            return None
-        return (st.st_ino, st.st_mtime_ns, st.st_size)
-
-    def _read_index(self) -> tuple[int, list[CheckpointInfo]] | None:
-        """The index as written, or ``None`` when missing or unreadable. Kept in memory while
-        the file is unchanged (it is replaced by rename, so a new inode means a new index)."""
-        key = self._index_key()
-        if key is None:
-            return None
-        if self._index_cache is not None and self._index_cache[0] == key:
-            return self._index_cache[1], list(self._index_cache[2])
-        data = read_bytes(self.index_path)
-        if data is None:
-            return None
-        try:
-            index = loads(data)
-            entries = [CheckpointInfo.from_dict(e) for e in index["entries"]]
-            result = (int(index["next_seq"]), entries)
-        except (JSONError, KeyError, TypeError, ValueError):
-            return None
-        self._index_cache = (key, result[0], entries)
-        return result[0], list(entries)
-
-    def _write_index(self, next_seq: int, entries: list[CheckpointInfo]) -> None:
-        """Replace ``index.json`` (one entry per line). Not fsynced on its own: the caller fsyncs
-        the directory, and the index is a cache that is rebuilt from the directory if a crash
-        leaves it damaged."""
-        head = dumps_line(
-            {"kind": "phoenix.checkpoint-index", "schema_version": 1, "agent_id": self.agent.id, "next_seq": next_seq}
-        )
-        lines = ",\n".join(e.encoded() for e in entries)
-        text = head[:-1] + ',"entries":[\n' + lines + ("\n" if lines else "") + "]}\n"
-        atomic_write(self.index_path, text.encode("ascii"), durable=False)
-        key = self._index_key()
-        self._index_cache = (key, next_seq, list(entries)) if key is not None else None
-
-    def _load_index(self, *, reconcile: bool = False) -> tuple[int, list[CheckpointInfo]]:
-        """The index reconciled with the directory: entries whose file is gone are left out, and
-        checkpoint files the index does not list are added (a writer killed after creating its
-        file but before replacing the index, or after replacing the index but before removing
-        what retention dropped), so that retention sees them, readers see every whole file, and
-        no seq is ever reused. Only the names the index does not know are parsed and read.
-
-        Readers skip the directory listing while the directory has not changed since this store
-        last reconciled (its mtime; a change within the file system's timestamp granularity of
-        the last look is always re-checked). Writers (``reconcile=True``) always list it.
-        """
-        index = self._read_index()
-        if index is None:
-            scanned = [self._describe(e) for e in self._scan()]
-            return max([1] + [e.seq + 1 for e in scanned]), scanned
-        next_seq, listed = index
-        try:
-            dir_mtime = os.stat(self.dir).st_mtime_ns
-        except FileNotFoundError:
-            return next_seq, []
-        if not reconcile and self._dir_seen == (dir_mtime, self._index_cache_key()):
-            return next_seq, listed
-        import time
-
-        try:
-            names = set(os.listdir(self.dir))
-        except FileNotFoundError:
-            names = set()
-        entries = [e for e in listed if e.name in names]
-        known = {e.name for e in entries}
-        unknown = self._scan([n for n in names if n not in known and n.endswith(SUFFIX)])
-        entries += [self._describe(e) for e in unknown]
-        entries.sort(key=lambda e: e.seq)
-        settled = time.time_ns() - dir_mtime > 50_000_000  # older than any timestamp granularity
-        self._dir_seen = (
-            (dir_mtime, self._index_cache_key()) if settled and not unknown and len(entries) == len(listed) else None
-        )
-        return max([next_seq] + [e.seq + 1 for e in unknown]), entries
-
-    def _index_cache_key(self) -> tuple[int, int, int] | None:
-        return self._index_cache[0] if self._index_cache is not None else None
-
     def _describe(self, info: CheckpointInfo) -> CheckpointInfo:
         """Add the label and operation of a file the index does not list (read from the file)."""
         try:
@@ -476,24 +286,20 @@ class CheckpointStore:
         return info
 
     def rebuild_index(self) -> int:
-        """Make ``index.json`` agree with the directory; returns how many entries differed."""
+        """Make the catalogue (``index.json`` and ``index.log``) agree with the directory and
+        settle it; returns how many entries differed."""
         if not os.path.isdir(self.dir):
             return 0
         with self.lock():
-            index = self._read_index()
-            scanned = self._scan()
-            listed = {e.name for e in index[1]} if index else set()
-            differing = len(listed ^ {e.name for e in scanned})
-            if differing or index is None:
-                next_seq = max([e.seq for e in scanned] + [index[0] - 1 if index else 0]) + 1
-                self._write_index(next_seq, scanned)
-        return differing
+            return self.catalog.rebuild()
 
     def entries(self, checkpoint_type: str | None = None, *, limit: int | None = None) -> list[CheckpointInfo]:
         """Checkpoints on disk, newest first (from the index; nothing is read)."""
         if checkpoint_type is not None and checkpoint_type not in CHECKPOINT_TYPES:
             raise UsageError(f"checkpoint type must be one of {', '.join(CHECKPOINT_TYPES)}, not {checkpoint_type!r}.")
-        _next, found = self._load_index()
+        if not os.path.isdir(self.dir):
+            return []
+        found = self.catalog.load().ordered()
         out = [e for e in reversed(found) if checkpoint_type is None or e.checkpoint_type == checkpoint_type]
         return out[:limit] if limit is not None else out
 
@@ -503,12 +309,45 @@ class CheckpointStore:
         return os.path.join(self.dir, name)
 
     def read(self, name: str) -> Checkpoint:
-        """Read and verify one checkpoint by file name."""
+        """Read and verify one checkpoint by file name. A file that is missing or damaged while
+        the checkpoint log still holds its bytes is read from the log (for a damaged one,
+        ``recovered`` says so)."""
         path = self.path_of(name)
         data = read_bytes(path)
         if data is None:
-            raise NotFoundError(f"no checkpoint {name!r} for agent {self.agent.id!r} (see `phx checkpoint list`).")
-        return Checkpoint(path, decode(data, path))
+            logged = self._logged(name)
+            if logged is None:
+                raise NotFoundError(f"no checkpoint {name!r} for agent {self.agent.id!r} (see `phx checkpoint list`).")
+            return Checkpoint(path, decode(logged, path))  # not linked yet: nothing is wrong
+        try:
+            return Checkpoint(path, decode(data, path))
+        except CorruptStateError as exc:
+            logged = self._logged(name)
+            if logged is None or logged == data:
+                raise
+            checkpoint = Checkpoint(path, decode(logged, path))
+            checkpoint.recovered = (
+                f"{exc} Read its copy in the checkpoint log (`phx doctor --repair` restores the file)."
+            )
+            return checkpoint
+
+    def _logged(self, name: str) -> bytes | None:
+        if not os.path.isdir(self.dir):
+            return None
+        return self.catalog.logged_content(self.catalog.load(), name)
+
+    def repair_from_log(self, name: str) -> bool:
+        """Rewrite a missing or damaged checkpoint file from its copy in the log; ``True`` if done."""
+        path = self.path_of(name)
+        with self.lock():
+            logged = self._logged(name)
+            if logged is None or read_bytes(path) == logged:
+                return False
+            from phoenix_protocol._durable import atomic_write
+
+            atomic_write(path, logged)
+        self.agent.record("checkpoint_repaired", "warn", {"name": name, "from": "index.log"}, trusted=True)
+        return True
 
     def latest(self, checkpoint_type: str | None = None) -> tuple[Checkpoint | None, list[str]]:
         """The newest valid checkpoint (of a type), and the problems met on the way: torn or
@@ -518,6 +357,8 @@ class CheckpointStore:
             try:
                 checkpoint = self.read(info.name)
                 if checkpoint.agent_id == self.agent.id:
+                    if checkpoint.recovered:
+                        problems.append(checkpoint.recovered)
                     return checkpoint, problems
                 problems.append(f"{info.name}: belongs to agent {checkpoint.agent_id!r}, not {self.agent.id!r}")
             except (CorruptStateError, SchemaVersionError) as exc:
@@ -561,7 +402,8 @@ class CheckpointStore:
 
         sections = redact_value(sections)  # type: ignore[assignment]
         with self.lock():
-            next_seq, entries = self._load_index(reconcile=True)
+            view = self.catalog.load(writer=True)
+            next_seq = view.next_seq
             ms = self.agent.clock.now_ms() if now_ms is None else now_ms
             name = make_name(self.agent.id, next_seq, ms, checkpoint_type)
             envelope: dict[str, Any] = {
@@ -582,7 +424,6 @@ class CheckpointStore:
                 envelope[key] = sections.get(key)
             envelope["extensions"] = {k: v for k, v in sections.items() if k not in SECTIONS}
             data = encode(envelope)
-            atomic_create(os.path.join(self.dir, name), data, sync_dir=False)
             info = CheckpointInfo(
                 name,
                 next_seq,
@@ -592,17 +433,10 @@ class CheckpointStore:
                 operation_id=(operation or {}).get("id"),
                 size=len(data),
             )
-            entries.append(info)
-            keep, drop = self._retain(entries, now_ms=ms)
-            self._write_index(next_seq + 1, keep)
-            # One directory fsync makes both the new file's name and the new index durable.
-            try:
-                fsync_dir(self.dir)
-            except OSError as exc:
-                raise StorageError(f"could not confirm durable write of {name}: {exc.strerror}.", path=name) from exc
-            self._remove(drop)
+            _keep, drop = self._retain([*view.ordered(), info], now_ms=ms)
+            self.catalog.put(view, info, data, drop)  # the durable point (see _checkpoint_index)
         # The checkpoint is durable; the event about it and the timestamp in state.json need not
-        # be fsynced again (the checkpoint file itself is the record).
+        # be fsynced again (the checkpoint is the record).
         self.agent.record(
             "checkpoint_created",
             "ok",
@@ -661,20 +495,14 @@ class CheckpointStore:
         drop = [e for e in entries if e.name in drop_names]
         return keep, drop
 
-    def _remove(self, drop: list[CheckpointInfo]) -> None:
-        for info in drop:
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(os.path.join(self.dir, info.name))
-
     def prune(self) -> list[CheckpointInfo]:
         """Enforce retention now (it is also enforced on every write); returns what was removed."""
         if not os.path.isdir(self.dir):
             return []
         with self.lock():
-            next_seq, entries = self._load_index(reconcile=True)
-            keep, drop = self._retain(entries, now_ms=self.agent.clock.now_ms())
-            self._write_index(next_seq, keep)
-            self._remove(drop)
+            view = self.catalog.load(writer=True)
+            _keep, drop = self._retain(view.ordered(), now_ms=self.agent.clock.now_ms())
+            self.catalog.drop(view, drop)
         if drop:
             self.agent.record("checkpoints_pruned", "ok", {"names": [d.name for d in drop]}, trusted=True)
         return drop
@@ -685,7 +513,15 @@ class CheckpointStore:
         return os.path.join(self.dir, "operations.jsonl")
 
     def _completed_operations(self) -> set[str]:
-        data = read_bytes(self._operations_path())
+        path = self._operations_path()
+        try:
+            st = os.stat(path)
+        except FileNotFoundError:
+            return set()
+        key = (st.st_ino, st.st_size, st.st_mtime_ns)
+        if self._ops_cache is not None and self._ops_cache[0] == key:
+            return self._ops_cache[1]
+        data = read_bytes(path)
         done: set[str] = set()
         if not data:
             return done
@@ -698,6 +534,7 @@ class CheckpointStore:
                 continue
             if isinstance(record, dict) and record.get("outcome") == "succeeded":
                 done.add(str(record.get("id")))
+        self._ops_cache = (key, done)
         return done
 
     def begin_operation(self, name: str) -> Operation:

@@ -274,8 +274,19 @@ def _check_checkpoints(agent: Agent, repair: bool) -> list[Finding]:
     valid = 0
     for info in store.entries():
         try:
-            store.read(info.name)
+            checkpoint = store.read(info.name)
             valid += 1
+            if checkpoint.recovered:
+                repaired = repair and store.repair_from_log(info.name)
+                findings.append(
+                    Finding(
+                        "warn" if repaired else "error",
+                        checkpoint.recovered if not repaired else f"{checkpoint.recovered} Restored from the log.",
+                        agent=aid,
+                        path=os.path.join(store_dir, info.name),
+                        repaired=repaired,
+                    )
+                )
         except (CorruptStateError, SchemaVersionError, UsageError) as exc:
             level = "warn" if isinstance(exc, SchemaVersionError) else "error"
             findings.append(

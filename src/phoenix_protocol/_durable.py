@@ -56,11 +56,14 @@ __all__ = [
     "durable_append",
     "ensure_dir",
     "fsync_dir",
+    "fsync_file",
     "iter_lines",
     "read_bytes",
     "read_last_line",
+    "read_range",
     "repair_tail",
     "torn_tail_length",
+    "truncate_file",
 ]
 
 FILE_MODE = 0o600
@@ -115,6 +118,62 @@ def fsync_dir(path: str) -> None:
         os.close(fd)
 
 
+def _datasync(fd: int) -> None:
+    if hasattr(os, "fdatasync"):
+        os.fdatasync(fd)
+    else:  # pragma: no cover - macOS
+        os.fsync(fd)
+
+
+def fsync_file(path: str) -> bool:
+    """``fsync`` an existing file (written earlier without it); ``False`` when it is gone."""
+    try:
+        fd = os.open(path, os.O_RDONLY | _CLOEXEC)
+    except FileNotFoundError:
+        return False
+    except OSError as exc:
+        raise _fail("sync", path, exc) from exc
+    try:
+        os.fsync(fd)
+    except OSError as exc:
+        raise _fail("sync", path, exc) from exc
+    finally:
+        os.close(fd)
+    return True
+
+
+def read_range(path: str, offset: int, length: int) -> bytes | None:
+    """``length`` bytes of ``path`` from ``offset`` (fewer at its end), or ``None`` when it does not exist."""
+    try:
+        fd = os.open(path, os.O_RDONLY | _CLOEXEC)
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        raise _fail("read", path, exc) from exc
+    try:
+        chunks = []
+        while length > 0:
+            chunk = os.pread(fd, min(length, 1 << 24), offset)
+            if not chunk:
+                break
+            chunks.append(chunk)
+            offset += len(chunk)
+            length -= len(chunk)
+        return b"".join(chunks)
+    except OSError as exc:
+        raise _fail("read", path, exc) from exc
+    finally:
+        os.close(fd)
+
+
+def truncate_file(path: str, size: int) -> None:
+    """Cut ``path`` to ``size`` bytes (a torn tail a killed writer left), under the caller's lock."""
+    try:
+        os.truncate(path, size)
+    except OSError as exc:
+        raise _fail("truncate", path, exc) from exc
+
+
 def _write_all(fd: int, data: bytes) -> None:
     view = memoryview(data)
     while view:
@@ -163,13 +222,15 @@ def atomic_write(path: str, data: bytes, *, durable: bool = True) -> None:
             raise _fail("confirm durable write of", path, exc) from exc
 
 
-def atomic_create(path: str, data: bytes, *, sync_dir: bool = True) -> None:
+def atomic_create(path: str, data: bytes, *, sync_dir: bool = True, durable: bool = True) -> None:
     """Create ``path`` with ``data`` atomically, refusing to replace an existing file.
 
     Temp file in the same directory, every byte written, ``fsync``, then ``link`` to ``path``
     (which fails with ``FileExistsError`` if ``path`` exists: nothing is ever overwritten), then
     the temp name is removed. With ``sync_dir=False`` the caller promises to ``fsync`` the
-    directory itself (to batch it with a later write in the same directory).
+    directory itself (to batch it with a later write in the same directory). With
+    ``durable=False`` neither fsync is done: the file still appears whole or not at all to every
+    process, and the caller holds the durable copy elsewhere (the checkpoint log).
     """
     global _tmp_counter
     directory = os.path.dirname(path) or "."
@@ -182,7 +243,8 @@ def atomic_create(path: str, data: bytes, *, sync_dir: bool = True) -> None:
     try:
         try:
             _write_all(fd, data)
-            os.fsync(fd)
+            if durable:
+                os.fsync(fd)
         finally:
             os.close(fd)
         os.link(tmp, path)
@@ -195,7 +257,7 @@ def atomic_create(path: str, data: bytes, *, sync_dir: bool = True) -> None:
             raise _fail("write", path, exc) from exc
         raise
     _unlink_quietly(tmp)
-    if sync_dir:
+    if sync_dir and durable:
         try:
             fsync_dir(directory)
         except OSError as exc:
@@ -210,7 +272,8 @@ def _unlink_quietly(path: str) -> None:
 
 
 def durable_append(path: str, data: bytes, *, durable: bool = True) -> None:
-    """Append ``data`` to ``path`` (created 0600 if missing) and ``fsync`` it."""
+    """Append ``data`` to ``path`` (created 0600 if missing) and ``fdatasync`` it (which flushes
+    the data and the file size, all an append needs)."""
     created = not os.path.exists(path)
     try:
         fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | _CLOEXEC, FILE_MODE)
@@ -219,7 +282,7 @@ def durable_append(path: str, data: bytes, *, durable: bool = True) -> None:
     try:
         _write_all(fd, data)
         if durable:
-            os.fsync(fd)
+            _datasync(fd)
     except OSError as exc:
         raise _fail("append to", path, exc) from exc
     finally:

@@ -18,7 +18,15 @@ if TYPE_CHECKING:
     from collections.abc import Callable
     from typing import Any
 
-__all__ = ["JSONError", "dumps_canonical", "dumps_document", "dumps_line", "loads"]
+__all__ = [
+    "JSONError",
+    "dumps_canonical",
+    "dumps_document",
+    "dumps_document_bytes",
+    "dumps_line",
+    "loads",
+    "loads_large",
+]
 
 
 class JSONError(ValueError):
@@ -141,3 +149,54 @@ def dumps_document(obj: dict[str, Any]) -> str:
         return "{}\n"
     parts = [f"  {_encode_string(str(key))}: {dumps_line(value)}" for key, value in obj.items()]
     return "{\n" + ",\n".join(parts) + "\n}\n"
+
+
+# -- large documents (checkpoints) ---------------------------------------------------------------
+# orjson encodes and decodes several times faster than the standard library's codec, which
+# matters for checkpoints of a megabyte; it costs a few milliseconds to import, so only the
+# checkpoint store uses it (never the hooks' hot path). Output is UTF-8 rather than ASCII-escaped;
+# NaN and infinities are refused as by ``dumps_line``; whatever orjson does not take (integers
+# beyond 64 bits, nesting deeper than 255) goes through the standard library.
+
+_orjson: Any = None
+
+
+def _fast() -> Any:
+    global _orjson
+    if _orjson is None:
+        try:
+            import orjson
+        except ImportError:  # pragma: no cover - a declared dependency
+            _orjson = False
+        else:
+            _orjson = orjson
+    return _orjson
+
+
+def dumps_document_bytes(obj: dict[str, Any]) -> bytes:
+    """``dumps_document(obj)`` as UTF-8 bytes (the same layout: one top-level key per line)."""
+    fast = _fast()
+    if not obj:
+        return b"{}\n"
+    if not fast:  # pragma: no cover
+        return dumps_document(obj).encode("utf-8")
+    parts = []
+    opts = fast.OPT_NON_STR_KEYS
+    for key, value in obj.items():
+        try:
+            encoded = fast.dumps(value, option=opts)
+        except (TypeError, fast.JSONEncodeError):
+            encoded = dumps_line(value).encode("ascii")
+        parts.append(b"  " + _encode_string(str(key)).encode("ascii") + b": " + encoded)
+    return b"{\n" + b",\n".join(parts) + b"\n}\n"
+
+
+def loads_large(data: bytes) -> Any:
+    """``loads`` for large documents (orjson when available; the same errors)."""
+    fast = _fast()
+    if fast:
+        try:
+            return fast.loads(data)
+        except fast.JSONDecodeError:
+            pass  # let the standard codec describe the problem (and take what orjson refuses)
+    return loads(data)

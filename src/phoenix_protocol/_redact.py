@@ -474,7 +474,7 @@ def _redact_once(text: str) -> str:
 _CLEAN: dict[str, None] = {}
 _CLEAN_LIMIT = 32 * 1024 * 1024
 _clean_chars = 0
-_MEMO_MIN = 64  # shorter strings are cheaper to scan than to remember
+_CLEAN_ENTRIES = 500_000  # bounds the dict's own size too (short strings cost more to hold than to scan)
 
 
 def redact(text: str) -> str:
@@ -487,8 +487,7 @@ def redact(text: str) -> str:
     global _clean_chars
     if not text:
         return text
-    memo = len(text) >= _MEMO_MIN
-    if memo and text in _CLEAN:
+    if text in _CLEAN:
         return text
     original = text
     out = _redact_once(text)
@@ -496,8 +495,8 @@ def redact(text: str) -> str:
         if out is text:
             break
         text, out = out, _redact_once(out)
-    if memo and out is original:
-        if _clean_chars + len(original) > _CLEAN_LIMIT:
+    if out is original:
+        if _clean_chars + len(original) > _CLEAN_LIMIT or len(_CLEAN) >= _CLEAN_ENTRIES:
             _CLEAN.clear()
             _clean_chars = 0
         _CLEAN[original] = None
@@ -540,23 +539,44 @@ def redact_value(value: object) -> object:
     Dict values and list/tuple items are visited recursively (tuples come back as lists, as JSON
     would have them); dict keys are kept as they are. A string stored under a secret-named key
     (``password``, ``api_key``, ``client_secret``...) is replaced whole when it looks like a real
-    value rather than a placeholder. Other scalars are returned unchanged.
+    value rather than a placeholder. Other scalars are returned unchanged, except NaN and the
+    infinities, which JSON cannot hold: they raise ``JSONError`` (a ``ValueError``), as encoding
+    them would.
+
+    Strings seen clean before cost one dict lookup (a checkpoint repeats most of the previous
+    one), so this is written flat: it walks every value of an agent's state on each checkpoint.
     """
     if isinstance(value, str):
-        return redact(value)
+        return value if value in _CLEAN else redact(value)
     if isinstance(value, dict):
         out: dict[object, object] = {}
+        clean = _CLEAN
+        words = _KEY_WORDS
         for k, v in value.items():
-            if isinstance(k, str) and isinstance(v, str) and v:
-                red = redact(v)
-                if red is v:
-                    kind = _key_kind(k, v)
-                    if kind is not None:
-                        red = f"[REDACTED:{kind}]"
+            if type(v) is str:
+                if v in clean:
+                    red = v
+                elif v:
+                    red = redact(v)
+                else:
+                    out[k] = v
+                    continue
+                if red is v and isinstance(k, str):
+                    word = words[k] if k in words else _key_word(k)
+                    if word is not None:
+                        kind = _key_kind(k, v)
+                        if kind is not None:
+                            red = f"[REDACTED:{kind}]"
                 out[k] = red
-                continue
-            out[k] = redact_value(v)
+            elif v is None or type(v) is int or type(v) is bool:
+                out[k] = v
+            else:
+                out[k] = redact_value(v)
         return out
     if isinstance(value, list | tuple):
         return [redact_value(v) for v in value]
+    if type(value) is float and value - value != 0:
+        from phoenix_protocol._jsonio import JSONError
+
+        raise JSONError(f"{value!r} is not valid JSON")
     return value

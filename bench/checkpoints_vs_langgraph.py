@@ -62,9 +62,11 @@ from langgraph.checkpoint.base.id import uuid6  # type: ignore[import-not-found,
 from langgraph.checkpoint.sqlite import SqliteSaver  # type: ignore[import-not-found, unused-ignore]
 
 import phoenix_protocol
+import phoenix_protocol._checkpoint_index as index_mod
 import phoenix_protocol._checkpoints as cp_mod
 import phoenix_protocol._redact as redact_mod
 from phoenix_protocol import Agent, Home
+from phoenix_protocol._checkpoint_index import Catalog
 from phoenix_protocol._checkpoints import CheckpointStore
 from phoenix_protocol._durable import FileLock
 from phoenix_protocol._jsonio import dumps_line, loads
@@ -363,6 +365,7 @@ class Breakdown:
     def run(self, fn: Callable[[], object], reps: int) -> tuple[float, dict[str, tuple[float, float]]]:
         """Mean ms per call of ``fn``, and per label (mean ms per call of ``fn``, calls per call)."""
         self.wrap(os, "fsync", "fsync")
+        self.wrap(os, "fdatasync", "fdatasync")
         total = 0.0
         try:
             for _ in range(reps):
@@ -375,9 +378,9 @@ class Breakdown:
 def phoenix_breakdown(store: CheckpointStore, reps: int) -> dict[str, tuple[float, dict[str, tuple[float, float]]]]:
     """Where ``create``, ``latest`` and ``entries`` spend their time ("- " rows are parts of the row above)."""
     index = (
-        (CheckpointStore, "_load_index", "load index (index.json reconciled with the directory)"),
-        (CheckpointStore, "_read_index", "- read + parse index.json"),
-        (CheckpointStore, "_scan", "- list + parse + stat every checkpoint file"),
+        (Catalog, "load", "load the catalogue (two stats while unchanged)"),
+        (Catalog, "_full_load", "- read index.json + replay index.log"),
+        (Catalog, "_reconcile", "- list the directory"),
     )
     plans: dict[str, tuple[Callable[[], object], int, tuple[tuple[object, str, str], ...]]] = {
         "write": (
@@ -390,10 +393,12 @@ def phoenix_breakdown(store: CheckpointStore, reps: int) -> dict[str, tuple[floa
                 *index,
                 (CheckpointStore, "_metadata", "metadata (reads state.json)"),
                 (cp_mod, "encode", "encode: JSON + sha256"),
-                (cp_mod, "atomic_create", "write checkpoint file (+fsync)"),
-                (CheckpointStore, "_retain", "retention (reads operations.jsonl)"),
-                (CheckpointStore, "_write_index", "rewrite index.json (no fsync)"),
-                (CheckpointStore, "_remove", "unlink dropped checkpoints"),
+                (CheckpointStore, "_retain", "retention (reads operations.jsonl while it changed)"),
+                (Catalog, "_put", "make it durable (log record, file, unlink dropped)"),
+                (index_mod, "durable_append", "- append to index.log (+fdatasync when inline)"),
+                (index_mod, "atomic_create", "- create the named file (fsync only when large)"),
+                (Catalog, "_unlink", "- unlink dropped checkpoints"),
+                (Catalog, "_settle", "- settle the log (every 4 MB / 512 records)"),
                 (Agent, "record", "ops log event (no fsync)"),
                 (CheckpointStore, "_mark_taken", "state.json last_checkpoint_ms (no fsync)"),
             ),
@@ -403,7 +408,7 @@ def phoenix_breakdown(store: CheckpointStore, reps: int) -> dict[str, tuple[floa
             reps * 4,
             (
                 *index,
-                (cp_mod, "read_bytes", "read files (index + checkpoint)"),
+                (cp_mod, "read_bytes", "read the checkpoint file"),
                 (cp_mod, "decode", "verify checkpoint: sha256 + JSON parse"),
             ),
         ),

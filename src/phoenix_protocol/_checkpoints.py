@@ -467,9 +467,18 @@ class CheckpointStore:
         }
 
     def _mark_taken(self, checkpoint_type: str, ms: int) -> None:
-        """Remember when routine/recovery checkpoints were taken (for ``maybe_checkpoint``)."""
+        """Remember when routine/recovery checkpoints were taken (for ``maybe_checkpoint``).
+
+        Only a working agent's state is written: ``due_checkpoints`` looks at the time only while
+        the agent works, and work that starts later starts its own clock (``work_started_ms``).
+        """
         if checkpoint_type not in ("routine", "recovery", "session"):
             return
+        current = self.agent.state.read_or_none()
+        if current is None or current.status != "working" or current.work_started_ms is None:
+            return
+        if (current.last_checkpoint_ms or 0) >= ms:
+            return  # the heartbeat that asked for this checkpoint already set it
         from phoenix_protocol._errors import PhoenixError
 
         def mutate(state: Any) -> None:

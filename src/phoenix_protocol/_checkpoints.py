@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import itertools
 import os
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
@@ -297,11 +298,15 @@ class CheckpointStore:
         """Checkpoints on disk, newest first (from the index; nothing is read)."""
         if checkpoint_type is not None and checkpoint_type not in CHECKPOINT_TYPES:
             raise UsageError(f"checkpoint type must be one of {', '.join(CHECKPOINT_TYPES)}, not {checkpoint_type!r}.")
+        return list(itertools.islice(self._newest_first(checkpoint_type), limit))
+
+    def _newest_first(self, checkpoint_type: str | None = None) -> Iterator[CheckpointInfo]:
         if not os.path.isdir(self.dir):
-            return []
-        found = self.catalog.load().ordered()
-        out = [e for e in reversed(found) if checkpoint_type is None or e.checkpoint_type == checkpoint_type]
-        return out[:limit] if limit is not None else out
+            return iter(())
+        found = reversed(self.catalog.load().ordered())
+        if checkpoint_type is None:
+            return found
+        return (e for e in found if e.checkpoint_type == checkpoint_type)
 
     def path_of(self, name: str) -> str:
         if os.path.basename(name) != name or parse_name(name) is None:
@@ -353,7 +358,9 @@ class CheckpointStore:
         """The newest valid checkpoint (of a type), and the problems met on the way: torn or
         corrupt files are reported and skipped, never returned."""
         problems: list[str] = []
-        for info in self.entries(checkpoint_type):
+        if checkpoint_type is not None and checkpoint_type not in CHECKPOINT_TYPES:
+            raise UsageError(f"checkpoint type must be one of {', '.join(CHECKPOINT_TYPES)}, not {checkpoint_type!r}.")
+        for info in self._newest_first(checkpoint_type):
             try:
                 checkpoint = self.read(info.name)
                 if checkpoint.agent_id == self.agent.id:
@@ -433,7 +440,7 @@ class CheckpointStore:
                 operation_id=(operation or {}).get("id"),
                 size=len(data),
             )
-            _keep, drop = self._retain([*view.ordered(), info], now_ms=ms)
+            drop = self._retain([*view.ordered(), info], now_ms=ms)
             self.catalog.put(view, info, data, drop)  # the durable point (see _checkpoint_index)
         # The checkpoint is durable; the event about it and the timestamp in state.json need not
         # be fsynced again (the checkpoint is the record).
@@ -487,22 +494,35 @@ class CheckpointStore:
         with contextlib.suppress(PhoenixError):  # a corrupt state.json must not fail the checkpoint
             self.agent.state.change(mutate, durable=False)
 
-    def _retain(
-        self, entries: list[CheckpointInfo], *, now_ms: int
-    ) -> tuple[list[CheckpointInfo], list[CheckpointInfo]]:
-        """Split ``entries`` (oldest first) into what the retention policy keeps and drops."""
+    def _retain(self, entries: list[CheckpointInfo], *, now_ms: int) -> list[CheckpointInfo]:
+        """What the retention policy drops from ``entries`` (oldest first): routine beyond the
+        newest ``keep_routine``, session beyond the newest ``keep_session_checkpoints``, recovery
+        older than ``recovery_retention_days``, pre-operation whose operation succeeded."""
         config = self.agent.config
-        completed = self._completed_operations()
-        routine = [e for e in entries if e.checkpoint_type == "routine"]
-        sessions = [e for e in entries if e.checkpoint_type == "session"]
+        counts = {"routine": 0, "session": 0}
+        for e in entries:
+            if e.checkpoint_type in counts:
+                counts[e.checkpoint_type] += 1
+        excess = {"routine": counts["routine"] - config.keep_routine}
+        excess["session"] = counts["session"] - config.keep_session_checkpoints
         horizon = now_ms - int(config.recovery_retention_days * 86_400_000)
-        drop_names = {e.name for e in routine[: max(0, len(routine) - config.keep_routine)]}
-        drop_names |= {e.name for e in sessions[: max(0, len(sessions) - config.keep_session_checkpoints)]}
-        drop_names |= {e.name for e in entries if e.checkpoint_type == "recovery" and e.timestamp_ms < horizon}
-        drop_names |= {e.name for e in entries if e.checkpoint_type == "pre-operation" and e.operation_id in completed}
-        keep = [e for e in entries if e.name not in drop_names]
-        drop = [e for e in entries if e.name in drop_names]
-        return keep, drop
+        completed: set[str] | None = None
+        drop = []
+        for e in entries:
+            kind = e.checkpoint_type
+            if kind in excess:
+                if excess[kind] > 0:
+                    excess[kind] -= 1
+                    drop.append(e)
+            elif kind == "recovery":
+                if e.timestamp_ms < horizon:
+                    drop.append(e)
+            elif kind == "pre-operation" and e.operation_id is not None:
+                if completed is None:
+                    completed = self._completed_operations()
+                if e.operation_id in completed:
+                    drop.append(e)
+        return drop
 
     def prune(self) -> list[CheckpointInfo]:
         """Enforce retention now (it is also enforced on every write); returns what was removed."""
@@ -510,7 +530,7 @@ class CheckpointStore:
             return []
         with self.lock():
             view = self.catalog.load(writer=True)
-            _keep, drop = self._retain(view.ordered(), now_ms=self.agent.clock.now_ms())
+            drop = self._retain(view.ordered(), now_ms=self.agent.clock.now_ms())
             self.catalog.drop(view, drop)
         if drop:
             self.agent.record("checkpoints_pruned", "ok", {"names": [d.name for d in drop]}, trusted=True)

@@ -238,17 +238,26 @@ class View:
         return self._sorted
 
     def add(self, info: CheckpointInfo) -> None:
+        old = self.entries.get(info.name)
         self.entries[info.name] = info
+        ordered = self._sorted
+        if old is None and ordered is not None and (not ordered or ordered[-1].seq < info.seq):
+            ordered.append(info)  # the common case: the newest checkpoint (kept in order, not re-sorted)
+        else:
+            self._sorted = None
         if info.seq >= self.next_seq:
             self.next_seq = info.seq + 1
-        self._sorted = None
 
     def remove(self, name: str) -> None:
-        self.entries.pop(name, None)
+        info = self.entries.pop(name, None)
         self.inline.pop(name, None)
         self.pending.discard(name)
         self.unchecked.discard(name)
-        self._sorted = None
+        if info is not None and self._sorted is not None:
+            try:
+                self._sorted.remove(info)
+            except ValueError:
+                self._sorted = None
 
 
 class Catalog:
@@ -387,6 +396,7 @@ class Catalog:
                 view.unchecked.add(info.name)
             elif not os.path.exists(os.path.join(self.dir, info.name)):
                 view.pending.add(info.name)
+                view._sorted = None
         for name in meta.get("drop") or ():
             view.remove(str(name))
             view.dropped.add(str(name))

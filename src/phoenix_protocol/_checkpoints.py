@@ -303,7 +303,7 @@ class CheckpointStore:
     def _newest_first(self, checkpoint_type: str | None = None) -> Iterator[CheckpointInfo]:
         if not os.path.isdir(self.dir):
             return iter(())
-        found = reversed(self.catalog.load().ordered())
+        found = reversed(self.catalog.load().ordered().copy())  # another thread may add to it
         if checkpoint_type is None:
             return found
         return (e for e in found if e.checkpoint_type == checkpoint_type)

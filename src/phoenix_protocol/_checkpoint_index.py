@@ -229,6 +229,12 @@ class View:
         self.log_records = 0
         self.dir_seen = -1
         self._sorted: list[CheckpointInfo] | None = None
+        self._by_type: dict[str, list[CheckpointInfo]] | None = None
+
+    def invalidate(self) -> None:
+        """Forget the orders derived from ``entries`` (rebuilt on the next use)."""
+        self._sorted = None
+        self._by_type = None
 
     def ordered(self) -> list[CheckpointInfo]:
         """Visible entries, oldest first."""
@@ -237,14 +243,25 @@ class View:
             self._sorted = sorted((e for e in self.entries.values() if e.name not in pending), key=lambda e: e.seq)
         return self._sorted
 
+    def by_type(self) -> dict[str, list[CheckpointInfo]]:
+        """Visible entries of each type, oldest first (kept up to date like ``ordered``)."""
+        if self._by_type is None:
+            groups: dict[str, list[CheckpointInfo]] = {kind: [] for kind in CHECKPOINT_TYPES}
+            for e in self.ordered():
+                groups.setdefault(e.checkpoint_type, []).append(e)
+            self._by_type = groups
+        return self._by_type
+
     def add(self, info: CheckpointInfo) -> None:
         old = self.entries.get(info.name)
         self.entries[info.name] = info
         ordered = self._sorted
         if old is None and ordered is not None and (not ordered or ordered[-1].seq < info.seq):
             ordered.append(info)  # the common case: the newest checkpoint (kept in order, not re-sorted)
+            if self._by_type is not None:
+                self._by_type.setdefault(info.checkpoint_type, []).append(info)
         else:
-            self._sorted = None
+            self.invalidate()
         if info.seq >= self.next_seq:
             self.next_seq = info.seq + 1
 
@@ -256,8 +273,10 @@ class View:
         if info is not None and self._sorted is not None:
             try:
                 self._sorted.remove(info)
-            except ValueError:
-                self._sorted = None
+                if self._by_type is not None:
+                    self._by_type[info.checkpoint_type].remove(info)
+            except (ValueError, KeyError):
+                self.invalidate()
 
 
 class Catalog:
@@ -396,7 +415,7 @@ class Catalog:
                 view.unchecked.add(info.name)
             elif not os.path.exists(os.path.join(self.dir, info.name)):
                 view.pending.add(info.name)
-                view._sorted = None
+                view.invalidate()
         for name in meta.get("drop") or ():
             view.remove(str(name))
             view.dropped.add(str(name))
@@ -408,7 +427,7 @@ class Catalog:
                 view.pending.discard(name)
             elif writer:  # no writer is between its record and its file: this one never finished
                 view.remove(name)
-        view._sorted = None
+        view.invalidate()
 
     def _reconcile(self, view: View, dir_mtime: int | None) -> None:
         """Make the view agree with the directory: entries whose file is gone (and that the log
@@ -435,7 +454,7 @@ class Catalog:
             unknown.append(CheckpointInfo(name, seq, ctype, ms, size=size))
         for info in unknown:
             view.add(self._describe(info))
-        view._sorted = None
+        view.invalidate()
         if dir_mtime is None:
             try:
                 dir_mtime = os.stat(self.dir).st_mtime_ns

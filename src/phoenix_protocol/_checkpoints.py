@@ -48,6 +48,7 @@ from phoenix_protocol._checkpoint_index import (
     CHECKPOINT_TYPES,
     Catalog,
     CheckpointInfo,
+    View,
     make_name,
     parse_name,
 )
@@ -440,7 +441,7 @@ class CheckpointStore:
                 operation_id=(operation or {}).get("id"),
                 size=len(data),
             )
-            drop = self._retain([*view.ordered(), info], now_ms=ms)
+            drop = self._retain(view, now_ms=ms, new=info)
             self.catalog.put(view, info, data, drop)  # the durable point (see _checkpoint_index)
         # The checkpoint is durable; the event about it and the timestamp in state.json need not
         # be fsynced again (the checkpoint is the record).
@@ -494,35 +495,28 @@ class CheckpointStore:
         with contextlib.suppress(PhoenixError):  # a corrupt state.json must not fail the checkpoint
             self.agent.state.change(mutate, durable=False)
 
-    def _retain(self, entries: list[CheckpointInfo], *, now_ms: int) -> list[CheckpointInfo]:
-        """What the retention policy drops from ``entries`` (oldest first): routine beyond the
-        newest ``keep_routine``, session beyond the newest ``keep_session_checkpoints``, recovery
-        older than ``recovery_retention_days``, pre-operation whose operation succeeded."""
+    def _retain(self, view: View, *, now_ms: int, new: CheckpointInfo | None = None) -> list[CheckpointInfo]:
+        """What the retention policy drops from the catalogue (plus ``new``, about to be written):
+        routine beyond the newest ``keep_routine``, session beyond the newest
+        ``keep_session_checkpoints``, recovery older than ``recovery_retention_days``,
+        pre-operation whose operation succeeded. Looks only at the types that can drop."""
         config = self.agent.config
-        counts = {"routine": 0, "session": 0}
-        for e in entries:
-            if e.checkpoint_type in counts:
-                counts[e.checkpoint_type] += 1
-        excess = {"routine": counts["routine"] - config.keep_routine}
-        excess["session"] = counts["session"] - config.keep_session_checkpoints
+        groups = view.by_type()
+
+        def of(kind: str) -> list[CheckpointInfo]:
+            found = groups.get(kind, [])
+            return [*found, new] if new is not None and new.checkpoint_type == kind else found
+
+        routine, sessions = of("routine"), of("session")
+        drop = routine[: max(0, len(routine) - config.keep_routine)]
+        drop += sessions[: max(0, len(sessions) - config.keep_session_checkpoints)]
         horizon = now_ms - int(config.recovery_retention_days * 86_400_000)
-        completed: set[str] | None = None
-        drop = []
-        for e in entries:
-            kind = e.checkpoint_type
-            if kind in excess:
-                if excess[kind] > 0:
-                    excess[kind] -= 1
-                    drop.append(e)
-            elif kind == "recovery":
-                if e.timestamp_ms < horizon:
-                    drop.append(e)
-            elif kind == "pre-operation" and e.operation_id is not None:
-                if completed is None:
-                    completed = self._completed_operations()
-                if e.operation_id in completed:
-                    drop.append(e)
-        return drop
+        drop += [e for e in of("recovery") if e.timestamp_ms < horizon]
+        operations = [e for e in of("pre-operation") if e.operation_id is not None]
+        if operations:
+            completed = self._completed_operations()
+            drop += [e for e in operations if e.operation_id in completed]
+        return sorted(drop, key=lambda e: e.seq)
 
     def prune(self) -> list[CheckpointInfo]:
         """Enforce retention now (it is also enforced on every write); returns what was removed."""
@@ -530,7 +524,7 @@ class CheckpointStore:
             return []
         with self.lock():
             view = self.catalog.load(writer=True)
-            drop = self._retain(view.ordered(), now_ms=self.agent.clock.now_ms())
+            drop = self._retain(view, now_ms=self.agent.clock.now_ms())
             self.catalog.drop(view, drop)
         if drop:
             self.agent.record("checkpoints_pruned", "ok", {"names": [d.name for d in drop]}, trusted=True)

@@ -90,3 +90,20 @@ def test_identity_commands(capsys: pytest.CaptureFixture[str], project: Path) ->
     assert code == 0 and data["identity"]["immutable"]["name"] == "impostor"
     code, data = phx_json(capsys, "identity", "show")
     assert code == 0
+
+
+def test_a_damaged_checkpoint_still_in_the_log_is_shown_with_a_warning(
+    capsys: pytest.CaptureFixture[str], project: Path
+) -> None:
+    cli(["checkpoint", "--summary", "end of A", "--agent", "a"])
+    source = project / ".phoenix/agents/a/checkpoints"
+    name = next(p.name for p in source.iterdir() if p.name.endswith(".checkpoint"))
+    raw = (source / name).read_bytes()
+    (source / name).write_bytes(raw.replace(b"end of A", b"end of B"))
+    code, data = phx_json(capsys, "checkpoint", "show", name, "--agent", "a")
+    assert code == 0 and data["checkpoint"]["summary"] == "end of A"
+    assert len(data["problems"]) == 1 and "checkpoint log" in data["problems"][0]
+    code, _ = phx_json(capsys, "doctor", "--agent", "a")
+    assert (source / name).read_bytes() == raw
+    code, data = phx_json(capsys, "checkpoint", "show", name, "--agent", "a")
+    assert code == 0 and data["problems"] == []

@@ -197,9 +197,10 @@ def encode(envelope: dict[str, Any]) -> bytes:
     """The file bytes for ``envelope``: the document, then a checksum line over every byte before it."""
     body = dumps_document_bytes({k: v for k, v in envelope.items() if k != "checksum"})
     # dumps_document ends with "\n}\n": reopen the object to append the checksum as its last key.
-    head = body[: -len(b"\n}\n")] + b",\n"
-    digest = hashlib.sha256(head).hexdigest()
-    return head + b'  "checksum": "sha256:' + digest.encode() + b'"\n}\n'
+    head = memoryview(body)[: -len(b"\n}\n")]
+    digest = hashlib.sha256(head)
+    digest.update(b",\n")
+    return b"".join((head, b',\n  "checksum": "sha256:', digest.hexdigest().encode(), b'"\n}\n'))
 
 
 def decode(data: bytes, path: str) -> dict[str, Any]:
@@ -207,7 +208,7 @@ def decode(data: bytes, path: str) -> dict[str, Any]:
     mark = data.rfind(_CHECKSUM_MARK)
     if mark < 0:
         raise CorruptStateError(f"{path}: no checksum line (torn or not a checkpoint).", path=path)
-    head = data[: mark + 1]
+    head = memoryview(data)[: mark + 1]
     digest_start = mark + len(_CHECKSUM_MARK)
     stored = data[digest_start : digest_start + 64].decode("ascii", "replace")
     if hashlib.sha256(head).hexdigest() != stored:
@@ -332,9 +333,7 @@ class CheckpointStore:
             if logged is None or logged == data:
                 raise
             checkpoint = Checkpoint(path, decode(logged, path))
-            checkpoint.recovered = (
-                f"{exc} Read its copy in the checkpoint log (`phx doctor --repair` restores the file)."
-            )
+            checkpoint.recovered = f"{exc} Read its copy in the checkpoint log (`phx doctor` restores the file)."
             return checkpoint
 
     def _logged(self, name: str) -> bytes | None:

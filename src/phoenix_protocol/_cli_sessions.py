@@ -122,6 +122,8 @@ def checkpoint_show(agent: Agent, out: Output, name: str) -> None:
             )
     else:
         checkpoint = agent.checkpoints.read(name)
+        if checkpoint.recovered:  # the file is damaged; its copy in the checkpoint log is shown
+            problems = [checkpoint.recovered]
     _show_checkpoint(out, agent, checkpoint, problems)
 
 

@@ -180,15 +180,16 @@ def dumps_document_bytes(obj: dict[str, Any]) -> bytes:
         return b"{}\n"
     if not fast:  # pragma: no cover
         return dumps_document(obj).encode("utf-8")
-    parts = []
+    chunks = [b"{\n"]
     opts = fast.OPT_NON_STR_KEYS
     for key, value in obj.items():
         try:
             encoded = fast.dumps(value, option=opts)
         except (TypeError, fast.JSONEncodeError):
             encoded = dumps_line(value).encode("ascii")
-        parts.append(b"  " + _encode_string(str(key)).encode("ascii") + b": " + encoded)
-    return b"{\n" + b",\n".join(parts) + b"\n}\n"
+        chunks += (b"  ", _encode_string(str(key)).encode("ascii"), b": ", encoded, b",\n")
+    chunks[-1] = b"\n}\n"
+    return b"".join(chunks)  # one copy of the (possibly large) values
 
 
 def loads_large(data: bytes) -> Any:

@@ -201,3 +201,12 @@ def test_memories_of_the_session_reach_the_session_checkpoint(agent: Agent) -> N
     section = agent.checkpoints.read(info.name).section("recent_memories")
     assert section == {"memory_ids": ["mem-1", "mem-2"], "last_recall_query": "how did we fix the timer drift?"}
     assert agent.checkpoints.read(info.name).section("metadata")["session_id"] == "s1"
+
+
+def test_a_section_json_cannot_hold_is_refused_and_nothing_is_written(agent: Agent) -> None:
+    from phoenix_protocol._jsonio import JSONError
+
+    agent.checkpoints.register("numbers", lambda ctx: {"ratio": float("nan")})
+    with pytest.raises(JSONError, match="nan"):
+        agent.checkpoints.create("session")
+    assert agent.checkpoints.entries() == []

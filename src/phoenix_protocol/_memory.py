@@ -166,8 +166,8 @@ def _prepare_store(
     from phoenix_protocol._redact import redact, redact_value
 
     clean_text = redact(text)
-    clean_meta = cast("dict[str, Any]", redact_value(metadata or {}))
     try:
+        clean_meta = cast("dict[str, Any]", redact_value(metadata or {}))  # refuses NaN too
         meta_json = json.dumps(clean_meta, ensure_ascii=False, allow_nan=False)
     except (TypeError, ValueError) as exc:
         raise UsageError(f"metadata must be JSON: {exc}.") from None

@@ -303,8 +303,6 @@ class CheckpointStore:
         return list(itertools.islice(self._newest_first(checkpoint_type), limit))
 
     def _newest_first(self, checkpoint_type: str | None = None) -> Iterator[CheckpointInfo]:
-        if not os.path.isdir(self.dir):
-            return iter(())
         found = reversed(self.catalog.load().ordered().copy())  # another thread may add to it
         if checkpoint_type is None:
             return found
@@ -319,7 +317,10 @@ class CheckpointStore:
         """Read and verify one checkpoint by file name. A file that is missing or damaged while
         the checkpoint log still holds its bytes is read from the log (for a damaged one,
         ``recovered`` says so)."""
-        path = self.path_of(name)
+        return self._read(name, self.path_of(name))
+
+    def _read(self, name: str, path: str) -> Checkpoint:
+        """``read`` of a name known to be well formed (from the catalogue)."""
         data = read_bytes(path)
         if data is None:
             logged = self._logged(name)
@@ -362,7 +363,7 @@ class CheckpointStore:
             raise UsageError(f"checkpoint type must be one of {', '.join(CHECKPOINT_TYPES)}, not {checkpoint_type!r}.")
         for info in self._newest_first(checkpoint_type):
             try:
-                checkpoint = self.read(info.name)
+                checkpoint = self._read(info.name, os.path.join(self.dir, info.name))
                 if checkpoint.agent_id == self.agent.id:
                     if checkpoint.recovered:
                         problems.append(checkpoint.recovered)

@@ -231,7 +231,7 @@ class View:
         self.log_boot = ""
         self.log_records = 0
         self.dir_seen = -1
-        self._sorted: list[CheckpointInfo] | None = None
+        self._sorted: tuple[CheckpointInfo, ...] | None = None  # immutable: readers iterate it freely
         self._by_type: dict[str, list[CheckpointInfo]] | None = None
 
     def invalidate(self) -> None:
@@ -239,11 +239,13 @@ class View:
         self._sorted = None
         self._by_type = None
 
-    def ordered(self) -> list[CheckpointInfo]:
-        """Visible entries, oldest first."""
+    def ordered(self) -> tuple[CheckpointInfo, ...]:
+        """Visible entries, oldest first (a snapshot: changes replace it, never edit it)."""
         if self._sorted is None:
             pending = self.pending
-            self._sorted = sorted((e for e in self.entries.values() if e.name not in pending), key=lambda e: e.seq)
+            self._sorted = tuple(
+                sorted((e for e in self.entries.values() if e.name not in pending), key=lambda e: e.seq)
+            )
         return self._sorted
 
     def by_type(self) -> dict[str, list[CheckpointInfo]]:
@@ -260,7 +262,7 @@ class View:
         self.entries[info.name] = info
         ordered = self._sorted
         if old is None and ordered is not None and (not ordered or ordered[-1].seq < info.seq):
-            ordered.append(info)  # the common case: the newest checkpoint (kept in order, not re-sorted)
+            self._sorted = (*ordered, info)  # the common case: the newest checkpoint (no re-sort)
             if self._by_type is not None:
                 self._by_type.setdefault(info.checkpoint_type, []).append(info)
         else:
@@ -274,8 +276,12 @@ class View:
         self.pending.discard(name)
         self.unchecked.discard(name)
         if info is not None and self._sorted is not None:
+            current = self._sorted
+            if current and current[0] is info:  # retention drops the oldest, mostly
+                self._sorted = current[1:]
+            else:
+                self._sorted = tuple(e for e in current if e is not info)
             try:
-                self._sorted.remove(info)
                 if self._by_type is not None:
                     self._by_type[info.checkpoint_type].remove(info)
             except (ValueError, KeyError):

@@ -303,7 +303,7 @@ class CheckpointStore:
         return list(itertools.islice(self._newest_first(checkpoint_type), limit))
 
     def _newest_first(self, checkpoint_type: str | None = None) -> Iterator[CheckpointInfo]:
-        found = reversed(self.catalog.load().ordered().copy())  # another thread may add to it
+        found = reversed(self.catalog.load().ordered())
         if checkpoint_type is None:
             return found
         return (e for e in found if e.checkpoint_type == checkpoint_type)

@@ -79,7 +79,9 @@ def test_a_torn_log_tail_is_ignored_then_cut_by_the_next_writer(tmp_path: Path) 
     store = open_store(tmp_path)
     names = [take(store) for _ in range(2)]
     whole = len(log_bytes(store))
-    record = frame({"k": "put", "name": "cat_x", "seq": 99, "type": "session", "ms": 1, "size": 10}, b"y" * 500)
+    record = frame(
+        {"k": "put", "name": "cat_x", "seq": 99, "checkpoint_type": "session", "timestamp_ms": 1}, b"y" * 500
+    )
     with open(store.catalog.log_path, "ab") as fh:
         fh.write(record[: len(record) // 2])  # a writer killed in the middle of its append
 
@@ -121,7 +123,9 @@ def test_a_large_record_without_its_file_is_hidden_and_never_reused(tmp_path: Pa
     take(store)
     ghost = index_mod.make_name("cat", 2, BASE_MS + 5000, "session")
     with open(store.catalog.log_path, "ab") as fh:  # a large write killed before its file appeared
-        fh.write(frame({"k": "put", "name": ghost, "seq": 2, "type": "session", "ms": BASE_MS + 5000, "size": 1}))
+        fh.write(
+            frame({"k": "put", "name": ghost, "seq": 2, "checkpoint_type": "session", "timestamp_ms": BASE_MS + 5000})
+        )
     reader = reopened(store)
     assert [e.seq for e in reader.entries()] == [1]
     nxt = reopened(store)

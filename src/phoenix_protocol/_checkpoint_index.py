@@ -200,18 +200,6 @@ def frame(meta: dict[str, Any], content: bytes = b"") -> bytes:
     return b"@%d %08x\n" % (len(payload), zlib.crc32(payload)) + payload
 
 
-def _info_of(meta: dict[str, Any]) -> CheckpointInfo:
-    return CheckpointInfo(
-        str(meta["name"]),
-        int(meta["seq"]),
-        str(meta["type"]),
-        int(meta["ms"]),
-        label=meta.get("label"),
-        operation_id=meta.get("op"),
-        size=int(meta.get("size", 0)),
-    )
-
-
 class View:
     """One process's picture of the catalogue (see the module docstring for when it is reused)."""
 
@@ -415,7 +403,7 @@ class Catalog:
             return  # a log the snapshot already holds (a crash between the two replacements)
         if kind == "put":
             try:
-                info = _info_of(meta)
+                info = CheckpointInfo.from_dict(meta)
             except (KeyError, TypeError, ValueError):
                 return
             view.add(info)
@@ -537,16 +525,7 @@ class Catalog:
                 raise
 
     def _put(self, view: View, info: CheckpointInfo, data: bytes, drop: list[CheckpointInfo]) -> None:
-        meta: dict[str, Any] = {
-            "k": "put",
-            "name": info.name,
-            "seq": info.seq,
-            "type": info.checkpoint_type,
-            "ms": info.timestamp_ms,
-            "label": info.label,
-            "op": info.operation_id,
-            "size": info.size,
-        }
+        meta: dict[str, Any] = {"k": "put", **info.as_dict()}
         path = os.path.join(self.dir, info.name)
         start = view.log_size
         if len(data) <= INLINE_LIMIT:

@@ -142,8 +142,9 @@ def fsync_file(path: str) -> bool:
     return True
 
 
-def read_range(path: str, offset: int, length: int) -> bytes | None:
-    """``length`` bytes of ``path`` from ``offset`` (fewer at its end), or ``None`` when it does not exist."""
+def read_range(path: str, offset: int, length: int | None = None) -> bytes | None:
+    """``length`` bytes of ``path`` from ``offset`` (fewer at its end; all of it to the end when
+    ``length`` is ``None``), or ``None`` when the file does not exist."""
     try:
         fd = os.open(path, os.O_RDONLY | _CLOEXEC)
     except FileNotFoundError:
@@ -152,13 +153,14 @@ def read_range(path: str, offset: int, length: int) -> bytes | None:
         raise _fail("read", path, exc) from exc
     try:
         chunks = []
-        while length > 0:
-            chunk = os.pread(fd, min(length, 1 << 24), offset)
+        while length is None or length > 0:
+            chunk = os.pread(fd, 1 << 20 if length is None else min(length, 1 << 24), offset)
             if not chunk:
                 break
             chunks.append(chunk)
             offset += len(chunk)
-            length -= len(chunk)
+            if length is not None:
+                length -= len(chunk)
         return b"".join(chunks)
     except OSError as exc:
         raise _fail("read", path, exc) from exc
@@ -296,24 +298,7 @@ def durable_append(path: str, data: bytes, *, durable: bool = True) -> None:
 
 def read_bytes(path: str) -> bytes | None:
     """The whole content of ``path``, or ``None`` when it does not exist."""
-    try:
-        fd = os.open(path, os.O_RDONLY | _CLOEXEC)
-    except FileNotFoundError:
-        return None
-    except OSError as exc:
-        raise _fail("read", path, exc) from exc
-    try:
-        chunks = []
-        while True:
-            chunk = os.read(fd, 1 << 20)
-            if not chunk:
-                break
-            chunks.append(chunk)
-        return b"".join(chunks)
-    except OSError as exc:
-        raise _fail("read", path, exc) from exc
-    finally:
-        os.close(fd)
+    return read_range(path, 0)
 
 
 def iter_lines(data: bytes) -> Iterator[tuple[int, bytes]]:

@@ -549,17 +549,11 @@ class Catalog:
             view.log_size = view.log_pos = start + len(record)
             atomic_create(path, data)  # fsync of the file, then of the directory
             view.add(info)
-            if drop:
-                record = frame({"k": "drop", "drop": [d.name for d in drop]})
-                durable_append(self.log_path, record, durable=False)
-                view.log_size = view.log_pos = view.log_size + len(record)
-                view.log_records += 1
         view.log_records += 1
-        for d in drop:
-            view.remove(d.name)
-            view.dropped.add(d.name)
-        self._unlink(d.name for d in drop)
-        self.note_own_change()
+        if len(data) > INLINE_LIMIT and drop:
+            self._drop(view, drop, durable=False)  # the new checkpoint is durable on its own
+        else:
+            self._dropped(view, drop)
         if view.log_size > LOG_LIMIT or view.log_records >= LOG_RECORDS:
             self._settle(view)
 
@@ -574,12 +568,16 @@ class Catalog:
                 self._view = None
                 raise
 
-    def _drop(self, view: View, drop: list[CheckpointInfo]) -> None:
+    def _drop(self, view: View, drop: list[CheckpointInfo], *, durable: bool = True) -> None:
         record = frame({"k": "drop", "drop": [d.name for d in drop]})
         start = view.log_size
-        durable_append(self.log_path, record)
+        durable_append(self.log_path, record, durable=durable)
         view.log_size = view.log_pos = start + len(record)
         view.log_records += 1
+        self._dropped(view, drop)
+
+    def _dropped(self, view: View, drop: list[CheckpointInfo]) -> None:
+        """Apply what a record dropped: out of the view, then the files."""
         for d in drop:
             view.remove(d.name)
             view.dropped.add(d.name)

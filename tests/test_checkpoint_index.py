@@ -206,3 +206,63 @@ def test_a_file_copied_in_by_hand_is_listed(tmp_path: Path) -> None:
     Path(store.dir, copied).write_bytes(Path(store.dir, first).read_bytes())
     assert copied in [e.name for e in reopened(store).entries()]
     assert take(store).endswith("_session.checkpoint") and store.entries()[0].seq == 8
+
+
+WRITER = r"""
+import sys
+from phoenix_protocol._agent import Agent
+from phoenix_protocol._home import Home
+
+home, tag, count, size = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
+agent = Agent.open("cat", home=Home(home), config_overrides={"keep_session_checkpoints": 1000})
+store = agent.checkpoints
+store._collectors.clear()
+store.register("payload", lambda ctx: {"blob": tag * size})
+for i in range(count):
+    info = store.create("session" if i % 3 else "routine", summary=f"{tag}-{i}")
+    print(info.seq, info.name, flush=True)
+"""
+
+
+def test_concurrent_writer_processes_share_one_catalogue(tmp_path: Path) -> None:
+    """Four processes write checkpoints of one agent at once (small ones in the log, large ones
+    as files, the log settling on the way): every seq is used once, every acknowledged session
+    checkpoint is listed and reads back, routine retention holds, and a fresh reader agrees."""
+    import subprocess
+    import sys
+
+    home = tmp_path / "home"
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", WRITER, str(home), tag, "60", str(size)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for tag, size in (("a", 2_000), ("b", 80_000), ("c", INLINE_LIMIT + 1), ("d", 500))
+    ]
+    acks: list[tuple[int, str]] = []
+    for proc in procs:
+        out, err = proc.communicate(timeout=120)
+        assert proc.returncode == 0, err
+        acks += [(int(seq), name) for seq, name in (line.split() for line in out.splitlines())]
+    seqs = [seq for seq, _name in acks]
+    assert len(seqs) == 240 and len(set(seqs)) == 240  # no seq given twice
+    store = open_store(home)
+    listed = {e.name: e for e in store.entries()}
+    sessions = {name for _seq, name in acks if name.endswith("_session.checkpoint")}
+    assert sessions <= set(listed)
+    routine = [e for e in listed.values() if e.checkpoint_type == "routine"]
+    assert len(routine) == store.agent.config.keep_routine
+    assert sorted(e.seq for e in routine) == sorted(seq for seq, name in acks if "_routine." in name)[-3:]
+    for name in sessions:
+        checkpoint = store.read(name)
+        tag = checkpoint.summary.split("-")[0] if checkpoint.summary else "?"
+        assert (
+            checkpoint.section("payload")["blob"]
+            == tag * {"a": 2_000, "b": 80_000, "c": INLINE_LIMIT + 1, "d": 500}[tag]
+        )
+    on_disk = {n for n in os.listdir(store.dir) if n.endswith(".checkpoint")}
+    assert on_disk == set(listed)
+    assert store.latest()[1] == []
+    assert Path(store.index_path).exists()  # 60 x 80 KB went past the log's limit: it settled

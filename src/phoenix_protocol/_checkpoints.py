@@ -42,7 +42,7 @@ import hashlib
 import itertools
 import os
 from collections.abc import Callable, Iterator
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from phoenix_protocol._checkpoint_index import (
     CHECKPOINT_TYPES,
@@ -236,20 +236,183 @@ def decode(data: bytes, path: str) -> dict[str, Any]:
     return envelope
 
 
+Build = Callable[[View, Callable[[], set[str]]], tuple[CheckpointInfo, bytes, list[CheckpointInfo]]]
+"""What ``create`` asks a backend to write: from the current view (and the operations that
+succeeded, asked for only when needed), the new checkpoint, its bytes and what retention drops."""
+Choose = Callable[[View, Callable[[], set[str]]], list[CheckpointInfo]]
+
+
+class CheckpointBackend(Protocol):
+    """Where an agent's checkpoints are kept: files (``FileCheckpoints``, the default) or
+    PostgreSQL (``_checkpoints_pg.PgCheckpoints``, when the store is a ``postgresql://`` URL).
+    Envelopes, checksums, providers, retention and restore belong to the store; a backend keeps
+    the bytes and the catalogue, and makes a write durable under the agent's write lock."""
+
+    def where(self, name: str) -> str:
+        """Where checkpoint ``name`` is (a path, or the server and the name), for messages."""
+        ...
+
+    def ordered(self) -> tuple[CheckpointInfo, ...]:
+        """Every checkpoint, oldest first (metadata only)."""
+        ...
+
+    def read(self, name: str) -> bytes | None:
+        """The bytes of checkpoint ``name``, or ``None`` when there is none."""
+        ...
+
+    def spare(self, name: str) -> bytes | None:
+        """A second copy of checkpoint ``name``'s bytes, if the backend keeps one."""
+        ...
+
+    def write(self, build: Build) -> tuple[CheckpointInfo, list[CheckpointInfo]]:
+        """Under the write lock: ``build`` from the current view, make the new checkpoint durable,
+        remove what retention dropped; returns both."""
+        ...
+
+    def prune(self, choose: Choose) -> list[CheckpointInfo]:
+        """Under the write lock: remove what ``choose`` picks from the current view."""
+        ...
+
+    def record_operation(self, record: dict[str, Any]) -> None:
+        """Durably remember an operation's outcome (``{"id", "outcome", "at"}``)."""
+        ...
+
+    def completed_operations(self) -> set[str]:
+        """Ids of the operations that succeeded."""
+        ...
+
+
+class FileCheckpoints:
+    """Checkpoints as files in ``agents/<id>/checkpoints/``, with their catalogue
+    (``_checkpoint_index``) and ``operations.jsonl``; the write lock is ``index.json.lock``."""
+
+    def __init__(self, store: CheckpointStore) -> None:
+        self.store = store
+        self.dir = store.dir
+        self.catalog = Catalog(self.dir, store.agent.id, store._describe)
+        self.operations_path = os.path.join(self.dir, "operations.jsonl")
+        self._ops_cache: tuple[tuple[int, int, int], set[str]] | None = None
+
+    def where(self, name: str) -> str:
+        return os.path.join(self.dir, name)
+
+    def lock(self) -> FileLock:
+        self.store.agent.ensure()
+        ensure_dir(self.dir)
+        return FileLock(self.catalog.index_path, self.store.agent.config.lock_timeout)
+
+    def ordered(self) -> tuple[CheckpointInfo, ...]:
+        return self.catalog.load().ordered()
+
+    def read(self, name: str) -> bytes | None:
+        return read_bytes(os.path.join(self.dir, name))
+
+    def spare(self, name: str) -> bytes | None:
+        if not os.path.isdir(self.dir):
+            return None
+        return self.catalog.logged_content(self.catalog.load(), name)
+
+    def write(self, build: Build) -> tuple[CheckpointInfo, list[CheckpointInfo]]:
+        with self.lock():
+            view = self.catalog.load(writer=True)
+            info, data, drop = build(view, self.completed_operations)
+            self.catalog.put(view, info, data, drop)  # the durable point (see _checkpoint_index)
+        return info, drop
+
+    def prune(self, choose: Choose) -> list[CheckpointInfo]:
+        if not os.path.isdir(self.dir):
+            return []
+        with self.lock():
+            view = self.catalog.load(writer=True)
+            drop = choose(view, self.completed_operations)
+            self.catalog.drop(view, drop)
+        return drop
+
+    def record_operation(self, record: dict[str, Any]) -> None:
+        from phoenix_protocol._durable import durable_append
+
+        with self.lock():
+            durable_append(self.operations_path, (dumps_line(record) + "\n").encode("ascii"))
+
+    def completed_operations(self) -> set[str]:
+        path = self.operations_path
+        try:
+            st = os.stat(path)
+        except FileNotFoundError:
+            return set()
+        key = (st.st_ino, st.st_size, st.st_mtime_ns)
+        if self._ops_cache is not None and self._ops_cache[0] == key:
+            return self._ops_cache[1]
+        done = completed_in(read_bytes(path) or b"")
+        self._ops_cache = (key, done)
+        return done
+
+    def rebuild(self) -> int:
+        if not os.path.isdir(self.dir):
+            return 0
+        with self.lock():
+            return self.catalog.rebuild()
+
+    def repair(self, name: str) -> bool:
+        path = os.path.join(self.dir, name)
+        with self.lock():
+            logged = self.spare(name)
+            if logged is None or read_bytes(path) == logged:
+                return False
+            from phoenix_protocol._durable import atomic_write
+
+            atomic_write(path, logged)
+        return True
+
+
+def completed_in(data: bytes) -> set[str]:
+    """Ids of the operations ``operations.jsonl`` (its bytes) says succeeded."""
+    from phoenix_protocol._durable import iter_lines
+
+    done: set[str] = set()
+    for _off, line in iter_lines(data):
+        try:
+            record = loads(line)
+        except JSONError:
+            continue
+        if isinstance(record, dict) and record.get("outcome") == "succeeded":
+            done.add(str(record.get("id")))
+    return done
+
+
 class CheckpointStore:
     """One agent's checkpoints. Get it as ``agent.checkpoints``."""
 
     def __init__(self, agent: Agent) -> None:
         self.agent = agent
         self.dir = os.path.join(agent.dir, "checkpoints")
-        self.catalog = Catalog(self.dir, agent.id, self._describe)
-        self.index_path = self.catalog.index_path
         self._collectors: dict[str, Collector] = {}
         self._restorers: dict[str, Restorer] = {}
-        self._ops_cache: tuple[tuple[int, int, int], set[str]] | None = None
+        self.backend: CheckpointBackend
+        self.files: FileCheckpoints | None = None
+        from phoenix_protocol._pg import is_postgres_url
+
+        if is_postgres_url(agent.config.store):
+            from phoenix_protocol._checkpoints_pg import PgCheckpoints
+
+            self.backend = PgCheckpoints(agent.config.store, agent.id, pool_size=agent.config.pg_pool_size)
+        else:
+            self.files = FileCheckpoints(self)
+            self.backend = self.files
         from phoenix_protocol._checkpoint_providers import register_defaults
 
         register_defaults(self)
+
+    @property
+    def catalog(self) -> Catalog:
+        """The file store's catalogue (``index.json`` + ``index.log``)."""
+        if self.files is None:
+            raise UsageError("checkpoints are kept on PostgreSQL: there is no file catalogue.")
+        return self.files.catalog
+
+    @property
+    def index_path(self) -> str:
+        return self.catalog.index_path
 
     # -- providers ------------------------------------------------------------------------
 
@@ -272,11 +435,6 @@ class CheckpointStore:
 
     # -- reading ---------------------------------------------------------------------------
 
-    def lock(self) -> FileLock:
-        self.agent.ensure()
-        ensure_dir(self.dir)
-        return FileLock(self.index_path, self.agent.config.lock_timeout)
-
     def _describe(self, info: CheckpointInfo) -> CheckpointInfo:
         """Add the label and operation of a file the index does not list (read from the file)."""
         try:
@@ -290,11 +448,8 @@ class CheckpointStore:
 
     def rebuild_index(self) -> int:
         """Make the catalogue (``index.json`` and ``index.log``) agree with the directory and
-        settle it; returns how many entries differed."""
-        if not os.path.isdir(self.dir):
-            return 0
-        with self.lock():
-            return self.catalog.rebuild()
+        settle it; returns how many entries differed (files only: PostgreSQL keeps no catalogue)."""
+        return self.files.rebuild() if self.files is not None else 0
 
     def entries(self, checkpoint_type: str | None = None, *, limit: int | None = None) -> list[CheckpointInfo]:
         """Checkpoints on disk, newest first (from the index; nothing is read)."""
@@ -303,7 +458,7 @@ class CheckpointStore:
         return list(itertools.islice(self._newest_first(checkpoint_type), limit))
 
     def _newest_first(self, checkpoint_type: str | None = None) -> Iterator[CheckpointInfo]:
-        found = reversed(self.catalog.load().ordered())
+        found = reversed(self.backend.ordered())
         if checkpoint_type is None:
             return found
         return (e for e in found if e.checkpoint_type == checkpoint_type)
@@ -317,41 +472,33 @@ class CheckpointStore:
         """Read and verify one checkpoint by file name. A file that is missing or damaged while
         the checkpoint log still holds its bytes is read from the log (for a damaged one,
         ``recovered`` says so)."""
-        return self._read(name, self.path_of(name))
+        self.path_of(name)  # validates the name
+        return self._read(name)
 
-    def _read(self, name: str, path: str) -> Checkpoint:
+    def _read(self, name: str) -> Checkpoint:
         """``read`` of a name known to be well formed (from the catalogue)."""
-        data = read_bytes(path)
+        path = self.backend.where(name)
+        data = self.backend.read(name)
         if data is None:
-            logged = self._logged(name)
+            logged = self.backend.spare(name)
             if logged is None:
                 raise NotFoundError(f"no checkpoint {name!r} for agent {self.agent.id!r} (see `phx checkpoint list`).")
             return Checkpoint(path, decode(logged, path))  # not linked yet: nothing is wrong
         try:
             return Checkpoint(path, decode(data, path))
         except CorruptStateError as exc:
-            logged = self._logged(name)
+            logged = self.backend.spare(name)
             if logged is None or logged == data:
                 raise
             checkpoint = Checkpoint(path, decode(logged, path))
             checkpoint.recovered = f"{exc} Read its copy in the checkpoint log (`phx doctor` restores the file)."
             return checkpoint
 
-    def _logged(self, name: str) -> bytes | None:
-        if not os.path.isdir(self.dir):
-            return None
-        return self.catalog.logged_content(self.catalog.load(), name)
-
     def repair_from_log(self, name: str) -> bool:
         """Rewrite a missing or damaged checkpoint file from its copy in the log; ``True`` if done."""
-        path = self.path_of(name)
-        with self.lock():
-            logged = self._logged(name)
-            if logged is None or read_bytes(path) == logged:
-                return False
-            from phoenix_protocol._durable import atomic_write
-
-            atomic_write(path, logged)
+        self.path_of(name)
+        if self.files is None or not self.files.repair(name):
+            return False
         self.agent.record("checkpoint_repaired", "warn", {"name": name, "from": "index.log"}, trusted=True)
         return True
 
@@ -363,7 +510,7 @@ class CheckpointStore:
             raise UsageError(f"checkpoint type must be one of {', '.join(CHECKPOINT_TYPES)}, not {checkpoint_type!r}.")
         for info in self._newest_first(checkpoint_type):
             try:
-                checkpoint = self._read(info.name, os.path.join(self.dir, info.name))
+                checkpoint = self._read(info.name)
                 if checkpoint.agent_id == self.agent.id:
                     if checkpoint.recovered:
                         problems.append(checkpoint.recovered)
@@ -409,8 +556,8 @@ class CheckpointStore:
         from phoenix_protocol._redact import redact_value
 
         sections = redact_value(sections)  # type: ignore[assignment]
-        with self.lock():
-            view = self.catalog.load(writer=True)
+
+        def build(view: View, completed: Callable[[], set[str]]) -> tuple[CheckpointInfo, bytes, list[CheckpointInfo]]:
             next_seq = view.next_seq
             ms = self.agent.clock.now_ms() if now_ms is None else now_ms
             name = make_name(self.agent.id, next_seq, ms, checkpoint_type)
@@ -441,18 +588,19 @@ class CheckpointStore:
                 operation_id=(operation or {}).get("id"),
                 size=len(data),
             )
-            drop = self._retain(view, now_ms=ms, new=info)
-            self.catalog.put(view, info, data, drop)  # the durable point (see _checkpoint_index)
+            return info, data, self._retain(view, completed, now_ms=ms, new=info)
+
+        info, drop = self.backend.write(build)  # under the agent's write lock; durable when it returns
         # The checkpoint is durable; the event about it and the timestamp in state.json need not
         # be fsynced again (the checkpoint is the record).
         self.agent.record(
             "checkpoint_created",
             "ok",
-            {"name": name, "type": checkpoint_type, "seq": next_seq, "size": len(data), "pruned": len(drop)},
+            {"name": info.name, "type": checkpoint_type, "seq": info.seq, "size": info.size, "pruned": len(drop)},
             trusted=True,
             durable=False,
         )
-        self._mark_taken(checkpoint_type, ms)
+        self._mark_taken(checkpoint_type, info.timestamp_ms)
         return info
 
     def _metadata(self, ms: int) -> dict[str, Any]:
@@ -495,7 +643,9 @@ class CheckpointStore:
         with contextlib.suppress(PhoenixError):  # a corrupt state.json must not fail the checkpoint
             self.agent.state.change(mutate, durable=False)
 
-    def _retain(self, view: View, *, now_ms: int, new: CheckpointInfo | None = None) -> list[CheckpointInfo]:
+    def _retain(
+        self, view: View, completed: Callable[[], set[str]], *, now_ms: int, new: CheckpointInfo | None = None
+    ) -> list[CheckpointInfo]:
         """What the retention policy drops from the catalogue (plus ``new``, about to be written):
         routine beyond the newest ``keep_routine``, session beyond the newest
         ``keep_session_checkpoints``, recovery older than ``recovery_retention_days``,
@@ -514,51 +664,19 @@ class CheckpointStore:
         drop += [e for e in of("recovery") if e.timestamp_ms < horizon]
         operations = [e for e in of("pre-operation") if e.operation_id is not None]
         if operations:
-            completed = self._completed_operations()
-            drop += [e for e in operations if e.operation_id in completed]
+            done = completed()
+            drop += [e for e in operations if e.operation_id in done]
         return sorted(drop, key=lambda e: e.seq)
 
     def prune(self) -> list[CheckpointInfo]:
         """Enforce retention now (it is also enforced on every write); returns what was removed."""
-        if not os.path.isdir(self.dir):
-            return []
-        with self.lock():
-            view = self.catalog.load(writer=True)
-            drop = self._retain(view, now_ms=self.agent.clock.now_ms())
-            self.catalog.drop(view, drop)
+        now = self.agent.clock.now_ms()
+        drop = self.backend.prune(lambda view, completed: self._retain(view, completed, now_ms=now))
         if drop:
             self.agent.record("checkpoints_pruned", "ok", {"names": [d.name for d in drop]}, trusted=True)
         return drop
 
     # -- operations --------------------------------------------------------------------------
-
-    def _operations_path(self) -> str:
-        return os.path.join(self.dir, "operations.jsonl")
-
-    def _completed_operations(self) -> set[str]:
-        path = self._operations_path()
-        try:
-            st = os.stat(path)
-        except FileNotFoundError:
-            return set()
-        key = (st.st_ino, st.st_size, st.st_mtime_ns)
-        if self._ops_cache is not None and self._ops_cache[0] == key:
-            return self._ops_cache[1]
-        data = read_bytes(path)
-        done: set[str] = set()
-        if not data:
-            return done
-        from phoenix_protocol._durable import iter_lines
-
-        for _off, line in iter_lines(data):
-            try:
-                record = loads(line)
-            except JSONError:
-                continue
-            if isinstance(record, dict) and record.get("outcome") == "succeeded":
-                done.add(str(record.get("id")))
-        self._ops_cache = (key, done)
-        return done
 
     def begin_operation(self, name: str) -> Operation:
         """Take a pre-operation checkpoint for operation ``name``; returns the operation to end."""
@@ -588,12 +706,8 @@ class CheckpointStore:
         entries = [e for e in self.entries("pre-operation") if e.operation_id == op_id]
         if not entries:
             raise UsageError(f"no open operation {op_id!r} (see `phx checkpoint list --type pre-operation`).")
-        from phoenix_protocol._durable import durable_append
-
         outcome = "succeeded" if success else "failed"
-        record = {"id": op_id, "outcome": outcome, "at": self.agent.clock.now_iso()}
-        with self.lock():
-            durable_append(self._operations_path(), (dumps_line(record) + "\n").encode("ascii"))
+        self.backend.record_operation({"id": op_id, "outcome": outcome, "at": self.agent.clock.now_iso()})
         meta: dict[str, Any] = {"id": op_id, "checkpoint": entries[0].name}
         if error:
             meta["error"] = error[:500]

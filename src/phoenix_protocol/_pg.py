@@ -358,6 +358,40 @@ MIGRATIONS: list[tuple[int, str, str]] = [
             AND m.seq <= c.delivered AND (m.recipient = c.reader OR (m.recipient = '*' AND m.sender <> c.reader)));
         """,
     ),
+    (
+        5,
+        "agents' checkpoints: envelopes, a seq counter per agent, operation outcomes",
+        """
+        CREATE TABLE phx_checkpoint_seq (
+            agent_id  text PRIMARY KEY,
+            next_seq  bigint NOT NULL
+        );
+        CREATE TABLE phx_checkpoints (
+            agent_id         text NOT NULL,
+            seq              bigint NOT NULL,
+            name             text NOT NULL,
+            checkpoint_type  text NOT NULL,
+            timestamp_ms     bigint NOT NULL,
+            label            text,
+            operation_id     text,
+            size             integer NOT NULL,
+            content          bytea NOT NULL,
+            PRIMARY KEY (agent_id, seq),
+            UNIQUE (agent_id, name)
+        );
+        CREATE INDEX phx_checkpoints_by_type ON phx_checkpoints (agent_id, checkpoint_type, seq DESC);
+        CREATE TABLE phx_checkpoint_operations (
+            agent_id  text NOT NULL,
+            line      bigserial,
+            op_id     text NOT NULL,
+            outcome   text NOT NULL,
+            at        text NOT NULL,
+            PRIMARY KEY (agent_id, line)
+        );
+        CREATE INDEX phx_checkpoint_operations_done ON phx_checkpoint_operations (agent_id, op_id)
+            WHERE outcome = 'succeeded';
+        """,
+    ),
 ]
 """``(version, description, SQL)``, applied in order, each in the transaction that records it."""
 

@@ -1,0 +1,156 @@
+"""One conformance suite for agents' checkpoints, run on both stores: the home's files and
+PostgreSQL (``PHOENIX_STORE=postgresql://…``, a fresh schema on the real server per test)."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+
+import pytest
+
+from phoenix_protocol import _sessions
+from phoenix_protocol._agent import Agent
+from phoenix_protocol._checkpoints import CheckpointStore, FileCheckpoints, parse_name
+from phoenix_protocol._clock import ManualClock
+from phoenix_protocol._errors import NotFoundError, UsageError
+from phoenix_protocol._home import Home
+
+
+@pytest.fixture(params=["files", "postgres"])
+def backend(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
+    if request.param == "postgres":
+        monkeypatch.setenv("PHOENIX_STORE", request.getfixturevalue("pg_url"))
+    yield request.param
+
+
+@pytest.fixture
+def agent(backend: str, home: Home, clock: ManualClock) -> Agent:
+    return Agent.open("zero", home=home, clock=clock)
+
+
+def store_of(agent: Agent, payload: object = None) -> CheckpointStore:
+    store = agent.checkpoints
+    if payload is not None:
+        store._collectors.clear()
+        store.register("payload", lambda ctx: payload)
+    return store
+
+
+def another_process(agent: Agent) -> Agent:
+    """The same agent opened afresh (as another process, or another machine on PostgreSQL)."""
+    return Agent.open(agent.id, home=agent.home, clock=agent.clock)
+
+
+def tick(agent: Agent, seconds: float = 1) -> None:
+    clock = agent.clock
+    assert isinstance(clock, ManualClock)
+    clock.advance(seconds)
+
+
+def test_the_configured_backend_is_used(backend: str, agent: Agent) -> None:
+    from phoenix_protocol._checkpoints_pg import PgCheckpoints
+
+    store = store_of(agent)
+    info = store.create("session", summary="where am I")
+    if backend == "postgres":
+        assert isinstance(store.backend, PgCheckpoints)
+        assert not os.path.exists(os.path.join(store.dir, info.name))
+        assert store.read(info.name).path.startswith("postgresql://")
+        with pytest.raises(UsageError, match="PostgreSQL"):
+            _ = store.catalog
+    else:
+        assert isinstance(store.backend, FileCheckpoints)
+        assert os.path.exists(os.path.join(store.dir, info.name))
+
+
+def test_create_list_read_latest(agent: Agent) -> None:
+    store = store_of(agent, {"plan": ["a", "b"], "note": "ünïcode ✓"})
+    names = []
+    for i in range(4):
+        tick(agent)
+        names.append(store.create("session", summary=f"number {i}").name)
+    assert [parse_name(n)[1] for n in names if parse_name(n)] == [1, 2, 3, 4]  # type: ignore[index]
+    other = another_process(agent).checkpoints
+    assert [e.name for e in other.entries()] == names[::-1]
+    assert [e.label for e in other.entries(limit=2)] == ["number 3", "number 2"]
+    latest, problems = other.latest()
+    assert latest is not None and latest.name == names[-1] and problems == []
+    assert latest.section("payload") == {"plan": ["a", "b"], "note": "ünïcode ✓"}
+    assert other.read(names[0]).summary == "number 0"
+    with pytest.raises(NotFoundError):
+        other.read(names[0].replace("-00000001_", "-00000099_"))
+    with pytest.raises(UsageError):
+        other.read("../state.json")
+
+
+def test_secrets_never_reach_the_store(agent: Agent) -> None:
+    store = store_of(agent, {"env": "AWS_SECRET_ACCESS_KEY=wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY"})
+    info = store.create("session", summary="deploy with password=Hunter2Secret!")
+    raw = store.backend.read(info.name)
+    assert raw is not None and b"wJalrXUtnFEMI" not in raw and b"Hunter2Secret" not in raw
+
+
+def test_routine_and_session_retention(agent: Agent) -> None:
+    agent = Agent.open("zero", home=agent.home, clock=agent.clock, config_overrides={"keep_session_checkpoints": 2})
+    store = store_of(agent, {"x": 1})
+    for _ in range(5):
+        tick(agent)
+        store.create("routine")
+        store.create("session")
+    kinds = [e.checkpoint_type for e in another_process(agent).checkpoints.entries()]
+    assert kinds.count("routine") == agent.config.keep_routine and kinds.count("session") == 2
+    seqs = [e.seq for e in store.entries()]
+    assert seqs == sorted(seqs, reverse=True) and seqs[0] == 10
+
+
+def test_pre_operation_lifecycle_and_recovery_age(agent: Agent) -> None:
+    store = store_of(agent, {"x": 1})
+    with store.pre_operation("migrate db"):
+        assert [e.checkpoint_type for e in store.entries()] == ["pre-operation"]
+    assert store.entries("pre-operation") == []  # released on success
+    with pytest.raises(RuntimeError), store.pre_operation("drop table"):
+        raise RuntimeError("boom")
+    kept = store.entries("pre-operation")
+    assert len(kept) == 1 and kept[0].label == "drop table"  # kept on failure
+    assert store.backend.completed_operations() and len(store.backend.completed_operations()) == 1
+
+    store.create("recovery", summary="old")
+    tick(agent, 8 * 86_400)
+    store.create("recovery", summary="new")
+    assert [e.label for e in store.entries("recovery")] == ["new"]
+    assert store.prune() == []
+
+
+def test_a_seq_is_never_reused(agent: Agent) -> None:
+    store = store_of(agent, {"x": 1})
+    op = store.begin_operation("risky")
+    store.end_operation(op.id, success=True)  # deletes the newest checkpoint (seq 1)
+    assert store.entries() == []
+    assert store.create("session").seq == 2
+    assert another_process(agent).checkpoints.create("session").seq == 3
+
+
+def test_restore_applies_the_sections(agent: Agent) -> None:
+    agent.state.set_status("working", "the task before the crash")
+    info = agent.checkpoints.create("session", summary="end of the day")
+    fresh = another_process(agent)
+    result = fresh.checkpoints.restore()
+    assert result.checkpoint.name == info.name and result.problems == []
+    assert result.checkpoint.section("current_task")["context"]["description"] == "the task before the crash"
+
+
+def test_a_session_round_trip(agent: Agent) -> None:
+    started = _sessions.begin(agent, "s1")
+    assert started.checkpoint is None
+    agent.state.set_status("working", "write the report")
+    info = _sessions.end(agent, "s1", summary="report half done")
+    again = _sessions.begin(another_process(agent), "s2")
+    assert again.checkpoint is not None and again.checkpoint.name == info.name
+    assert again.checkpoint.summary == "report half done"
+
+
+def test_emergency_recovery_takes_a_recovery_checkpoint(agent: Agent) -> None:
+    agent.state.set_status("working", "x")
+    info = agent.checkpoints.emergency_recovery("drift detected")
+    assert info.checkpoint_type == "recovery"
+    assert another_process(agent).checkpoints.latest("recovery")[0] is not None

@@ -25,6 +25,10 @@ def _fill(home: Home, clock: ManualClock) -> None:
     agent = Agent.open("zero", home=home, clock=clock)
     agent.state.set_status("working", "Add JWT authentication")
     agent.checkpoints.create("routine", summary="halfway")
+    with agent.checkpoints.pre_operation("migrate db"):
+        pass
+    op = agent.checkpoints.begin_operation("drop table")
+    agent.checkpoints.end_operation(op.id, success=False, error="refused")
     TokenStore(home, clock=clock).create(["agent:zero"], ["*"], label="laptop")
     team = Team.create(home, "release", lead="lead", team_id="release-1", clock=clock)
     team.join("alice")
@@ -73,6 +77,10 @@ def test_round_trip_files_postgres_files(
     middle = Home(str(tmp_path / "b"))
     import_home(middle, first)
     assert not os.path.exists(os.path.join(middle.root, "teams"))  # the team went to PostgreSQL
+    on_pg = Agent.open("zero", home=middle, clock=clock).checkpoints
+    assert not os.path.exists(on_pg.dir)  # and so did the agent's checkpoints
+    assert [e.label for e in on_pg.entries()] == ["drop table", "halfway"]
+    assert on_pg.latest("routine")[0] is not None and on_pg.backend.completed_operations()
     second = str(tmp_path / "b.jsonl")
     export_home(middle, second)
     assert _records(second) == _records(first)
@@ -91,6 +99,9 @@ def test_round_trip_files_postgres_files(
     )
     assert team.send("bob", "alice", subject="back", body="").seq == 8
     assert Agent.open("zero", home=last).state.read().current_task == "Add JWT authentication"
+    back = Agent.open("zero", home=last, clock=clock).checkpoints
+    assert [e.label for e in back.entries()] == ["drop table", "halfway"] and back.latest()[1] == []
+    assert back.create("session").seq == 4  # no seq reused
     assert [r.text for r, _score in open_memory_store(last).recall("zero", "timer", k=1)] == [
         "the timer drifts under load"
     ]

@@ -5,7 +5,10 @@ redacted): a header, then one record per thing, each with a ``type``:
 
 - ``file``: a file under ``agents/`` (state, ops logs, checkpoints, identity, sessions) or
   ``tokens.json``, by path relative to the home, content in base64. These stay files on every
-  store.
+  store, except an agent's checkpoints (``agents/<id>/checkpoints/*.checkpoint`` and
+  ``operations.jsonl``): on PostgreSQL they are rows, exported as the files they would be and
+  imported as rows. The checkpoint catalogue (``index.json``, ``index.log``) is not exported: it
+  is rebuilt from the checkpoints.
 - ``team``: a team's metadata (with its tasks) and roster; then its ``message`` records (in
   sequence order, with their timestamps, ids and acknowledgements), ``cursor`` records,
   ``heartbeat`` records and ``team_checkpoint`` records.
@@ -27,9 +30,10 @@ import os
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
+from phoenix_protocol._checkpoint_index import CheckpointInfo
 from phoenix_protocol._clock import ManualClock, system_clock
 from phoenix_protocol._config import load_config
-from phoenix_protocol._durable import atomic_write, ensure_dir, read_bytes
+from phoenix_protocol._durable import atomic_write, ensure_dir, iter_lines, read_bytes
 from phoenix_protocol._errors import CorruptStateError, SchemaVersionError, UsageError
 from phoenix_protocol._jsonio import JSONError, dumps_line, loads
 
@@ -42,11 +46,20 @@ FORMAT_VERSION = 1
 _FILE_ROOTS = ("agents",)
 _FILE_NAMES = ("tokens.json",)
 _SKIP_SUFFIXES = (".lock", ".tmp")
+_CATALOGUE = ("index.json", "index.log")
 
 Progress = Callable[[str], None]
 
 
-def _home_files(home: Home) -> Iterator[str]:
+def _checkpoint_file(rel: str) -> tuple[str, str] | None:
+    """``(agent_id, name)`` when ``rel`` is a file of an agent's checkpoint directory."""
+    parts = rel.split(os.sep)
+    if len(parts) == 4 and parts[0] == "agents" and parts[2] == "checkpoints":
+        return parts[1], parts[3]
+    return None
+
+
+def _home_files(home: Home, *, checkpoints: bool = True) -> Iterator[str]:
     for name in _FILE_NAMES:
         if os.path.isfile(os.path.join(home.root, name)):
             yield name
@@ -57,17 +70,25 @@ def _home_files(home: Home) -> Iterator[str]:
             for name in sorted(files):
                 if name.endswith(_SKIP_SUFFIXES) or ".tmp-" in name or name.startswith(".tmp"):
                     continue
-                yield os.path.relpath(os.path.join(directory, name), home.root)
+                rel = os.path.relpath(os.path.join(directory, name), home.root)
+                owned = _checkpoint_file(rel)
+                if owned is not None and (not checkpoints or owned[1] in _CATALOGUE):
+                    continue
+                yield rel
 
 
 def _records(home: Home, progress: Progress) -> Iterator[dict[str, Any]]:
+    from phoenix_protocol._pg import is_postgres_url
     from phoenix_protocol._teams import KEEP_CHECKPOINTS, Team, list_teams
 
     config = load_config(home.root, project_root=home.project_root)
-    for rel in _home_files(home):
+    on_pg = is_postgres_url(config.store)
+    for rel in _home_files(home, checkpoints=not on_pg):
         data = read_bytes(os.path.join(home.root, rel))
         if data is not None:
-            yield {"type": "file", "path": rel, "content": base64.b64encode(data).decode("ascii")}
+            yield _file_record(rel, data)
+    if on_pg:
+        yield from _pg_checkpoint_files(config.store, config.pg_pool_size)
     for team_id in list_teams(home, config=config):
         progress(f"team {team_id}")
         team = Team(home, team_id, config=config)
@@ -96,6 +117,55 @@ def _records(home: Home, progress: Progress) -> Iterator[dict[str, Any]]:
         progress(f"memory {namespace}")
         for record in memory.export(namespace):
             yield {"type": "memory", **record}
+
+
+def _file_record(rel: str, data: bytes) -> dict[str, Any]:
+    return {"type": "file", "path": rel, "content": base64.b64encode(data).decode("ascii")}
+
+
+def _pg_checkpoint_files(url: str, pool_size: int) -> Iterator[dict[str, Any]]:
+    """Agents' checkpoints kept on PostgreSQL, as the files the file store would hold."""
+    from phoenix_protocol._checkpoints_pg import PgCheckpoints, agents_with_checkpoints
+
+    for agent_id in agents_with_checkpoints(url):
+        backend = PgCheckpoints(url, agent_id, pool_size=pool_size)
+        base = os.path.join("agents", agent_id, "checkpoints")
+        for info in backend.ordered():
+            data = backend.read(info.name)
+            if data is not None:
+                yield _file_record(os.path.join(base, info.name), data)
+        lines = [dumps_line(record) + "\n" for record in backend.operations()]
+        if lines:
+            yield _file_record(os.path.join(base, "operations.jsonl"), "".join(lines).encode("ascii"))
+
+
+def _import_pg_checkpoints(url: str, pool_size: int, files: list[dict[str, Any]]) -> None:
+    """Agents' checkpoint files of an export, as rows of the PostgreSQL store."""
+    from phoenix_protocol._checkpoints import decode, parse_name
+    from phoenix_protocol._checkpoints_pg import PgCheckpoints
+
+    for record in files:
+        agent_id, name = _checkpoint_file(os.path.normpath(record["path"])) or ("", "")
+        backend = PgCheckpoints(url, agent_id, pool_size=pool_size)
+        data = base64.b64decode(record["content"])
+        if name == "operations.jsonl":
+            for _off, line in iter_lines(data):
+                backend.record_operation(loads(line))
+            continue
+        parsed = parse_name(name)
+        if parsed is None or parsed[0] != agent_id:
+            raise UsageError(f"the export has {record['path']!r}, which is not a checkpoint of {agent_id!r}; refused.")
+        label = operation_id = None
+        try:
+            envelope = decode(data, record["path"])
+            label = envelope.get("summary")
+            operation_id = (envelope.get("operation") or {}).get("id")
+        except (CorruptStateError, SchemaVersionError):
+            pass  # kept as it is: `latest` reports it on PostgreSQL as it would on files
+        _agent, seq, ms, ctype = parsed
+        backend.put_existing(
+            CheckpointInfo(name, seq, ctype, ms, label=label, operation_id=operation_id, size=len(data)), data
+        )
 
 
 def export_home(home: Home, path: str, *, progress: Progress | None = None) -> dict[str, int]:
@@ -150,6 +220,7 @@ def read_export(path: str) -> tuple[dict[str, Any], list[dict[str, Any]]]:
 def import_home(home: Home, path: str, *, progress: Progress | None = None) -> dict[str, int]:
     """Load an export into ``home`` and the store it is configured with (see the module docstring)."""
     from phoenix_protocol._memory import open_memory_store
+    from phoenix_protocol._pg import is_postgres_url
     from phoenix_protocol._teams import KEEP_CHECKPOINTS, Team, list_teams
 
     say = progress or (lambda _what: None)
@@ -167,6 +238,8 @@ def import_home(home: Home, path: str, *, progress: Progress | None = None) -> d
     existing_teams = set(list_teams(home, config=config))
     clash = [r["team_id"] for r in by_type.get("team", []) if r["team_id"] in existing_teams]
     clash += [r["path"] for r in by_type.get("file", []) if os.path.exists(_inside(home, r["path"]))]
+    if is_postgres_url(config.store):
+        clash += _pg_checkpoint_clashes(config.store, config.pg_pool_size, by_type.get("file", []))
     memory = open_memory_store(home, config=config)
     clash += [r["id"] for r in by_type.get("memory", []) if memory.exists(str(r["id"]))]
     if clash:
@@ -175,10 +248,20 @@ def import_home(home: Home, path: str, *, progress: Progress | None = None) -> d
             "import into an empty home and store; nothing was written."
         )
 
+    checkpoint_files = []
     for record in by_type.get("file", []):
         target = _inside(home, record["path"])
+        owned = _checkpoint_file(os.path.normpath(record["path"]))
+        if owned is not None and owned[1] in _CATALOGUE:
+            continue  # an older export: the catalogue is rebuilt from the checkpoints
+        if owned is not None and is_postgres_url(config.store):
+            checkpoint_files.append(record)
+            continue
         ensure_dir(os.path.dirname(target))
         atomic_write(target, base64.b64decode(record["content"]))
+    if checkpoint_files:
+        say(f"{len(checkpoint_files)} checkpoint files")
+        _import_pg_checkpoints(config.store, config.pg_pool_size, checkpoint_files)
     for team_record in by_type.get("team", []):
         team_id = team_record["team_id"]
         say(f"team {team_id}")
@@ -224,6 +307,21 @@ def import_home(home: Home, path: str, *, progress: Progress | None = None) -> d
         say(f"{len(memories)} memories")
         memory.import_records([{k: v for k, v in r.items() if k != "type"} for r in memories])
     return {kind: len(items) for kind, items in by_type.items()}
+
+
+def _pg_checkpoint_clashes(url: str, pool_size: int, files: list[dict[str, Any]]) -> list[str]:
+    from phoenix_protocol._checkpoints_pg import PgCheckpoints, agents_with_checkpoints
+
+    present = set(agents_with_checkpoints(url))
+    clashes = []
+    for record in files:
+        owned = _checkpoint_file(os.path.normpath(record["path"]))
+        if owned is not None and owned[0] in present and owned[1] not in _CATALOGUE:
+            backend = PgCheckpoints(url, owned[0], pool_size=pool_size)
+            taken = bool(backend.operations()) if owned[1] == "operations.jsonl" else backend.read(owned[1]) is not None
+            if taken:
+                clashes.append(record["path"])
+    return clashes
 
 
 def _of(by_type: dict[str, list[dict[str, Any]]], kind: str, team_id: str) -> list[dict[str, Any]]:

@@ -10,7 +10,9 @@ import pytest
 
 from phoenix_protocol._agent import Agent
 from phoenix_protocol._cli import cli
+from phoenix_protocol._clock import ManualClock
 from phoenix_protocol._doctor import check_agent, check_home, rebuild_state
+from phoenix_protocol._home import Home
 
 
 def _history(agent: Agent) -> None:
@@ -135,6 +137,22 @@ def test_doctor_repairs_a_damaged_checkpoint_from_the_log(agent: Agent) -> None:
     findings = check_agent(agent)
     assert any(f.repaired and "Restored from the log" in f.message for f in findings)
     assert path.read_bytes() == original
+
+
+def test_checkpoints_on_postgresql_are_verified(
+    home: Home, clock: ManualClock, pg_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("PHOENIX_STORE", pg_url)
+    agent = Agent.open("on-pg", home=home, clock=clock)
+    agent.checkpoints.create("session", summary="kept on the server")
+    findings = check_agent(agent, repair=False)
+    verified = [f for f in findings if "checkpoint(s) verified" in f.message]
+    assert (
+        len(verified) == 1
+        and verified[0].message.startswith("1 ")
+        and str(verified[0].path).startswith("postgresql://")
+    )
+    assert not [f for f in findings if f.level == "error"]
 
 
 def test_the_postgresql_store_is_checked_and_migrated(

@@ -255,11 +255,12 @@ def check_agent(agent: Agent, *, repair: bool = True) -> list[Finding]:
 def _check_checkpoints(agent: Agent, repair: bool) -> list[Finding]:
     """Every checkpoint verifies; the index agrees with the directory; no temp files remain."""
     store_dir = os.path.join(agent.dir, "checkpoints")
-    if not os.path.isdir(store_dir):
+    on_files = agent.checkpoints.files is not None
+    if on_files and not os.path.isdir(store_dir):
         return []
     findings: list[Finding] = []
     aid = agent.id
-    for name in os.listdir(store_dir):
+    for name in os.listdir(store_dir) if on_files else []:
         if name.startswith(".") and name.endswith(".tmp"):
             path = os.path.join(store_dir, name)
             if repair:
@@ -271,8 +272,16 @@ def _check_checkpoints(agent: Agent, repair: bool) -> list[Finding]:
                 )
             )
     store = agent.checkpoints
+    if not on_files:
+        from phoenix_protocol import _pg
+
+        if _pg.status(agent.config.store)["pending"]:
+            return findings  # the store's own check reports it; reading would migrate it
     valid = 0
-    for info in store.entries():
+    entries = store.entries()
+    if not on_files and not entries:
+        return findings
+    for info in entries:
         try:
             checkpoint = store.read(info.name)
             valid += 1
@@ -283,7 +292,7 @@ def _check_checkpoints(agent: Agent, repair: bool) -> list[Finding]:
                         "warn" if repaired else "error",
                         checkpoint.recovered if not repaired else f"{checkpoint.recovered} Restored from the log.",
                         agent=aid,
-                        path=os.path.join(store_dir, info.name),
+                        path=store.backend.where(info.name),
                         repaired=repaired,
                     )
                 )
@@ -294,7 +303,7 @@ def _check_checkpoints(agent: Agent, repair: bool) -> list[Finding]:
                     level,
                     f"{exc} `latest` skips it; delete it once inspected",
                     agent=aid,
-                    path=os.path.join(store_dir, info.name),
+                    path=store.backend.where(info.name),
                 )
             )
     if repair:
@@ -309,7 +318,8 @@ def _check_checkpoints(agent: Agent, repair: bool) -> list[Finding]:
                     repaired=True,
                 )
             )
-    findings.append(Finding("ok", f"{valid} checkpoint(s) verified", agent=aid, path=store_dir))
+    where = store_dir if on_files else store.backend.where("").rstrip("/")
+    findings.append(Finding("ok", f"{valid} checkpoint(s) verified", agent=aid, path=where))
     return findings
 
 

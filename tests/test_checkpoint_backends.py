@@ -3,11 +3,15 @@ PostgreSQL (``PHOENIX_STORE=postgresql://…``, a fresh schema on the real serve
 
 from __future__ import annotations
 
+import json
 import os
+import subprocess
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
+from conftest import HOOK_PREFIX
 from phoenix_protocol import _sessions
 from phoenix_protocol._agent import Agent
 from phoenix_protocol._checkpoints import CheckpointStore, FileCheckpoints, parse_name
@@ -154,3 +158,47 @@ def test_emergency_recovery_takes_a_recovery_checkpoint(agent: Agent) -> None:
     info = agent.checkpoints.emergency_recovery("drift detected")
     assert info.checkpoint_type == "recovery"
     assert another_process(agent).checkpoints.latest("recovery")[0] is not None
+
+
+UNREACHABLE = "postgresql://postgres@127.0.0.1:5499/test"
+
+
+def _hook(
+    project: Path, command: str, event: str, env: dict[str, str], **extra: object
+) -> subprocess.CompletedProcess[bytes]:
+    body = {"session_id": "sess-1", "transcript_path": "/tmp/t.jsonl", "cwd": str(project), "hook_event_name": event}
+    return subprocess.run(
+        [*HOOK_PREFIX, command],
+        input=json.dumps({**body, **extra}).encode(),
+        capture_output=True,
+        check=False,
+        env={**os.environ, **env},
+        cwd=project,
+        timeout=60,
+    )
+
+
+def test_hooks_checkpoint_to_postgresql_and_survive_it_being_gone(
+    project: Path, pg_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """SessionEnd writes the session checkpoint to the server, the next SessionStart (a fresh
+    process, as on another machine) restores from it; with the server gone both still exit 0."""
+    env = {"PHOENIX_STORE": pg_url}
+    assert _hook(project, "session-start", "SessionStart", env, source="startup").returncode == 0
+    ended = _hook(project, "session-end", "SessionEnd", env, reason="logout")
+    assert ended.returncode == 0, ended.stderr
+    agent = Agent.open("default", home=Home(str(project / ".phoenix")))
+    with monkeypatch.context() as patch:
+        patch.setenv("PHOENIX_STORE", pg_url)
+        session = Agent.open("default", home=agent.home).checkpoints.latest("session")[0]
+    assert session is not None
+    assert not os.path.exists(os.path.join(agent.dir, "checkpoints", session.name))  # on the server only
+    started = _hook(project, "session-start", "SessionStart", env, source="resume")
+    assert started.returncode == 0, started.stderr
+    assert session.name in json.loads(started.stdout)["hookSpecificOutput"]["additionalContext"]
+
+    gone = _hook(project, "session-end", "SessionEnd", {"PHOENIX_STORE": UNREACHABLE}, reason="logout")
+    assert gone.returncode == 0 and len(gone.stderr.decode().strip().splitlines()) == 1
+    assert b"127.0.0.1:5499" in gone.stderr
+    events = [e for e in agent.ops.read()[0] if e["event"] == "hook_failed"]
+    assert events and "127.0.0.1:5499" in events[-1]["meta"]["error"]

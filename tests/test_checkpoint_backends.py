@@ -202,3 +202,28 @@ def test_hooks_checkpoint_to_postgresql_and_survive_it_being_gone(
     assert b"127.0.0.1:5499" in gone.stderr
     events = [e for e in agent.ops.read()[0] if e["event"] == "hook_failed"]
     assert events and "127.0.0.1:5499" in events[-1]["meta"]["error"]
+
+
+def test_the_cli_on_either_store(
+    backend: str, project: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from phoenix_protocol._cli import cli
+
+    monkeypatch.chdir(project)
+
+    def phx(*args: str) -> tuple[int, dict[str, object]]:
+        capsys.readouterr()
+        code = cli([*args, "--json"])
+        return code, json.loads(capsys.readouterr().out)
+
+    assert cli(["state", "working", "Ship the parser"]) == 0
+    code, _made = phx("checkpoint", "--summary", "parser half done")
+    assert code == 0
+    code, listed = phx("checkpoint", "list")
+    assert code == 0 and [c["label"] for c in listed["checkpoints"]] == ["parser half done"]  # type: ignore[index]
+    code, shown = phx("checkpoint", "show", "latest")
+    assert code == 0 and shown["checkpoint"]["summary"] == "parser half done"  # type: ignore[index]
+    code, restored = phx("restore")
+    assert code == 0 and restored["checkpoint"] == listed["checkpoints"][0]["name"]  # type: ignore[index]
+    on_disk = os.path.exists(os.path.join(project, ".phoenix/agents/default/checkpoints"))
+    assert on_disk == (backend == "files")

@@ -458,7 +458,7 @@ class SizeResult:
         self.codecs: dict[str, float] = {}
 
 
-def run_size(work: str, size: int, history: int, reps: int, breakdown_reps: int) -> SizeResult:
+def run_size(work: str, size: int, history: int, reps: int, breakdown_reps: int, pg: str | None = None) -> SizeResult:
     result = SizeResult(size)
     holder = Holder(make_state(size))
     if redact_mod.redact_value(holder.state) != holder.state:
@@ -469,6 +469,9 @@ def run_size(work: str, size: int, history: int, reps: int, breakdown_reps: int)
     session = open_phoenix(home, "sessions", holder, keep_session_checkpoints=history)
     routine = open_phoenix(home, "routine", holder)
     lg = LangGraphThread(os.path.join(base, "langgraph.sqlite"))
+    on_pg = (
+        open_phoenix(home, f"pg-{size}", holder, store=pg, keep_session_checkpoints=history) if pg is not None else None
+    )
 
     def step(i: int) -> None:
         holder.state["step"] = i
@@ -486,6 +489,13 @@ def run_size(work: str, size: int, history: int, reps: int, breakdown_reps: int)
             step(i)
             routine.create("routine")
     result.setup_seconds["phoenix routine history (no redaction)"] = time.perf_counter() - started
+    if on_pg is not None:
+        started = time.perf_counter()
+        with no_redaction():
+            for i in range(history):
+                step(i)
+                on_pg.create("session")
+        result.setup_seconds["phoenix on PostgreSQL history (no redaction)"] = time.perf_counter() - started
     started = time.perf_counter()
     for i in range(history):
         step(i)
@@ -521,6 +531,10 @@ def run_size(work: str, size: int, history: int, reps: int, breakdown_reps: int)
             "langgraph": (None, lg.newest),
         },
     }
+    if on_pg is not None:
+        ops["write"]["phoenix_pg"] = (next_state, lambda: on_pg.create("session"))
+        ops["latest"]["phoenix_pg"] = (None, on_pg.latest)
+        ops["list"]["phoenix_pg"] = (None, lambda: on_pg.entries(limit=10))
     for op, sides in ops.items():
         rounds = reps if op == "write" else reps * 4
         result.stats[op] = interleave(sides, rounds)
@@ -539,6 +553,10 @@ def run_size(work: str, size: int, history: int, reps: int, breakdown_reps: int)
         "phoenix_routine": len(routine.entries()),
         "langgraph": int(lg.conn.execute("SELECT count(*) FROM checkpoints").fetchone()[0]),
     }
+    if on_pg is not None:
+        result.held["phoenix_pg"] = len(on_pg.entries())
+        pg_latest, pg_problems = on_pg.latest()
+        assert pg_latest is not None and not pg_problems
     result.bytes_per_checkpoint = {
         "phoenix": session.entries(limit=1)[0].size,
         "langgraph": lg.row_size(),
@@ -643,13 +661,41 @@ def _mb(value: int) -> str:
     return f"{value / 1e6:,.2f} MB" if value >= 1e5 else f"{value / 1e3:,.1f} KB"
 
 
+def _pg_schema(server: str) -> tuple[str, str]:
+    """A fresh schema on ``server``; returns its store URL and its name."""
+    import uuid
+
+    import psycopg
+
+    schema = "phx_ckptbench_" + uuid.uuid4().hex[:8]
+    with psycopg.connect(server, autocommit=True) as conn:
+        conn.execute(f"CREATE SCHEMA {schema}")
+    return f"{server}?options=-csearch_path%3D{schema}", schema
+
+
+def _drop_schema(server: str, schema: str) -> None:
+    import psycopg
+
+    from phoenix_protocol import _pg
+
+    _pg.close_all()
+    with psycopg.connect(server, autocommit=True) as conn:
+        conn.execute(f"DROP SCHEMA {schema} CASCADE")
+
+
+def _pg_where(url: str | None) -> str:
+    from phoenix_protocol._pg import describe
+
+    return describe(url) if url else ""
+
+
 def render(
     sizes: list[SizeResult], disk: DiskResult, lg_info: dict[str, Any], args: argparse.Namespace, work: str, wall: float
 ) -> str:
     out: list[str] = []
     w = out.append
     today = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d")
-    quick = " --quick" if args.quick else ""
+    quick = (" --quick" if args.quick else "") + (f" --pg {args.pg}" if args.pg else "")
     w("## Checkpoint store vs LangGraph `SqliteSaver`\n")
     w("```sh")
     w(f".venv/bin/python bench/checkpoints_vs_langgraph.py{quick}")
@@ -694,6 +740,26 @@ def render(
                     f"| {_ms(lgs.median)} ({_ms(lgs.p90)}) | {_ms(ses.median)} ({_ms(ses.p90)}) "
                     f"| {ratio:.2f}× | ≤ {TARGETS[op]:.2f}×: {verdict} "
                     f"| {_ms(rou.median)} ({_ms(rou.p90)}) | {rou.median / lgs.median:.2f}× |"
+                )
+        w("")
+    if sizes and "phoenix_pg" in sizes[0].held:
+        w("### The same checkpoints on PostgreSQL (issue 8)\n")
+        w(
+            f"`--pg {_pg_where(args.pg)}`: a third side in the same interleaved rounds, Phoenix with "
+            "`store = postgresql://…` holding as many `session` checkpoints (one transaction per write: the "
+            "agent's seq row locked, the catalogue read, the row inserted, retention's rows deleted). "
+            "The server runs on the same machine; `synchronous_commit` as configured there.\n"
+        )
+        w(
+            "| state | operation | SqliteSaver | Phoenix, files | Phoenix, PostgreSQL | PostgreSQL / files | PostgreSQL / SqliteSaver |"
+        )
+        w("|---|---|---:|---:|---:|---:|---:|")
+        for res in sizes:
+            for op in OPS:
+                lgs, fil, pgs = (res.stats[op][k] for k in ("langgraph", "phoenix_session", "phoenix_pg"))
+                w(
+                    f"| {res.size // KB:,} KB | {OP_LABEL[op]} | {_ms(lgs.median)} | {_ms(fil.median)} "
+                    f"| {_ms(pgs.median)} | {pgs.median / fil.median:.2f}× | {pgs.median / lgs.median:.2f}× |"
                 )
         w("")
     ratio = disk.phoenix[0] / max(1, sum(v[0] for v in disk.langgraph.values()))
@@ -800,6 +866,9 @@ def main(argv: list[str] | None = None) -> int:
         "--out", help=f"write the Markdown here (default: {os.path.relpath(RESULTS, REPO)}, full run only)"
     )
     parser.add_argument("--workdir", help="where to put the stores (default: a temporary directory, removed)")
+    parser.add_argument(
+        "--pg", metavar="URL", help="also time Phoenix on this PostgreSQL server (in a fresh schema, dropped after)"
+    )
     args = parser.parse_args(argv)
     history = args.history or (100 if args.quick else 1000)
     reps = args.reps or (20 if args.quick else 100)
@@ -807,6 +876,7 @@ def main(argv: list[str] | None = None) -> int:
     compileall.compile_dir(os.path.dirname(phoenix_protocol.__file__), quiet=1)
     started = time.perf_counter()
     work = tempfile.mkdtemp(prefix="phx-vs-langgraph-", dir=args.workdir)
+    pg_store, schema = _pg_schema(args.pg) if args.pg else (None, None)
     try:
         probe = LangGraphThread(os.path.join(work, "probe.sqlite"))
         lg_info = {"default_synchronous": probe.default_synchronous, "journal_mode": probe.journal_mode}
@@ -814,12 +884,14 @@ def main(argv: list[str] | None = None) -> int:
         probe.close()
         print(f"working in {work}", flush=True)
         sizes = [
-            run_size(work, 10 * KB, history, reps, breakdown_reps=40),
-            run_size(work, 1024 * KB, history, max(10, reps // 5), breakdown_reps=8),
+            run_size(work, 10 * KB, history, reps, breakdown_reps=40, pg=pg_store),
+            run_size(work, 1024 * KB, history, max(10, reps // 5), breakdown_reps=8, pg=pg_store),
         ]
         disk = run_disk(work, disk_count, 100 * KB)
     finally:
         shutil.rmtree(work, ignore_errors=True)
+        if schema is not None:
+            _drop_schema(args.pg, schema)
     text = render(sizes, disk, lg_info, args, work, time.perf_counter() - started)
     print()
     print(text)

@@ -220,10 +220,24 @@ def test_the_cli_on_either_store(
     code, _made = phx("checkpoint", "--summary", "parser half done")
     assert code == 0
     code, listed = phx("checkpoint", "list")
-    assert code == 0 and [c["label"] for c in listed["checkpoints"]] == ["parser half done"]  # type: ignore[index]
+    assert code == 0 and [c["label"] for c in listed["checkpoints"]] == ["parser half done"]  # type: ignore[attr-defined]
     code, shown = phx("checkpoint", "show", "latest")
     assert code == 0 and shown["checkpoint"]["summary"] == "parser half done"  # type: ignore[index]
     code, restored = phx("restore")
     assert code == 0 and restored["checkpoint"] == listed["checkpoints"][0]["name"]  # type: ignore[index]
     on_disk = os.path.exists(os.path.join(project, ".phoenix/agents/default/checkpoints"))
     assert on_disk == (backend == "files")
+
+
+def test_listing_and_latest_go_past_the_first_page(agent: Agent) -> None:
+    store = store_of(agent, {"x": 1})
+    first = store.create("routine", summary="the only routine one")
+    for i in range(45):
+        tick(agent)
+        store.create("session", summary=f"s{i}")
+    seqs = [e.seq for e in another_process(agent).checkpoints.entries()]
+    assert seqs == list(range(46, 0, -1))
+    assert [e.seq for e in store.entries(limit=12)] == list(range(46, 34, -1))
+    assert [e.seq for e in store.entries("routine")] == [first.seq]
+    latest, problems = store.latest("routine")
+    assert latest is not None and latest.name == first.name and problems == []

@@ -41,7 +41,7 @@ import contextlib
 import hashlib
 import itertools
 import os
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import TYPE_CHECKING, Any, Protocol
 
 from phoenix_protocol._checkpoint_index import (
@@ -256,6 +256,10 @@ class CheckpointBackend(Protocol):
         """Every checkpoint, oldest first (metadata only)."""
         ...
 
+    def newest(self, checkpoint_type: str | None, limit: int | None) -> Iterable[CheckpointInfo]:
+        """Checkpoints (of a type), newest first, at most ``limit`` (metadata only)."""
+        ...
+
     def read(self, name: str) -> bytes | None:
         """The bytes of checkpoint ``name``, or ``None`` when there is none."""
         ...
@@ -303,6 +307,12 @@ class FileCheckpoints:
 
     def ordered(self) -> tuple[CheckpointInfo, ...]:
         return self.catalog.load().ordered()
+
+    def newest(self, checkpoint_type: str | None, limit: int | None) -> Iterable[CheckpointInfo]:
+        found = reversed(self.catalog.load().ordered())
+        if checkpoint_type is not None:
+            found = (e for e in found if e.checkpoint_type == checkpoint_type)
+        return itertools.islice(found, limit)
 
     def read(self, name: str) -> bytes | None:
         return read_bytes(os.path.join(self.dir, name))
@@ -455,13 +465,7 @@ class CheckpointStore:
         """Checkpoints on disk, newest first (from the index; nothing is read)."""
         if checkpoint_type is not None and checkpoint_type not in CHECKPOINT_TYPES:
             raise UsageError(f"checkpoint type must be one of {', '.join(CHECKPOINT_TYPES)}, not {checkpoint_type!r}.")
-        return list(itertools.islice(self._newest_first(checkpoint_type), limit))
-
-    def _newest_first(self, checkpoint_type: str | None = None) -> Iterator[CheckpointInfo]:
-        found = reversed(self.backend.ordered())
-        if checkpoint_type is None:
-            return found
-        return (e for e in found if e.checkpoint_type == checkpoint_type)
+        return list(self.backend.newest(checkpoint_type, limit))
 
     def path_of(self, name: str) -> str:
         if os.path.basename(name) != name or parse_name(name) is None:
@@ -508,7 +512,7 @@ class CheckpointStore:
         problems: list[str] = []
         if checkpoint_type is not None and checkpoint_type not in CHECKPOINT_TYPES:
             raise UsageError(f"checkpoint type must be one of {', '.join(CHECKPOINT_TYPES)}, not {checkpoint_type!r}.")
-        for info in self._newest_first(checkpoint_type):
+        for info in self.backend.newest(checkpoint_type, None):
             try:
                 checkpoint = self._read(info.name)
                 if checkpoint.agent_id == self.agent.id:

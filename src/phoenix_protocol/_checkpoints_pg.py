@@ -21,7 +21,8 @@ PostgreSQL.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import functools
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from phoenix_protocol import _pg
@@ -39,6 +40,11 @@ T = TypeVar("T")
 _SELECT = (
     "SELECT name, seq, checkpoint_type, timestamp_ms, label, operation_id, size FROM phx_checkpoints "
     "WHERE agent_id = %s ORDER BY seq"
+)
+_NEWEST = (
+    "SELECT name, seq, checkpoint_type, timestamp_ms, label, operation_id, size FROM phx_checkpoints "
+    "WHERE agent_id = %s AND (%s::text IS NULL OR checkpoint_type = %s) AND (%s::bigint IS NULL OR seq < %s) "
+    "ORDER BY seq DESC LIMIT %s"
 )
 _INSERT = (
     "INSERT INTO phx_checkpoints (agent_id, name, seq, checkpoint_type, timestamp_ms, label, operation_id, size, "
@@ -76,6 +82,31 @@ class PgCheckpoints:
 
     def ordered(self) -> tuple[CheckpointInfo, ...]:
         return self._run(self._ordered)
+
+    def newest(self, checkpoint_type: str | None, limit: int | None) -> Iterator[CheckpointInfo]:
+        """Newest first, fetched a page at a time (``latest`` usually needs the first only)."""
+        page = min(limit, 50) if limit is not None else 8
+        before: int | None = None
+        given = 0
+        while limit is None or given < limit:
+            rows = self._run(functools.partial(self._page, checkpoint_type=checkpoint_type, before=before, size=page))
+            for row in rows:
+                yield _info(row)
+                given += 1
+                if limit is not None and given >= limit:
+                    return
+            if len(rows) < page:
+                return
+            before = int(rows[-1][1])
+            page = min(page * 4, 500)
+
+    def _page(
+        self, conn: psycopg.Connection[Any], checkpoint_type: str | None, before: int | None, size: int
+    ) -> list[tuple[Any, ...]]:
+        return conn.execute(
+            _NEWEST,
+            (self.agent_id, checkpoint_type, checkpoint_type, before, before, size),
+        ).fetchall()
 
     def read(self, name: str) -> bytes | None:
         def work(conn: psycopg.Connection[Any]) -> bytes | None:

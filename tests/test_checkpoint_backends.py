@@ -241,3 +241,24 @@ def test_listing_and_latest_go_past_the_first_page(agent: Agent) -> None:
     assert [e.seq for e in store.entries("routine")] == [first.seq]
     latest, problems = store.latest("routine")
     assert latest is not None and latest.name == first.name and problems == []
+
+
+def test_sessions_are_listed_and_carry_their_memories_on_either_store(backend: str, agent: Agent) -> None:
+    _sessions.begin(agent, "s1")
+    _sessions.record_memory(agent, "mem-0001")
+    _sessions.record_memory(agent, "mem-0002")
+    _sessions.record_recall(agent, "timer drift")
+    tick(agent, 600)
+    ended = _sessions.end(agent, "s1", summary="first")
+    recent = agent.checkpoints.read(ended.name).section("recent_memories")
+    assert recent["memory_ids"] == ["mem-0001", "mem-0002"] and recent["last_recall_query"] == "timer drift"
+    elsewhere = another_process(agent)
+    _sessions.begin(elsewhere, "s2")
+    listed = _sessions.list_sessions(another_process(agent))
+    assert [(s["session_id"], s["summary"], s["checkpoint"]) for s in listed] == [
+        ("s1", "first", ended.name),
+        ("s2", None, None),
+    ]
+    assert listed[0]["duration_seconds"] is not None and listed[1]["restored_from"] == ended.name
+    assert _sessions.read_current(agent)["session_id"] == "s2"  # type: ignore[index]
+    assert os.path.exists(os.path.join(agent.dir, "sessions")) == (backend == "files")

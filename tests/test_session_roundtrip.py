@@ -68,7 +68,7 @@ agent.state.add_note("next_action", "Benchmark with 1k timers")
 current = _sessions.read_current(agent)
 current["memory_ids"] = ["mem-0007", "mem-0008"]  # what a memory system records during the session
 current["last_recall_query"] = "asyncio timer drift"
-_sessions._write_current(agent, current)
+_sessions.storage(agent).set_current(current)
 clock.advance(600)
 agent.identity.add("belief", {"subject": "asyncio timers drift under load", "confidence": 0.7})
 agent.identity.add("skill", {"name": "asyncio", "level": "advanced"})

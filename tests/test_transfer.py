@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from phoenix_protocol import _sessions
 from phoenix_protocol._agent import Agent
 from phoenix_protocol._cli import cli
 from phoenix_protocol._clock import ManualClock
@@ -24,6 +25,10 @@ from phoenix_protocol._transfer import export_home, import_home, read_export
 def _fill(home: Home, clock: ManualClock) -> None:
     agent = Agent.open("zero", home=home, clock=clock)
     agent.state.set_status("working", "Add JWT authentication")
+    _sessions.begin(agent, "s-1")
+    _sessions.record_memory(agent, "mem-0001")
+    _sessions.end(agent, "s-1", summary="first session")
+    _sessions.begin(agent, "s-2")
     agent.checkpoints.create("routine", summary="halfway")
     with agent.checkpoints.pre_operation("migrate db"):
         pass
@@ -79,7 +84,11 @@ def test_round_trip_files_postgres_files(
     assert not os.path.exists(os.path.join(middle.root, "teams"))  # the team went to PostgreSQL
     on_pg = Agent.open("zero", home=middle, clock=clock).checkpoints
     assert not os.path.exists(on_pg.dir)  # and so did the agent's checkpoints
-    assert [e.label for e in on_pg.entries()] == ["drop table", "halfway"]
+    assert [e.label for e in on_pg.entries()] == ["drop table", "halfway", "first session"]
+    assert not os.path.exists(os.path.join(middle.root, "agents/zero/sessions"))  # sessions too
+    pg_agent = Agent.open("zero", home=middle, clock=clock)
+    assert [s["session_id"] for s in _sessions.list_sessions(pg_agent)] == ["s-1", "s-2"]
+    assert _sessions.read_current(pg_agent)["session_id"] == "s-2"  # type: ignore[index]
     assert on_pg.latest("routine")[0] is not None and on_pg.backend.completed_operations()
     second = str(tmp_path / "b.jsonl")
     export_home(middle, second)
@@ -100,8 +109,9 @@ def test_round_trip_files_postgres_files(
     assert team.send("bob", "alice", subject="back", body="").seq == 8
     assert Agent.open("zero", home=last).state.read().current_task == "Add JWT authentication"
     back = Agent.open("zero", home=last, clock=clock).checkpoints
-    assert [e.label for e in back.entries()] == ["drop table", "halfway"] and back.latest()[1] == []
-    assert back.create("session").seq == 4  # no seq reused
+    assert [e.label for e in back.entries()] == ["drop table", "halfway", "first session"]
+    assert back.latest()[1] == [] and back.create("session").seq == 5  # no seq reused
+    assert [s["summary"] for s in _sessions.list_sessions(Agent.open("zero", home=last))] == ["first session", None]
     assert [r.text for r, _score in open_memory_store(last).recall("zero", "timer", k=1)] == [
         "the timer drifts under load"
     ]

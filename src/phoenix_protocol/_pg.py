@@ -360,7 +360,7 @@ MIGRATIONS: list[tuple[int, str, str]] = [
     ),
     (
         5,
-        "agents' checkpoints: envelopes, a seq counter per agent, operation outcomes",
+        "agents' checkpoints (envelopes, a seq counter per agent, operation outcomes) and sessions",
         """
         CREATE TABLE phx_checkpoint_seq (
             agent_id  text PRIMARY KEY,
@@ -390,6 +390,16 @@ MIGRATIONS: list[tuple[int, str, str]] = [
         );
         CREATE INDEX phx_checkpoint_operations_done ON phx_checkpoint_operations (agent_id, op_id)
             WHERE outcome = 'succeeded';
+        CREATE TABLE phx_session_current (
+            agent_id  text PRIMARY KEY,
+            record    text NOT NULL
+        );
+        CREATE TABLE phx_session_log (
+            agent_id  text NOT NULL,
+            seq       bigint NOT NULL,
+            line      text NOT NULL,
+            PRIMARY KEY (agent_id, seq)
+        );
         """,
     ),
 ]

@@ -8,16 +8,20 @@ Session end (``end``): summarize what was done and what remains, collect the mem
 the session, the identity updates and the drift checks, the duration; write the session
 checkpoint; update the identity's session stats.
 
-Files, in ``agents/<agent_id>/sessions/``: ``current.json`` (the open session: its id, start, the
-identity as it was at the start, memory ids created so far, the last recall query) and
-``sessions.jsonl`` (a start and an end record per session; ``list_sessions`` pairs them).
+Kept by a storage chosen like every store: files, in ``agents/<agent_id>/sessions/``:
+``current.json`` (the open session: its id, start, the identity as it was at the start, memory
+ids created so far, the last recall query) and ``sessions.jsonl`` (a start and an end record per
+session, with a ``seq``; ``list_sessions`` pairs them); or, with ``store = "postgresql://…"``,
+the same texts in ``phx_session_current`` and ``phx_session_log`` (``_sessions_pg``), so that a
+session that ends on one machine is listed and restored on another.
 """
 
 from __future__ import annotations
 
 import os
 import uuid
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, Protocol
 
 from phoenix_protocol._clock import iso_from_ms, ms_from_iso
 from phoenix_protocol._durable import atomic_write, ensure_dir, read_bytes
@@ -46,17 +50,72 @@ def _dir(agent: Agent) -> str:
     return os.path.join(agent.dir, "sessions")
 
 
-def _log(agent: Agent) -> SeqLog:
-    def prepare() -> None:
-        agent.ensure()
-        ensure_dir(_dir(agent))
+class SessionStorage(Protocol):
+    """Where an agent's sessions are kept (``FileSessions`` or ``_sessions_pg.PgSessions``)."""
 
-    return SeqLog(os.path.join(_dir(agent), "sessions.jsonl"), lock_timeout=agent.config.lock_timeout, prepare=prepare)
+    def current(self) -> dict[str, Any] | None:
+        """The open session's record, or ``None``."""
+        ...
+
+    def set_current(self, record: dict[str, Any]) -> None: ...
+
+    def update_current(self, change: Callable[[dict[str, Any]], None]) -> dict[str, Any]:
+        """Change the open session's record under the agent's sessions lock; returns it."""
+        ...
+
+    def append(self, record: dict[str, Any]) -> int:
+        """Add a start or end record with the next ``seq``; returns the seq."""
+        ...
+
+    def records(self) -> list[dict[str, Any]]:
+        """Every start and end record, oldest first."""
+        ...
 
 
-def read_current(agent: Agent) -> dict[str, Any] | None:
-    """The open session's record, or ``None``."""
-    data = read_bytes(os.path.join(_dir(agent), "current.json"))
+class FileSessions:
+    """``agents/<id>/sessions/current.json`` and ``sessions.jsonl``."""
+
+    def __init__(self, agent: Agent) -> None:
+        self.agent = agent
+        self.dir = _dir(agent)
+        self.current_path = os.path.join(self.dir, "current.json")
+
+    def _log(self) -> SeqLog:
+        def prepare() -> None:
+            self.agent.ensure()
+            ensure_dir(self.dir)
+
+        return SeqLog(
+            os.path.join(self.dir, "sessions.jsonl"), lock_timeout=self.agent.config.lock_timeout, prepare=prepare
+        )
+
+    def current(self) -> dict[str, Any] | None:
+        return parse_current(read_bytes(self.current_path))
+
+    def set_current(self, record: dict[str, Any]) -> None:
+        self.agent.ensure()
+        ensure_dir(self.dir)
+        atomic_write(self.current_path, dumps_document(record).encode("ascii"))
+
+    def update_current(self, change: Callable[[dict[str, Any]], None]) -> dict[str, Any]:
+        from phoenix_protocol._durable import FileLock
+
+        self.agent.ensure()
+        ensure_dir(self.dir)
+        with FileLock(self.current_path, self.agent.config.lock_timeout):
+            record = self.current() or empty_current()
+            change(record)
+            self.set_current(record)
+        return record
+
+    def append(self, record: dict[str, Any]) -> int:
+        return self._log().append(record)
+
+    def records(self) -> list[dict[str, Any]]:
+        return self._log().read()[0]
+
+
+def parse_current(data: bytes | str | None) -> dict[str, Any] | None:
     if not data:
         return None
     try:
@@ -66,10 +125,24 @@ def read_current(agent: Agent) -> dict[str, Any] | None:
     return value if isinstance(value, dict) else None
 
 
-def _write_current(agent: Agent, record: dict[str, Any]) -> None:
-    agent.ensure()
-    ensure_dir(_dir(agent))
-    atomic_write(os.path.join(_dir(agent), "current.json"), dumps_document(record).encode("ascii"))
+def empty_current() -> dict[str, Any]:
+    return {"session_id": None, "memory_ids": [], "last_recall_query": None}
+
+
+def storage(agent: Agent) -> SessionStorage:
+    """The agent's session storage, by the configured store."""
+    from phoenix_protocol._pg import is_postgres_url
+
+    if is_postgres_url(agent.config.store):
+        from phoenix_protocol._sessions_pg import PgSessions
+
+        return PgSessions(agent.config.store, agent.id, pool_size=agent.config.pg_pool_size)
+    return FileSessions(agent)
+
+
+def read_current(agent: Agent) -> dict[str, Any] | None:
+    """The open session's record, or ``None``."""
+    return storage(agent).current()
 
 
 class SessionStart:
@@ -142,8 +215,8 @@ def begin(
             identity = agent.identity.update(stats)
         except PhoenixError as exc:
             problems.append(str(exc))
-    _write_current(
-        agent,
+    sessions = storage(agent)
+    sessions.set_current(
         {
             "session_id": sid,
             "started_at": now,
@@ -155,7 +228,7 @@ def begin(
             "last_recall_query": None,
         },
     )
-    _log(agent).append(
+    sessions.append(
         {
             "event": "start",
             "session_id": sid,
@@ -227,7 +300,7 @@ def end(
             duration = max(0, (ms - ms_from_iso(started)) // 1000)
         except ValueError:
             duration = None
-    _log(agent).append(
+    storage(agent).append(
         {
             "event": "end",
             "session_id": sid,
@@ -254,7 +327,7 @@ def end(
 
 def list_sessions(agent: Agent) -> list[dict[str, Any]]:
     """Every session, oldest first: id, start, end, duration, checkpoint, summary."""
-    records, _problems = _log(agent).read()
+    records = storage(agent).records()
     sessions: dict[str, dict[str, Any]] = {}
     order: list[str] = []
     for record in records:
@@ -285,17 +358,8 @@ def list_sessions(agent: Agent) -> list[dict[str, Any]]:
     return [sessions[s] for s in order]
 
 
-def _update_current(agent: Agent, change: Any) -> dict[str, Any]:
-    from phoenix_protocol._durable import FileLock
-
-    agent.ensure()
-    ensure_dir(_dir(agent))
-    path = os.path.join(_dir(agent), "current.json")
-    with FileLock(path, agent.config.lock_timeout):
-        record = read_current(agent) or {"session_id": None, "memory_ids": [], "last_recall_query": None}
-        change(record)
-        _write_current(agent, record)
-    return record
+def _update_current(agent: Agent, change: Callable[[dict[str, Any]], None]) -> dict[str, Any]:
+    return storage(agent).update_current(change)
 
 
 def record_memory(agent: Agent, memory_id: str) -> None:

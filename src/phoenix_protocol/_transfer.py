@@ -6,7 +6,8 @@ redacted): a header, then one record per thing, each with a ``type``:
 - ``file``: a file under ``agents/`` (state, ops logs, checkpoints, identity, sessions) or
   ``tokens.json``, by path relative to the home, content in base64. These stay files on every
   store, except an agent's checkpoints (``agents/<id>/checkpoints/*.checkpoint`` and
-  ``operations.jsonl``): on PostgreSQL they are rows, exported as the files they would be and
+  ``operations.jsonl``) and sessions (``agents/<id>/sessions/current.json`` and
+  ``sessions.jsonl``): on PostgreSQL they are rows, exported as the files they would be and
   imported as rows. The checkpoint catalogue (``index.json``, ``index.log``) is not exported: it
   is rebuilt from the checkpoints.
 - ``team``: a team's metadata (with its tasks) and roster; then its ``message`` records (in
@@ -51,15 +52,16 @@ _CATALOGUE = ("index.json", "index.log")
 Progress = Callable[[str], None]
 
 
-def _checkpoint_file(rel: str) -> tuple[str, str] | None:
-    """``(agent_id, name)`` when ``rel`` is a file of an agent's checkpoint directory."""
-    parts = rel.split(os.sep)
-    if len(parts) == 4 and parts[0] == "agents" and parts[2] == "checkpoints":
-        return parts[1], parts[3]
+def _store_file(rel: str) -> tuple[str, str, str] | None:
+    """``(agent_id, "checkpoints" | "sessions", name)`` when ``rel`` is a file of an agent's
+    checkpoint or sessions directory: the files the PostgreSQL store keeps as rows."""
+    parts = os.path.normpath(rel).split(os.sep)
+    if len(parts) == 4 and parts[0] == "agents" and parts[2] in ("checkpoints", "sessions"):
+        return parts[1], parts[2], parts[3]
     return None
 
 
-def _home_files(home: Home, *, checkpoints: bool = True) -> Iterator[str]:
+def _home_files(home: Home, *, store_files: bool = True) -> Iterator[str]:
     for name in _FILE_NAMES:
         if os.path.isfile(os.path.join(home.root, name)):
             yield name
@@ -71,8 +73,8 @@ def _home_files(home: Home, *, checkpoints: bool = True) -> Iterator[str]:
                 if name.endswith(_SKIP_SUFFIXES) or ".tmp-" in name or name.startswith(".tmp"):
                     continue
                 rel = os.path.relpath(os.path.join(directory, name), home.root)
-                owned = _checkpoint_file(rel)
-                if owned is not None and (not checkpoints or owned[1] in _CATALOGUE):
+                owned = _store_file(rel)
+                if owned is not None and (not store_files or owned[2] in _CATALOGUE):
                     continue
                 yield rel
 
@@ -83,12 +85,12 @@ def _records(home: Home, progress: Progress) -> Iterator[dict[str, Any]]:
 
     config = load_config(home.root, project_root=home.project_root)
     on_pg = is_postgres_url(config.store)
-    for rel in _home_files(home, checkpoints=not on_pg):
+    for rel in _home_files(home, store_files=not on_pg):
         data = read_bytes(os.path.join(home.root, rel))
         if data is not None:
             yield _file_record(rel, data)
     if on_pg:
-        yield from _pg_checkpoint_files(config.store, config.pg_pool_size)
+        yield from _pg_store_files(config.store, config.pg_pool_size)
     for team_id in list_teams(home, config=config):
         progress(f"team {team_id}")
         team = Team(home, team_id, config=config)
@@ -123,9 +125,10 @@ def _file_record(rel: str, data: bytes) -> dict[str, Any]:
     return {"type": "file", "path": rel, "content": base64.b64encode(data).decode("ascii")}
 
 
-def _pg_checkpoint_files(url: str, pool_size: int) -> Iterator[dict[str, Any]]:
-    """Agents' checkpoints kept on PostgreSQL, as the files the file store would hold."""
+def _pg_store_files(url: str, pool_size: int) -> Iterator[dict[str, Any]]:
+    """Agents' checkpoints and sessions kept on PostgreSQL, as the files the file store would hold."""
     from phoenix_protocol._checkpoints_pg import PgCheckpoints, agents_with_checkpoints
+    from phoenix_protocol._sessions_pg import PgSessions, agents_with_sessions
 
     for agent_id in agents_with_checkpoints(url):
         backend = PgCheckpoints(url, agent_id, pool_size=pool_size)
@@ -137,17 +140,41 @@ def _pg_checkpoint_files(url: str, pool_size: int) -> Iterator[dict[str, Any]]:
         lines = [dumps_line(record) + "\n" for record in backend.operations()]
         if lines:
             yield _file_record(os.path.join(base, "operations.jsonl"), "".join(lines).encode("ascii"))
+    for agent_id in agents_with_sessions(url):
+        sessions = PgSessions(url, agent_id, pool_size=pool_size)
+        base = os.path.join("agents", agent_id, "sessions")
+        current = sessions.current_text()
+        if current is not None:
+            yield _file_record(os.path.join(base, "current.json"), current.encode("utf-8"))
+        lines = sessions.lines()
+        if lines:
+            yield _file_record(os.path.join(base, "sessions.jsonl"), "".join(f"{x}\n" for x in lines).encode("utf-8"))
 
 
-def _import_pg_checkpoints(url: str, pool_size: int, files: list[dict[str, Any]]) -> None:
-    """Agents' checkpoint files of an export, as rows of the PostgreSQL store."""
+def _import_pg_store_files(url: str, pool_size: int, files: list[dict[str, Any]]) -> None:
+    """Agents' checkpoint and sessions files of an export, as rows of the PostgreSQL store."""
     from phoenix_protocol._checkpoints import decode, parse_name
     from phoenix_protocol._checkpoints_pg import PgCheckpoints
+    from phoenix_protocol._sessions_pg import PgSessions
+
+    sessions: dict[str, tuple[str | None, list[str]]] = {}
+    from phoenix_protocol._ids import validate_id
 
     for record in files:
-        agent_id, name = _checkpoint_file(os.path.normpath(record["path"])) or ("", "")
-        backend = PgCheckpoints(url, agent_id, pool_size=pool_size)
+        agent_id, kind, name = _store_file(record["path"]) or ("", "", "")
+        validate_id(agent_id, "agent id")
         data = base64.b64decode(record["content"])
+        if kind == "sessions":
+            current, lines = sessions.get(agent_id, (None, []))
+            if name == "current.json":
+                current = data.decode("utf-8")
+            elif name.startswith("sessions.jsonl"):
+                lines = lines + [line.decode("utf-8") for _off, line in iter_lines(data)]
+            else:
+                raise UsageError(f"the export has {record['path']!r}, which Phoenix does not keep; refused.")
+            sessions[agent_id] = (current, lines)
+            continue
+        backend = PgCheckpoints(url, agent_id, pool_size=pool_size)
         if name == "operations.jsonl":
             for _off, line in iter_lines(data):
                 backend.record_operation(loads(line))
@@ -166,6 +193,9 @@ def _import_pg_checkpoints(url: str, pool_size: int, files: list[dict[str, Any]]
         backend.put_existing(
             CheckpointInfo(name, seq, ctype, ms, label=label, operation_id=operation_id, size=len(data)), data
         )
+    for agent_id, (current, lines) in sessions.items():
+        ordered = sorted(lines, key=lambda text: int(loads(text)["seq"]))  # rotated files come in any order
+        PgSessions(url, agent_id, pool_size=pool_size).import_texts(current, ordered)
 
 
 def export_home(home: Home, path: str, *, progress: Progress | None = None) -> dict[str, int]:
@@ -239,7 +269,7 @@ def import_home(home: Home, path: str, *, progress: Progress | None = None) -> d
     clash = [r["team_id"] for r in by_type.get("team", []) if r["team_id"] in existing_teams]
     clash += [r["path"] for r in by_type.get("file", []) if os.path.exists(_inside(home, r["path"]))]
     if is_postgres_url(config.store):
-        clash += _pg_checkpoint_clashes(config.store, config.pg_pool_size, by_type.get("file", []))
+        clash += _pg_store_clashes(config.store, config.pg_pool_size, by_type.get("file", []))
     memory = open_memory_store(home, config=config)
     clash += [r["id"] for r in by_type.get("memory", []) if memory.exists(str(r["id"]))]
     if clash:
@@ -248,20 +278,20 @@ def import_home(home: Home, path: str, *, progress: Progress | None = None) -> d
             "import into an empty home and store; nothing was written."
         )
 
-    checkpoint_files = []
+    store_files = []
     for record in by_type.get("file", []):
         target = _inside(home, record["path"])
-        owned = _checkpoint_file(os.path.normpath(record["path"]))
-        if owned is not None and owned[1] in _CATALOGUE:
+        owned = _store_file(record["path"])
+        if owned is not None and owned[2] in _CATALOGUE:
             continue  # an older export: the catalogue is rebuilt from the checkpoints
         if owned is not None and is_postgres_url(config.store):
-            checkpoint_files.append(record)
+            store_files.append(record)
             continue
         ensure_dir(os.path.dirname(target))
         atomic_write(target, base64.b64decode(record["content"]))
-    if checkpoint_files:
-        say(f"{len(checkpoint_files)} checkpoint files")
-        _import_pg_checkpoints(config.store, config.pg_pool_size, checkpoint_files)
+    if store_files:
+        say(f"{len(store_files)} checkpoint and session files")
+        _import_pg_store_files(config.store, config.pg_pool_size, store_files)
     for team_record in by_type.get("team", []):
         team_id = team_record["team_id"]
         say(f"team {team_id}")
@@ -309,18 +339,28 @@ def import_home(home: Home, path: str, *, progress: Progress | None = None) -> d
     return {kind: len(items) for kind, items in by_type.items()}
 
 
-def _pg_checkpoint_clashes(url: str, pool_size: int, files: list[dict[str, Any]]) -> list[str]:
+def _pg_store_clashes(url: str, pool_size: int, files: list[dict[str, Any]]) -> list[str]:
+    """Exported checkpoint and session files the PostgreSQL store already has rows for."""
     from phoenix_protocol._checkpoints_pg import PgCheckpoints, agents_with_checkpoints
+    from phoenix_protocol._sessions_pg import agents_with_sessions
 
-    present = set(agents_with_checkpoints(url))
+    with_checkpoints = set(agents_with_checkpoints(url))
+    with_sessions = set(agents_with_sessions(url))
     clashes = []
     for record in files:
-        owned = _checkpoint_file(os.path.normpath(record["path"]))
-        if owned is not None and owned[0] in present and owned[1] not in _CATALOGUE:
-            backend = PgCheckpoints(url, owned[0], pool_size=pool_size)
-            taken = bool(backend.operations()) if owned[1] == "operations.jsonl" else backend.read(owned[1]) is not None
-            if taken:
-                clashes.append(record["path"])
+        owned = _store_file(record["path"])
+        if owned is None or owned[2] in _CATALOGUE:
+            continue
+        agent_id, kind, name = owned
+        if kind == "sessions":
+            taken = agent_id in with_sessions
+        elif agent_id not in with_checkpoints:
+            taken = False
+        else:
+            backend = PgCheckpoints(url, agent_id, pool_size=pool_size)
+            taken = bool(backend.operations()) if name == "operations.jsonl" else backend.read(name) is not None
+        if taken:
+            clashes.append(record["path"])
     return clashes
 
 

@@ -99,8 +99,8 @@ def tiny(ctx: CollectContext) -> dict[str, Any]:
     return {"type": ctx.checkpoint_type}
 
 
-def open_store(home: str, clock: ManualClock, config: dict[str, Any]) -> CheckpointStore:
-    agent = Agent.open("keeper", home=Home(home), clock=clock, config_overrides=config)
+def open_store(home: str, clock: ManualClock, config: dict[str, Any], agent_id: str = "keeper") -> CheckpointStore:
+    agent = Agent.open(agent_id, home=Home(home), clock=clock, config_overrides=config)
     store = agent.checkpoints
     store._collectors.clear()  # each create stays cheap: one tiny section
     store.register("payload", tiny)
@@ -108,6 +108,16 @@ def open_store(home: str, clock: ManualClock, config: dict[str, Any]) -> Checkpo
 
 
 def on_disk(store: CheckpointStore) -> list[str]:
+    """What is stored, newest first, seen without the store's own reading code: the directory,
+    or the table on PostgreSQL."""
+    if store.files is None:
+        import psycopg
+
+        with psycopg.connect(store.agent.config.store) as conn:
+            rows = conn.execute(
+                "SELECT name FROM phx_checkpoints WHERE agent_id = %s ORDER BY seq DESC", (store.agent.id,)
+            ).fetchall()
+        return [str(r[0]) for r in rows]
     names = [n for n in os.listdir(store.dir) if parse_name(n) is not None] if os.path.isdir(store.dir) else []
     return sorted(names, key=lambda n: -parse_name(n)[1])  # type: ignore[index]
 
@@ -115,8 +125,9 @@ def on_disk(store: CheckpointStore) -> list[str]:
 Step = tuple[Any, ...]
 
 
-def run_steps(steps: list[Step], config: dict[str, Any]) -> Model:
-    """Run ``steps`` against a fresh store and the model; compare after every step."""
+def run_steps(steps: list[Step], config: dict[str, Any], store_url: str | None = None) -> Model:
+    """Run ``steps`` against a fresh store (files, or a new agent on the PostgreSQL store
+    ``store_url``) and the model; compare after every step."""
     model = Model(
         int(config.get("keep_routine", 3)),
         int(config.get("keep_session_checkpoints", 50)),
@@ -125,7 +136,13 @@ def run_steps(steps: list[Step], config: dict[str, Any]) -> Model:
     operations: list[str] = []
     with tempfile.TemporaryDirectory() as tmp:
         clock = ManualClock()
-        store = open_store(os.path.join(tmp, "home"), clock, config)
+        agent_id = "keeper"
+        if store_url is not None:
+            import uuid
+
+            config = {**config, "store": store_url}
+            agent_id = f"keeper-{uuid.uuid4().hex[:12]}"
+        store = open_store(os.path.join(tmp, "home"), clock, config, agent_id)
         for number, step in enumerate(steps):
             kind = step[0]
             now = clock.now_ms()
@@ -191,6 +208,18 @@ configs = st.fixed_dictionaries(
 @given(steps=steps_strategy, config=configs)
 def test_any_sequence_of_steps_leaves_what_the_policy_keeps(steps: list[Step], config: dict[str, Any]) -> None:
     run_steps(steps, config)
+
+
+@settings(
+    max_examples=20,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
+)
+@given(steps=steps_strategy, config=configs)
+def test_the_same_policy_on_postgresql(pg_url: str, steps: list[Step], config: dict[str, Any]) -> None:
+    """The same property on the PostgreSQL store (fewer examples: each step is a transaction);
+    each example is a new agent in the test's schema."""
+    run_steps(steps, config, store_url=pg_url)
 
 
 def test_small_values_scripted() -> None:

@@ -22,8 +22,8 @@ PostgreSQL.
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Iterator
-from typing import TYPE_CHECKING, Any, TypeVar
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any
 
 from phoenix_protocol import _pg
 from phoenix_protocol._checkpoint_index import CheckpointInfo, View
@@ -34,8 +34,6 @@ if TYPE_CHECKING:
     from phoenix_protocol._checkpoints import Build, Choose
 
 __all__ = ["PgCheckpoints"]
-
-T = TypeVar("T")
 
 _SELECT = (
     "SELECT name, seq, checkpoint_type, timestamp_ms, label, operation_id, size FROM phx_checkpoints "
@@ -57,21 +55,12 @@ def _info(row: tuple[Any, ...]) -> CheckpointInfo:
     return CheckpointInfo(str(name), int(seq), str(ctype), int(ms), label=label, operation_id=op_id, size=int(size))
 
 
-class PgCheckpoints:
+class PgCheckpoints(_pg.PgBound):
     """One agent's checkpoints on the PostgreSQL server ``url``."""
 
     def __init__(self, url: str, agent_id: str, *, pool_size: int = 10) -> None:
-        self.url = url
+        super().__init__(url, pool_size=pool_size)
         self.agent_id = agent_id
-        self.pool_size = pool_size
-
-    @property
-    def server(self) -> str:
-        return _pg.describe(self.url)
-
-    def _run(self, work: Callable[[psycopg.Connection[Any]], T]) -> T:
-        _pg.pool(self.url, max_size=self.pool_size)  # the first use in the process sizes the pool
-        return _pg.transaction(self.url, work, retry=True)
 
     def where(self, name: str) -> str:
         return f"{self.server}/agents/{self.agent_id}/checkpoints/{name}"
@@ -221,11 +210,6 @@ class PgCheckpoints:
 
 def agents_with_checkpoints(url: str) -> list[str]:
     """Every agent the server holds checkpoints or operation outcomes of."""
-
-    def work(conn: psycopg.Connection[Any]) -> list[str]:
-        rows = conn.execute(
-            "SELECT agent_id FROM phx_checkpoint_seq UNION SELECT agent_id FROM phx_checkpoint_operations ORDER BY 1"
-        ).fetchall()
-        return [str(r[0]) for r in rows]
-
-    return _pg.transaction(url, work, retry=True)
+    return _pg.ids(
+        url, "SELECT agent_id FROM phx_checkpoint_seq UNION SELECT agent_id FROM phx_checkpoint_operations ORDER BY 1"
+    )

@@ -28,8 +28,7 @@ configuration names PostgreSQL.
 from __future__ import annotations
 
 import builtins
-from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any
 
 from phoenix_protocol import _pg
 from phoenix_protocol._clock import Clock, iso_from_ms, system_clock
@@ -49,8 +48,6 @@ if TYPE_CHECKING:
 
 __all__ = ["PgMemoryStore"]
 
-T = TypeVar("T")
-
 _COLUMNS = "m.id, m.namespace, m.text, m.tags, m.metadata, m.created_ms"
 
 
@@ -63,22 +60,12 @@ def _tag_filter(tags: builtins.list[str]) -> tuple[str, builtins.list[Any]]:
     return (" AND m.tags @> %s::text[]", [tags]) if tags else ("", [])
 
 
-class PgMemoryStore:
+class PgMemoryStore(_pg.PgBound):
     """The memories kept on the PostgreSQL server ``url`` (all namespaces, each kept apart)."""
 
     def __init__(self, url: str, *, clock: Clock = system_clock, pool_size: int = 10) -> None:
-        self.url = url
+        super().__init__(url, pool_size=pool_size)
         self.clock = clock
-        self.pool_size = pool_size
-
-    @property
-    def server(self) -> str:
-        """``postgresql://host:port/db`` (and the schema): where the memories are, no password."""
-        return _pg.describe(self.url)
-
-    def _run(self, work: Callable[[psycopg.Connection[Any]], T]) -> T:
-        _pg.pool(self.url, max_size=self.pool_size)  # the first use in the process sizes the pool
-        return _pg.transaction(self.url, work, retry=True)
 
     def store(
         self, namespace: str, text: str, *, tags: Any = (), metadata: dict[str, Any] | None = None

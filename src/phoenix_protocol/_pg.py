@@ -41,6 +41,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "MIGRATIONS",
+    "PgBound",
     "PgError",
     "describe",
     "ensure_schema",
@@ -221,6 +222,33 @@ def transaction(url: str, work: Callable[[psycopg.Connection[Any]], T], *, retry
                     server=describe(url),
                 ) from cause
             raise
+
+
+class PgBound:
+    """What a store kept on the server holds: its URL and pool size, and one way to run an
+    operation (one transaction, retried only when nothing was sent)."""
+
+    def __init__(self, url: str, *, pool_size: int = 10) -> None:
+        self.url = url
+        self.pool_size = pool_size
+
+    @property
+    def server(self) -> str:
+        """``postgresql://host:port/db`` (and the schema), no password."""
+        return describe(self.url)
+
+    def _run(self, work: Callable[[psycopg.Connection[Any]], T]) -> T:
+        pool(self.url, max_size=self.pool_size)  # the first use in the process sizes the pool
+        return transaction(self.url, work, retry=True)
+
+
+def ids(url: str, sql: str) -> list[str]:
+    """The first column of a query without parameters, as strings (e.g. which agents have rows)."""
+
+    def work(conn: psycopg.Connection[Any]) -> list[str]:
+        return [str(row[0]) for row in conn.execute(sql.encode()).fetchall()]
+
+    return transaction(url, work, retry=True)
 
 
 # -- migrations --------------------------------------------------------------------------------

@@ -13,7 +13,7 @@ PostgreSQL.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any
 
 from phoenix_protocol import _pg
 from phoenix_protocol._jsonio import dumps_document, dumps_line, loads
@@ -24,23 +24,16 @@ if TYPE_CHECKING:
 
 __all__ = ["PgSessions"]
 
-T = TypeVar("T")
-
 _CURRENT = "SELECT record FROM phx_session_current WHERE agent_id = %s"
 _CURRENT_FOR_UPDATE = "SELECT record FROM phx_session_current WHERE agent_id = %s FOR UPDATE"
 
 
-class PgSessions:
+class PgSessions(_pg.PgBound):
     """One agent's sessions on the PostgreSQL server ``url``."""
 
     def __init__(self, url: str, agent_id: str, *, pool_size: int = 10) -> None:
-        self.url = url
+        super().__init__(url, pool_size=pool_size)
         self.agent_id = agent_id
-        self.pool_size = pool_size
-
-    def _run(self, work: Callable[[psycopg.Connection[Any]], T]) -> T:
-        _pg.pool(self.url, max_size=self.pool_size)
-        return _pg.transaction(self.url, work, retry=True)
 
     def _current(self, conn: psycopg.Connection[Any], *, lock: bool = False) -> dict[str, Any] | None:
         row = conn.execute(_CURRENT_FOR_UPDATE if lock else _CURRENT, (self.agent_id,)).fetchone()
@@ -132,10 +125,7 @@ class PgSessions:
 
 
 def agents_with_sessions(url: str) -> list[str]:
-    def work(conn: psycopg.Connection[Any]) -> list[str]:
-        rows = conn.execute(
-            "SELECT agent_id FROM phx_session_current UNION SELECT agent_id FROM phx_session_log ORDER BY 1"
-        ).fetchall()
-        return [str(r[0]) for r in rows]
-
-    return _pg.transaction(url, work, retry=True)
+    """Every agent the server holds a session record of."""
+    return _pg.ids(
+        url, "SELECT agent_id FROM phx_session_current UNION SELECT agent_id FROM phx_session_log ORDER BY 1"
+    )

@@ -262,3 +262,25 @@ def test_sessions_are_listed_and_carry_their_memories_on_either_store(backend: s
     assert listed[0]["duration_seconds"] is not None and listed[1]["restored_from"] == ended.name
     assert _sessions.read_current(agent)["session_id"] == "s2"  # type: ignore[index]
     assert os.path.exists(os.path.join(agent.dir, "sessions")) == (backend == "files")
+
+
+def test_a_damaged_row_on_postgresql_is_reported_and_skipped(
+    home: Home, clock: ManualClock, pg_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import psycopg
+
+    monkeypatch.setenv("PHOENIX_STORE", pg_url)
+    agent = Agent.open("zero", home=home, clock=clock)
+    store = store_of(agent, {"x": 1})
+    good = store.create("session", summary="good")
+    tick(agent)
+    bad = store.create("session", summary="damaged later")
+    with psycopg.connect(pg_url) as conn:
+        conn.execute(
+            "UPDATE phx_checkpoints SET content = overlay(content placing 'X'::bytea from 40 for 1) WHERE name = %s",
+            (bad.name,),
+        )
+    latest, problems = another_process(agent).checkpoints.latest()
+    assert latest is not None and latest.name == good.name
+    assert len(problems) == 1 and bad.name in problems[0] and "checksum" in problems[0]
+    assert problems[0].startswith("postgresql://")  # named where it is

@@ -220,6 +220,7 @@ class View:
         self.log_records = 0
         self.dir_seen = -1
         self._sorted: tuple[CheckpointInfo, ...] | None = None  # immutable: readers iterate it freely
+        self.counts: dict[str, int] | None = None  # set when ``entries`` holds only some (PostgreSQL)
         self._by_type: dict[str, list[CheckpointInfo]] | None = None
 
     def invalidate(self) -> None:
@@ -235,6 +236,12 @@ class View:
                 sorted((e for e in self.entries.values() if e.name not in pending), key=lambda e: e.seq)
             )
         return self._sorted
+
+    def count(self, kind: str) -> int:
+        """How many checkpoints of type ``kind`` there are (all of them, even in a partial view)."""
+        if self.counts is not None:
+            return self.counts.get(kind, 0)
+        return len(self.by_type().get(kind, ()))
 
     def by_type(self) -> dict[str, list[CheckpointInfo]]:
         """Visible entries of each type, oldest first (kept up to date like ``ordered``)."""

@@ -256,8 +256,11 @@ class CheckpointBackend(Protocol):
         """Every checkpoint, oldest first (metadata only)."""
         ...
 
-    def newest(self, checkpoint_type: str | None, limit: int | None) -> Iterable[CheckpointInfo]:
-        """Checkpoints (of a type), newest first, at most ``limit`` (metadata only)."""
+    def newest(
+        self, checkpoint_type: str | None, limit: int | None, *, reading: bool = False
+    ) -> Iterable[CheckpointInfo]:
+        """Checkpoints (of a type), newest first, at most ``limit`` (metadata only). ``reading``:
+        the caller reads the first one next (a backend may fetch its bytes along)."""
         ...
 
     def read(self, name: str) -> bytes | None:
@@ -308,7 +311,9 @@ class FileCheckpoints:
     def ordered(self) -> tuple[CheckpointInfo, ...]:
         return self.catalog.load().ordered()
 
-    def newest(self, checkpoint_type: str | None, limit: int | None) -> Iterable[CheckpointInfo]:
+    def newest(
+        self, checkpoint_type: str | None, limit: int | None, *, reading: bool = False
+    ) -> Iterable[CheckpointInfo]:
         found = reversed(self.catalog.load().ordered())
         if checkpoint_type is not None:
             found = (e for e in found if e.checkpoint_type == checkpoint_type)
@@ -405,7 +410,13 @@ class CheckpointStore:
         if is_postgres_url(agent.config.store):
             from phoenix_protocol._checkpoints_pg import PgCheckpoints
 
-            self.backend = PgCheckpoints(agent.config.store, agent.id, pool_size=agent.config.pg_pool_size)
+            self.backend = PgCheckpoints(
+                agent.config.store,
+                agent.id,
+                pool_size=agent.config.pg_pool_size,
+                keep_routine=agent.config.keep_routine,
+                keep_session=agent.config.keep_session_checkpoints,
+            )
         else:
             self.files = FileCheckpoints(self)
             self.backend = self.files
@@ -512,7 +523,7 @@ class CheckpointStore:
         problems: list[str] = []
         if checkpoint_type is not None and checkpoint_type not in CHECKPOINT_TYPES:
             raise UsageError(f"checkpoint type must be one of {', '.join(CHECKPOINT_TYPES)}, not {checkpoint_type!r}.")
-        for info in self.backend.newest(checkpoint_type, None):
+        for info in self.backend.newest(checkpoint_type, None, reading=True):
             try:
                 checkpoint = self._read(info.name)
                 if checkpoint.agent_id == self.agent.id:
@@ -661,9 +672,12 @@ class CheckpointStore:
             found = groups.get(kind, [])
             return [*found, new] if new is not None and new.checkpoint_type == kind else found
 
-        routine, sessions = of("routine"), of("session")
-        drop = routine[: max(0, len(routine) - config.keep_routine)]
-        drop += sessions[: max(0, len(sessions) - config.keep_session_checkpoints)]
+        def beyond(kind: str, keep: int) -> list[CheckpointInfo]:
+            # The oldest past the newest ``keep`` (a partial view holds at least those).
+            total = view.count(kind) + int(new is not None and new.checkpoint_type == kind)
+            return of(kind)[: max(0, total - keep)]
+
+        drop = beyond("routine", config.keep_routine) + beyond("session", config.keep_session_checkpoints)
         horizon = now_ms - int(config.recovery_retention_days * 86_400_000)
         drop += [e for e in of("recovery") if e.timestamp_ms < horizon]
         operations = [e for e in of("pre-operation") if e.operation_id is not None]

@@ -44,6 +44,20 @@ _NEWEST = (
     "WHERE agent_id = %s AND (%s::text IS NULL OR checkpoint_type = %s) AND (%s::bigint IS NULL OR seq < %s) "
     "ORDER BY seq DESC LIMIT %s"
 )
+_NEWEST_WITH_FIRST = (
+    "SELECT name, seq, checkpoint_type, timestamp_ms, label, operation_id, size, "
+    "CASE WHEN row_number() OVER (ORDER BY seq DESC) = 1 THEN content END FROM phx_checkpoints "
+    "WHERE agent_id = %s AND (%s::text IS NULL OR checkpoint_type = %s) AND (%s::bigint IS NULL OR seq < %s) "
+    "ORDER BY seq DESC LIMIT %s"
+)
+_COUNTS = "SELECT checkpoint_type, count(*) FROM phx_checkpoints WHERE agent_id = %s GROUP BY checkpoint_type"
+_CANDIDATES = (
+    "SELECT name, seq, checkpoint_type, timestamp_ms, label, operation_id, size FROM ("
+    "SELECT name, seq, checkpoint_type, timestamp_ms, label, operation_id, size, "
+    "row_number() OVER (PARTITION BY checkpoint_type ORDER BY seq) AS n FROM phx_checkpoints WHERE agent_id = %s"
+    ") c WHERE checkpoint_type IN ('recovery', 'pre-operation') OR (checkpoint_type = 'routine' AND n <= %s) "
+    "OR (checkpoint_type = 'session' AND n <= %s) ORDER BY seq"
+)
 _INSERT = (
     "INSERT INTO phx_checkpoints (agent_id, name, seq, checkpoint_type, timestamp_ms, label, operation_id, size, "
     "content) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s)"
@@ -58,9 +72,13 @@ def _info(row: tuple[Any, ...]) -> CheckpointInfo:
 class PgCheckpoints(_pg.PgBound):
     """One agent's checkpoints on the PostgreSQL server ``url``."""
 
-    def __init__(self, url: str, agent_id: str, *, pool_size: int = 10) -> None:
+    def __init__(
+        self, url: str, agent_id: str, *, pool_size: int = 10, keep_routine: int = 3, keep_session: int = 50
+    ) -> None:
         super().__init__(url, pool_size=pool_size)
         self.agent_id = agent_id
+        self.keep = (keep_routine, keep_session)
+        self._prefetched: tuple[str, bytes] | None = None  # the newest one's bytes, for the read that follows
 
     def where(self, name: str) -> str:
         return f"{self.server}/agents/{self.agent_id}/checkpoints/{name}"
@@ -72,13 +90,25 @@ class PgCheckpoints(_pg.PgBound):
     def ordered(self) -> tuple[CheckpointInfo, ...]:
         return self._run(self._ordered)
 
-    def newest(self, checkpoint_type: str | None, limit: int | None) -> Iterator[CheckpointInfo]:
+    def newest(
+        self, checkpoint_type: str | None, limit: int | None, *, reading: bool = False
+    ) -> Iterator[CheckpointInfo]:
         """Newest first, fetched a page at a time (``latest`` usually needs the first only)."""
         page = min(limit, 50) if limit is not None else 8
         before: int | None = None
         given = 0
         while limit is None or given < limit:
-            rows = self._run(functools.partial(self._page, checkpoint_type=checkpoint_type, before=before, size=page))
+            # For `latest` the first page brings the newest one's bytes along: no second round trip.
+            with_content = reading and before is None
+            rows = self._run(
+                functools.partial(
+                    self._page, checkpoint_type=checkpoint_type, before=before, size=page, with_content=with_content
+                )
+            )
+            if with_content and rows:
+                first = rows[0]
+                self._prefetched = (str(first[0]), bytes(first[7])) if first[7] is not None else None
+                rows = [row[:7] for row in rows]
             for row in rows:
                 yield _info(row)
                 given += 1
@@ -90,14 +120,24 @@ class PgCheckpoints(_pg.PgBound):
             page = min(page * 4, 500)
 
     def _page(
-        self, conn: psycopg.Connection[Any], checkpoint_type: str | None, before: int | None, size: int
+        self,
+        conn: psycopg.Connection[Any],
+        checkpoint_type: str | None,
+        before: int | None,
+        size: int,
+        *,
+        with_content: bool = False,
     ) -> list[tuple[Any, ...]]:
         return conn.execute(
-            _NEWEST,
+            _NEWEST_WITH_FIRST if with_content else _NEWEST,
             (self.agent_id, checkpoint_type, checkpoint_type, before, before, size),
         ).fetchall()
 
     def read(self, name: str) -> bytes | None:
+        prefetched, self._prefetched = self._prefetched, None
+        if prefetched is not None and prefetched[0] == name:
+            return prefetched[1]
+
         def work(conn: psycopg.Connection[Any]) -> bytes | None:
             row = conn.execute(
                 "SELECT content FROM phx_checkpoints WHERE agent_id = %s AND name = %s", (self.agent_id, name)
@@ -118,9 +158,15 @@ class PgCheckpoints(_pg.PgBound):
         row = conn.execute(
             "SELECT next_seq FROM phx_checkpoint_seq WHERE agent_id = %s FOR UPDATE", (self.agent_id,)
         ).fetchone()
+        # What retention needs, not the whole catalogue: the count of each type, every recovery and
+        # pre-operation checkpoint (few), and only the oldest routine and session ones that could
+        # fall past what is kept once one more is written.
         view = View()
-        for info in self._ordered(conn):
-            view.add(info)
+        view.counts = {str(kind): int(n) for kind, n in conn.execute(_COUNTS, (self.agent_id,)).fetchall()}
+        routine_excess = max(0, view.counts.get("routine", 0) + 1 - self.keep[0])
+        session_excess = max(0, view.counts.get("session", 0) + 1 - self.keep[1])
+        for candidate in conn.execute(_CANDIDATES, (self.agent_id, routine_excess, session_excess)).fetchall():
+            view.add(_info(candidate))
         view.next_seq = max(view.next_seq, int(row[0]) if row else 1)
         return view
 

@@ -8,6 +8,7 @@ import os
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -284,3 +285,39 @@ def test_a_damaged_row_on_postgresql_is_reported_and_skipped(
     assert latest is not None and latest.name == good.name
     assert len(problems) == 1 and bad.name in problems[0] and "checksum" in problems[0]
     assert problems[0].startswith("postgresql://")  # named where it is
+
+
+def test_a_checkpoint_write_whose_connection_is_killed_is_retried_once_and_written_once(
+    home: Home, clock: ManualClock, pg_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``pg_terminate_backend`` while the write's transaction holds the agent's lock (after the
+    catalogue was read, before the insert): nothing of the first attempt remains, the write runs
+    again on a fresh connection, and exactly one checkpoint is stored."""
+    import psycopg
+
+    monkeypatch.setenv("PHOENIX_STORE", pg_url)
+    agent = Agent.open("zero", home=home, clock=clock)
+    store = store_of(agent, {"x": 1})
+    first = store.create("session")
+    killed: list[int] = []
+    original = store._retain
+
+    def retain_then_kill(*args: Any, **kwargs: Any) -> Any:
+        if not killed:
+            with psycopg.connect(pg_url.split("?", 1)[0], autocommit=True) as other:
+                rows = other.execute(
+                    "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE pid <> pg_backend_pid() "
+                    "AND state = 'idle in transaction' AND query LIKE '%phx_checkpoints%'"
+                ).fetchall()
+            killed.append(len(rows))
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(store, "_retain", retain_then_kill)
+    second = store.create("session", summary="after the kill")
+    assert killed == [1]
+    assert second.seq == first.seq + 1
+    with psycopg.connect(pg_url) as conn:
+        rows = conn.execute("SELECT seq, name FROM phx_checkpoints WHERE agent_id = 'zero' ORDER BY seq").fetchall()
+        counter = conn.execute("SELECT next_seq FROM phx_checkpoint_seq WHERE agent_id = 'zero'").fetchone()
+    assert [r[0] for r in rows] == [first.seq, second.seq] and counter == (second.seq + 1,)
+    assert another_process(agent).checkpoints.latest()[0].summary == "after the kill"  # type: ignore[union-attr]

@@ -1,0 +1,85 @@
+"""What a durable write of a small record costs on this file system, by the way it is made.
+
+    .venv/bin/python bench/fsync_costs.py [--size 11264] [--runs 300] [--dir DIR]
+
+Side by side in one run, interleaved: (1) append to a log and ``fdatasync`` (Phoenix's checkpoint
+log); (2) overwrite in place inside a log whose blocks already exist, then ``fdatasync`` (what
+SQLite's WAL does once it has been reused); (3) create a new file, ``fsync`` it and its directory
+(a file per checkpoint, durably). Used by docs/benchmarks.md to explain the checkpoint write's
+floor. Medians and p90 in ms.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import statistics
+import tempfile
+import time
+from collections.abc import Callable
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
+    parser.add_argument("--size", type=int, default=11 * 1024, help="bytes per record (default 11264)")
+    parser.add_argument("--runs", type=int, default=300)
+    parser.add_argument("--dir", help="where to write (default: a temporary directory under the current one)")
+    args = parser.parse_args(argv)
+    work = tempfile.mkdtemp(prefix="fsync-costs-", dir=args.dir or ".")
+    record = os.urandom(args.size)
+    region = 4 * 1024 * 1024
+    try:
+        append = os.open(os.path.join(work, "append.log"), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+        reused = os.open(os.path.join(work, "reused.log"), os.O_RDWR | os.O_CREAT, 0o600)
+        os.write(reused, b"\0" * region)  # the blocks exist, as in a WAL that has been around once
+        os.fsync(reused)
+        dir_fd = os.open(work, os.O_RDONLY)
+        counter = [0]
+
+        def do_append() -> None:
+            os.write(append, record)
+            os.fdatasync(append)
+
+        def do_reuse() -> None:
+            offset = (counter[0] * len(record)) % (region - len(record))
+            os.pwrite(reused, record, offset)
+            os.pwrite(reused, offset.to_bytes(8, "little"), 0)  # a header with the end, as a WAL keeps
+            os.fdatasync(reused)
+
+        def do_new_file() -> None:
+            fd = os.open(os.path.join(work, f"f{counter[0]}"), os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            os.write(fd, record)
+            os.fsync(fd)
+            os.close(fd)
+            os.fsync(dir_fd)
+
+        sides: dict[str, Callable[[], None]] = {
+            "append + fdatasync (the checkpoint log)": do_append,
+            "overwrite in place + fdatasync (a reused WAL)": do_reuse,
+            "new file + fsync + directory fsync": do_new_file,
+        }
+        samples: dict[str, list[float]] = {name: [] for name in sides}
+        for i in range(args.runs):
+            counter[0] = i
+            names = list(sides)
+            shift = i % len(names)
+            for name in names[shift:] + names[:shift]:
+                start = time.perf_counter()
+                sides[name]()
+                samples[name].append((time.perf_counter() - start) * 1000)
+        print(f"{args.runs} runs each, {args.size:,}-byte records, interleaved; ms")
+        print("| durable write | median | p90 |")
+        print("|---|---:|---:|")
+        for name, values in samples.items():
+            p90 = statistics.quantiles(values, n=10)[8]
+            print(f"| {name} | {statistics.median(values):.3f} | {p90:.3f} |")
+        for fd in (append, reused, dir_fd):
+            os.close(fd)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

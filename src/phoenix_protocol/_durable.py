@@ -125,14 +125,21 @@ def _datasync(fd: int) -> None:
         os.fsync(fd)
 
 
+def _open_existing(path: str, action: str) -> int | None:
+    """A read-only descriptor of ``path``, or ``None`` when it does not exist."""
+    try:
+        return os.open(path, os.O_RDONLY | _CLOEXEC)
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        raise _fail(action, path, exc) from exc
+
+
 def fsync_file(path: str) -> bool:
     """``fsync`` an existing file (written earlier without it); ``False`` when it is gone."""
-    try:
-        fd = os.open(path, os.O_RDONLY | _CLOEXEC)
-    except FileNotFoundError:
+    fd = _open_existing(path, "sync")
+    if fd is None:
         return False
-    except OSError as exc:
-        raise _fail("sync", path, exc) from exc
     try:
         os.fsync(fd)
     except OSError as exc:
@@ -145,12 +152,9 @@ def fsync_file(path: str) -> bool:
 def read_range(path: str, offset: int, length: int | None = None) -> bytes | None:
     """``length`` bytes of ``path`` from ``offset`` (fewer at its end; all of it to the end when
     ``length`` is ``None``), or ``None`` when the file does not exist."""
-    try:
-        fd = os.open(path, os.O_RDONLY | _CLOEXEC)
-    except FileNotFoundError:
+    fd = _open_existing(path, "read")
+    if fd is None:
         return None
-    except OSError as exc:
-        raise _fail("read", path, exc) from exc
     try:
         chunks = []
         while length is None or length > 0:
@@ -364,12 +368,9 @@ def repair_tail(path: str) -> int:
 
 def read_last_line(path: str) -> bytes | None:
     """The last complete line of ``path`` (without its newline), ignoring a torn tail; ``None`` if none."""
-    try:
-        fd = os.open(path, os.O_RDONLY | _CLOEXEC)
-    except FileNotFoundError:
+    fd = _open_existing(path, "read")
+    if fd is None:
         return None
-    except OSError as exc:
-        raise _fail("read", path, exc) from exc
     try:
         size = os.fstat(fd).st_size
         pos = size

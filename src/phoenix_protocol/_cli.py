@@ -18,10 +18,11 @@ Exit codes:
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any, TypeVar
 
 import click
@@ -102,6 +103,21 @@ class Output:
             Console(stderr=True, highlight=False, soft_wrap=True).print(f"[bold red]error:[/] {escape(message)}")
 
 
+@contextlib.contextmanager
+def reported(out: Output) -> Iterator[None]:
+    """Errors as every command reports them: a ``PhoenixError`` with its exit code, any other
+    ``OSError`` (one the library did not wrap) as a failure; both end the command, never a traceback."""
+    try:
+        yield
+    except PhoenixError as exc:
+        code = _exit_code_for(exc)
+        out.error(exc, code)
+        raise _Exit(code) from None
+    except OSError as exc:
+        out.error(exc, EXIT_FAILED)
+        raise _Exit(EXIT_FAILED) from None
+
+
 def common(func: F) -> F:
     """``--agent``, ``--home`` and ``--json`` for a command; builds the ``Agent`` and maps errors."""
 
@@ -113,16 +129,9 @@ def common(func: F) -> F:
     @functools.wraps(func)
     def wrapper(*args: Any, agent_id: str | None, home: str | None, as_json: bool, **kwargs: Any) -> Any:
         out = Output(as_json)
-        try:
+        with reported(out):
             agent = Agent.open(agent_id, home=Home(os.path.abspath(home)) if home else None)
             return func(*args, agent=agent, out=out, **kwargs)
-        except PhoenixError as exc:
-            code = _exit_code_for(exc)
-            out.error(exc, code)
-            raise _Exit(code) from None
-        except OSError as exc:  # anything the library did not wrap is still reported, not dumped
-            out.error(exc, EXIT_FAILED)
-            raise _Exit(EXIT_FAILED) from None
 
     return wrapper  # type: ignore[return-value]
 
@@ -141,16 +150,9 @@ def home_common(func: F) -> F:
     @functools.wraps(func)
     def wrapper(*args: Any, home_path: str | None, as_json: bool, **kwargs: Any) -> Any:
         out = Output(as_json)
-        try:
+        with reported(out):
             home = Home(os.path.abspath(home_path)) if home_path else Home.resolve()
             return func(*args, home=home, out=out, **kwargs)
-        except PhoenixError as exc:
-            code = _exit_code_for(exc)
-            out.error(exc, code)
-            raise _Exit(code) from None
-        except OSError as exc:
-            out.error(exc, EXIT_FAILED)
-            raise _Exit(EXIT_FAILED) from None
 
     return wrapper  # type: ignore[return-value]
 

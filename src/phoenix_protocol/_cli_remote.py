@@ -25,8 +25,8 @@ import click
 from click.core import ParameterSource
 
 from phoenix_protocol import _cli_sessions, _cli_teams
-from phoenix_protocol._cli import EXIT_FAILED, Output, _Exit, _exit_code_for, main_group
-from phoenix_protocol._errors import PhoenixError, UsageError
+from phoenix_protocol._cli import Output, main_group, reported
+from phoenix_protocol._errors import UsageError
 
 if TYPE_CHECKING:
     from phoenix_protocol.client import PhoenixClient
@@ -88,7 +88,7 @@ def attach(command: click.Command, remote: Remote, *, agent: bool = True) -> Non
         out = Output(bool(kwargs.pop("as_json", False)))
         kwargs.pop("home", None)
         kwargs.pop("home_path", None)
-        try:
+        with reported(out):
             if home:
                 raise UsageError("--home and --server name two different places: give one of them.")
             from phoenix_protocol.client import PhoenixClient
@@ -97,13 +97,6 @@ def attach(command: click.Command, remote: Remote, *, agent: bool = True) -> Non
                 kwargs["agent_id"] = resolve_remote_agent(kwargs.get("agent_id"))
             with PhoenixClient(server, token) as client:
                 remote(client, out, **kwargs)
-        except PhoenixError as exc:
-            code = _exit_code_for(exc)
-            out.error(exc, code)
-            raise _Exit(code) from None
-        except OSError as exc:
-            out.error(exc, EXIT_FAILED)
-            raise _Exit(EXIT_FAILED) from None
         return None
 
     command.callback = callback

@@ -473,34 +473,21 @@ def run_size(work: str, size: int, history: int, reps: int, breakdown_reps: int,
         open_phoenix(home, f"pg-{size}", holder, store=pg, keep_session_checkpoints=history) if pg is not None else None
     )
 
-    def step(i: int) -> None:
-        holder.state["step"] = i
+    def history_of(label: str, write: Callable[[], object]) -> None:
+        """``history`` writes, each with the next step, timed into the setup figures."""
+        started = time.perf_counter()
+        for i in range(history):
+            holder.state["step"] = i
+            write()
+        result.setup_seconds[label] = time.perf_counter() - started
 
     print(f"  {size // KB} KB: building {history} checkpoints of history on each side...", flush=True)
-    started = time.perf_counter()
     with no_redaction():
-        for i in range(history):
-            step(i)
-            session.create("session")
-    result.setup_seconds["phoenix session history (no redaction)"] = time.perf_counter() - started
-    started = time.perf_counter()
-    with no_redaction():
-        for i in range(history):
-            step(i)
-            routine.create("routine")
-    result.setup_seconds["phoenix routine history (no redaction)"] = time.perf_counter() - started
-    if on_pg is not None:
-        started = time.perf_counter()
-        with no_redaction():
-            for i in range(history):
-                step(i)
-                on_pg.create("session")
-        result.setup_seconds["phoenix on PostgreSQL history (no redaction)"] = time.perf_counter() - started
-    started = time.perf_counter()
-    for i in range(history):
-        step(i)
-        lg.put(lg.prepare(holder.state))
-    result.setup_seconds["SqliteSaver history"] = time.perf_counter() - started
+        history_of("phoenix session history (no redaction)", lambda: session.create("session"))
+        history_of("phoenix routine history (no redaction)", lambda: routine.create("routine"))
+        if on_pg is not None:
+            history_of("phoenix on PostgreSQL history (no redaction)", lambda: on_pg.create("session"))
+    history_of("SqliteSaver history", lambda: lg.put(lg.prepare(holder.state)))
 
     print(f"  {size // KB} KB: timing {reps} interleaved rounds of each operation...", flush=True)
     counter = [history]

@@ -41,6 +41,7 @@ reconciled. A missing or unreadable snapshot is rebuilt from the directory.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import threading
 import time
@@ -54,7 +55,6 @@ from phoenix_protocol._durable import (
     atomic_create,
     atomic_write,
     durable_append,
-    fsync_dir,
     fsync_file,
     read_bytes,
     read_range,
@@ -508,10 +508,9 @@ class Catalog:
         content = read_range(self.log_path, where[0], where[1])
         if content is None or len(content) != where[1]:
             return
-        try:
+        # Someone else made it, or this reader may not write here: the log still has it.
+        with contextlib.suppress(FileExistsError, StorageError):
             atomic_create(os.path.join(self.dir, name), content, durable=False)
-        except (FileExistsError, StorageError):
-            pass  # someone else made it, or this reader may not write here: the log still has it
 
     def logged_content(self, view: View, name: str) -> bytes | None:
         where = view.inline.get(name)
@@ -544,10 +543,8 @@ class Catalog:
             view.log_size = view.log_pos = start + len(record)
             view.inline[info.name] = (view.log_size - len(data), len(data))
             view.add(info)
-            try:
+            with contextlib.suppress(FileExistsError):  # a reader made it from the log already
                 atomic_create(path, data, durable=False)
-            except FileExistsError:
-                pass  # a reader made it from the log already
         else:
             # The record reserves the seq; the file is flushed on its own; what retention drops
             # goes only once the new checkpoint is durable.
@@ -596,7 +593,7 @@ class Catalog:
             try:
                 os.unlink(os.path.join(self.dir, name))
             except FileNotFoundError:
-                pass
+                continue
             except OSError as exc:
                 raise StorageError(f"could not remove {name}: {exc.strerror}.", path=name) from exc
 
@@ -663,6 +660,3 @@ class Catalog:
             self._settle(view)
             self._view = view
             return len(before ^ {e.name for e in view.ordered()})
-
-    def fsync_dir(self) -> None:
-        fsync_dir(self.dir)

@@ -252,10 +252,6 @@ class CheckpointBackend(Protocol):
         """Where checkpoint ``name`` is (a path, or the server and the name), for messages."""
         ...
 
-    def ordered(self) -> tuple[CheckpointInfo, ...]:
-        """Every checkpoint, oldest first (metadata only)."""
-        ...
-
     def newest(
         self, checkpoint_type: str | None, limit: int | None, *, reading: bool = False
     ) -> Iterable[CheckpointInfo]:
@@ -307,9 +303,6 @@ class FileCheckpoints:
         self.store.agent.ensure()
         ensure_dir(self.dir)
         return FileLock(self.catalog.index_path, self.store.agent.config.lock_timeout)
-
-    def ordered(self) -> tuple[CheckpointInfo, ...]:
-        return self.catalog.load().ordered()
 
     def newest(
         self, checkpoint_type: str | None, limit: int | None, *, reading: bool = False

@@ -64,7 +64,11 @@ def phoenix_writer(directory: str, writer: int, n: int, writers: int, start: Any
     import phoenix_protocol._redact  # noqa: F401 - imported before the clock starts, as sqlite3 is
     from phoenix_protocol._mailbox import Mailbox
 
-    box = Mailbox(directory, team_id="bench")
+    _timed_sends(Mailbox(directory, team_id="bench"), writer, n, writers, start, out)
+
+
+def _timed_sends(box: Any, writer: int, n: int, writers: int, start: Any, out: Any) -> None:
+    """A Phoenix writer's loop (either store): wait for the start, send ``n``, report the latencies."""
     lat = []
     start.wait()
     t0 = time.perf_counter()
@@ -107,15 +111,7 @@ def pg_writer(store: str, writer: int, n: int, writers: int, start: Any, out: An
 
     box = PgMailbox(store, team_id="bench")
     box.stats()  # connect (and open the pool) before the start
-    lat = []
-    start.wait()
-    t0 = time.perf_counter()
-    for k in range(n):
-        msg_id, sender, to, kind, subject, body = payload(writer, k, writers)
-        s = time.perf_counter()
-        box.send(sender, to, type=kind, subject=subject, body=body, msg_id=msg_id)
-        lat.append(time.perf_counter() - s)
-    out.put((writer, time.perf_counter() - t0, lat))
+    _timed_sends(box, writer, n, writers, start, out)
 
 
 def setup_pg(server: str) -> str:

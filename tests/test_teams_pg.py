@@ -255,12 +255,11 @@ def test_hooks_share_heartbeats_and_survive_an_unreachable_server(
 
     # The server goes away: every hook still exits 0, says so once, and records an ops event.
     monkeypatch.setenv("PHOENIX_STORE", UNREACHABLE)
-    for name in os.listdir(os.path.dirname(_marker(home))):
-        if name.endswith(".pg"):
-            os.unlink(os.path.join(os.path.dirname(_marker(home)), name))
+    os.unlink(_marker(home))
     code, _out, err = run(["post-tool-use"], payload)
     assert code == 0 and err == ""
-    events = [e for e in Agent.open("default", home=home).ops.read()[0] if e["event"] == "hook_failed"]
+    # This machine's copy of the log (the server holding the rest is the one gone).
+    events = [e for e in Agent.open("default", home=home).ops.log.read()[0] if e["event"] == "hook_failed"]
     assert events and "127.0.0.1:5499" in events[-1]["meta"]["error"]
     proc = subprocess.run(
         [*HOOK_PREFIX, "session-start"],
@@ -276,9 +275,9 @@ def test_hooks_share_heartbeats_and_survive_an_unreachable_server(
 
 
 def _marker(home: Home) -> str:
-    from phoenix_protocol._heartbeats import runtime_dir
+    from phoenix_protocol._hooks import SYNC_MARK
 
-    return os.path.join(runtime_dir(home.root, "hooks-1"), "alice.pg")
+    return os.path.join(home.agent_dir("default"), SYNC_MARK)
 
 
 def test_many_threads_share_one_pool(store: str, home: Home, clock: ManualClock) -> None:
@@ -333,10 +332,10 @@ def test_migration_4_backfills_the_unread_counters(store: str, home: Home, clock
             "DROP TABLE phx_mailbox_counts; ALTER TABLE phx_team_seq DROP COLUMN broadcasts; "
             "ALTER TABLE phx_cursors DROP COLUMN addressed; "
             "DROP TABLE phx_checkpoint_seq, phx_checkpoints, phx_checkpoint_operations, phx_session_current, "
-            "phx_session_log; DELETE FROM phx_schema_migrations WHERE version >= 4"
+            "phx_session_log, phx_agent_state, phx_ops_events; DELETE FROM phx_schema_migrations WHERE version >= 4"
         )
     assert _pg.status(store)["current"] == 3
-    assert [m["version"] for m in _pg.migrate(store)] == [4, 5]
+    assert [m["version"] for m in _pg.migrate(store)] == [4, 5, 6]
     assert {name: box.unread_count(name) for name in expected} == expected
 
 

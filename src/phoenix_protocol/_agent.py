@@ -30,6 +30,7 @@ if TYPE_CHECKING:
 
     from phoenix_protocol._checkpoints import CheckpointStore
     from phoenix_protocol._identity import IdentityStore
+    from phoenix_protocol._state_pg import PgAgentRecord
 
 __all__ = ["Agent"]
 
@@ -65,6 +66,29 @@ class Agent:
         self._ensured = False
         self._checkpoints: CheckpointStore | None = None
         self._identity: IdentityStore | None = None
+        self._record: PgAgentRecord | None = None
+        self.store_fallback = False
+        """On the PostgreSQL store: when the server cannot be reached, change this machine's copy
+        alone (passed on by the next sync). The hooks set it; elsewhere such a change fails."""
+        if str(self.config.store).startswith(("postgresql://", "postgres://")):
+            # State and ops events go through the server; psycopg is loaded on first use only.
+            self.state.remote = self.ops.remote = self.store_record
+
+    def store_record(self) -> PgAgentRecord:
+        """This agent's record on the PostgreSQL store (``_state_pg``); only on that store."""
+        if self._record is None:
+            from phoenix_protocol._state_pg import PgAgentRecord
+
+            self._record = PgAgentRecord(self)
+        return self._record
+
+    def sync_store(self) -> dict[str, Any] | None:
+        """Pass this machine's copy of the state and its new ops events on to the PostgreSQL
+        store (or take the server's newer record): what the PostToolUse hook leaves to a detached
+        process. ``None`` on the file store, where there is nothing to pass on."""
+        if self.state.remote is None:
+            return None
+        return self.store_record().sync()
 
     @property
     def checkpoints(self) -> CheckpointStore:

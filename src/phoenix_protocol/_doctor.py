@@ -112,6 +112,19 @@ def rebuild_state(events: list[dict[str, Any]]) -> tuple[AgentState, list[str]]:
                 state.last_tool = {"name": tool, "ok": name == "heartbeat", "at": ts}
                 if name == "tool_failed" and meta.get("error"):
                     state.last_tool["error"] = meta["error"]
+        elif name == "state_pulled":
+            # A copy took the PostgreSQL store's record (``_state_pg``): the state it took.
+            try:
+                taken = AgentState.from_dict(meta.get("state"))  # type: ignore[arg-type]
+            except (CorruptStateError, SchemaVersionError):
+                applied = False
+            else:
+                notes = {}
+                for which, items in (("open_loop", taken.open_loops), ("next_action", taken.next_actions)):
+                    for item in items:
+                        notes[item["id"]] = {**item, "kind": which}
+                taken.open_loops, taken.next_actions = [], []
+                state = taken
         elif name == "session_adopted":
             if isinstance(meta.get("session_id"), str):
                 state.session_id = meta["session_id"]

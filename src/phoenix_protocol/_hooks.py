@@ -137,6 +137,7 @@ def _open_agent(payload: dict[str, Any], options: dict[str, str], *, lock_timeou
         timeout = min(timeout, lock_timeout_cap)
     agent.config.lock_timeout = timeout
     agent.ops.log.lock_timeout = timeout
+    agent.store_fallback = True  # a hook's state change never waits on an unreachable server
     return agent
 
 
@@ -191,6 +192,8 @@ def handle(event: str, payload: dict[str, Any], options: dict[str, str]) -> str 
 
 
 PG_BEAT_INTERVAL_MS = 30_000
+SYNC_MARK = ".store-sync"
+"""In the agent's directory: when the PostToolUse hook last passed its copy on to PostgreSQL."""
 
 
 def _take_due_checkpoints(payload: dict[str, Any], options: dict[str, str], due: list[str]) -> None:
@@ -234,37 +237,38 @@ def _team_binding() -> tuple[str, str] | None:
 
 
 def _team_heartbeat(agent: Agent, session_id: str | None) -> None:
-    """The teammate's heartbeat, on the hot path: one small file, no roster lookup."""
+    """The teammate's heartbeat, on the hot path: one small file, no roster lookup. On the
+    PostgreSQL store, every 30 s, the heartbeat and this machine's copy of the agent's state and
+    ops events are passed on to the server from a detached process (psycopg and a connection
+    cost more than the hook's budget)."""
     binding = _team_binding()
-    if binding is None:
-        return
-    from phoenix_protocol._heartbeats import beat, runtime_dir
-
-    directory = runtime_dir(agent.home.root, binding[0])
     now = agent.clock.now_ms()
-    beat(directory, binding[1], now_ms=now, session_id=session_id)
+    if binding is not None:
+        from phoenix_protocol._heartbeats import beat, runtime_dir
+
+        beat(runtime_dir(agent.home.root, binding[0]), binding[1], now_ms=now, session_id=session_id)
     if str(agent.config.store).startswith(("postgresql://", "postgres://")):
-        # Teammates on other machines read heartbeats from PostgreSQL: pass one on every 30 s,
-        # from a detached child (psycopg and a connection cost more than the hook's budget).
         from phoenix_protocol._durable import atomic_write, read_bytes
 
-        mark = os.path.join(directory, binding[1] + ".pg")
+        mark = os.path.join(agent.dir, SYNC_MARK)
         last = read_bytes(mark)
         if last is None or not last.strip().isdigit() or now - int(last) >= PG_BEAT_INTERVAL_MS:
             atomic_write(mark, str(now).encode("ascii"), durable=False)
-            _spawn_team_beat(agent, binding, session_id)
+            _spawn_share(agent, binding, session_id)
 
 
-def _spawn_team_beat(agent: Agent, binding: tuple[str, str], session_id: str | None) -> None:
-    """Start a detached interpreter that writes the heartbeat to PostgreSQL. ``posix_spawn``
-    costs this hook about a millisecond, where ``fork`` of this process costs several."""
-    argv = [agent.home.root, agent.id, binding[0], binding[1], session_id or ""]
+def _spawn_share(agent: Agent, binding: tuple[str, str] | None, session_id: str | None) -> None:
+    """Start a detached interpreter that passes the heartbeat and the agent's copy on to
+    PostgreSQL. ``posix_spawn`` costs this hook about a millisecond, where ``fork`` of this
+    process costs several."""
+    team, name = binding or ("", "")
+    argv = [agent.home.root, agent.id, team, name, session_id or ""]
     if os.environ.get("PHOENIX_HOOK_INLINE") == "1" or not hasattr(os, "posix_spawn"):
-        from phoenix_protocol._hooks_session import share_team_beat_main
+        from phoenix_protocol._hooks_session import share_main
 
-        share_team_beat_main(argv)
+        share_main(argv)
         return
-    code = "import sys; from phoenix_protocol._hooks_session import share_team_beat_main; share_team_beat_main(sys.argv[1:])"
+    code = "import sys; from phoenix_protocol._hooks_session import share_main; share_main(sys.argv[1:])"
     devnull = [(os.POSIX_SPAWN_OPEN, fd, os.devnull, os.O_RDWR, 0) for fd in (0, 1, 2)]
     os.posix_spawn(
         sys.executable, [sys.executable, "-P", "-c", code, *argv], os.environ, file_actions=devnull, setsid=True

@@ -40,6 +40,7 @@ def handle_session_event(
             "pre_compact", "ok", {"trigger": _plain(payload.get("trigger")), "session_id": session_id}, trusted=True
         )
         agent.checkpoints.create("routine", summary="before context compaction", extra={"git_timeout": _GIT_TIMEOUT})
+        _sync_best_effort(agent)
         return None
     agent = _open_agent(payload, options, lock_timeout_cap=_SESSION_END_BUDGET)
     after = agent.state.end_session(session_id, reason=_plain(payload.get("reason"), default="other"))
@@ -48,7 +49,19 @@ def handle_session_event(
         from phoenix_protocol._sessions import end
 
         end(agent, session_id, git_timeout=0.2)
+    _sync_best_effort(agent)
     return None
+
+
+def _sync_best_effort(agent: Agent) -> None:
+    """On the PostgreSQL store: pass on the events this hook recorded after its state change
+    (checkpoints, the session's end), so that other machines see them now, not at the next sync."""
+    from phoenix_protocol._errors import PhoenixError
+
+    try:
+        agent.sync_store()
+    except PhoenixError as exc:
+        agent.record("store_sync_failed", "warn", {"error": str(exc)[:300]})
 
 
 def after_tool(
@@ -255,8 +268,9 @@ def _session_start(payload: dict[str, Any], options: dict[str, str], session_id:
     return dumps_line({"hookSpecificOutput": {"hookEventName": "SessionStart", "additionalContext": context}})
 
 
-def share_team_beat_main(argv: list[str]) -> None:
-    """``HOME AGENT TEAM NAME SESSION``: record the teammate's heartbeat in the PostgreSQL store
+def share_main(argv: list[str]) -> None:
+    """``HOME AGENT TEAM NAME SESSION``: pass this machine's copy of the agent's state and ops
+    events on to the PostgreSQL store, and the teammate's heartbeat when ``TEAM`` is set
     (started detached by the PostToolUse hook every 30 s). A failure is an ops event: a hook
     never fails the agent."""
     from phoenix_protocol._agent import Agent
@@ -266,6 +280,13 @@ def share_team_beat_main(argv: list[str]) -> None:
         os.nice(10)  # the agent's work comes first
     root, agent_id, team_id, name, session_id = (argv + [""] * 5)[:5]
     agent = Agent.open(agent_id, home=Home(root))
+    try:
+        agent.sync_store()
+    except Exception as exc:  # noqa: BLE001 - recorded instead
+        with contextlib.suppress(Exception):
+            agent.record("hook_failed", "error", {"hook": "store-sync", "error": str(exc)[:500]})
+    if not team_id:
+        return
     try:
         from phoenix_protocol._teams import Team
 

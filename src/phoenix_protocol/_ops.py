@@ -45,6 +45,9 @@ class OpsLog:
         self.path = path
         self.clock = clock
         self.log = SeqLog(path, max_bytes=max_bytes, keep=keep, lock_timeout=lock_timeout, prepare=prepare)
+        self.remote: Callable[[], Any] | None = None
+        """On the PostgreSQL store: returns the agent's record on the server (``_state_pg``); the
+        readers then return every copy's events (appends always go to this machine's file)."""
 
     def record(
         self,
@@ -79,8 +82,12 @@ class OpsLog:
 
     def read(self, *, since_seq: int = 0) -> tuple[list[dict[str, Any]], list[LogProblem]]:
         """Every readable event (across rotations), oldest first, and what was skipped."""
+        if self.remote is not None:
+            return self.remote().events(since_seq=since_seq)  # type: ignore[no-any-return]
         return self.log.read(since_seq=since_seq)
 
     def tail(self, n: int) -> tuple[list[dict[str, Any]], list[LogProblem]]:
         """The newest ``n`` events, oldest first, and what was skipped."""
+        if self.remote is not None:
+            return self.remote().events(tail=n)  # type: ignore[no-any-return]
         return self.log.tail(n)

@@ -430,6 +430,31 @@ MIGRATIONS: list[tuple[int, str, str]] = [
         );
         """,
     ),
+    (
+        6,
+        "agents' state (one record per agent, with its revision) and every copy's ops events",
+        """
+        CREATE TABLE phx_agent_state (
+            agent_id    text PRIMARY KEY,
+            state       text NOT NULL,
+            rev         bigint NOT NULL,
+            origin      text NOT NULL,
+            host        text,
+            updated_at  timestamptz NOT NULL DEFAULT now()
+        );
+        CREATE TABLE phx_ops_events (
+            agent_id  text NOT NULL,
+            origin    text NOT NULL,
+            seq       bigint NOT NULL,
+            ts        text NOT NULL,
+            event     text NOT NULL,
+            status    text NOT NULL,
+            line      text NOT NULL,
+            PRIMARY KEY (agent_id, origin, seq)
+        );
+        CREATE INDEX phx_ops_events_by_seq ON phx_ops_events (agent_id, seq);
+        """,
+    ),
 ]
 """``(version, description, SQL)``, applied in order, each in the transaction that records it."""
 

@@ -121,11 +121,12 @@ class SeqLog:
         with self.lock(lock_timeout):
             return self.append_locked(record, durable=durable)
 
-    def append_locked(self, record: dict[str, Any], *, durable: bool = True) -> int:
+    def append_locked(self, record: dict[str, Any], *, durable: bool = True, after: int = 0) -> int:
         """``append`` for a caller already holding ``lock()``. If the write fails, the log is cut
-        back to where it was, so a failed append leaves no line behind."""
+        back to where it was, so a failed append leaves no line behind. ``after``: the seq is
+        also greater than this (a copy of the log continuing numbers given elsewhere)."""
         mark = self.mark()
-        seq = self.last_seq() + 1
+        seq = max(self.last_seq(), after) + 1
         line = dumps_line({"seq": seq, **{k: v for k, v in record.items() if k != "seq"}})
         try:
             durable_append(self.path, line.encode("ascii") + b"\n", durable=durable)
@@ -235,6 +236,17 @@ class SeqLog:
                 elif record is not None and record["seq"] > since_seq:
                     records.append(record)
         return records, problems
+
+    def since(self, seq: int) -> list[dict[str, Any]]:
+        """The readable records with a seq above ``seq``, oldest first, reading rotated files
+        only while they may hold some (``read`` for the problems met on the way)."""
+        collected: list[dict[str, Any]] = []
+        for path in reversed(self.files()):
+            chunk = [r for r, _problem in self._read_file(path) if r is not None]
+            collected = [r for r in chunk if r["seq"] > seq] + collected
+            if chunk and chunk[0]["seq"] <= seq:
+                break
+        return collected
 
     def tail(self, n: int) -> tuple[list[dict[str, Any]], list[LogProblem]]:
         """The newest ``n`` records (reads rotated files only when the current one has too few)."""

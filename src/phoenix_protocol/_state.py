@@ -335,15 +335,25 @@ class StateStore:
         self.ops = ops
         self.config = config or Config()
         self.clock = clock
+        self.remote: Callable[[], Any] | None = None
+        """On the PostgreSQL store: returns the agent's record on the server (``_state_pg``),
+        through which ``read`` and ``change`` go; the file here is then this machine's copy."""
 
     def exists(self) -> bool:
         return os.path.exists(self.path)
 
     def read(self) -> AgentState:
-        """The current state; a fresh idle state when there is no file yet.
+        """The current state; a fresh idle state when there is none yet. On the PostgreSQL store,
+        the newer of the server's record and this machine's copy.
 
         Raises ``CorruptStateError`` (unparsable or invalid) or ``SchemaVersionError`` (newer).
         """
+        if self.remote is not None:
+            return self.remote().read()  # type: ignore[no-any-return]
+        return self.read_local()
+
+    def read_local(self) -> AgentState:
+        """This machine's ``state.json`` (see ``read``)."""
         data = read_bytes(self.path)
         if data is None:
             return AgentState()
@@ -352,7 +362,7 @@ class StateStore:
     def read_or_none(self) -> AgentState | None:
         """The current state, or ``None`` when it is missing, corrupt or newer (for readers
         that can do without it, such as checkpoint collectors)."""
-        if not self.exists():
+        if self.remote is None and not self.exists():
             return None
         try:
             return self.read()
@@ -388,29 +398,46 @@ class StateStore:
         *,
         durable: bool = True,
         lock_timeout: float | None = None,
+        local: bool = False,
     ) -> AgentState:
         """Read-modify-write under the lock: ``mutate`` edits the state in place and returns the
         ops events to log. Events are appended first, then the state is replaced atomically;
         if the state write fails, the events are cut from the log again. Raise inside
-        ``mutate`` to abort with nothing written."""
+        ``mutate`` to abort with nothing written.
+
+        On the PostgreSQL store the change is made to this machine's copy and passed on to the
+        server in the same step (``_state_pg``); ``local=True`` changes only the copy (the hot
+        path: a detached process passes it on)."""
+        if self.remote is not None and not local:
+            return self.remote().change(mutate, durable=durable, lock_timeout=lock_timeout)  # type: ignore[no-any-return]
         with self.lock(lock_timeout):
-            state = self.read()
-            transitions = mutate(state) or []
-            if not transitions:
-                self.write_locked(state, durable=durable)
-                return state
-            entries = [self.ops.make_entry(t.event, t.status, t.meta, trusted=t.trusted) for t in transitions]
-            with self.ops.log.lock(lock_timeout):
-                mark = self.ops.log.mark()
-                try:
-                    for t, entry in zip(transitions, entries, strict=True):
-                        self.ops.log.append_locked(entry, durable=t.durable)
-                    self.write_locked(state, durable=durable)
-                except BaseException:
-                    # The change did not happen: its events must not say it did.
-                    self.ops.log.rollback(mark)
-                    raise
+            return self.change_locked(mutate, durable=durable, lock_timeout=lock_timeout)
+
+    def change_locked(
+        self,
+        mutate: Callable[[AgentState], list[Transition] | None],
+        *,
+        durable: bool = True,
+        lock_timeout: float | None = None,
+    ) -> AgentState:
+        """``change`` of this machine's copy, for a caller holding ``lock()``."""
+        state = self.read_local()
+        transitions = mutate(state) or []
+        if not transitions:
+            self.write_locked(state, durable=durable)
             return state
+        entries = [self.ops.make_entry(t.event, t.status, t.meta, trusted=t.trusted) for t in transitions]
+        with self.ops.log.lock(lock_timeout):
+            mark = self.ops.log.mark()
+            try:
+                for t, entry in zip(transitions, entries, strict=True):
+                    self.ops.log.append_locked(entry, durable=t.durable)
+                self.write_locked(state, durable=durable)
+            except BaseException:
+                # The change did not happen: its events must not say it did.
+                self.ops.log.rollback(mark)
+                raise
+        return state
 
     def write_locked(self, state: AgentState, *, durable: bool = True) -> None:
         """Replace the file with ``state`` (caller holds ``lock()``)."""
@@ -673,7 +700,8 @@ class StateStore:
                     out.append(Transition("checkpoint_due", "ok", {"types": kinds}, trusted=True))
             return out
 
-        return self.change(mutate, durable=durable, lock_timeout=lock_timeout)
+        # The hot path: this machine's copy only (the hook passes it on to a server store).
+        return self.change(mutate, durable=durable, lock_timeout=lock_timeout, local=True)
 
     def _track_actions(
         self,

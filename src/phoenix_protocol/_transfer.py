@@ -6,9 +6,11 @@ redacted): a header, then one record per thing, each with a ``type``:
 - ``file``: a file under ``agents/`` (state, ops logs, checkpoints, identity, sessions) or
   ``tokens.json``, by path relative to the home, content in base64. These stay files on every
   store, except an agent's checkpoints (``agents/<id>/checkpoints/*.checkpoint`` and
-  ``operations.jsonl``) and sessions (``agents/<id>/sessions/current.json`` and
-  ``sessions.jsonl``): on PostgreSQL they are rows, exported as the files they would be and
-  imported as rows. The checkpoint catalogue (``index.json``, ``index.log``) is not exported: it
+  ``operations.jsonl``), sessions (``agents/<id>/sessions/current.json`` and
+  ``sessions.jsonl``) and state (``state.json``, ``ops.jsonl`` and its rotations): on PostgreSQL
+  they are rows, exported as the files they would be (the ops log as one ``ops.jsonl``: every
+  machine's events in seq order) and imported as rows. A machine's bookkeeping for its copy of an
+  agent (``store-link.json``, ``.store-sync``) is not exported. The checkpoint catalogue (``index.json``, ``index.log``) is not exported: it
   is rebuilt from the checkpoints.
 - ``team``: a team's metadata (with its tasks) and roster; then its ``message`` records (in
   sequence order, with their timestamps, ids and acknowledgements), ``cursor`` records,
@@ -48,16 +50,20 @@ _FILE_ROOTS = ("agents",)
 _FILE_NAMES = ("tokens.json",)
 _SKIP_SUFFIXES = (".lock", ".tmp")
 _CATALOGUE = ("index.json", "index.log")
+_LOCAL = ("store-link.json", ".store-sync")
+"""A machine's bookkeeping for its copy of an agent on the PostgreSQL store (``_state_pg``)."""
 
 Progress = Callable[[str], None]
 
 
 def _store_file(rel: str) -> tuple[str, str, str] | None:
-    """``(agent_id, "checkpoints" | "sessions", name)`` when ``rel`` is a file of an agent's
-    checkpoint or sessions directory: the files the PostgreSQL store keeps as rows."""
+    """``(agent_id, "checkpoints" | "sessions" | "state", name)`` when ``rel`` is a file the
+    PostgreSQL store keeps as rows: an agent's checkpoints, sessions, ``state.json`` and ops log."""
     parts = os.path.normpath(rel).split(os.sep)
     if len(parts) == 4 and parts[0] == "agents" and parts[2] in ("checkpoints", "sessions"):
         return parts[1], parts[2], parts[3]
+    if len(parts) == 3 and parts[0] == "agents" and (parts[2] == "state.json" or parts[2].startswith("ops.jsonl")):
+        return parts[1], "state", parts[2]
     return None
 
 
@@ -70,7 +76,7 @@ def _home_files(home: Home, *, store_files: bool = True) -> Iterator[str]:
         for directory, dirs, files in os.walk(top):
             dirs.sort()
             for name in sorted(files):
-                if name.endswith(_SKIP_SUFFIXES) or ".tmp-" in name or name.startswith(".tmp"):
+                if name.endswith(_SKIP_SUFFIXES) or ".tmp-" in name or name.startswith(".tmp") or name in _LOCAL:
                     continue
                 rel = os.path.relpath(os.path.join(directory, name), home.root)
                 owned = _store_file(rel)
@@ -90,6 +96,10 @@ def _records(home: Home, progress: Progress) -> Iterator[dict[str, Any]]:
         if data is not None:
             yield _file_record(rel, data)
     if on_pg:
+        from phoenix_protocol._agent import Agent
+
+        for agent_id in home.agent_ids():  # this machine's copies first pass on what they hold
+            Agent(agent_id, home, config=config).sync_store()
         yield from _pg_store_files(config.store, config.pg_pool_size)
     for team_id in list_teams(home, config=config):
         progress(f"team {team_id}")
@@ -140,6 +150,15 @@ def _pg_store_files(url: str, pool_size: int) -> Iterator[dict[str, Any]]:
         lines = [dumps_line(record) + "\n" for record in backend.operations()]
         if lines:
             yield _file_record(os.path.join(base, "operations.jsonl"), "".join(lines).encode("ascii"))
+    from phoenix_protocol._state_pg import agents_with_state, export_texts
+
+    for agent_id in agents_with_state(url):
+        state, lines = export_texts(url, agent_id)
+        base = os.path.join("agents", agent_id)
+        if state is not None:
+            yield _file_record(os.path.join(base, "state.json"), state.encode("utf-8"))
+        if lines:
+            yield _file_record(os.path.join(base, "ops.jsonl"), "".join(f"{x}\n" for x in lines).encode("utf-8"))
     for agent_id in agents_with_sessions(url):
         sessions = PgSessions(url, agent_id, pool_size=pool_size)
         base = os.path.join("agents", agent_id, "sessions")
@@ -158,12 +177,21 @@ def _import_pg_store_files(url: str, pool_size: int, files: list[dict[str, Any]]
     from phoenix_protocol._sessions_pg import PgSessions
 
     sessions: dict[str, tuple[str | None, list[str]]] = {}
+    states: dict[str, tuple[str | None, list[str]]] = {}
     from phoenix_protocol._ids import validate_id
 
     for record in files:
         agent_id, kind, name = _store_file(record["path"]) or ("", "", "")
         validate_id(agent_id, "agent id")
         data = base64.b64decode(record["content"])
+        if kind == "state":
+            state, events = states.get(agent_id, (None, []))
+            if name == "state.json":
+                state = data.decode("utf-8")
+            else:
+                events = events + [line.decode("utf-8") for _off, line in iter_lines(data)]
+            states[agent_id] = (state, events)
+            continue
         if kind == "sessions":
             current, lines = sessions.get(agent_id, (None, []))
             if name == "current.json":
@@ -196,6 +224,20 @@ def _import_pg_store_files(url: str, pool_size: int, files: list[dict[str, Any]]
     for agent_id, (current, lines) in sessions.items():
         ordered = sorted(lines, key=lambda text: int(loads(text)["seq"]))  # rotated files come in any order
         PgSessions(url, agent_id, pool_size=pool_size).import_texts(current, ordered)
+    from phoenix_protocol._state_pg import import_texts
+
+    for agent_id, (state, events) in states.items():
+        import_texts(url, agent_id, state, sorted(events, key=_seq_of))
+
+
+def _seq_of(line: str) -> int:
+    """A log line's seq (an unreadable line sorts first; the import skips it)."""
+    try:
+        value = loads(line)
+    except JSONError:
+        return 0
+    seq = value.get("seq") if isinstance(value, dict) else None
+    return seq if isinstance(seq, int) else 0
 
 
 def export_home(home: Home, path: str, *, progress: Progress | None = None) -> dict[str, int]:
@@ -343,16 +385,20 @@ def _pg_store_clashes(url: str, pool_size: int, files: list[dict[str, Any]]) -> 
     """Exported checkpoint and session files the PostgreSQL store already has rows for."""
     from phoenix_protocol._checkpoints_pg import PgCheckpoints, agents_with_checkpoints
     from phoenix_protocol._sessions_pg import agents_with_sessions
+    from phoenix_protocol._state_pg import agents_with_state
 
     with_checkpoints = set(agents_with_checkpoints(url))
     with_sessions = set(agents_with_sessions(url))
+    with_state = set(agents_with_state(url))
     clashes = []
     for record in files:
         owned = _store_file(record["path"])
         if owned is None or owned[2] in _CATALOGUE:
             continue
         agent_id, kind, name = owned
-        if kind == "sessions":
+        if kind == "state":
+            taken = agent_id in with_state
+        elif kind == "sessions":
             taken = agent_id in with_sessions
         elif agent_id not in with_checkpoints:
             taken = False

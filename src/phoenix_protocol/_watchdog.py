@@ -43,7 +43,7 @@ if TYPE_CHECKING:
     from phoenix_protocol._agent import Agent
     from phoenix_protocol._home import Home
 
-__all__ = ["AgentVerdict", "TmuxPane", "WatchdogReport", "check_agent", "run_pass", "tmux_agents"]
+__all__ = ["AgentVerdict", "TmuxPane", "WatchdogReport", "check_agent", "known_agents", "run_pass", "tmux_agents"]
 
 VERDICTS = ("alive", "grace", "stalled", "remote", "unknown", "idle", "error", "corrupt")
 
@@ -279,7 +279,8 @@ def run_pass(
 
     if agents is None:
         agents = [
-            Agent.open(aid, home=home, clock=clock, config_overrides=config_overrides) for aid in home.agent_ids()
+            Agent.open(aid, home=home, clock=clock, config_overrides=config_overrides)
+            for aid in known_agents(home, config_overrides)
         ]
     now_ms = clock.now_ms()
     host_here = hostname()
@@ -304,6 +305,20 @@ def run_pass(
                             )
     teammates = check_teams(home, clock=clock, act=act)
     return WatchdogReport(iso_from_ms(now_ms), verdicts, panes, teammates)
+
+
+def known_agents(home: Home, config_overrides: dict[str, Any] | None = None) -> list[str]:
+    """The agents of ``home``; on the PostgreSQL store also those whose state the server holds
+    (agents running on other machines)."""
+    from phoenix_protocol._config import load_config
+
+    ids = home.agent_ids()
+    store = str(load_config(home.root, project_root=home.project_root, overrides=config_overrides).store)
+    if store.startswith(("postgresql://", "postgres://")):
+        from phoenix_protocol._state_pg import agents_with_state
+
+        ids = sorted(set(ids) | set(agents_with_state(store)))
+    return ids
 
 
 def check_teams(home: Home, *, clock: Clock = system_clock, act: bool = True) -> list[dict[str, Any]]:

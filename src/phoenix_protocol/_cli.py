@@ -158,7 +158,18 @@ def home_common(func: F) -> F:
 
 
 def _state_payload(agent: Agent, state: AgentState) -> dict[str, Any]:
-    return {"agent": agent.id, "home": agent.home.root, "path": agent.state.path, "state": state.to_dict()}
+    store = "files"
+    if agent.state.remote is not None:
+        from phoenix_protocol._pg import describe
+
+        store = describe(str(agent.config.store))
+    return {
+        "agent": agent.id,
+        "home": agent.home.root,
+        "path": agent.state.path,
+        "store": store,
+        "state": state.to_dict(),
+    }
 
 
 def _print_state(out: Output, agent: Agent, state: AgentState, *, headline: str | None = None) -> None:

@@ -83,6 +83,9 @@ HOT_FIELDS = (
 )
 """What the hot path (``StateStore.heartbeat``) writes besides claims of a new session."""
 
+RETAIN_EVERY = 256
+"""Retention runs when a push crosses a multiple of this many seqs (it reads every event's size)."""
+
 _ROW = "SELECT state, rev, origin, host FROM phx_agent_state WHERE agent_id = %s"
 
 
@@ -363,7 +366,20 @@ class PgAgentRecord(_pg.PgBound):
                     for e in pending
                 ],
             )
+        if pending[0]["seq"] // RETAIN_EVERY != pending[-1]["seq"] // RETAIN_EVERY or len(pending) >= RETAIN_EVERY:
+            self._retain(conn)
         return len(pending)
+
+    def _retain(self, conn: psycopg.Connection[Any]) -> None:
+        """Keep what the file store keeps: the newest events up to ``(ops_keep + 1) ×
+        ops_max_bytes`` bytes of lines (the current file and its rotations); older ones go."""
+        config = self.agent.config
+        conn.execute(
+            "DELETE FROM phx_ops_events e USING (SELECT origin, seq FROM (SELECT origin, seq, "
+            "sum(length(line) + 1) OVER (ORDER BY seq DESC, origin DESC) AS total FROM phx_ops_events "
+            "WHERE agent_id = %s) t WHERE total > %s) d WHERE e.agent_id = %s AND e.origin = d.origin AND e.seq = d.seq",
+            (self.agent.id, (config.ops_keep + 1) * config.ops_max_bytes, self.agent.id),
+        )
 
     def _push_state(self, conn: psycopg.Connection[Any], row: _Row | None, origin: str) -> int | None:
         """The copy's state as the server's record (``rev + 1``) unless it holds it already."""

@@ -16,8 +16,9 @@ the processes themselves; two extra rows run them through ``/bin/sh -c`` as Clau
 
 With ``--pg URL`` (issue 8) two more rows run the same hook for a teammate whose team is on the
 PostgreSQL store (a fresh schema, dropped afterwards): (d) as it runs on most calls (the local
-heartbeat file; PostgreSQL gets one every 30 s), (e) on a call where the 30 s are up (it forks
-the child that writes the heartbeat to PostgreSQL and returns).
+heartbeat file and this machine's copy of the agent's state; PostgreSQL gets both every 30 s),
+(e) on a call where the 30 s are up (it starts the detached process that passes the heartbeat
+and the agent's copy, state and new ops events, on to PostgreSQL, and returns).
 
 Targets (issue 2): (c) <= 1.5 x (a) and (c) <= 0.6 x (b); issue 8: (d) and (e) within the same 1.5 x. Prints a Markdown table for
 docs/benchmarks.md. Python modules are byte-compiled first (as ``pip install`` does), since
@@ -234,12 +235,12 @@ def _waiter(store: str) -> Callable[[], None]:
 
 def _pg_team(url: str, project: str, env: dict[str, str]) -> tuple[str, dict[str, str], str]:
     """A team on a fresh schema of ``url`` with teammate ``alice``; the hook's environment for
-    her, and the file whose age decides when her heartbeat goes to PostgreSQL."""
+    her, and the file whose age decides when her heartbeat and state go to PostgreSQL."""
     import uuid
 
     import psycopg
 
-    from phoenix_protocol._heartbeats import runtime_dir
+    from phoenix_protocol._hooks import SYNC_MARK
     from phoenix_protocol._teams import Team
 
     schema = "phx_hookbench_" + uuid.uuid4().hex[:8]
@@ -253,7 +254,7 @@ def _pg_team(url: str, project: str, env: dict[str, str]) -> tuple[str, dict[str
     finally:
         del os.environ["PHOENIX_STORE"]
     pg_env = dict(env, PHOENIX_STORE=store, PHOENIX_TEAM="bench-1", PHOENIX_TEAMMATE="alice")
-    return schema, pg_env, os.path.join(runtime_dir(home.root, "bench-1"), "alice.pg")
+    return schema, pg_env, os.path.join(home.agent_dir("default"), SYNC_MARK)
 
 
 if __name__ == "__main__":

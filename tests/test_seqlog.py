@@ -94,3 +94,31 @@ def test_ops_entries_have_the_seed_fields(tmp_path: Path) -> None:
         "meta": {"source": "startup"},
     }
     assert "meta" not in records[1]
+
+
+def test_since_reads_backwards_and_agrees_with_read(tmp_path: Path) -> None:
+    """``since`` (what the PostgreSQL store's sync passes on) returns what ``read(since_seq=)``
+    returns, across rotations, with a torn tail and an unreadable line, for any block size."""
+    path = tmp_path / "log.jsonl"
+    log = SeqLog(str(path), max_bytes=600, keep=3)
+    for i in range(40):
+        log.append({"n": i, "text": "é" * (i % 7)})
+    rotated = f"{path}.1"
+    with open(rotated, "r+b") as fh:  # damage one line in the middle of a rotated file
+        data = fh.read()
+        cut = data.index(b"\n", len(data) // 2) + 1
+        fh.seek(cut)
+        fh.write(b"#")
+    with path.open("ab") as fh:
+        fh.write(b'{"seq": 41, "n": ')  # a torn tail
+    expected_all, problems = log.read()
+    assert problems and all(r["seq"] <= 40 for r in expected_all)
+    for since in (0, 1, 17, 25, 39, 40, 99):
+        expected = [r for r in expected_all if r["seq"] > since]
+        for block in (7, 64, 65536):
+            got = []
+            for p in reversed(log.files()):
+                chunk = list(SeqLog._backwards(p, block))
+                got = [r for r in reversed(chunk) if r["seq"] > since] + got
+            assert got == expected, (since, block)
+        assert log.since(since) == expected, since

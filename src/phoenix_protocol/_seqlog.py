@@ -238,15 +238,53 @@ class SeqLog:
         return records, problems
 
     def since(self, seq: int) -> list[dict[str, Any]]:
-        """The readable records with a seq above ``seq``, oldest first, reading rotated files
-        only while they may hold some (``read`` for the problems met on the way)."""
+        """The readable records with a seq above ``seq``, oldest first. Reads files backwards from
+        their end and stops at the first record at or below ``seq``, so the cost follows what is
+        new, not the log's size (``read`` for the problems met on the way)."""
         collected: list[dict[str, Any]] = []
         for path in reversed(self.files()):
-            chunk = [r for r, _problem in self._read_file(path) if r is not None]
-            collected = [r for r in chunk if r["seq"] > seq] + collected
-            if chunk and chunk[0]["seq"] <= seq:
-                break
+            for record in self._backwards(path):
+                if record["seq"] <= seq:
+                    collected.reverse()
+                    return collected
+                collected.append(record)
+        collected.reverse()
         return collected
+
+    @staticmethod
+    def _backwards(path: str, block: int = 65536) -> Iterator[dict[str, Any]]:
+        """The complete, readable records of one file, newest first (a torn tail and unreadable
+        lines are skipped, as readers always skip them)."""
+        try:
+            fd = os.open(path, os.O_RDONLY)
+        except FileNotFoundError:
+            return
+        try:
+            pos = os.fstat(fd).st_size
+            pending = b""
+            ended = False  # whether the file's last newline was found
+            while pos > 0:
+                size = min(block, pos)
+                pos -= size
+                parts = (os.pread(fd, size, pos) + pending).split(b"\n")
+                if not ended:
+                    parts.pop()  # after the file's last newline: nothing, or a torn tail
+                    ended = bool(parts)
+                    if not ended:
+                        pending = b""
+                        continue
+                pending = parts.pop(0) if pos > 0 else b""
+                for raw in reversed(parts):
+                    if not raw.strip():
+                        continue
+                    try:
+                        record = loads(raw)
+                    except JSONError:
+                        continue
+                    if isinstance(record, dict) and isinstance(record.get("seq"), int):
+                        yield record
+        finally:
+            os.close(fd)
 
     def tail(self, n: int) -> tuple[list[dict[str, Any]], list[LogProblem]]:
         """The newest ``n`` records (reads rotated files only when the current one has too few)."""

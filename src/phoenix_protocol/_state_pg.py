@@ -4,7 +4,8 @@
 The server holds the agent's record: its ``state.json`` text with a revision number (``rev``)
 and the copy that wrote it (``origin``), and the ops events of every copy. Each machine that runs
 or changes the agent keeps a *copy*: the ``state.json`` and ``ops.jsonl`` of the file store, plus
-``store-link.json`` (the server, this copy's random ``origin`` id, the ``rev`` it last saw).
+``store-link.json`` (the server and this copy's random ``origin`` id, written once) and
+``.store-rev`` (the ``rev`` it last saw).
 
 Why a copy: the PostToolUse hook's budget is a few milliseconds and psycopg's import alone costs
 more, so the hot path writes the copy (``StateStore.heartbeat``) and a detached process started
@@ -69,6 +70,7 @@ __all__ = [
 ]
 
 LINK_NAME = "store-link.json"
+REV_NAME = ".store-rev"
 
 HOT_FIELDS = (
     "last_active",
@@ -120,12 +122,13 @@ class PgAgentRecord(_pg.PgBound):
         super().__init__(str(agent.config.store), pool_size=agent.config.pg_pool_size)
         self.agent = agent
         self.link_path = os.path.join(agent.dir, LINK_NAME)
+        self.rev_path = os.path.join(agent.dir, REV_NAME)
 
     # -- this copy's link to the server ------------------------------------------------------------
 
     def link(self) -> dict[str, Any] | None:
         """``{"server", "origin", "rev"}`` of this copy, or ``None`` (none yet, unreadable, or
-        written for another server)."""
+        written for another server). ``rev`` is ``None`` when this copy has not seen one."""
         data = read_bytes(self.link_path)
         if not data:
             return None
@@ -137,24 +140,27 @@ class PgAgentRecord(_pg.PgBound):
             not isinstance(value, dict)
             or value.get("server") != self.server
             or not isinstance(value.get("origin"), str)
-            or not isinstance(value.get("rev"), int)
         ):
             return None
+        seen = read_bytes(self.rev_path)
+        origin, _, rev = (seen or b"").decode("ascii", "replace").partition(" ")
+        value["rev"] = int(rev) if origin == value["origin"] and rev.strip().isdigit() else None
         return value
 
-    def _save_link(self, origin: str, rev: int) -> None:
-        self.agent.ensure()
-        record = {"server": self.server, "origin": origin, "rev": rev}
-        atomic_write(self.link_path, dumps_document(record).encode("ascii"))
+    def _save_rev(self, origin: str, rev: int) -> None:
+        """The revision this copy saw last. Atomic, not flushed: a lost update only costs a pull
+        of the record this copy wrote itself (``_is_current``)."""
+        atomic_write(self.rev_path, f"{origin} {rev}".encode("ascii"), durable=False)
 
     def _origin(self) -> tuple[str, int | None]:
-        """This copy's origin (created and saved before any event is pushed under it) and the
-        rev it last saw."""
+        """This copy's origin and the rev it last saw. A new origin is written once, durably,
+        before any event is pushed under it (losing it would pass them on again under another)."""
         link = self.link()
         if link is not None:
-            return str(link["origin"]), int(link["rev"])
+            return str(link["origin"]), link["rev"]
+        self.agent.ensure()
         origin = secrets.token_hex(8)
-        self._save_link(origin, 0)
+        atomic_write(self.link_path, dumps_document({"server": self.server, "origin": origin}).encode("ascii"))
         return origin, None
 
     @staticmethod
@@ -198,9 +204,7 @@ class PgAgentRecord(_pg.PgBound):
                 raise
             return store.read_local()  # a hook: this machine's copy rather than nothing
         if row is None or (
-            link is not None
-            and self._is_current(row, str(link["origin"]), int(link["rev"]))
-            and os.path.exists(store.path)
+            link is not None and self._is_current(row, str(link["origin"]), link["rev"]) and os.path.exists(store.path)
         ):
             return store.read_local()
         return merge_hot(self._parse(row), self._local_or_none())
@@ -315,7 +319,7 @@ class PgAgentRecord(_pg.PgBound):
                 return state, report
             raise
         if rev is not None and origin:
-            self._save_link(origin, rev)
+            self._save_rev(origin, rev)
         report["rev"] = rev
         return (result[0] if result else None), report
 

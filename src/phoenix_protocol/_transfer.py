@@ -10,7 +10,7 @@ redacted): a header, then one record per thing, each with a ``type``:
   ``sessions.jsonl``) and state (``state.json``, ``ops.jsonl`` and its rotations): on PostgreSQL
   they are rows, exported as the files they would be (the ops log as one ``ops.jsonl``: every
   machine's events in seq order) and imported as rows. A machine's bookkeeping for its copy of an
-  agent (``store-link.json``, ``.store-sync``) is not exported. The checkpoint catalogue (``index.json``, ``index.log``) is not exported: it
+  agent (``store-link.json``, ``.store-rev``, ``.store-sync``) is not exported. The checkpoint catalogue (``index.json``, ``index.log``) is not exported: it
   is rebuilt from the checkpoints.
 - ``team``: a team's metadata (with its tasks) and roster; then its ``message`` records (in
   sequence order, with their timestamps, ids and acknowledgements), ``cursor`` records,
@@ -50,7 +50,7 @@ _FILE_ROOTS = ("agents",)
 _FILE_NAMES = ("tokens.json",)
 _SKIP_SUFFIXES = (".lock", ".tmp")
 _CATALOGUE = ("index.json", "index.log")
-_LOCAL = ("store-link.json", ".store-sync")
+_LOCAL = ("store-link.json", ".store-rev", ".store-sync")
 """A machine's bookkeeping for its copy of an agent on the PostgreSQL store (``_state_pg``)."""
 
 Progress = Callable[[str], None]

@@ -87,6 +87,10 @@ def test_round_trip_files_postgres_files(
     assert [e.label for e in on_pg.entries()] == ["drop table", "halfway", "first session"]
     assert not os.path.exists(os.path.join(middle.root, "agents/zero/sessions"))  # sessions too
     pg_agent = Agent.open("zero", home=middle, clock=clock)
+    assert not os.path.exists(pg_agent.state.path) and not os.path.exists(pg_agent.ops.path)  # state, ops: rows
+    assert pg_agent.state.read().current_task == "Add JWT authentication"
+    from_files = Agent.open("zero", home=source, config_overrides={"store": "files"})
+    assert pg_agent.ops.read()[0] == from_files.ops.read()[0] and len(from_files.ops.read()[0]) > 5
     assert [s["session_id"] for s in _sessions.list_sessions(pg_agent)] == ["s-1", "s-2"]
     assert _sessions.read_current(pg_agent)["session_id"] == "s-2"  # type: ignore[index]
     assert on_pg.latest("routine")[0] is not None and on_pg.backend.completed_operations()

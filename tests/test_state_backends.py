@@ -359,3 +359,33 @@ def test_the_server_keeps_what_the_file_store_keeps(home: Home, clock: ManualClo
         ).fetchone()  # type: ignore[misc]
     assert total <= 2 * 4096 and high == 520 and count == high - low + 1 and 50 < count < 520
     assert [e["meta"]["i"] for e in agent.ops.tail(3)[0]] == [517, 518, 519]
+
+
+def test_a_session_moves_to_another_machine_with_its_work(tmp_path: Path, pg_url: str) -> None:
+    """The headline: an agent works on machine A (hooks, CLI notes), its session ends; the next
+    session starts on machine B, whose SessionStart brief carries the task and notes from A."""
+    env = {"PHOENIX_STORE": pg_url, "PHOENIX_AGENT": "zero"}
+    machine_a, machine_b = tmp_path / "a", tmp_path / "b"
+    for where in (machine_a, machine_b):
+        where.mkdir()
+    assert _hook(machine_a, "session-start", "SessionStart", env, source="startup").returncode == 0
+    a = Agent.open("zero", home=Home(str(machine_a / ".phoenix")), env=env)
+    a.state.set_status("working", "port the scheduler to asyncio")
+    a.state.add_note("open_loop", "the retry queue still uses threads")
+    a.state.add_note("next_action", "replace time.sleep in worker.py")
+    assert _hook(machine_a, "session-end", "SessionEnd", env, reason="logout").returncode == 0
+    started = _hook(machine_b, "session-start", "SessionStart", env, source="startup", session_id="sess-2")
+    assert started.returncode == 0, started.stderr
+    context = json.loads(started.stdout)["hookSpecificOutput"]["additionalContext"]
+    for text in ("port the scheduler to asyncio", "the retry queue still uses threads", "replace time.sleep"):
+        assert text in context
+    b = Agent.open("zero", home=Home(str(machine_b / ".phoenix")), env=env)
+    state = b.state.read_local()  # machine B's copy took the record over
+    assert (state.status, state.session_id, state.current_task) == (
+        "working",
+        "sess-2",
+        "port the scheduler to asyncio",
+    )
+    assert a.state.read().session_id == "sess-2"  # and machine A sees the session on B
+    pulled = [e for e in b.ops.log.read()[0] if e["event"] == "state_pulled"]
+    assert len(pulled) == 1 and pulled[0]["seq"] > max(e["seq"] for e in a.ops.log.read()[0])

@@ -166,7 +166,7 @@ def handle(event: str, payload: dict[str, Any], options: dict[str, str]) -> str 
             progress=tool in EDIT_TOOLS,
             drift=drift,
         )
-        _team_heartbeat(agent, session_id)
+        _share_heartbeat(agent, session_id)
         if drift:
             # Seed 003's emergency recovery replaces a plain recovery checkpoint due now.
             due = [k for k in due if k != "recovery"] + ["emergency:" + drift[0].detail]
@@ -236,7 +236,7 @@ def _team_binding() -> tuple[str, str] | None:
     return (team, mate) if team and mate else None
 
 
-def _team_heartbeat(agent: Agent, session_id: str | None) -> None:
+def _share_heartbeat(agent: Agent, session_id: str | None) -> None:
     """The teammate's heartbeat, on the hot path: one small file, no roster lookup. On the
     PostgreSQL store, every 30 s, the heartbeat and this machine's copy of the agent's state and
     ops events are passed on to the server from a detached process (psycopg and a connection

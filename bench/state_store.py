@@ -74,12 +74,15 @@ def main() -> int:
 
                 _timed(got, "change (add + resolve a note)", change)
                 _timed(got, "read (elsewhere)", other.state.read)
-                _timed(got, "tail 20 events (elsewhere)", lambda other=other: other.ops.tail(20))
-                _timed(
-                    got,
-                    "heartbeat (hot path)",
-                    lambda agent=agent: agent.state.heartbeat(session_id="bench", tool="Bash", durable=False),
-                )
+
+                def tail(other: Agent = other) -> None:
+                    other.ops.tail(20)
+
+                def beat(agent: Agent = agent) -> None:
+                    agent.state.heartbeat(session_id="bench", tool="Bash", durable=False)
+
+                _timed(got, "tail 20 events (elsewhere)", tail)
+                _timed(got, "heartbeat (hot path)", beat)
                 if side == "PostgreSQL":
                     _timed(got, "sync (every 30 s)", agent.sync_store)
         seen = pg_other.state.read()

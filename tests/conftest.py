@@ -19,6 +19,25 @@ GIT_ENV = {"GIT_CONFIG_GLOBAL": os.devnull, "GIT_CONFIG_NOSYSTEM": "1"}
 HOOK_PREFIX = [sys.executable, "-P", "-c", "from phoenix_protocol._hooks import main; main()"]
 
 
+def run_hook(
+    project: Path, command: str, event: str, env: dict[str, str], **extra: object
+) -> subprocess.CompletedProcess[bytes]:
+    """Run ``phx hook <command>`` as Claude Code does: a process in ``project``, the payload of
+    ``event`` (session ``sess-1`` unless ``extra`` says otherwise) on stdin, ``env`` added."""
+    import json
+
+    body = {"session_id": "sess-1", "transcript_path": "/tmp/t.jsonl", "cwd": str(project), "hook_event_name": event}
+    return subprocess.run(
+        [*HOOK_PREFIX, command],
+        input=json.dumps({**body, **extra}).encode(),
+        capture_output=True,
+        check=False,
+        env={**os.environ, **env},
+        cwd=project,
+        timeout=60,
+    )
+
+
 @pytest.fixture(autouse=True)
 def _isolated_env(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> None:
     fake_home = tmp_path_factory.mktemp("user-home")
@@ -103,3 +122,12 @@ def pg_url() -> Iterator[str]:
         _pg.close_all()
         with psycopg.connect(PG_SERVER, autocommit=True, connect_timeout=5) as conn:
             conn.execute(f"DROP SCHEMA {schema} CASCADE")
+
+
+@pytest.fixture(params=["files", "postgres"])
+def backend(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
+    """Each store in turn: ``files`` (the home) and ``postgres`` (``PHOENIX_STORE`` naming a fresh
+    schema of the test server), for the conformance suites that run on both."""
+    if request.param == "postgres":
+        monkeypatch.setenv("PHOENIX_STORE", request.getfixturevalue("pg_url"))
+    yield request.param

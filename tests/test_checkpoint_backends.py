@@ -5,27 +5,18 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from conftest import HOOK_PREFIX
+from conftest import run_hook as _hook
 from phoenix_protocol import _sessions
 from phoenix_protocol._agent import Agent
 from phoenix_protocol._checkpoints import CheckpointStore, FileCheckpoints, parse_name
 from phoenix_protocol._clock import ManualClock
 from phoenix_protocol._errors import NotFoundError, UsageError
 from phoenix_protocol._home import Home
-
-
-@pytest.fixture(params=["files", "postgres"])
-def backend(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
-    if request.param == "postgres":
-        monkeypatch.setenv("PHOENIX_STORE", request.getfixturevalue("pg_url"))
-    yield request.param
 
 
 @pytest.fixture
@@ -162,21 +153,6 @@ def test_emergency_recovery_takes_a_recovery_checkpoint(agent: Agent) -> None:
 
 
 UNREACHABLE = "postgresql://postgres@127.0.0.1:5499/test"
-
-
-def _hook(
-    project: Path, command: str, event: str, env: dict[str, str], **extra: object
-) -> subprocess.CompletedProcess[bytes]:
-    body = {"session_id": "sess-1", "transcript_path": "/tmp/t.jsonl", "cwd": str(project), "hook_event_name": event}
-    return subprocess.run(
-        [*HOOK_PREFIX, command],
-        input=json.dumps({**body, **extra}).encode(),
-        capture_output=True,
-        check=False,
-        env={**os.environ, **env},
-        cwd=project,
-        timeout=60,
-    )
 
 
 def test_hooks_checkpoint_to_postgresql_and_survive_it_being_gone(

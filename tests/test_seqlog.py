@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 from phoenix_protocol._clock import ManualClock
 from phoenix_protocol._ops import OpsLog
@@ -116,7 +117,7 @@ def test_since_reads_backwards_and_agrees_with_read(tmp_path: Path) -> None:
     for since in (0, 1, 17, 25, 39, 40, 99):
         expected = [r for r in expected_all if r["seq"] > since]
         for block in (7, 64, 65536):
-            got = []
+            got: list[dict[str, Any]] = []
             for p in reversed(log.files()):
                 chunk = list(SeqLog._backwards(p, block))
                 got = [r for r in reversed(chunk) if r["seq"] > since] + got

@@ -10,13 +10,12 @@ import json
 import os
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from conftest import HOOK_PREFIX
+from conftest import run_hook as _hook
 from phoenix_protocol._agent import Agent
 from phoenix_protocol._clock import ManualClock
 from phoenix_protocol._doctor import check_agent as doctor_check
@@ -26,13 +25,6 @@ from phoenix_protocol._pg import describe
 from phoenix_protocol._watchdog import known_agents, run_pass
 
 UNREACHABLE = "postgresql://postgres@127.0.0.1:5499/test"
-
-
-@pytest.fixture(params=["files", "postgres"])
-def backend(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
-    if request.param == "postgres":
-        monkeypatch.setenv("PHOENIX_STORE", request.getfixturevalue("pg_url"))
-    yield request.param
 
 
 @pytest.fixture
@@ -223,21 +215,6 @@ def test_an_unreachable_server_fails_clearly_and_writes_nothing(
     agent = Agent.open("zero", home=Home(str(project / ".phoenix")))
     with pytest.raises(StorageError, match=r"127\.0\.0\.1:5499"):
         agent.state.read()
-
-
-def _hook(
-    project: Path, command: str, event: str, env: dict[str, str], **extra: object
-) -> subprocess.CompletedProcess[bytes]:
-    body = {"session_id": "sess-1", "transcript_path": "/tmp/t.jsonl", "cwd": str(project), "hook_event_name": event}
-    return subprocess.run(
-        [*HOOK_PREFIX, command],
-        input=json.dumps({**body, **extra}).encode(),
-        capture_output=True,
-        check=False,
-        env={**os.environ, **env},
-        cwd=project,
-        timeout=60,
-    )
 
 
 def test_hooks_keep_the_record_on_the_server(project: Path, tmp_path: Path, pg_url: str) -> None:

@@ -6,7 +6,6 @@ from __future__ import annotations
 import os
 import threading
 import time
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -23,14 +22,6 @@ from phoenix_protocol._teams import (
     TeamReadOnlyError,
     list_teams,
 )
-
-
-@pytest.fixture(params=["files", "postgres"])
-def backend(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
-    if request.param == "postgres":
-        url = request.getfixturevalue("pg_url")
-        monkeypatch.setenv("PHOENIX_STORE", url)
-    yield request.param
 
 
 @pytest.fixture

@@ -22,7 +22,7 @@ import os
 
 from phoenix_protocol._durable import atomic_write, ensure_dir, read_bytes
 from phoenix_protocol._ids import validate_id
-from phoenix_protocol._jsonio import JSONError, dumps_line, loads
+from phoenix_protocol._jsonio import dumps_line, loads_object
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -52,14 +52,8 @@ def runtime_dir(home_root: str, team_id: str) -> str:
 
 def read_beat(directory: str, name: str) -> dict[str, Any] | None:
     """The last heartbeat of ``name``, or ``None`` (none yet, or unreadable)."""
-    data = read_bytes(os.path.join(directory, validate_id(name, "teammate name") + ".json"))
-    if not data:
-        return None
-    try:
-        beat_ = loads(data)
-    except JSONError:
-        return None
-    if not isinstance(beat_, dict) or not isinstance(beat_.get("seq"), int) or not isinstance(beat_.get("ms"), int):
+    beat_ = loads_object(read_bytes(os.path.join(directory, validate_id(name, "teammate name") + ".json")))
+    if beat_ is None or not isinstance(beat_.get("seq"), int) or not isinstance(beat_.get("ms"), int):
         return None
     return beat_
 

@@ -26,6 +26,7 @@ __all__ = [
     "dumps_line",
     "loads",
     "loads_large",
+    "loads_object",
 ]
 
 
@@ -103,6 +104,18 @@ def loads(text: str | bytes) -> Any:
     if text[end:].strip(_WS):
         raise JSONError(f"extra data after the JSON value at character {end}", end)
     return value
+
+
+def loads_object(data: str | bytes | None) -> dict[str, Any] | None:
+    """A JSON object, or ``None`` for nothing, unreadable text or another kind of value (for
+    small records whose readers fall back when they are missing or damaged)."""
+    if not data:
+        return None
+    try:
+        value = loads(data)
+    except JSONError:
+        return None
+    return value if isinstance(value, dict) else None
 
 
 def _describe_error(text: str) -> JSONError:

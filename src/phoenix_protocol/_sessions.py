@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from phoenix_protocol._clock import iso_from_ms, ms_from_iso
 from phoenix_protocol._durable import atomic_write, ensure_dir, read_bytes
 from phoenix_protocol._errors import PhoenixError
-from phoenix_protocol._jsonio import JSONError, dumps_document, loads
+from phoenix_protocol._jsonio import dumps_document, loads_object
 from phoenix_protocol._seqlog import SeqLog
 
 if TYPE_CHECKING:
@@ -116,13 +116,7 @@ class FileSessions:
 
 
 def parse_current(data: bytes | str | None) -> dict[str, Any] | None:
-    if not data:
-        return None
-    try:
-        value = loads(data)
-    except JSONError:
-        return None
-    return value if isinstance(value, dict) else None
+    return loads_object(data)
 
 
 def empty_current() -> dict[str, Any]:

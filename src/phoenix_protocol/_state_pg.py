@@ -47,7 +47,7 @@ from typing import TYPE_CHECKING, Any
 from phoenix_protocol import _pg
 from phoenix_protocol._durable import atomic_write, read_bytes
 from phoenix_protocol._errors import CorruptStateError, SchemaVersionError, StorageError
-from phoenix_protocol._jsonio import JSONError, dumps_document, dumps_line, loads
+from phoenix_protocol._jsonio import JSONError, dumps_document, dumps_line, loads, loads_object
 from phoenix_protocol._state import AgentState
 
 if TYPE_CHECKING:
@@ -129,18 +129,8 @@ class PgAgentRecord(_pg.PgBound):
     def link(self) -> dict[str, Any] | None:
         """``{"server", "origin", "rev"}`` of this copy, or ``None`` (none yet, unreadable, or
         written for another server). ``rev`` is ``None`` when this copy has not seen one."""
-        data = read_bytes(self.link_path)
-        if not data:
-            return None
-        try:
-            value = loads(data)
-        except JSONError:
-            return None
-        if (
-            not isinstance(value, dict)
-            or value.get("server") != self.server
-            or not isinstance(value.get("origin"), str)
-        ):
+        value = loads_object(read_bytes(self.link_path))
+        if value is None or value.get("server") != self.server or not isinstance(value.get("origin"), str):
             return None
         seen = read_bytes(self.rev_path)
         origin, _, rev = (seen or b"").decode("ascii", "replace").partition(" ")

@@ -366,3 +366,24 @@ def test_a_session_moves_to_another_machine_with_its_work(tmp_path: Path, pg_url
     assert a.state.read().session_id == "sess-2"  # and machine A sees the session on B
     pulled = [e for e in b.ops.log.read()[0] if e["event"] == "state_pulled"]
     assert len(pulled) == 1 and pulled[0]["seq"] > max(e["seq"] for e in a.ops.log.read()[0])
+
+
+def test_a_copy_without_the_state_never_resets_the_record(pg_url: str, tmp_path: Path, clock: ManualClock) -> None:
+    """A machine whose copy holds only events (or lost its state.json) takes the server's record
+    before it changes it: a change there never starts from an empty state."""
+    env = {"PHOENIX_STORE": pg_url}
+    a = Agent.open("zero", home=Home(str(tmp_path / "a")), env=env, clock=clock)
+    a.state.set_status("working", "the real task")
+    a.state.add_note("next_action", "keep me")
+    b = Agent.open("zero", home=Home(str(tmp_path / "b")), env=env, clock=clock)
+    b.record("looked_at", "ok", {"by": "b"}, trusted=True)  # events only, no state here
+    report = b.sync_store()
+    assert report is not None and report["events"] == 1 and not report["pulled"] and report["rev"] is None
+    b.state.add_note("next_action", "and me")
+    assert [n["text"] for n in a.state.read().next_actions] == ["keep me", "and me"]
+    assert a.state.read().current_task == "the real task"
+    os.unlink(a.state.path)  # lost on machine A: the next change there takes the record again
+    a.state.add_note("open_loop", "still whole")
+    state = b.state.read()
+    assert [n["text"] for n in state.next_actions] == ["keep me", "and me"]
+    assert [n["text"] for n in state.open_loops] == ["still whole"]

@@ -280,21 +280,24 @@ class PgAgentRecord(_pg.PgBound):
             nonlocal origin
             conn.execute("SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))", ("phx_agent:" + agent.id,))
             row = self._row(conn)
-            exists = os.path.exists(store.path)
-            if mutate is None and not exists and not os.path.exists(agent.ops.log.path):
-                return row.rev if row else None  # no copy here: nothing to pass on or refresh
+            if mutate is None and not os.path.exists(store.path) and not os.path.exists(agent.ops.log.path):
+                report["rev"] = row.rev if row else None
+                return None  # no copy here: nothing to pass on or refresh
             with store.lock(lock_timeout):
                 origin, seen = self._origin()
-                current = self._is_current(row, origin, seen)
+                exists = os.path.exists(store.path)
+                # This copy holds the newest record: nobody else wrote one since it saw it, and it
+                # still has it (a copy without its state.json takes the server's again).
+                holds = row is None or (exists and self._is_current(row, origin, seen))
                 if not result:  # a retry after the copy changed only passes it on
-                    if not current and row is not None and (mutate is not None or exists):
+                    if not holds and row is not None and (mutate is not None or exists):
                         self._pull_locked(conn, row, lock_timeout)
-                        report["pulled"] = True
-                        current = True
+                        report["pulled"] = holds = True
                     if mutate is not None:
                         result.append(store.change_locked(mutate, durable=durable, lock_timeout=lock_timeout))
                 report["events"] = self._push_events(conn, origin)
-                return self._push_state(conn, row, origin) if current else (row.rev if row else None)
+                # The revision this copy holds, or None when it holds none (nothing to remember).
+                return self._push_state(conn, row, origin) if holds else None
 
         try:
             rev = self._run(work)
@@ -310,7 +313,7 @@ class PgAgentRecord(_pg.PgBound):
             raise
         if rev is not None and origin:
             self._save_rev(origin, rev)
-        report["rev"] = rev
+            report["rev"] = rev
         return (result[0] if result else None), report
 
     def _pull_locked(self, conn: psycopg.Connection[Any], row: _Row, lock_timeout: float | None) -> None:
@@ -379,7 +382,7 @@ class PgAgentRecord(_pg.PgBound):
         """The copy's state as the server's record (``rev + 1``) unless it holds it already."""
         data = read_bytes(self.agent.state.path)
         if data is None:
-            return row.rev if row else None
+            return None
         text = data.decode("utf-8")
         if row is not None and row.state == text:
             return row.rev

@@ -13,7 +13,7 @@ every 30 s passes it on (``sync``). Every other writer (the CLI, the other hooks
 the service) goes through ``change``: one transaction that
 
 1. takes the agent's lock on the server (a transaction-scoped advisory lock: across machines),
-   then this copy's file lock;
+   then this copy's file lock (held for steps 2 and 3 only);
 2. *pulls* if the server's record is newer than the copy (another machine wrote it since this
    copy last saw it): the copy takes the server's state, keeping what its own hot path wrote
    since (heartbeat fields, same session, newer) and logging ``state_pulled`` with the state it
@@ -295,9 +295,12 @@ class PgAgentRecord(_pg.PgBound):
                         report["pulled"] = holds = True
                     if mutate is not None:
                         result.append(store.change_locked(mutate, durable=durable, lock_timeout=lock_timeout))
-                report["events"] = self._push_events(conn, origin)
-                # The revision this copy holds, or None when it holds none (nothing to remember).
-                return self._push_state(conn, row, origin) if holds else None
+            # The copy's lock is free again (the hot path does not wait on the pushes); the
+            # server's lock still orders every other writer. A heartbeat written meanwhile is
+            # passed on now or by the next sync.
+            report["events"] = self._push_events(conn, origin)
+            # The revision this copy holds, or None when it holds none (nothing to remember).
+            return self._push_state(conn, row, origin) if holds else None
 
         try:
             rev = self._run(work)

@@ -387,3 +387,25 @@ def test_a_copy_without_the_state_never_resets_the_record(pg_url: str, tmp_path:
     state = b.state.read()
     assert [n["text"] for n in state.next_actions] == ["keep me", "and me"]
     assert [n["text"] for n in state.open_loops] == ["still whole"]
+
+
+def test_phx_db_sync_passes_the_copies_on(
+    project: Path, tmp_path: Path, pg_url: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from phoenix_protocol._cli import cli
+
+    monkeypatch.chdir(project)
+    monkeypatch.setenv("PHOENIX_STORE", pg_url)
+    here = Agent.open("zero", home=Home(str(project / ".phoenix")))
+    here.state.start_session("s1")
+    here.state.heartbeat(session_id="s1", tool="Read")  # the hot path: this copy only
+    far = Agent.open("zero", home=Home(str(tmp_path / "far")))
+    assert far.state.read().heartbeat_seq == 0
+    capsys.readouterr()
+    assert cli(["db", "sync", "--json"]) == 0
+    result = json.loads(capsys.readouterr().out)
+    assert [(r["agent"], r["events"], r["pulled"]) for r in result["agents"]] == [("zero", 1, False)]
+    assert result["agents"][0]["rev"] == 2 and far.state.read().heartbeat_seq == 1
+    assert cli(["db", "sync"]) == 0 and "zero" in capsys.readouterr().out
+    monkeypatch.setenv("PHOENIX_STORE", "files")
+    assert cli(["db", "sync"]) == 2 and "not PostgreSQL" in capsys.readouterr().err

@@ -1,4 +1,5 @@
-"""``phx db migrate`` and ``phx db status``: the PostgreSQL store's schema (issue 8).
+"""``phx db migrate``, ``phx db status`` and ``phx db sync``: the PostgreSQL store's schema and
+this machine's agent copies (issue 8); ``phx export`` and ``phx import``.
 
 Registered on the ``phx`` group by ``_cli``. The store is the configured one (``PHOENIX_STORE``
 or ``store`` in ``phoenix.toml``); with the file store there is nothing to migrate.
@@ -82,6 +83,41 @@ def db_status(home: Home, out: Output) -> None:
         table.add_row(str(step["version"]), step["description"], step["applied_at"])
     for step in info["pending"]:
         table.add_row(str(step["version"]), step["description"], "[yellow]pending[/yellow]")
+    out.console.print(table)
+
+
+@db_group.command("sync")
+@home_common
+def db_sync(home: Home, out: Output) -> None:
+    """Pass this machine's copies of the agents' state and ops events on to the PostgreSQL store
+    now (the hooks do it every 30 s and at every other change), or take newer records from it.
+
+    Example: phx db sync --json
+    """
+    from rich.table import Table
+
+    from phoenix_protocol import _pg
+    from phoenix_protocol._state_pg import sync_copies
+
+    url = _url(home)
+    with _progress(out) as say:
+        reports = sync_copies(home, progress=say)
+    if out.as_json:
+        out.json({"server": _pg.describe(url), "agents": reports})
+        return
+    table = Table(title=f"{_pg.describe(url)}: {len(reports)} agent copies")
+    table.add_column("agent")
+    table.add_column("events passed on", justify="right")
+    table.add_column("took the server's record")
+    table.add_column("revision", justify="right")
+    for report in reports:
+        rev = report["rev"]
+        table.add_row(
+            report["agent"],
+            str(report["events"]),
+            "yes" if report["pulled"] else "no",
+            "-" if rev is None else str(rev),
+        )
     out.console.print(table)
 
 

@@ -56,6 +56,7 @@ if TYPE_CHECKING:
     import psycopg
 
     from phoenix_protocol._agent import Agent
+    from phoenix_protocol._home import Home
     from phoenix_protocol._seqlog import LogProblem
     from phoenix_protocol._state import Transition
 
@@ -67,6 +68,7 @@ __all__ = [
     "export_texts",
     "import_texts",
     "merge_hot",
+    "sync_copies",
 ]
 
 LINK_NAME = "store-link.json"
@@ -441,6 +443,24 @@ def import_texts(url: str, agent_id: str, state: str | None, lines: list[str]) -
             )
 
     _pg.transaction(url, work, retry=True)
+
+
+def sync_copies(home: Home, *, progress: Callable[[str], None] | None = None) -> list[dict[str, Any]]:
+    """Pass every agent copy in ``home`` on to the configured PostgreSQL store (or take the newer
+    records): ``phx db sync``, and ``phx export`` before it reads the server. One report per
+    agent (``Agent.sync_store``)."""
+    from phoenix_protocol._agent import Agent
+    from phoenix_protocol._config import load_config
+
+    config = load_config(home.root, project_root=home.project_root)
+    reports = []
+    for agent_id in home.agent_ids():
+        if progress is not None:
+            progress(f"agent {agent_id}")
+        report = Agent(agent_id, home, config=config).sync_store()
+        if report is not None:
+            reports.append({"agent": agent_id, **report})
+    return reports
 
 
 def agents_with_state(url: str) -> list[str]:

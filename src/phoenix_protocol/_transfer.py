@@ -96,10 +96,9 @@ def _records(home: Home, progress: Progress) -> Iterator[dict[str, Any]]:
         if data is not None:
             yield _file_record(rel, data)
     if on_pg:
-        from phoenix_protocol._agent import Agent
+        from phoenix_protocol._state_pg import sync_copies
 
-        for agent_id in home.agent_ids():  # this machine's copies first pass on what they hold
-            Agent(agent_id, home, config=config).sync_store()
+        sync_copies(home, progress=progress)  # this machine's copies first pass on what they hold
         yield from _pg_store_files(config.store, config.pg_pool_size)
     for team_id in list_teams(home, config=config):
         progress(f"team {team_id}")

@@ -18,9 +18,10 @@ With ``--pg URL`` (issue 8) two more rows run the same hook for a teammate whose
 PostgreSQL store (a fresh schema, dropped afterwards): (d) as it runs on most calls (the local
 heartbeat file and this machine's copy of the agent's state; PostgreSQL gets both every 30 s),
 (e) on a call where the 30 s are up (it starts the detached process that passes the heartbeat
-and the agent's copy, state and new ops events, on to PostgreSQL, and returns).
+and the agent's copy, state and new ops events, on to PostgreSQL, and returns), and (f) the hook
+of an agent in no team on the PostgreSQL store (its copy passed on every 30 s, as in (e)).
 
-Targets (issue 2): (c) <= 1.5 x (a) and (c) <= 0.6 x (b); issue 8: (d) and (e) within the same 1.5 x. Prints a Markdown table for
+Targets (issue 2): (c) <= 1.5 x (a) and (c) <= 0.6 x (b); issue 8: (d), (e) and (f) within the same 1.5 x. Prints a Markdown table for
 docs/benchmarks.md. Python modules are byte-compiled first (as ``pip install`` does), since
 this environment may set PYTHONDONTWRITEBYTECODE.
 """
@@ -149,6 +150,8 @@ def main() -> int:
             due = "(e) hook, team on PostgreSQL, sync due"
             commands["(d) hook, team on PostgreSQL"] = (shlex.split(hook_command("post-tool-use")), pg_env)
             commands[due] = (shlex.split(hook_command("post-tool-use")), pg_env)
+            solo = {k: v for k, v in pg_env.items() if k not in ("PHOENIX_TEAM", "PHOENIX_TEAMMATE")}
+            commands["(f) hook, no team, store on PostgreSQL"] = (shlex.split(hook_command("post-tool-use")), solo)
             before[due] = lambda: Path(marker).unlink(missing_ok=True)
             # (e) leaves a detached process writing the heartbeat: wait for it (untimed), so that
             # it does not slow down whatever is timed next.

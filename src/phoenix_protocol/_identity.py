@@ -37,6 +37,7 @@ from phoenix_protocol._errors import CorruptStateError, RefusedError, UsageError
 
 if TYPE_CHECKING:
     from phoenix_protocol._agent import Agent
+    from phoenix_protocol._identity_pg import PgIdentity
 
 __all__ = ["IDENTITY_LISTS", "Identity", "IdentityCoreError", "IdentityStore"]
 
@@ -87,14 +88,25 @@ class Identity:
 
 
 class IdentityStore:
-    """One agent's ``identity.yaml``. Get it as ``agent.identity``."""
+    """One agent's ``identity.yaml``. Get it as ``agent.identity``.
+
+    On the PostgreSQL store the document and its seal are a row (``_identity_pg``); the files
+    here are then this machine's copy (read by the hooks' persona check, and, when edited by
+    hand, taken as the document, as on files)."""
 
     def __init__(self, agent: Agent) -> None:
         self.agent = agent
         self.path = os.path.join(agent.dir, "identity.yaml")
         self.digest_path = os.path.join(agent.dir, "identity.digest")
+        self.remote: PgIdentity | None = None
+        if agent.state.remote is not None:  # the PostgreSQL store
+            from phoenix_protocol._identity_pg import PgIdentity
+
+            self.remote = PgIdentity(self)
 
     def exists(self) -> bool:
+        if self.remote is not None:
+            return self.remote.exists()
         return os.path.exists(self.path)
 
     def _parse(self, data: bytes) -> tuple[Identity, list[str]]:
@@ -128,26 +140,52 @@ class IdentityStore:
                 raise CorruptStateError(f"{self.path}: mutable.{key} must be a list.", path=self.path)
         return Identity(immutable, merged), header
 
-    def _stored_digest(self) -> str | None:
-        data = read_bytes(self.digest_path)
-        return data.decode("ascii", "replace").strip() if data else None
+    # -- where the document and its seal are ------------------------------------------------------
 
-    def read(self) -> Identity:
-        """The identity (a default one, named after the agent, when there is no file yet).
+    def read_files(self) -> tuple[bytes | None, str | None]:
+        """``identity.yaml`` and the seal in ``identity.digest`` in this home (``None``: absent)."""
+        digest = read_bytes(self.digest_path)
+        return read_bytes(self.path), (digest.decode("ascii", "replace").strip() if digest else None)
+
+    def write_files(self, data: bytes, digest: str) -> None:
+        self.agent.ensure()
+        atomic_write(self.path, data)
+        atomic_write(self.digest_path, (digest + "\n").encode("ascii"))
+
+    def _raw(self, *, copy: bool = False) -> tuple[bytes | None, str | None]:
+        if self.remote is not None and not copy:
+            return self.remote.load()
+        return self.read_files()
+
+    def _change(self, work: Callable[[bytes | None, str | None], tuple[bytes, str]]) -> None:
+        """Read-modify-write of the document and its seal under the store's lock."""
+        if self.remote is not None:
+            self.remote.change(work)
+            return
+        self.agent.ensure()
+        with FileLock(self.path, self.agent.config.lock_timeout):
+            data, digest = work(*self.read_files())
+            self.write_files(data, digest)
+
+    # -- reading and changing -------------------------------------------------------------------
+
+    def read(self, *, copy: bool = False) -> Identity:
+        """The identity (a default one, named after the agent, when there is none yet). ``copy``:
+        on the PostgreSQL store, this machine's copy when it has one (the hooks' persona check:
+        no round trip to the server).
 
         Raises ``IdentityCoreError`` when the immutable section no longer matches its digest.
         """
-        data = read_bytes(self.path)
+        data, digest = self._raw(copy=copy and self.remote is not None and os.path.exists(self.path))
         if data is None:
             return Identity({"name": self.agent.id}, _default_mutable())
         identity, _header = self._parse(data)
-        self._check_seal(identity)
+        self._check_seal(identity, digest)
         return identity
 
-    def _check_seal(self, identity: Identity) -> bool:
-        """Whether the file is sealed; raises ``IdentityCoreError`` when its core no longer
+    def _check_seal(self, identity: Identity, stored: str | None) -> bool:
+        """Whether the document is sealed; raises ``IdentityCoreError`` when its core no longer
         matches the seal (someone edited it by hand)."""
-        stored = self._stored_digest()
         if stored is not None and stored != digest_of(identity.immutable):
             raise IdentityCoreError(
                 f"the immutable section of {self.path} was changed outside Phoenix (its digest no longer "
@@ -156,7 +194,7 @@ class IdentityStore:
             )
         return stored is not None
 
-    def _write(self, identity: Identity, header: list[str]) -> None:
+    def _render(self, identity: Identity, header: list[str]) -> tuple[bytes, str]:
         import yaml
 
         text = yaml.safe_dump(identity.as_dict(), sort_keys=False, allow_unicode=True, default_flow_style=False)
@@ -165,14 +203,11 @@ class IdentityStore:
             if header
             else "# Agent identity (Phoenix Protocol). The immutable section is sealed.\n"
         )
-        self.agent.ensure()
-        atomic_write(self.path, (prefix + text).encode("utf-8"))
-        atomic_write(self.digest_path, (digest_of(identity.immutable) + "\n").encode("ascii"))
+        return (prefix + text).encode("utf-8"), digest_of(identity.immutable)
 
-    def _load(self) -> tuple[Identity, list[str], bool]:
-        """The identity as in the file (a default one when there is none), its header comment
-        lines, and whether the file exists. No seal check."""
-        data = read_bytes(self.path)
+    def _load(self, data: bytes | None) -> tuple[Identity, list[str], bool]:
+        """The identity in ``data`` (a default one when there is none), its header comment lines,
+        and whether there was one. No seal check."""
         if data is None:
             return Identity({"name": self.agent.id}, _default_mutable()), [], False
         identity, header = self._parse(data)
@@ -181,10 +216,12 @@ class IdentityStore:
     def update(self, mutate: Callable[[Identity], Any]) -> Identity:
         """Change the mutable section under the lock. ``mutate`` edits the identity in place; if
         it touched the immutable section, nothing is written and ``IdentityCoreError`` is raised."""
-        self.agent.ensure()
-        with FileLock(self.path, self.agent.config.lock_timeout):
-            identity, header, exists = self._load()
-            sealed = self._check_seal(identity) if exists else False
+        done: list[tuple[Identity, bool]] = []
+
+        def work(data: bytes | None, stored: str | None) -> tuple[bytes, str]:
+            done.clear()  # the PostgreSQL store may run it again on a fresh connection
+            identity, header, exists = self._load(data)
+            sealed = self._check_seal(identity, stored) if exists else False
             before = digest_of(identity.immutable)
             mutate(identity)
             if digest_of(identity.immutable) != before:
@@ -192,7 +229,11 @@ class IdentityStore:
                     "the immutable section of an identity cannot be changed by an update; "
                     "use `phx identity reset-core` (logged) to change the core."
                 )
-            self._write(identity, header)
+            done.append((identity, sealed))
+            return self._render(identity, header)
+
+        self._change(work)
+        identity, sealed = done[0]
         if not sealed:
             self.agent.record("identity_sealed", "ok", {"digest": digest_of(identity.immutable)}, trusted=True)
         return identity
@@ -258,16 +299,21 @@ class IdentityStore:
 
     def reset_core(self, immutable: dict[str, Any] | None = None) -> Identity:
         """Change the core on purpose: seal ``immutable`` (default: the section as it now is in
-        the file, e.g. after an edit by hand) with a new digest. Logged with both digests."""
-        self.agent.ensure()
-        with FileLock(self.path, self.agent.config.lock_timeout):
-            identity, header, _exists = self._load()
-            old = self._stored_digest()
+        the document, e.g. after an edit by hand) with a new digest. Logged with both digests."""
+        if immutable is not None and not isinstance(immutable, dict):
+            raise UsageError("the immutable section must be a mapping.")
+        done: list[tuple[Identity, str | None]] = []
+
+        def work(data: bytes | None, stored: str | None) -> tuple[bytes, str]:
+            done.clear()
+            identity, header, _exists = self._load(data)
             if immutable is not None:
-                if not isinstance(immutable, dict):
-                    raise UsageError("the immutable section must be a mapping.")
                 identity.immutable = immutable
-            self._write(identity, header)
+            done.append((identity, stored))
+            return self._render(identity, header)
+
+        self._change(work)
+        identity, old = done[0]
         new = digest_of(identity.immutable)
         self.agent.record("identity_core_reset", "warn", {"old_digest": old, "new_digest": new}, trusted=True)
         return identity

@@ -1290,7 +1290,8 @@ def check_persona(
     else:
         chosen = scorer
     name = str(getattr(chosen, "name", type(chosen).__name__))
-    identity = agent.identity.read()
+    # A hook (the Stop hook's check) reads this machine's copy on the PostgreSQL store: no round trip.
+    identity = agent.identity.read(copy=agent.store_fallback)
     core = identity.immutable if isinstance(identity.immutable, dict) else {}
     if _core_is_trivial(core):
         note = "the identity's core has nothing but a name: nothing to check against (add role, principles)"

@@ -455,6 +455,17 @@ MIGRATIONS: list[tuple[int, str, str]] = [
         CREATE INDEX phx_ops_events_by_seq ON phx_ops_events (agent_id, seq);
         """,
     ),
+    (
+        7,
+        "agents' identities (identity.yaml and its seal)",
+        """
+        CREATE TABLE phx_identity (
+            agent_id  text PRIMARY KEY,
+            document  bytea NOT NULL,
+            digest    text
+        );
+        """,
+    ),
 ]
 """``(version, description, SQL)``, applied in order, each in the transaction that records it."""
 

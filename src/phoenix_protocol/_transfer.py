@@ -7,11 +7,12 @@ redacted): a header, then one record per thing, each with a ``type``:
   ``tokens.json``, by path relative to the home, content in base64. These stay files on every
   store, except an agent's checkpoints (``agents/<id>/checkpoints/*.checkpoint`` and
   ``operations.jsonl``), sessions (``agents/<id>/sessions/current.json`` and
-  ``sessions.jsonl``) and state (``state.json``, ``ops.jsonl`` and its rotations): on PostgreSQL
-  they are rows, exported as the files they would be (the ops log as one ``ops.jsonl``: every
-  machine's events in seq order) and imported as rows. A machine's bookkeeping for its copy of an
-  agent (``store-link.json``, ``.store-rev``, ``.store-sync``) is not exported. The checkpoint catalogue (``index.json``, ``index.log``) is not exported: it
-  is rebuilt from the checkpoints.
+  ``sessions.jsonl``), state (``state.json``, ``ops.jsonl`` and its rotations) and identity
+  (``identity.yaml``, ``identity.digest``): on PostgreSQL they are rows, exported as the files
+  they would be (the ops log as one ``ops.jsonl``: every machine's events in seq order) and
+  imported as rows. A machine's bookkeeping for its copy of an agent (``store-link.json``,
+  ``.store-rev``, ``.store-sync``, ``.identity-copy``) is not exported. The checkpoint catalogue
+  (``index.json``, ``index.log``) is not exported: it is rebuilt from the checkpoints.
 - ``team``: a team's metadata (with its tasks) and roster; then its ``message`` records (in
   sequence order, with their timestamps, ids and acknowledgements), ``cursor`` records,
   ``heartbeat`` records and ``team_checkpoint`` records.
@@ -50,20 +51,23 @@ _FILE_ROOTS = ("agents",)
 _FILE_NAMES = ("tokens.json",)
 _SKIP_SUFFIXES = (".lock", ".tmp")
 _CATALOGUE = ("index.json", "index.log")
-_LOCAL = ("store-link.json", ".store-rev", ".store-sync")
+_LOCAL = ("store-link.json", ".store-rev", ".store-sync", ".identity-copy")
 """A machine's bookkeeping for its copy of an agent on the PostgreSQL store (``_state_pg``)."""
 
 Progress = Callable[[str], None]
 
 
 def _store_file(rel: str) -> tuple[str, str, str] | None:
-    """``(agent_id, "checkpoints" | "sessions" | "state", name)`` when ``rel`` is a file the
-    PostgreSQL store keeps as rows: an agent's checkpoints, sessions, ``state.json`` and ops log."""
+    """``(agent_id, "checkpoints" | "sessions" | "state" | "identity", name)`` when ``rel`` is
+    a file the PostgreSQL store keeps as rows: an agent's checkpoints, sessions, ``state.json``,
+    ops log and identity."""
     parts = os.path.normpath(rel).split(os.sep)
     if len(parts) == 4 and parts[0] == "agents" and parts[2] in ("checkpoints", "sessions"):
         return parts[1], parts[2], parts[3]
     if len(parts) == 3 and parts[0] == "agents" and (parts[2] == "state.json" or parts[2].startswith("ops.jsonl")):
         return parts[1], "state", parts[2]
+    if len(parts) == 3 and parts[0] == "agents" and parts[2] in ("identity.yaml", "identity.digest"):
+        return parts[1], "identity", parts[2]
     return None
 
 
@@ -158,6 +162,14 @@ def _pg_store_files(url: str, pool_size: int) -> Iterator[dict[str, Any]]:
             yield _file_record(os.path.join(base, "state.json"), state.encode("utf-8"))
         if lines:
             yield _file_record(os.path.join(base, "ops.jsonl"), "".join(f"{x}\n" for x in lines).encode("utf-8"))
+    from phoenix_protocol._identity_pg import agents_with_identity, export_identity
+
+    for agent_id in agents_with_identity(url):
+        document, digest = export_identity(url, agent_id)
+        if document is not None:
+            yield _file_record(os.path.join("agents", agent_id, "identity.yaml"), document)
+        if digest is not None:
+            yield _file_record(os.path.join("agents", agent_id, "identity.digest"), (digest + "\n").encode("ascii"))
     for agent_id in agents_with_sessions(url):
         sessions = PgSessions(url, agent_id, pool_size=pool_size)
         base = os.path.join("agents", agent_id, "sessions")
@@ -177,12 +189,21 @@ def _import_pg_store_files(url: str, pool_size: int, files: list[dict[str, Any]]
 
     sessions: dict[str, tuple[str | None, list[str]]] = {}
     states: dict[str, tuple[str | None, list[str]]] = {}
+    identities: dict[str, tuple[bytes | None, str | None]] = {}
     from phoenix_protocol._ids import validate_id
 
     for record in files:
         agent_id, kind, name = _store_file(record["path"]) or ("", "", "")
         validate_id(agent_id, "agent id")
         data = base64.b64decode(record["content"])
+        if kind == "identity":
+            document, seal = identities.get(agent_id, (None, None))
+            if name == "identity.yaml":
+                document = data
+            else:
+                seal = data.decode("ascii", "replace").strip() or None
+            identities[agent_id] = (document, seal)
+            continue
         if kind == "state":
             state, events = states.get(agent_id, (None, []))
             if name == "state.json":
@@ -227,6 +248,11 @@ def _import_pg_store_files(url: str, pool_size: int, files: list[dict[str, Any]]
 
     for agent_id, (state, events) in states.items():
         import_texts(url, agent_id, state, sorted(events, key=_seq_of))
+    from phoenix_protocol._identity_pg import import_identity
+
+    for agent_id, (document, seal) in identities.items():
+        if document is not None:
+            import_identity(url, agent_id, document, seal)
 
 
 def _seq_of(line: str) -> int:
@@ -389,13 +415,18 @@ def _pg_store_clashes(url: str, pool_size: int, files: list[dict[str, Any]]) -> 
     with_checkpoints = set(agents_with_checkpoints(url))
     with_sessions = set(agents_with_sessions(url))
     with_state = set(agents_with_state(url))
+    from phoenix_protocol._identity_pg import agents_with_identity
+
+    with_identity = set(agents_with_identity(url))
     clashes = []
     for record in files:
         owned = _store_file(record["path"])
         if owned is None or owned[2] in _CATALOGUE:
             continue
         agent_id, kind, name = owned
-        if kind == "state":
+        if kind == "identity":
+            taken = agent_id in with_identity
+        elif kind == "state":
             taken = agent_id in with_state
         elif kind == "sessions":
             taken = agent_id in with_sessions

@@ -1,0 +1,120 @@
+"""One conformance suite for agents' identities (seed 002), on both stores: the home's files and
+PostgreSQL (a fresh schema per test). On files "elsewhere" is another process on the same home;
+on PostgreSQL another machine: another home on the same server, with its own copy."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from phoenix_protocol import _sessions
+from phoenix_protocol._agent import Agent
+from phoenix_protocol._clock import ManualClock
+from phoenix_protocol._errors import StorageError
+from phoenix_protocol._home import Home
+from phoenix_protocol._identity import IdentityCoreError
+
+UNREACHABLE = "postgresql://postgres@127.0.0.1:5499/test"
+
+
+@pytest.fixture
+def agent(backend: str, home: Home, clock: ManualClock) -> Agent:
+    return Agent.open("zero", home=home, clock=clock)
+
+
+def elsewhere(agent: Agent, backend: str, tmp_path: Path) -> Agent:
+    home = agent.home if backend == "files" else Home(str(tmp_path / "elsewhere" / ".phoenix"))
+    return Agent.open(agent.id, home=home, clock=agent.clock)
+
+
+def seeded(agent: Agent) -> None:
+    agent.identity.reset_core({"name": "zero", "role": "release engineer", "principles": ["tests first"]})
+    agent.identity.set("state.current_focus", "ship 1.2")
+    agent.identity.add("skill", {"name": "python", "level": "expert"})
+
+
+def test_changes_are_seen_elsewhere(backend: str, agent: Agent, tmp_path: Path) -> None:
+    seeded(agent)
+    other = elsewhere(agent, backend, tmp_path)
+    seen = other.identity.read()
+    assert seen.as_dict() == agent.identity.read().as_dict()
+    assert seen.immutable["role"] == "release engineer" and seen.current_focus == "ship 1.2"
+    other.identity.add("belief", {"subject": "small commits", "confidence": 0.8})
+    assert [b["subject"] for b in agent.identity.read().mutable["beliefs"]] == ["small commits"]
+    assert agent.identity.exists() and other.identity.exists()
+
+
+def test_the_core_is_sealed_on_either_store(backend: str, agent: Agent, tmp_path: Path) -> None:
+    seeded(agent)
+    with pytest.raises(IdentityCoreError):
+        agent.identity.update(lambda identity: identity.immutable.update(role="anything"))
+    with pytest.raises(IdentityCoreError):
+        agent.identity.set("immutable.role", "anything")
+    assert elsewhere(agent, backend, tmp_path).identity.read().immutable["role"] == "release engineer"
+
+
+def test_an_edit_by_hand_is_treated_as_on_files(backend: str, agent: Agent, tmp_path: Path) -> None:
+    """The file in this home edited by hand: a mutable change is taken (and reaches elsewhere with
+    the next change); a changed core is refused until reset-core, which seals it everywhere."""
+    seeded(agent)
+    agent.identity.read()  # the PostgreSQL store refreshes this machine's copy
+    path = agent.identity.path
+    text = Path(path).read_text()
+    Path(path).write_text(text.replace("ship 1.2", "ship 1.3"))
+    assert agent.identity.read().current_focus == "ship 1.3"
+    agent.identity.add("skill", {"name": "sql", "level": "good"})
+    other = elsewhere(agent, backend, tmp_path)
+    assert other.identity.read().current_focus == "ship 1.3"
+    assert [s["name"] for s in other.identity.read().mutable["skills"]] == ["python", "sql"]
+
+    Path(path).write_text(Path(path).read_text().replace("release engineer", "anything goes"))
+    with pytest.raises(IdentityCoreError):
+        agent.identity.read()
+    with pytest.raises(IdentityCoreError):
+        agent.identity.set("state.current_focus", "x")
+    if backend == "postgres":
+        assert other.identity.read().immutable["role"] == "release engineer"  # nothing reached the server
+    else:
+        with pytest.raises(IdentityCoreError):  # the same file
+            other.identity.read()
+    agent.identity.reset_core()
+    assert other.identity.read().immutable["role"] == "anything goes"
+    assert [e["event"] for e in agent.ops.read()[0]].count("identity_core_reset") == 2
+
+
+def test_a_session_started_elsewhere_carries_the_identity(backend: str, agent: Agent, tmp_path: Path) -> None:
+    seeded(agent)
+    _sessions.begin(agent, "s-1")
+    _sessions.end(agent, "s-1", summary="first")
+    other = elsewhere(agent, backend, tmp_path)
+    restored = _sessions.begin(other, "s-2")
+    assert restored.identity is not None and restored.identity.immutable["role"] == "release engineer"
+    identity = other.identity.read()
+    assert identity.mutable["accumulated_experience"] == 2 and identity.current_focus == "ship 1.2"
+
+
+def test_an_identity_written_before_the_move_to_postgresql_is_taken(
+    home: Home, clock: ManualClock, pg_url: str, tmp_path: Path
+) -> None:
+    on_files = Agent.open("zero", home=home, clock=clock, config_overrides={"store": "files"})
+    seeded(on_files)
+    moved = Agent.open("zero", home=home, clock=clock, config_overrides={"store": pg_url})
+    assert moved.identity.read().immutable["role"] == "release engineer"  # the file, sealed as it was
+    moved.identity.set("state.current_focus", "after the move")
+    far = Agent.open("zero", home=Home(str(tmp_path / "far")), clock=clock, config_overrides={"store": pg_url})
+    identity = far.identity.read()
+    assert identity.current_focus == "after the move" and identity.immutable["role"] == "release engineer"
+    assert os.path.exists(far.identity.path)  # the far machine's copy, refreshed by the read
+
+
+def test_hooks_read_the_copy_and_others_fail_clearly(home: Home, clock: ManualClock, pg_url: str) -> None:
+    agent = Agent.open("zero", home=home, clock=clock, config_overrides={"store": pg_url})
+    seeded(agent)
+    gone = Agent.open("zero", home=home, clock=clock, config_overrides={"store": UNREACHABLE})
+    assert gone.identity.read(copy=True).immutable["role"] == "release engineer"  # no server needed
+    with pytest.raises(StorageError, match=r"127\.0\.0\.1:5499"):
+        gone.identity.read()
+    gone.store_fallback = True  # as in a hook
+    assert gone.identity.read().current_focus == "ship 1.2"

@@ -91,6 +91,9 @@ def test_round_trip_files_postgres_files(
     assert pg_agent.state.read().current_task == "Add JWT authentication"
     from_files = Agent.open("zero", home=source, config_overrides={"store": "files"})
     assert pg_agent.ops.read()[0] == from_files.ops.read()[0] and len(from_files.ops.read()[0]) > 5
+    assert not os.path.exists(pg_agent.identity.path)  # the identity is a row too
+    assert pg_agent.identity.read().as_dict() == from_files.identity.read().as_dict()
+    assert from_files.identity.read().mutable["accumulated_experience"] == 2
     assert [s["session_id"] for s in _sessions.list_sessions(pg_agent)] == ["s-1", "s-2"]
     assert _sessions.read_current(pg_agent)["session_id"] == "s-2"  # type: ignore[index]
     assert on_pg.latest("routine")[0] is not None and on_pg.backend.completed_operations()

@@ -119,7 +119,28 @@ def test_since_reads_backwards_and_agrees_with_read(tmp_path: Path) -> None:
         for block in (7, 64, 65536):
             got: list[dict[str, Any]] = []
             for p in reversed(log.files()):
-                chunk = list(SeqLog._backwards(p, block))
+                chunk = [r for r in SeqLog._backwards(p, block) if r is not None]
                 got = [r for r in reversed(chunk) if r["seq"] > since] + got
             assert got == expected, (since, block)
         assert log.since(since) == expected, since
+
+
+def test_tail_reads_backwards_and_names_problems_exactly(tmp_path: Path) -> None:
+    """``tail`` reads from the end; a damaged line among what it reads sends it to the exact scan,
+    which names the problem with its file and line, as before."""
+    path = tmp_path / "log.jsonl"
+    log = SeqLog(str(path), max_bytes=500, keep=4)
+    for i in range(30):
+        log.append({"n": i})
+    records, problems = log.tail(12)
+    assert [r["n"] for r in records] == list(range(18, 30)) and problems == []
+    assert [r["n"] for r in log.tail(100)[0]] == [r["n"] for r in log.read()[0]]
+    with path.open("ab") as fh:
+        fh.write(b'{"seq": 31, "n"')
+    records, problems = log.tail(3)
+    assert [r["n"] for r in records] == [27, 28, 29]
+    assert [(p.kind, p.path) for p in problems] == [("torn-tail", str(path))]
+    for block in (5, 17, 4096):  # any block size: the file's records, newest first
+        for file in log.files():
+            forward = [r for r, _problem in log._read_file(file) if r is not None]
+            assert [r for r in SeqLog._backwards(file, block) if r is not None] == forward[::-1]

@@ -244,6 +244,8 @@ class SeqLog:
         collected: list[dict[str, Any]] = []
         for path in reversed(self.files()):
             for record in self._backwards(path):
+                if record is None:
+                    continue  # a damaged line: readers skip it
                 if record["seq"] <= seq:
                     collected.reverse()
                     return collected
@@ -252,9 +254,9 @@ class SeqLog:
         return collected
 
     @staticmethod
-    def _backwards(path: str, block: int = 65536) -> Iterator[dict[str, Any]]:
-        """The complete, readable records of one file, newest first (a torn tail and unreadable
-        lines are skipped, as readers always skip them)."""
+    def _backwards(path: str, block: int = 65536) -> Iterator[dict[str, Any] | None]:
+        """The records of one file, newest first, reading from its end; ``None`` in place of a
+        torn tail or an unreadable line (which readers skip; ``_read_file`` names them)."""
         try:
             fd = os.open(path, os.O_RDONLY)
         except FileNotFoundError:
@@ -268,11 +270,13 @@ class SeqLog:
                 pos -= size
                 parts = (os.pread(fd, size, pos) + pending).split(b"\n")
                 if not ended:
-                    parts.pop()  # after the file's last newline: nothing, or a torn tail
+                    torn = parts.pop()  # after the file's last newline: nothing, or a torn tail
                     ended = bool(parts)
                     if not ended:
-                        pending = b""
+                        pending = torn
                         continue
+                    if torn:
+                        yield None
                 pending = parts.pop(0) if pos > 0 else b""
                 for raw in reversed(parts):
                     if not raw.strip():
@@ -280,16 +284,35 @@ class SeqLog:
                     try:
                         record = loads(raw)
                     except JSONError:
+                        yield None
                         continue
-                    if isinstance(record, dict) and isinstance(record.get("seq"), int):
-                        yield record
+                    yield record if isinstance(record, dict) and isinstance(record.get("seq"), int) else None
+            if not ended and pending:
+                yield None  # one torn line and nothing before it
         finally:
             os.close(fd)
 
     def tail(self, n: int) -> tuple[list[dict[str, Any]], list[LogProblem]]:
-        """The newest ``n`` records (reads rotated files only when the current one has too few)."""
+        """The newest ``n`` records and the problems met. Reads backwards from the end (the cost
+        follows ``n``, not the log's size); a damaged line on the way sends it to the exact scan
+        of those files, which names each problem with its line."""
         if n <= 0:
             return [], []
+        newest: list[dict[str, Any]] = []
+        files = list(reversed(self.files()))
+        for path in files:
+            for record in self._backwards(path):
+                if record is None:
+                    return self._tail_scan(n)
+                newest.append(record)
+                if len(newest) >= n:
+                    newest.reverse()
+                    return newest, []
+        newest.reverse()
+        return newest, []
+
+    def _tail_scan(self, n: int) -> tuple[list[dict[str, Any]], list[LogProblem]]:
+        """``tail`` by parsing whole files, newest first, until ``n`` records are found."""
         collected: list[dict[str, Any]] = []
         problems: list[LogProblem] = []
         for path in reversed(self.files()):

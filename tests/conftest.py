@@ -131,3 +131,17 @@ def backend(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> 
     if request.param == "postgres":
         monkeypatch.setenv("PHOENIX_STORE", request.getfixturevalue("pg_url"))
     yield request.param
+
+
+def terminate_transactions_on(pg_url: str, table: str) -> int:
+    """``pg_terminate_backend`` every other connection idle in a transaction whose last statement
+    names ``table`` (a fault injected in the middle of a store's write); returns how many."""
+    import psycopg
+
+    with psycopg.connect(pg_url.split("?", 1)[0], autocommit=True) as other:
+        rows = other.execute(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE pid <> pg_backend_pid() "
+            "AND state = 'idle in transaction' AND query LIKE %s",
+            (f"%{table}%",),
+        ).fetchall()
+    return len(rows)

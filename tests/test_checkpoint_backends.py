@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 from conftest import run_hook as _hook
+from conftest import terminate_transactions_on
 from phoenix_protocol import _sessions
 from phoenix_protocol._agent import Agent
 from phoenix_protocol._checkpoints import CheckpointStore, FileCheckpoints, parse_name
@@ -280,12 +281,7 @@ def test_a_checkpoint_write_whose_connection_is_killed_is_retried_once_and_writt
 
     def retain_then_kill(*args: Any, **kwargs: Any) -> Any:
         if not killed:
-            with psycopg.connect(pg_url.split("?", 1)[0], autocommit=True) as other:
-                rows = other.execute(
-                    "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE pid <> pg_backend_pid() "
-                    "AND state = 'idle in transaction' AND query LIKE '%phx_checkpoints%'"
-                ).fetchall()
-            killed.append(len(rows))
+            killed.append(terminate_transactions_on(pg_url, "phx_checkpoints"))
         return original(*args, **kwargs)
 
     monkeypatch.setattr(store, "_retain", retain_then_kill)

@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 
 from conftest import run_hook as _hook
+from conftest import terminate_transactions_on
 from phoenix_protocol._agent import Agent
 from phoenix_protocol._clock import ManualClock
 from phoenix_protocol._doctor import check_agent as doctor_check
@@ -302,12 +303,7 @@ def test_a_change_whose_connection_is_killed_is_made_once(
 
     def kill_then_push(self: Any, conn: Any, origin: str) -> int:
         if not killed:
-            with psycopg.connect(pg_url.split("?", 1)[0], autocommit=True) as other:
-                rows = other.execute(
-                    "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE pid <> pg_backend_pid() "
-                    "AND state = 'idle in transaction' AND query LIKE '%phx_agent_state%'"
-                ).fetchall()
-            killed.append(len(rows))
+            killed.append(terminate_transactions_on(pg_url, "phx_agent_state"))
         return original(self, conn, origin)
 
     monkeypatch.setattr(_state_pg.PgAgentRecord, "_push_events", kill_then_push)

@@ -1,8 +1,8 @@
 """The memory bridge on the PostgreSQL store: the same endpoint tests as on files (issue 8).
 
 The tests are ``test_server``'s, collected again here with ``PHOENIX_STORE`` pointing at a fresh
-schema on the real server: memory and teams then live in PostgreSQL, agents' checkpoints and
-sessions stay in the home's files.
+schema on the real server: memory, teams, and agents' state, checkpoints, sessions and identities
+then live in PostgreSQL.
 """
 
 from __future__ import annotations
@@ -15,6 +15,8 @@ from test_server import (  # noqa: F401 - fixtures and tests collected again on 
     client,
     served,
     team,
+    test_identity,
+    test_restore_with_named_checkpoint_and_refusals,
     test_session_protocol_over_http,
     test_team_operations,
 )

@@ -469,3 +469,28 @@ def test_writers_killed_mid_change_leave_the_copy_and_the_server_whole(pg_url: s
     # About one kill in five lands between the copy's change and the commit (measured: 6 and 7
     # of 30); the case this test is for must have happened.
     assert kills >= 35 and behind >= 1, (kills, behind)
+
+
+def test_doctor_reports_and_passes_on_what_the_copy_holds(pg_url: str, tmp_path: Path, clock: ManualClock) -> None:
+    env = {"PHOENIX_STORE": pg_url}
+    here = Agent.open("zero", home=Home(str(tmp_path / "here")), env=env, clock=clock)
+    here.state.start_session("s1")
+    tick(here)
+    here.state.heartbeat(session_id="s1", tool="Grep")  # the hot path: this copy only
+
+    def copy_finding(agent: Agent, repair: bool) -> Any:
+        found = [f for f in doctor_check(agent, repair=repair) if "copy" in f.message or "event(s)" in f.message]
+        assert len(found) == 1, [f.message for f in doctor_check(agent, repair=False)]
+        return found[0]
+
+    checked = copy_finding(here, repair=False)
+    assert checked.level == "warn" and "1 event(s) and the state not yet on" in checked.message
+    assert not checked.repaired
+    repaired = copy_finding(here, repair=True)
+    assert repaired.repaired and "passed on to" in repaired.message
+    far = Agent.open("zero", home=Home(str(tmp_path / "far")), env=env, clock=clock)
+    assert far.state.read().heartbeat_seq == 1
+    assert copy_finding(here, repair=False).level == "ok"
+    far.state.add_note("next_action", "changed elsewhere")
+    behind = copy_finding(here, repair=False)
+    assert behind.level == "ok" and "newer record" in behind.message

@@ -206,8 +206,8 @@ def check_agent(agent: Agent, *, repair: bool = True) -> list[Finding]:
             findings.append(
                 Finding("warn", "temporary file left by an interrupted write", agent=aid, path=path, repaired=repair)
             )
-    # The ops log.
-    events, problems = agent.ops.read()
+    # The ops log (this home's file: on the PostgreSQL store, this machine's copy).
+    events, problems = agent.ops.log.read()
     for problem in problems:
         if problem.kind == "torn-tail" and problem.path == agent.ops.path:
             if repair:
@@ -247,9 +247,9 @@ def check_agent(agent: Agent, *, repair: bool = True) -> list[Finding]:
                     path=agent.ops.path,
                 )
             )
-    # state.json.
+    # state.json (this home's file).
     try:
-        agent.state.read()
+        agent.state.read_local()
         if agent.state.exists():
             findings.append(Finding("ok", "state.json is valid", agent=aid, path=agent.state.path))
     except SchemaVersionError as exc:
@@ -260,9 +260,39 @@ def check_agent(agent: Agent, *, repair: bool = True) -> list[Finding]:
         if repair:
             findings.append(_rebuild(agent, events))
             unreadable.repaired = True
+    if agent.state.remote is not None and not any(f.level == "error" for f in findings):
+        findings.append(_check_copy(agent, repair))
     findings += _check_checkpoints(agent, repair)
     findings += _check_identity(agent)
     return findings
+
+
+def _check_copy(agent: Agent, repair: bool) -> Finding:
+    """On the PostgreSQL store: whether this machine's copy holds changes the server lacks
+    (``repair`` passes them on, as the next sync would)."""
+    from phoenix_protocol._errors import PhoenixError
+
+    record = agent.store_record()
+    try:
+        pending = record.pending()
+        where = record.server
+        if pending["events"] or pending["state"]:
+            what = f"{pending['events']} event(s)" + (" and the state" if pending["state"] else "")
+            if repair:
+                record.sync()
+                return Finding("warn", f"{what} passed on to {where}", agent=agent.id, path=where, repaired=True)
+            return Finding(
+                "warn", f"{what} not yet on {where} (the next sync passes them on; `phx db sync` now)", agent=agent.id
+            )
+        if pending["behind"]:
+            return Finding(
+                "ok",
+                f"{where} holds a newer record (changed elsewhere); this copy takes it with its next change",
+                agent=agent.id,
+            )
+        return Finding("ok", f"this machine's copy and {where} agree", agent=agent.id, path=where)
+    except PhoenixError as exc:
+        return Finding("error", str(exc), agent=agent.id, path=record.server)
 
 
 def _check_checkpoints(agent: Agent, repair: bool) -> list[Finding]:

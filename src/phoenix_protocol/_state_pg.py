@@ -245,6 +245,25 @@ class PgAgentRecord(_pg.PgBound):
         out.sort(key=lambda e: (e["seq"], str(e.get("ts", ""))))
         return (out[-tail:] if tail is not None else out), problems
 
+    def pending(self) -> dict[str, Any]:
+        """What this copy holds that the server lacks: ``events`` (how many), ``state`` (whether
+        its state is newer than the record), and ``behind`` (the record changed elsewhere)."""
+        link = self.link()
+        origin = str(link["origin"]) if link else None
+        store = self.agent.state
+
+        def work(conn: psycopg.Connection[Any]) -> tuple[_Row | None, int]:
+            return self._row(conn), (self._pushed(conn, origin) if origin else 0)
+
+        row, pushed = self._run(work)
+        events = len(self.agent.ops.log.since(pushed))
+        data = read_bytes(store.path)
+        holds = row is None or (
+            link is not None and data is not None and self._is_current(row, origin or "", link["rev"])
+        )
+        state = data is not None and holds and (row is None or row.state != data.decode("utf-8", "replace"))
+        return {"events": events, "state": state, "behind": not holds and data is not None}
+
     # -- writing ----------------------------------------------------------------------------------
 
     def change(

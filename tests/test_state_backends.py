@@ -494,3 +494,32 @@ def test_doctor_reports_and_passes_on_what_the_copy_holds(pg_url: str, tmp_path:
     far.state.add_note("next_action", "changed elsewhere")
     behind = copy_finding(here, repair=False)
     assert behind.level == "ok" and "newer record" in behind.message
+
+
+def test_a_change_that_took_the_record_and_lost_its_connection_is_passed_on_whole(
+    tmp_path: Path, clock: ManualClock, pg_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The retry after a killed connection passes on the copy as the first attempt left it (the
+    record it took plus the change), once; the other machine's change and this one both stand."""
+    from phoenix_protocol import _state_pg
+
+    env = {"PHOENIX_STORE": pg_url}
+    a = Agent.open("zero", home=Home(str(tmp_path / "a")), env=env, clock=clock)
+    b = Agent.open("zero", home=Home(str(tmp_path / "b")), env=env, clock=clock)
+    a.state.set_status("working", "the task")
+    b.state.add_note("next_action", "from b")  # a's copy is now behind: a's next change takes the record
+    killed: list[int] = []
+    original = _state_pg.PgAgentRecord._push_events
+
+    def kill_then_push(self: Any, conn: Any, origin: str) -> int:
+        if not killed:
+            killed.append(terminate_transactions_on(pg_url, "phx_ops_events"))
+        return original(self, conn, origin)
+
+    monkeypatch.setattr(_state_pg.PgAgentRecord, "_push_events", kill_then_push)
+    a.state.add_note("next_action", "from a")
+    assert killed == [1]
+    for view in (a, b):
+        assert [n["text"] for n in view.state.read().next_actions] == ["from b", "from a"]
+    assert [e["event"] for e in a.ops.log.read()[0]] == ["task_started", "state_pulled", "note_added"]  # one pull
+    assert [e["event"] for e in b.ops.read()[0]].count("note_added") == 2

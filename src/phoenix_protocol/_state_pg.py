@@ -30,8 +30,12 @@ copy's events ordered by seq (each copy numbers its own, continuing from the ser
 when it takes the record over), with this copy's not yet pushed.
 
 Faults: a change is one transaction; a failure before the copy was changed leaves nothing
-written anywhere (retried on a fresh connection when safe). A failure after (the copy holds the
-change, the server not yet) is recorded as ``store_sync_failed`` and the next sync passes it on.
+written anywhere (retried on a fresh connection when safe). A connection lost after the copy
+changed (before the commit was sent) is retried: the retry only passes the copy on, from the
+record the first attempt saw. If that cannot be done (the server unreachable, or, rarely, another
+machine wrote the record in between), the change stays in the copy (``store_sync_failed``): the
+next sync passes it on, or, in the rare case, takes the newer record and the change remains only
+as events in the ops log.
 With ``Agent.store_fallback`` (the hooks) an unreachable server does not stop a change (the copy
 takes it and the next sync passes it on) nor a read (this copy is read). Elsewhere it is an error
 naming the server.
@@ -296,6 +300,7 @@ class PgAgentRecord(_pg.PgBound):
         result: list[AgentState] = []
         report: dict[str, Any] = {"server": self.server, "pulled": False, "events": 0, "rev": None}
         origin = ""
+        first: list[Any] = []  # [rev seen, holds] once an attempt changed or pulled the copy
 
         def work(conn: psycopg.Connection[Any]) -> int | None:
             nonlocal origin
@@ -306,16 +311,29 @@ class PgAgentRecord(_pg.PgBound):
                 return None  # no copy here: nothing to pass on or refresh
             with store.lock(lock_timeout):
                 origin, seen = self._origin()
-                exists = os.path.exists(store.path)
-                # This copy holds the newest record: nobody else wrote one since it saw it, and it
-                # still has it (a copy without its state.json takes the server's again).
-                holds = row is None or (exists and self._is_current(row, origin, seen))
-                if not result:  # a retry after the copy changed only passes it on
+                if first:
+                    # A retry (the connection failed before the commit was sent): the copy was
+                    # changed by the first attempt, so only pass it on, from the record that
+                    # attempt saw; if another machine wrote one since, the copy's change stays
+                    # here (its events pass on) and the next sync takes the newer record.
+                    if (row.rev if row else None) != first[0]:
+                        raise _pg.PgError(
+                            f"the state of agent {agent.id!r} on {self.server} changed while this change "
+                            "was passed on; it stays in this machine's copy and log",
+                            server=self.server,
+                        )
+                    holds = first[1]
+                else:
+                    exists = os.path.exists(store.path)
+                    # This copy holds the newest record: nobody else wrote one since it saw it, and
+                    # it still has it (a copy without its state.json takes the server's again).
+                    holds = row is None or (exists and self._is_current(row, origin, seen))
                     if not holds and row is not None and (mutate is not None or exists):
                         self._pull_locked(conn, row, lock_timeout)
                         report["pulled"] = holds = True
                     if mutate is not None:
                         result.append(store.change_locked(mutate, durable=durable, lock_timeout=lock_timeout))
+                    first[:] = [row.rev if row else None, holds]
             # The copy's lock is free again (the hot path does not wait on the pushes); the
             # server's lock still orders every other writer. A heartbeat written meanwhile is
             # passed on now or by the next sync.

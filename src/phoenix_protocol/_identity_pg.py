@@ -65,12 +65,16 @@ class PgIdentity(_pg.PgBound):
         return data, digest
 
     def _write_copy(self, data: bytes, digest: str | None) -> None:
+        """Make this machine's copy ``data`` and ``digest`` (nothing is written when it is)."""
+        mark = hashlib.sha256(data).hexdigest().encode("ascii")
+        if self.store.read_files() == (data, digest) and read_bytes(self.mark_path) == mark:
+            return
         if digest is None:
             self.agent.ensure()
             atomic_write(self.store.path, data)
         else:
             self.store.write_files(data, digest)
-        atomic_write(self.mark_path, hashlib.sha256(data).hexdigest().encode("ascii"), durable=False)
+        atomic_write(self.mark_path, mark, durable=False)
 
     def exists(self) -> bool:
         return self.edited_copy() is not None or self._run(self._row) is not None

@@ -286,6 +286,23 @@ def test_writers_on_many_machines_at_once_lose_nothing(pg_url: str, tmp_path: Pa
         assert other.state.read().to_dict() == state.to_dict()
 
 
+def kill_before_the_push(monkeypatch: pytest.MonkeyPatch, pg_url: str, table: str) -> list[int]:
+    """Kill the change's connection once, after the copy changed and before the pushes (the
+    list returned gets how many connections were killed)."""
+    from phoenix_protocol import _state_pg
+
+    killed: list[int] = []
+    original = _state_pg.PgAgentRecord._push_events
+
+    def kill_then_push(self: Any, conn: Any, origin: str) -> int:
+        if not killed:
+            killed.append(terminate_transactions_on(pg_url, table))
+        return original(self, conn, origin)
+
+    monkeypatch.setattr(_state_pg.PgAgentRecord, "_push_events", kill_then_push)
+    return killed
+
+
 def test_a_change_whose_connection_is_killed_is_made_once(
     home: Home, clock: ManualClock, pg_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -293,20 +310,10 @@ def test_a_change_whose_connection_is_killed_is_made_once(
     by the retry on a fresh connection, and made exactly once."""
     import psycopg
 
-    from phoenix_protocol import _state_pg
-
     monkeypatch.setenv("PHOENIX_STORE", pg_url)
     agent = Agent.open("zero", home=home, clock=clock)
     agent.state.set_status("working", "before")
-    killed: list[int] = []
-    original = _state_pg.PgAgentRecord._push_events
-
-    def kill_then_push(self: Any, conn: Any, origin: str) -> int:
-        if not killed:
-            killed.append(terminate_transactions_on(pg_url, "phx_agent_state"))
-        return original(self, conn, origin)
-
-    monkeypatch.setattr(_state_pg.PgAgentRecord, "_push_events", kill_then_push)
+    killed = kill_before_the_push(monkeypatch, pg_url, "phx_agent_state")
     agent.state.add_note("next_action", "exactly once")
     assert killed == [1]
     with psycopg.connect(pg_url) as conn:
@@ -501,22 +508,13 @@ def test_a_change_that_took_the_record_and_lost_its_connection_is_passed_on_whol
 ) -> None:
     """The retry after a killed connection passes on the copy as the first attempt left it (the
     record it took plus the change), once; the other machine's change and this one both stand."""
-    from phoenix_protocol import _state_pg
 
     env = {"PHOENIX_STORE": pg_url}
     a = Agent.open("zero", home=Home(str(tmp_path / "a")), env=env, clock=clock)
     b = Agent.open("zero", home=Home(str(tmp_path / "b")), env=env, clock=clock)
     a.state.set_status("working", "the task")
     b.state.add_note("next_action", "from b")  # a's copy is now behind: a's next change takes the record
-    killed: list[int] = []
-    original = _state_pg.PgAgentRecord._push_events
-
-    def kill_then_push(self: Any, conn: Any, origin: str) -> int:
-        if not killed:
-            killed.append(terminate_transactions_on(pg_url, "phx_ops_events"))
-        return original(self, conn, origin)
-
-    monkeypatch.setattr(_state_pg.PgAgentRecord, "_push_events", kill_then_push)
+    killed = kill_before_the_push(monkeypatch, pg_url, "phx_ops_events")
     a.state.add_note("next_action", "from a")
     assert killed == [1]
     for view in (a, b):

@@ -90,7 +90,7 @@ class FileSessions:
         )
 
     def current(self) -> dict[str, Any] | None:
-        return parse_current(read_bytes(self.current_path))
+        return loads_object(read_bytes(self.current_path))
 
     def set_current(self, record: dict[str, Any]) -> None:
         self.agent.ensure()
@@ -113,10 +113,6 @@ class FileSessions:
 
     def records(self) -> list[dict[str, Any]]:
         return self._log().read()[0]
-
-
-def parse_current(data: bytes | str | None) -> dict[str, Any] | None:
-    return loads_object(data)
 
 
 def empty_current() -> dict[str, Any]:

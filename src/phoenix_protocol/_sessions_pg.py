@@ -16,8 +16,8 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from phoenix_protocol import _pg
-from phoenix_protocol._jsonio import dumps_document, dumps_line, loads
-from phoenix_protocol._sessions import empty_current, parse_current
+from phoenix_protocol._jsonio import dumps_document, dumps_line, loads, loads_object
+from phoenix_protocol._sessions import empty_current
 
 if TYPE_CHECKING:
     import psycopg
@@ -37,7 +37,7 @@ class PgSessions(_pg.PgBound):
 
     def _current(self, conn: psycopg.Connection[Any], *, lock: bool = False) -> dict[str, Any] | None:
         row = conn.execute(_CURRENT_FOR_UPDATE if lock else _CURRENT, (self.agent_id,)).fetchone()
-        return parse_current(row[0]) if row else None
+        return loads_object(row[0]) if row else None
 
     def _put_current(self, conn: psycopg.Connection[Any], text: str) -> None:
         conn.execute(

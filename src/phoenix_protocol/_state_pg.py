@@ -145,7 +145,7 @@ class PgAgentRecord(_pg.PgBound):
 
     def _save_rev(self, origin: str, rev: int) -> None:
         """The revision this copy saw last. Atomic, not flushed: a lost update only costs a pull
-        of the record this copy wrote itself (``_is_current``)."""
+        of the record this copy wrote itself (``_holds``)."""
         atomic_write(self.rev_path, f"{origin} {rev}".encode("ascii"), durable=False)
 
     def _origin(self) -> tuple[str, int | None]:
@@ -160,11 +160,13 @@ class PgAgentRecord(_pg.PgBound):
         return origin, None
 
     @staticmethod
-    def _is_current(row: _Row | None, origin: str, seen: int | None) -> bool:
-        """Whether this copy holds the newest record (nobody wrote the server's since it saw it)."""
+    def _holds(row: _Row | None, origin: str | None, seen: int | None, *, exists: bool) -> bool:
+        """Whether this copy holds the newest record: there is none on the server, or nobody
+        wrote it since this copy saw it (or last wrote it itself) and the copy still has its
+        state.json (a copy without one takes the server's again)."""
         if row is None:
             return True
-        if seen is None:
+        if seen is None or origin is None or not exists:
             return False
         return row.rev == seen or (row.origin == origin and row.rev > seen)
 
@@ -199,9 +201,8 @@ class PgAgentRecord(_pg.PgBound):
             if not self.agent.store_fallback:
                 raise
             return store.read_local()  # a hook: this machine's copy rather than nothing
-        if row is None or (
-            link is not None and self._is_current(row, str(link["origin"]), link["rev"]) and os.path.exists(store.path)
-        ):
+        origin, seen = (str(link["origin"]), link["rev"]) if link else (None, None)
+        if row is None or self._holds(row, origin, seen, exists=os.path.exists(store.path)):
             return store.read_local()
         return merge_hot(self._parse(row), self._local_or_none())
 
@@ -262,9 +263,7 @@ class PgAgentRecord(_pg.PgBound):
         row, pushed = self._run(work)
         events = len(self.agent.ops.log.since(pushed))
         data = read_bytes(store.path)
-        holds = row is None or (
-            link is not None and data is not None and self._is_current(row, origin or "", link["rev"])
-        )
+        holds = self._holds(row, origin, link["rev"] if link else None, exists=data is not None)
         state = data is not None and holds and (row is None or row.state != data.decode("utf-8", "replace"))
         return {"events": events, "state": state, "behind": not holds and data is not None}
 
@@ -325,9 +324,7 @@ class PgAgentRecord(_pg.PgBound):
                     holds = first[1]
                 else:
                     exists = os.path.exists(store.path)
-                    # This copy holds the newest record: nobody else wrote one since it saw it, and
-                    # it still has it (a copy without its state.json takes the server's again).
-                    holds = row is None or (exists and self._is_current(row, origin, seen))
+                    holds = self._holds(row, origin, seen, exists=exists)
                     if not holds and row is not None and (mutate is not None or exists):
                         self._pull_locked(conn, row, lock_timeout)
                         report["pulled"] = holds = True

@@ -187,8 +187,10 @@ def _import_pg_store_files(url: str, pool_size: int, files: list[dict[str, Any]]
     from phoenix_protocol._checkpoints_pg import PgCheckpoints
     from phoenix_protocol._sessions_pg import PgSessions
 
-    sessions: dict[str, tuple[str | None, list[str]]] = {}
-    states: dict[str, tuple[str | None, list[str]]] = {}
+    # An agent's sessions and its state are each a document and a log (rotations in any order).
+    documents = {"sessions": "current.json", "state": "state.json"}
+    logs = {"sessions": "sessions.jsonl", "state": "ops.jsonl"}
+    kept: dict[tuple[str, str], tuple[str | None, list[str]]] = {}
     identities: dict[str, tuple[bytes | None, str | None]] = {}
     from phoenix_protocol._ids import validate_id
 
@@ -204,23 +206,15 @@ def _import_pg_store_files(url: str, pool_size: int, files: list[dict[str, Any]]
                 seal = data.decode("ascii", "replace").strip() or None
             identities[agent_id] = (document, seal)
             continue
-        if kind == "state":
-            state, events = states.get(agent_id, (None, []))
-            if name == "state.json":
-                state = data.decode("utf-8")
-            else:
-                events = events + [line.decode("utf-8") for _off, line in iter_lines(data)]
-            states[agent_id] = (state, events)
-            continue
-        if kind == "sessions":
-            current, lines = sessions.get(agent_id, (None, []))
-            if name == "current.json":
-                current = data.decode("utf-8")
-            elif name.startswith("sessions.jsonl"):
+        if kind in documents:
+            text, lines = kept.get((kind, agent_id), (None, []))
+            if name == documents[kind]:
+                text = data.decode("utf-8")
+            elif name.startswith(logs[kind]):
                 lines = lines + [line.decode("utf-8") for _off, line in iter_lines(data)]
             else:
                 raise UsageError(f"the export has {record['path']!r}, which Phoenix does not keep; refused.")
-            sessions[agent_id] = (current, lines)
+            kept[(kind, agent_id)] = (text, lines)
             continue
         backend = PgCheckpoints(url, agent_id, pool_size=pool_size)
         if name == "operations.jsonl":
@@ -241,13 +235,14 @@ def _import_pg_store_files(url: str, pool_size: int, files: list[dict[str, Any]]
         backend.put_existing(
             CheckpointInfo(name, seq, ctype, ms, label=label, operation_id=operation_id, size=len(data)), data
         )
-    for agent_id, (current, lines) in sessions.items():
-        ordered = sorted(lines, key=lambda text: int(loads(text)["seq"]))  # rotated files come in any order
-        PgSessions(url, agent_id, pool_size=pool_size).import_texts(current, ordered)
     from phoenix_protocol._state_pg import import_texts
 
-    for agent_id, (state, events) in states.items():
-        import_texts(url, agent_id, state, sorted(events, key=_seq_of))
+    for (kind, agent_id), (text, lines) in kept.items():
+        ordered = sorted(lines, key=_seq_of)  # rotated files come in any order
+        if kind == "sessions":
+            PgSessions(url, agent_id, pool_size=pool_size).import_texts(text, ordered)
+        else:
+            import_texts(url, agent_id, text, ordered)
     from phoenix_protocol._identity_pg import import_identity
 
     for agent_id, (document, seal) in identities.items():

@@ -391,7 +391,7 @@ def flip_byte(data: bytes) -> bytes:
 
 
 def flip_checksum(data: bytes) -> bytes:
-    i = data.rindex(b'"checksum": "sha256:') + len(b'"checksum": "sha256:') + 5
+    i = data.rindex(b'"checksum": "xxh3-128:') + len(b'"checksum": "xxh3-128:') + 5
     return data[:i] + (b"0" if data[i : i + 1] != b"0" else b"1") + data[i + 1 :]
 
 

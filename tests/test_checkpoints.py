@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 from pathlib import Path
@@ -12,7 +13,7 @@ import pytest
 from phoenix_protocol._agent import Agent
 from phoenix_protocol._checkpoints import SECTIONS, CollectContext, decode, parse_name
 from phoenix_protocol._clock import ManualClock
-from phoenix_protocol._errors import UsageError
+from phoenix_protocol._errors import CorruptStateError, UsageError
 from phoenix_protocol._home import Home
 
 
@@ -53,8 +54,27 @@ def test_envelope_has_every_seed_section_and_a_verified_checksum(agent: Agent) -
     assert set(data["working_memory"]) == {"scratchpad", "open_files", "context_stack"}
     assert data["metadata"]["session_id"] == "s1" and data["metadata"]["checkpoint_version"] == "1.0"
     assert data["extensions"]["phoenix_state"]["current_task"] == "Port the scheduler to asyncio"
-    assert data["checksum"].startswith("sha256:")
+    assert data["checksum"].startswith("xxh3-128:")
     assert os.stat(path).st_mode & 0o777 == 0o600
+
+
+def _with_checksum_line(data: bytes, line: bytes) -> bytes:
+    mark = data.rindex(b'\n  "checksum": "')
+    return data[: mark + 1] + b'  "checksum": "' + line + b'"\n}\n'
+
+
+def test_checkpoints_written_with_sha256_still_verify(agent: Agent) -> None:
+    """Files from before the move to xxh3-128 carry a sha256 checksum: read and verified as before."""
+    info = agent.checkpoints.create("routine", summary="old format")
+    path = Path(agent.checkpoints.dir, info.name)
+    data = path.read_bytes()
+    head = data[: data.rindex(b'\n  "checksum": "') + 1]
+    old = _with_checksum_line(data, b"sha256:" + hashlib.sha256(head).hexdigest().encode())
+    assert decode(old, "old")["summary"] == "old format"
+    with pytest.raises(CorruptStateError, match="checksum mismatch"):
+        decode(_with_checksum_line(data, b"sha256:" + hashlib.sha256(head + b" ").hexdigest().encode()), "bad")
+    with pytest.raises(CorruptStateError, match="algorithm 'md5' is unknown"):
+        decode(_with_checksum_line(data, b"md5:" + hashlib.md5(head).hexdigest().encode()), "md5")
 
 
 def test_custom_provider_collects_and_restores(agent: Agent) -> None:

@@ -14,7 +14,7 @@ The file is one JSON envelope, one top-level key per line::
       "state": {"current_task": {...}, "mailbox": {...}, "operational_context": {...}, "memory": {...}},
       "metadata": {...}, "context": {...}, "recent_memories": {...}, "identity_updates": {...},
       "working_memory": {...}, "extensions": {...},
-      "checksum": "sha256:<hex of every byte before this line>"
+      "checksum": "xxh3-128:<hex of every byte before this line>"
     }
 
 Every read verifies the checksum and the schema version; ``latest`` never returns a torn or
@@ -43,6 +43,8 @@ import itertools
 import os
 from collections.abc import Callable, Iterable, Iterator
 from typing import TYPE_CHECKING, Any, Protocol
+
+import xxhash
 
 from phoenix_protocol._checkpoint_index import (
     CHECKPOINT_TYPES,
@@ -90,7 +92,7 @@ STATE_SECTIONS = ("current_task", "mailbox", "operational_context", "memory")
 SESSION_SECTIONS = ("context", "recent_memories", "identity_updates", "working_memory")
 """Seed 002's (PAIF) sections, stored at the top level (``metadata`` is written by the store)."""
 SECTIONS = STATE_SECTIONS + SESSION_SECTIONS
-_CHECKSUM_MARK = b'\n  "checksum": "sha256:'
+_CHECKSUM_MARK = b'\n  "checksum": "'
 
 
 class CheckpointOwnershipError(RefusedError):
@@ -198,9 +200,18 @@ def encode(envelope: dict[str, Any]) -> bytes:
     body = dumps_document_bytes({k: v for k, v in envelope.items() if k != "checksum"})
     # dumps_document ends with "\n}\n": reopen the object to append the checksum as its last key.
     head = memoryview(body)[: -len(b"\n}\n")]
-    digest = hashlib.sha256(head)
+    digest = xxhash.xxh3_128(head)
     digest.update(b",\n")
-    return b"".join((head, b',\n  "checksum": "sha256:', digest.hexdigest().encode(), b'"\n}\n'))
+    return b"".join((head, b',\n  "checksum": "xxh3-128:', digest.hexdigest().encode(), b'"\n}\n'))
+
+
+def _digest(algorithm: bytes, head: memoryview) -> bytes | None:
+    """The hex digest of ``head`` by the checksum line's algorithm (``None``: not one we know)."""
+    if algorithm == b"xxh3-128":
+        return xxhash.xxh3_128_hexdigest(head).encode()
+    if algorithm == b"sha256":  # checkpoints written before Phoenix 0.1 moved to xxh3
+        return hashlib.sha256(head).hexdigest().encode()
+    return None
 
 
 def decode(data: bytes, path: str) -> dict[str, Any]:
@@ -209,9 +220,17 @@ def decode(data: bytes, path: str) -> dict[str, Any]:
     if mark < 0:
         raise CorruptStateError(f"{path}: no checksum line (torn or not a checkpoint).", path=path)
     head = memoryview(data)[: mark + 1]
-    digest_start = mark + len(_CHECKSUM_MARK)
-    stored = data[digest_start : digest_start + 64].decode("ascii", "replace")
-    if hashlib.sha256(head).hexdigest() != stored:
+    start = mark + len(_CHECKSUM_MARK)
+    end = data.find(b'"', start, start + 80)
+    algorithm, _, stored = data[start : max(end, start)].partition(b":")
+    expected = _digest(algorithm, head)
+    if expected is None:
+        raise CorruptStateError(
+            f"{path}: checksum algorithm {algorithm.decode('ascii', 'replace')!r} is unknown (damaged, or "
+            "written by a newer Phoenix).",
+            path=path,
+        )
+    if expected != stored:
         raise CorruptStateError(f"{path}: checksum mismatch (the file was damaged or edited).", path=path)
     try:
         envelope = loads_large(data)

@@ -73,8 +73,8 @@ def test_checkpoints_written_with_sha256_still_verify(agent: Agent) -> None:
     assert decode(old, "old")["summary"] == "old format"
     with pytest.raises(CorruptStateError, match="checksum mismatch"):
         decode(_with_checksum_line(data, b"sha256:" + hashlib.sha256(head + b" ").hexdigest().encode()), "bad")
-    with pytest.raises(CorruptStateError, match="algorithm 'md5' is unknown"):
-        decode(_with_checksum_line(data, b"md5:" + hashlib.md5(head).hexdigest().encode()), "md5")
+    with pytest.raises(CorruptStateError, match="algorithm 'blake2b' is unknown"):
+        decode(_with_checksum_line(data, b"blake2b:" + hashlib.blake2b(head).hexdigest().encode()), "blake2b")
 
 
 def test_custom_provider_collects_and_restores(agent: Agent) -> None:

@@ -9,6 +9,7 @@ detectors that were evaluated.
 from __future__ import annotations
 
 import re
+from typing import Any
 
 import pytest
 from hypothesis import given, settings
@@ -204,3 +205,58 @@ def test_secret_in_any_surroundings_never_raises(prefix: str, row: tuple[str, st
     assert redact(out) == out
     for s in row[2]:
         assert not leaked(s, out)
+
+
+def test_redact_value_copies_only_what_changed() -> None:
+    """Copy on write: a clean value is returned as is; a secret deep inside copies only its path."""
+    clean = {"messages": [{"role": "user", "content": "hello"}, {"role": "tool", "content": "ok"}], "n": 1.5}
+    assert redact_value(clean) is clean
+    dirty: dict[str, Any] = {"a": clean, "b": [{"cmd": "export GITHUB_TOKEN=ghp_" + "k9L" * 12}], "c": ["x"]}
+    out = redact_value(dirty)
+    assert isinstance(out, dict)
+    assert out is not dirty and out["a"] is clean and out["c"] is dirty["c"]
+    assert out["b"] == [{"cmd": "export GITHUB_TOKEN=[REDACTED:github-token]"}]
+    assert dirty["b"][0]["cmd"].startswith("export GITHUB_TOKEN=ghp_")  # the input is not modified
+    as_tuple = ("plain", ["x"])
+    assert redact_value(as_tuple) == ["plain", ["x"]]
+    with pytest.raises(ValueError, match="not valid JSON"):
+        redact_value({"deep": [{"x": float("nan")}]})
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.recursive(
+        st.none()
+        | st.booleans()
+        | st.integers()
+        | st.floats(allow_nan=False, allow_infinity=False)
+        | st.sampled_from(["plain", "password", "ghp_" + "k9L" * 12, "Tr0ub4dor&3", "https://u:pa55pa55pa55@h/x"])
+        | st.text(max_size=40),
+        lambda children: (
+            st.lists(children, max_size=4)
+            | st.tuples(children, children)
+            | st.dictionaries(st.sampled_from(["password", "api_key", "note", "token", "x"]), children, max_size=4)
+        ),
+        max_leaves=20,
+    )
+)
+def test_redact_value_is_a_deep_redaction(value: object) -> None:
+    """The same result as redacting every string of a deep copy (keys kept), tuples as lists."""
+
+    def reference(v: object, key: object = None) -> object:
+        if isinstance(v, str):
+            red = redact(v)
+            if red is v and isinstance(key, str) and v:
+                from phoenix_protocol._redact import _key_kind
+
+                kind = _key_kind(key, v)
+                if kind is not None:
+                    return f"[REDACTED:{kind}]"
+            return red
+        if isinstance(v, dict):
+            return {k: reference(x, k) for k, x in v.items()}
+        if isinstance(v, list | tuple):
+            return [reference(x) for x in v]
+        return v
+
+    assert redact_value(value) == reference(value)

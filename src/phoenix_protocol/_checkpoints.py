@@ -221,7 +221,7 @@ def decode(data: bytes, path: str) -> dict[str, Any]:
         raise CorruptStateError(f"{path}: no checksum line (torn or not a checkpoint).", path=path)
     head = memoryview(data)[: mark + 1]
     start = mark + len(_CHECKSUM_MARK)
-    end = data.find(b'"', start, start + 80)
+    end = data.find(b'"', start, start + 256)
     algorithm, _, stored = data[start : max(end, start)].partition(b":")
     expected = _digest(algorithm, head)
     if expected is None:

@@ -74,6 +74,7 @@ import re
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Callable
+    from typing import Any
 
 __all__ = ["Finding", "find_secrets", "redact", "redact_value"]
 
@@ -505,6 +506,7 @@ def redact(text: str) -> str:
 
 
 _KEY_WORDS: dict[str, str | None] = {}  # dict key -> its secret word, or None (keys repeat a lot)
+_UNKNOWN = ""  # not a key word: marks a key not looked at yet
 
 
 def _key_word(key: str) -> str | None:
@@ -534,7 +536,7 @@ def _key_kind(key: str, value: str) -> str | None:
 
 
 def redact_value(value: object) -> object:
-    """A copy of a JSON-like ``value`` with every string redacted.
+    """``value`` with every string inside it redacted (a JSON-like value: dicts, lists, scalars).
 
     Dict values and list/tuple items are visited recursively (tuples come back as lists, as JSON
     would have them); dict keys are kept as they are. A string stored under a secret-named key
@@ -543,40 +545,96 @@ def redact_value(value: object) -> object:
     infinities, which JSON cannot hold: they raise ``JSONError`` (a ``ValueError``), as encoding
     them would.
 
-    Strings seen clean before cost one dict lookup (a checkpoint repeats most of the previous
-    one), so this is written flat: it walks every value of an agent's state on each checkpoint.
+    Copy on write: the input is never modified; a container is copied only when something inside
+    it changed, so a value with no secret comes back as the very same object. Strings seen clean
+    before cost one dict lookup (a checkpoint repeats most of the previous one), so this is
+    written flat: it walks every value of an agent's state on each checkpoint.
     """
     if isinstance(value, str):
         return value if value in _CLEAN else redact(value)
+    if type(value) is dict:
+        return _redact_dict(value)
+    if type(value) is list:
+        return _redact_list(value)
     if isinstance(value, dict):
-        out: dict[object, object] = {}
-        clean = _CLEAN
-        words = _KEY_WORDS
-        for k, v in value.items():
-            if type(v) is str:
-                if v in clean:
-                    red = v
-                elif v:
-                    red = redact(v)
-                else:
-                    out[k] = v
-                    continue
-                if red is v and isinstance(k, str):
-                    word = words[k] if k in words else _key_word(k)
-                    if word is not None:
-                        kind = _key_kind(k, v)
-                        if kind is not None:
-                            red = f"[REDACTED:{kind}]"
-                out[k] = red
-            elif v is None or type(v) is int or type(v) is bool:
-                out[k] = v
-            else:
-                out[k] = redact_value(v)
-        return out
+        return _redact_dict(dict(value))
     if isinstance(value, list | tuple):
-        return [redact_value(v) for v in value]
+        return _redact_list(list(value), copied=True)
     if type(value) is float and value - value != 0:
-        from phoenix_protocol._jsonio import JSONError
-
-        raise JSONError(f"{value!r} is not valid JSON")
+        _refuse_float(value)
     return value
+
+
+def _refuse_float(value: float) -> None:
+    from phoenix_protocol._jsonio import JSONError
+
+    raise JSONError(f"{value!r} is not valid JSON")
+
+
+def _redact_dict(
+    value: dict[Any, Any], clean: dict[str, None] = _CLEAN, words: dict[str, str | None] = _KEY_WORDS
+) -> dict[Any, Any]:
+    out: dict[Any, Any] | None = None
+    red: Any
+    for k, v in value.items():
+        tv = type(v)
+        if tv is str:
+            if v in clean:
+                red = v
+            elif v:
+                red = redact(v)
+            else:
+                continue
+            if red is v and type(k) is str:
+                word = words.get(k, _UNKNOWN)
+                if word is _UNKNOWN:
+                    word = _key_word(k)
+                if word is not None:
+                    kind = _key_kind(k, v)
+                    if kind is not None:
+                        red = f"[REDACTED:{kind}]"
+        elif v is None or tv is int or tv is bool:
+            continue
+        elif tv is dict:
+            red = _redact_dict(v)
+        elif tv is list:
+            red = _redact_list(v)
+        elif tv is float:
+            if v - v != 0:
+                _refuse_float(v)
+            continue
+        else:
+            red = redact_value(v)
+        if red is not v:
+            if out is None:
+                out = dict(value)
+            out[k] = red
+    return value if out is None else out
+
+
+def _redact_list(value: list[Any], *, copied: bool = False, clean: dict[str, None] = _CLEAN) -> list[Any]:
+    out: list[Any] | None = value if copied else None
+    red: Any
+    for i, v in enumerate(value):
+        tv = type(v)
+        if tv is str:
+            if v in clean or not v:
+                continue
+            red = redact(v)
+        elif v is None or tv is int or tv is bool:
+            continue
+        elif tv is dict:
+            red = _redact_dict(v)
+        elif tv is list:
+            red = _redact_list(v)
+        elif tv is float:
+            if v - v != 0:
+                _refuse_float(v)
+            continue
+        else:
+            red = redact_value(v)
+        if red is not v:
+            if out is None:
+                out = list(value)
+            out[i] = red
+    return value if out is None else out

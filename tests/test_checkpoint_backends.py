@@ -57,6 +57,7 @@ def test_the_configured_backend_is_used(backend: str, agent: Agent) -> None:
             _ = store.catalog
     else:
         assert isinstance(store.backend, FileCheckpoints)
+        store.flush()  # the named file is written behind the durable log record
         assert os.path.exists(os.path.join(store.dir, info.name))
 
 

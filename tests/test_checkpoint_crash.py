@@ -1,16 +1,20 @@
 """Checkpoints under crashes: real writer processes SIGKILLed at random moments, hundreds of times.
 
 A child takes routine checkpoints in a loop (each with a registered ``payload`` section of 50-400
-KB, so that a write takes a while: collect, redact, write, fsync, link, index, fsync, prune) and
-prints ``ack <seq> <name>`` after each ``create`` returned. The parent kills it after a random
-number of acknowledgements plus a short random delay, then checks the contract:
+KB, so that a write takes a while: collect, redact, encode, the log frame and its fdatasync, and
+behind it the named file, the removals and the ops event) and prints ``ack <seq> <name>`` after
+each ``create`` returned. The parent kills it after a random number of acknowledgements plus a
+short random delay, then checks the contract:
 
 - ``latest()`` returns a checkpoint that verifies (checksum, schema, and the payload's own
   digest), with no problem reported, whose seq is the last acknowledged one or the one after it
-  (the write in flight), never a torn one; every checkpoint file on disk verifies;
-- ``entries()`` lists only files that exist, newest first, without a duplicate seq;
-- no seq is ever reused, and after the next successful ``create`` the disk holds exactly what
-  retention keeps (``keep_routine`` routine checkpoints, all of them listed);
+  (the write in flight, once its frame is durable), never a torn one; every checkpoint file on
+  disk verifies (a final name is only ever given to a whole file);
+- ``entries()`` lists every acknowledged checkpoint retention keeps, newest first, without a
+  duplicate seq, each readable (from its file, or from the log when the writer died before
+  creating the file behind); a file on disk that is not listed is one the log dropped;
+- no seq is ever reused, and after the next successful ``create`` and its write-behind the disk
+  holds exactly what retention keeps (``keep_routine`` routine checkpoints, all of them listed);
 - temporary files belong only to killed writers (counted, not needed for correctness).
 
 Crash points are also hit deterministically (the child SIGKILLs itself at a chosen step), and a
@@ -34,6 +38,7 @@ from pathlib import Path
 import pytest
 
 from phoenix_protocol._agent import Agent
+from phoenix_protocol._checkpoint_index import INLINE_LIMIT
 from phoenix_protocol._checkpoints import Checkpoint, CheckpointInfo, CheckpointStore, CollectContext, parse_name
 from phoenix_protocol._clock import ManualClock
 from phoenix_protocol._errors import CorruptStateError
@@ -99,18 +104,23 @@ def die(*args, **kwargs):
 
 
 import phoenix_protocol._checkpoint_index as index
+import phoenix_protocol._background as background
+from phoenix_protocol._ops import OpsLog
 
-if point == "before-append":  # nothing written yet
-    index.durable_append = die
-elif point == "before-link":  # the log holds the checkpoint (durable), its file is not linked yet
+if point == "before-write":  # nothing written yet
+    index.InPlaceFile.write = die
+elif point == "before-behind":  # the frame is durable; no named file, no removal, no event yet
+    background.submit = die
+elif point == "before-link":  # behind: the named file's temporary is written, not linked
     os.link = die
-elif point == "before-remove":  # the checkpoint is durable and linked, what retention dropped is still on disk
+elif point == "before-remove":  # the named file is there, what retention dropped is still on disk
     store.catalog._unlink = die
 elif point == "before-log":  # everything is on disk, the ops event not yet written
-    agent.record = die
+    OpsLog.flush_later = die
 elif point == "large-before-file":  # a large checkpoint: the log reserved its seq, its file is not created
     index.atomic_create = die
 info = store.create("routine", summary="crash point")
+store.flush()
 print(f"ack {info.seq} {info.name}", flush=True)
 """
 
@@ -179,7 +189,8 @@ class Stats:
     kills: int = 0
     acks: int = 0
     in_flight_visible: int = 0  # latest() was the write the kill interrupted (already durable)
-    over_retention: int = 0  # one routine checkpoint more than keep_routine on disk (killed before the prune)
+    over_retention: int = 0  # more routine files than keep_routine on disk (killed before the removals)
+    log_only: int = 0  # listed checkpoints whose file the killed writer had not created yet
     tmp_files: int = 0  # temporary files left by killed writers
 
     def add(self, other: Stats) -> None:
@@ -200,11 +211,7 @@ def check_after_kill(
     acked = seqs[-1] if seqs else last_acked
 
     on_disk = checkpoint_files(store)
-    keep = store.agent.config.keep_routine
-    # The write in flight may have pushed the oldest of the newest `keep` out; no other may be gone.
-    for _seq, name in acks[len(acks) - keep + 1 :] if keep > 1 else []:
-        assert name in on_disk, f"acknowledged checkpoint {name} (still within retention) is gone {where}"
-    for name in on_disk:  # a final name is only ever given to a whole, synced file
+    for name in on_disk:  # a final name is only ever given to a whole file
         verify_payload(store.read(name))
 
     checkpoint, problems = store.latest()
@@ -213,26 +220,28 @@ def check_after_kill(
         assert checkpoint is not None, f"no checkpoint although {acked} was acknowledged {where}"
     if checkpoint is not None:
         assert checkpoint.seq in (acked, acked + 1), f"latest is seq {checkpoint.seq}, acknowledged {acked} {where}"
-        if checkpoint.seq == acked and acks:  # the write in flight did not get as far as its prune
+        if checkpoint.seq == acked and acks:  # the write in flight did not get as far as its frame
             assert checkpoint.name == acks[-1][1]
-            assert {name for _seq, name in acks[-keep:]} <= set(on_disk), f"retention ran early {where}"
         stats.in_flight_visible += checkpoint.seq == acked + 1
         verify_payload(checkpoint)
 
     entries = store.entries()
     names = [e.name for e in entries]
-    assert all(os.path.exists(os.path.join(store.dir, n)) for n in names), f"entries lists a missing file {where}"
+    keep = store.agent.config.keep_routine
+    # The write in flight may have pushed the oldest of the newest `keep` out; no other may be gone.
+    for _seq, name in acks[len(acks) - keep + 1 :] if keep > 1 else []:
+        assert name in names, f"acknowledged checkpoint {name} (still within retention) is not listed {where}"
     entry_seqs = [e.seq for e in entries]
     assert entry_seqs == sorted(set(entry_seqs), reverse=True), f"entries out of order or duplicated {where}"
-    # A file retention dropped (durably, in the log) may outlive a writer killed before unlinking
-    # it: not listed, and removed by the next writer. Every other file is listed.
-    on_disk = checkpoint_files(store)  # again: a checkpoint durable in the log is linked by the load
+    assert len(names) <= keep, f"{len(names)} routine checkpoints listed, keep {keep} {where}"
+    for name in names:  # listed: readable, from its file or (not created yet) from the log
+        verify_payload(store.read(name))
+        stats.log_only += name not in on_disk
+    # A file the log dropped may outlive a writer killed before its write-behind removed it: not
+    # listed, and removed by the next writer. Every other file is listed.
     unlisted = set(on_disk) - set(names)
-    assert set(names) <= set(on_disk) and len(unlisted) <= 1, f"entries {names} vs files {on_disk} {where}"
-    assert all(n.endswith("_routine.checkpoint") for n in unlisted), f"{unlisted} not listed {where}"
-    routine = [n for n in on_disk if n.endswith("_routine.checkpoint")]
-    assert len(routine) <= keep + 1, f"{len(routine)} routine checkpoints on disk, keep {keep} {where}"
-    stats.over_retention += len(routine) > keep
+    assert unlisted <= store.catalog.load().dropped, f"{unlisted} on disk, neither listed nor dropped {where}"
+    stats.over_retention += len(on_disk) > keep
 
     for name in temp_files(store):
         pid = int(name.rsplit(".", 3)[-3])
@@ -242,19 +251,20 @@ def check_after_kill(
 
 def check_next_create(store: CheckpointStore, where: str) -> int:
     """The next successful create: a fresh seq, and on disk exactly what retention keeps."""
-    before = [p for p in map(parse_name, checkpoint_files(store)) if p is not None]
-    highest = max((p[1] for p in before), default=0)
-    routine_before = sorted(p[1] for p in before if p[3] == "routine")
+    listed = [e.seq for e in store.entries()]
+    files = [p[1] for p in map(parse_name, checkpoint_files(store)) if p is not None]
+    highest = max([*listed, *files], default=0)
     clock = store.agent.clock
     assert isinstance(clock, ManualClock)
     clock.advance(1)
     info = store.create("routine", summary="probe")
+    store.flush()
     # A large write killed after its log record reserved a seq leaves that seq unused (never reused).
-    assert highest < info.seq <= highest + 2, f"create took seq {info.seq}, files up to {highest} exist {where}"
+    assert highest < info.seq <= highest + 2, f"create took seq {info.seq}, {highest} seen {where}"
     after = [p for p in map(parse_name, checkpoint_files(store)) if p is not None]
     routine_after = sorted(p[1] for p in after if p[3] == "routine")
     keep = store.agent.config.keep_routine
-    assert routine_after == [*routine_before, info.seq][-keep:], f"retention not enforced {routine_after} {where}"
+    assert routine_after == sorted([*listed, info.seq])[-keep:], f"retention not enforced {routine_after} {where}"
     assert [e.seq for e in store.entries()] == sorted((p[1] for p in after), reverse=True), where
     return info.seq
 
@@ -301,11 +311,12 @@ def crash_worker(home: str, agent_id: str, rounds: int, seed: int, keep: int, si
 def test_sigkilled_checkpoint_writers_never_leave_a_torn_latest(tmp_path: Path) -> None:
     home = str(tmp_path / "home")
     seed = random.randrange(1 << 30)
-    # (rounds, keep_routine, payload bytes): 4 workers in parallel, 328 kills in all.
+    # (rounds, keep_routine, payload bytes): 4 workers in parallel, 328 kills in all. Payloads up to
+    # INLINE_LIMIT go through the log; larger ones are flushed as their own file.
     plans = [
         (82, 3, (50_000, 400_000)),
         (82, 1, (50_000, 200_000)),
-        (82, 2, (100_000, 400_000)),
+        (82, 2, (INLINE_LIMIT - 300_000, INLINE_LIMIT + 300_000)),  # on both sides of the log's limit
         (82, 3, (50_000, 150_000)),
     ]
     with ThreadPoolExecutor(len(plans)) as pool:
@@ -328,27 +339,30 @@ def test_sigkilled_checkpoint_writers_never_leave_a_torn_latest(tmp_path: Path) 
 @pytest.mark.parametrize(
     ("point", "size", "new_file", "visible", "over_retention"),
     [
-        ("before-append", 20_000, False, False, False),
-        ("before-link", 20_000, False, True, True),
+        ("before-write", 20_000, False, False, False),
+        ("before-behind", 20_000, False, True, False),
+        ("before-link", 20_000, False, True, False),
         ("before-remove", 20_000, True, True, True),
         ("before-log", 20_000, True, True, False),
-        ("large-before-file", 400_000, False, False, False),
+        ("large-before-file", INLINE_LIMIT + 200_000, False, False, False),
     ],
 )
 def test_kill_at_each_step_of_create(
     tmp_path: Path, point: str, size: int, new_file: bool, visible: bool, over_retention: bool
 ) -> None:
     """The windows a random kill rarely hits: the new file is whole or absent, ``latest`` is the
-    last acknowledged checkpoint or the new one (once durable in the log, even before its file is
-    linked: the next load links it), and the next create neither reuses a seq nor leaves anything
-    retention should have removed."""
+    last acknowledged checkpoint or the new one (once its frame is durable, even before its file
+    exists: readers read it from the log, the next writer creates the file), and the next create
+    neither reuses a seq nor leaves anything retention should have removed."""
     home = str(tmp_path / "home")
     keep = 2
     store = open_store(home, "pt", keep, ManualClock(BASE_MS))
     for _ in range(3):
         store.agent.clock.advance(1)  # type: ignore[attr-defined]
         last = store.create("routine")
+    store.flush()
     before = set(checkpoint_files(store))
+    events_before = len(store.agent.ops.read()[0])
     proc = subprocess.Popen(
         [PY, "-P", "-c", CRASH_POINT_CHILD, home, "pt", str(BASE_MS + ROUND_MS), str(keep), point, str(size)],
         stdout=subprocess.PIPE,
@@ -357,7 +371,7 @@ def test_kill_at_each_step_of_create(
     )
     out, err = proc.communicate(timeout=60)
     assert proc.returncode == -signal.SIGKILL, (out, err)
-    assert out == ""  # the create never returned
+    assert out == ""  # the create (and its flush) never returned
     added = set(checkpoint_files(store)) - before
     assert len(added) == int(new_file)
     temps = temp_files(store)
@@ -367,15 +381,18 @@ def test_kill_at_each_step_of_create(
     assert checkpoint is not None
     assert checkpoint.seq == last.seq + int(visible)
     if visible:
-        assert os.path.exists(os.path.join(store.dir, checkpoint.name))  # linked by now
         verify_payload(checkpoint)
+    assert len(store.agent.ops.read()[0]) == events_before  # the event comes last: lost with the process
 
     stats = Stats()
     check_after_kill(store, last.seq, [], {proc.pid}, point, stats)
     assert stats.over_retention == int(over_retention)
+    assert stats.log_only == int(visible and not new_file)
     seq = check_next_create(store, point)
-    assert seq == last.seq + 1 + int(point not in ("before-append",))
+    assert seq == last.seq + 1 + int(point != "before-write")
     assert stats.in_flight_visible == int(visible)
+    if visible:  # the next writer created the file the killed one had not
+        assert os.path.exists(os.path.join(store.dir, checkpoint.name))
 
 
 # -- damage by hand ----------------------------------------------------------------------------------
@@ -454,6 +471,7 @@ def test_a_damaged_checkpoint_the_log_still_holds_is_read_from_the_log(
     for _ in range(3):
         clock.advance(1)
         infos.append(store.create("routine"))
+    store.flush()
     newest = Path(store.dir, infos[-1].name)
     original = newest.read_bytes()
     newest.write_bytes(damage(original))

@@ -1,24 +1,30 @@
-"""The checkpoint catalogue (``_checkpoint_index``): the write-ahead log, settling, and repair.
+"""The checkpoint catalogue (``_checkpoint_index``): the write-ahead log reused in place, settling,
+write-behind, and repair.
 
 Crashes of real writer processes are in test_checkpoint_crash.py; these tests set up each state a
-crash or a power loss can leave (a torn log tail, a lost file, a log older than its snapshot, a
-reboot) directly on disk and check what the next reader and writer make of it.
+crash or a power loss can leave (a torn frame, a lost file, frames of an earlier generation, a log
+older than its snapshot, a reboot, a log of the earlier format) directly on disk and check what
+the next reader and writer make of it.
 """
 
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
+import zlib
 from pathlib import Path
 
 import pytest
+import xxhash
 
 import phoenix_protocol._checkpoint_index as index_mod
 from phoenix_protocol._agent import Agent
-from phoenix_protocol._checkpoint_index import INLINE_LIMIT, frame
+from phoenix_protocol._checkpoint_index import HEADER_SIZE, INLINE_LIMIT, LOG_LIMIT, frame
 from phoenix_protocol._checkpoints import CheckpointStore, CollectContext
 from phoenix_protocol._clock import ManualClock
 from phoenix_protocol._home import Home
-from phoenix_protocol._jsonio import loads
+from phoenix_protocol._jsonio import dumps_line, loads
 
 BASE_MS = 1_767_225_600_000
 
@@ -51,17 +57,74 @@ def log_bytes(store: CheckpointStore) -> bytes:
     return Path(store.catalog.log_path).read_bytes()
 
 
+def header(store: CheckpointStore) -> dict[str, object]:
+    data = log_bytes(store)[:HEADER_SIZE]
+    meta = loads(data[data.index(b"\n") + 1 : data.index(b"\n", data.index(b"\n") + 1)])
+    assert isinstance(meta, dict)
+    return meta
+
+
+class Frame:
+    def __init__(self, at: int, end: int, digest: int, meta: dict[str, object], content: bytes) -> None:
+        self.at, self.end, self.digest, self.meta, self.content = at, end, digest, meta, content
+
+
+def frames(store: CheckpointStore) -> list[Frame]:
+    """Every frame the header's chain accepts."""
+    data = log_bytes(store)
+    seed = int(str(header(store)["salt"]))
+    pos, out = HEADER_SIZE, list[Frame]()
+    while True:
+        nl = data.find(b"\n", pos, pos + 40)
+        if data[pos : pos + 1] != b"@" or nl < 0:
+            return out
+        length, digest = data[pos + 1 : nl].split(b" ")
+        payload = data[nl + 1 : nl + 1 + int(length)]
+        if len(payload) != int(length) or xxhash.xxh3_64_intdigest(payload, seed=seed) != int(digest, 16):
+            return out
+        meta, _, content = payload.partition(b"\n")
+        decoded = loads(meta)
+        assert isinstance(decoded, dict)
+        seed = int(digest, 16)
+        out.append(Frame(pos, nl + 1 + int(length), seed, decoded, content))
+        pos = nl + 1 + int(length)
+
+
 def test_a_small_checkpoint_is_in_the_log_and_a_large_one_only_named(tmp_path: Path) -> None:
     small = open_store(tmp_path / "a")
     name = take(small)
+    small.flush()
     data = Path(small.dir, name).read_bytes()
-    assert data in log_bytes(small)  # the durable copy
+    assert [f.content for f in frames(small) if f.meta["name"] == name] == [data]  # the durable copy
 
     large = open_store(tmp_path / "b", size=INLINE_LIMIT + 1000)
     name = take(large)
-    assert Path(large.dir, name).stat().st_size > INLINE_LIMIT
-    assert len(log_bytes(large)) < 2000  # metadata only
+    assert Path(large.dir, name).stat().st_size > INLINE_LIMIT  # flushed on its own before create returned
+    assert [len(f.content) for f in frames(large)] == [0]  # metadata only
     assert reopened(large).latest()[0] is not None
+
+
+def test_the_named_file_is_written_behind_and_read_meanwhile(tmp_path: Path) -> None:
+    """The durable point is the log's frame; the named file follows (flush waits for it). Until
+    then this process reads the checkpoint from memory, another process from the log."""
+    store = open_store(tmp_path)
+    import phoenix_protocol._background as background
+
+    gate = __import__("threading").Event()
+    background.submit("hold", gate.wait)  # keep the worker busy: the write-behind waits its turn
+    try:
+        name = take(store, summary="behind")
+        assert not Path(store.dir, name).exists()
+        assert store.read(name).summary == "behind"
+        other = reopened(store)
+        assert other.entries()[0].name == name and other.read(name).summary == "behind"
+        assert other.latest()[1] == []
+    finally:
+        gate.set()
+    store.flush()
+    assert Path(store.dir, name).exists()
+    events, _problems = store.agent.ops.tail(5)
+    assert [e["event"] for e in events][-1:] == ["checkpoint_created"]
 
 
 def test_another_process_sees_each_write(tmp_path: Path) -> None:
@@ -75,71 +138,124 @@ def test_another_process_sees_each_write(tmp_path: Path) -> None:
     assert latest is not None and latest.name == names[-1] and problems == []
 
 
-def test_a_torn_log_tail_is_ignored_then_cut_by_the_next_writer(tmp_path: Path) -> None:
+def test_the_log_is_reused_in_place(tmp_path: Path) -> None:
+    """Once the log has wrapped, a write changes neither its size nor its inode (so its
+    fdatasync flushes data only); readers in other processes follow every generation."""
+    store = open_store(tmp_path, size=200_000, keep_session_checkpoints=5)
+    reader = reopened(store)
+    for _ in range(60):  # 12 MB: the 4 MB log wraps several times
+        take(store)
+    first = os.stat(store.catalog.log_path)
+    assert first.st_size <= LOG_LIMIT
+    generation = header(store)["generation"]
+    assert isinstance(generation, int) and generation >= 2
+    names = []
+    for _ in range(5):
+        names.append(take(store))
+        st = os.stat(store.catalog.log_path)
+        assert (st.st_ino, st.st_size) == (first.st_ino, first.st_size)
+    assert [e.name for e in reader.entries()] == names[::-1]
+    assert [e.name for e in reopened(store).entries()] == names[::-1]
+    latest = reader.latest()[0]
+    assert latest is not None and latest.name == names[-1]
+
+
+def test_frames_of_an_earlier_generation_are_not_taken(tmp_path: Path) -> None:
+    """After a settle the old frames stay in the file past the new end: the new salt breaks
+    their chain, so neither a fresh reader nor one that knew the old generation takes them."""
+    store = open_store(tmp_path)
+    old = [take(store) for _ in range(4)]
+    old_reader = reopened(store)
+    assert len(old_reader.entries()) == 4
+    store.rebuild_index()  # settles: new generation, new salt; the four frames are still in the file
+    assert len(log_bytes(store)) > HEADER_SIZE + 4 * 2000
+    Path(store.dir, old[1]).unlink()  # gone from the directory: no stale frame may bring it back
+    newer = take(store)
+    for reader in (old_reader, reopened(store)):
+        assert [e.name for e in reader.entries()] == [newer, old[3], old[2], old[0]]
+    assert [f.meta["name"] for f in frames(store)] == [newer]
+
+
+def test_a_torn_frame_is_ignored_then_written_over(tmp_path: Path) -> None:
     store = open_store(tmp_path)
     names = [take(store) for _ in range(2)]
-    whole = len(log_bytes(store))
-    record = frame(
-        {"k": "put", "name": "cat_x", "seq": 99, "checkpoint_type": "session", "timestamp_ms": 1}, b"y" * 500
+    last = frames(store)[-1]
+    record, _ = frame(
+        {"k": "put", "name": "cat_x", "seq": 99, "checkpoint_type": "session", "timestamp_ms": 1},
+        b"y" * 500,
+        seed=last.digest,
     )
-    with open(store.catalog.log_path, "ab") as fh:
-        fh.write(record[: len(record) // 2])  # a writer killed in the middle of its append
+    with open(store.catalog.log_path, "r+b") as fh:
+        fh.seek(last.end)
+        fh.write(record[: len(record) // 2])  # a writer killed in the middle of its write
 
     reader = reopened(store)
     assert [e.name for e in reader.entries()] == names[::-1]
     nxt = take(reader)
     assert reader.entries()[0].name == nxt and reader.entries()[0].seq == 3
-    data = log_bytes(store)
-    assert data[whole:].startswith(b"@")  # the torn half was cut before the new record
+    assert [f.meta["seq"] for f in frames(store)] == [1, 2, 3]
     assert [e.seq for e in reopened(store).entries()] == [3, 2, 1]
 
 
-def test_a_record_with_a_bad_crc_ends_the_log(tmp_path: Path) -> None:
+def test_a_frame_with_a_bad_hash_ends_the_log(tmp_path: Path) -> None:
     store = open_store(tmp_path)
     take(store)
     second = take(store)
+    store.flush()
+    at = frames(store)[-1].at
     data = bytearray(log_bytes(store))
-    data[-10] ^= 0xFF  # inside the last record's checkpoint bytes
+    data[at + 200] ^= 0xFF  # inside the last frame's checkpoint bytes
     Path(store.catalog.log_path).write_bytes(bytes(data))
     Path(store.dir, second).unlink()
     reader = reopened(store)
-    assert [e.seq for e in reader.entries()] == [1]  # the damaged record does not count
+    assert [e.seq for e in reader.entries()] == [1]  # the damaged frame does not count
 
 
-def test_a_killed_writer_file_is_linked_from_the_log(tmp_path: Path) -> None:
+def test_a_killed_writer_file_is_read_from_the_log_and_created_by_the_next_writer(tmp_path: Path) -> None:
     store = open_store(tmp_path)
     name = take(store)
+    store.flush()
     original = Path(store.dir, name).read_bytes()
-    Path(store.dir, name).unlink()  # as if the writer died between its record and its file
+    Path(store.dir, name).unlink()  # as if the writer died before its write-behind
     reader = reopened(store)
     assert reader.entries()[0].name == name
-    assert Path(store.dir, name).read_bytes() == original
     latest, problems = reader.latest()
     assert latest is not None and latest.name == name and problems == []
+    assert not Path(store.dir, name).exists()  # readers never write
+    take(reader)
+    assert Path(store.dir, name).read_bytes() == original
 
 
 def test_a_large_record_without_its_file_is_hidden_and_never_reused(tmp_path: Path) -> None:
     store = open_store(tmp_path)
     take(store)
+    store.flush()
     ghost = index_mod.make_name("cat", 2, BASE_MS + 5000, "session")
-    with open(store.catalog.log_path, "ab") as fh:  # a large write killed before its file appeared
-        fh.write(
-            frame({"k": "put", "name": ghost, "seq": 2, "checkpoint_type": "session", "timestamp_ms": BASE_MS + 5000})
-        )
+    last = frames(store)[-1]
+    record, _ = frame(
+        {"k": "put", "name": ghost, "seq": 2, "checkpoint_type": "session", "timestamp_ms": BASE_MS + 5000},
+        seed=last.digest,
+    )
+    with open(store.catalog.log_path, "r+b") as fh:  # a large write killed before its file appeared
+        fh.seek(last.end)
+        fh.write(record)
     reader = reopened(store)
     assert [e.seq for e in reader.entries()] == [1]
     nxt = reopened(store)
     assert take(nxt) and [e.seq for e in nxt.entries()] == [3, 1]  # seq 2 stays unused
 
 
-def test_settling_writes_the_snapshot_and_starts_an_empty_log(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_settling_writes_the_snapshot_and_starts_a_new_generation(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setattr(index_mod, "LOG_RECORDS", 5)
     store = open_store(tmp_path, keep_routine=3)
     names = [take(store, "routine") for _ in range(12)]
+    store.flush()
     snapshot = loads(Path(store.index_path).read_bytes())
-    assert snapshot["generation"] >= 2
+    assert snapshot["generation"] >= 2 and header(store)["generation"] == snapshot["generation"]
     assert {e["name"] for e in snapshot["entries"]} <= set(names)
-    assert len(log_bytes(store)) < 5 * 2500  # the log holds what came after the last settle only
+    assert len(frames(store)) < 5  # the log holds what came after the last settle only
     for fresh in (store, reopened(store)):
         assert [e.name for e in fresh.entries()] == names[-3:][::-1]
     on_disk = sorted(n for n in os.listdir(store.dir) if n.endswith(".checkpoint"))
@@ -150,24 +266,27 @@ def test_the_log_stays_bounded(tmp_path: Path) -> None:
     store = open_store(tmp_path, size=20_000)
     for _ in range(600):
         take(store, "routine")
+    store.flush()
     total = sum(p.stat().st_size for p in Path(store.dir).iterdir())
-    assert total < index_mod.LOG_LIMIT + 200_000
+    assert os.stat(store.catalog.log_path).st_size <= LOG_LIMIT
+    assert total < LOG_LIMIT + 200_000
     assert len(store.entries()) == store.agent.config.keep_routine
 
 
 def test_a_log_older_than_the_snapshot_is_ignored(tmp_path: Path) -> None:
-    """A crash between replacing the snapshot and replacing the log leaves the old log."""
+    """A crash between replacing the snapshot and rewriting the log's header leaves the old
+    generation's header and frames."""
     store = open_store(tmp_path)
     take(store)
-    old_log = log_bytes(store)
     take(store)
-    store.rebuild_index()  # settles: snapshot generation 1, new log
-    Path(store.catalog.log_path).write_bytes(old_log)  # the old log is back (generation 0)
+    old_log = log_bytes(store)
+    store.rebuild_index()  # settles: snapshot generation 1
+    Path(store.catalog.log_path).write_bytes(old_log)  # the old header (generation 0) is back
     reader = reopened(store)
     assert [e.seq for e in reader.entries()] == [2, 1]
     take(reader)
     assert [e.seq for e in reopened(store).entries()] == [3, 2, 1]
-    assert loads(log_bytes(store).split(b"\n")[1])["generation"] == 1
+    assert header(store)["generation"] == 1
 
 
 def test_after_a_reboot_the_first_writer_rewrites_files_from_the_log(
@@ -175,6 +294,7 @@ def test_after_a_reboot_the_first_writer_rewrites_files_from_the_log(
 ) -> None:
     store = open_store(tmp_path)
     names = [take(store) for _ in range(3)]
+    store.flush()
     originals = {n: Path(store.dir, n).read_bytes() for n in names}
     Path(store.dir, names[0]).unlink()  # lost by a power loss
     Path(store.dir, names[1]).write_bytes(b"")  # allocated, never written
@@ -185,7 +305,7 @@ def test_after_a_reboot_the_first_writer_rewrites_files_from_the_log(
     take(writer)
     for name, data in originals.items():
         assert Path(store.dir, name).read_bytes() == data
-    assert loads(log_bytes(store).split(b"\n")[1])["boot"] == "another-boot"  # settled in this boot
+    assert header(store)["boot"] == "another-boot"  # settled in this boot
     assert reopened(store).latest()[1] == []
 
 
@@ -201,11 +321,49 @@ def test_a_file_deleted_by_hand_after_settling_disappears_from_the_list(tmp_path
 def test_a_file_copied_in_by_hand_is_listed(tmp_path: Path) -> None:
     store = open_store(tmp_path)
     first = take(store)
+    store.flush()
     store.entries()
     copied = index_mod.make_name("cat", 7, BASE_MS + 60_000, "session")
     Path(store.dir, copied).write_bytes(Path(store.dir, first).read_bytes())
     assert copied in [e.name for e in reopened(store).entries()]
     assert take(store).endswith("_session.checkpoint") and store.entries()[0].seq == 8
+
+
+def test_a_log_of_the_earlier_format_is_read_and_converted(tmp_path: Path) -> None:
+    """A home from before the log was reused in place: crc32 frames appended to a file whose
+    first frame opens it. Readers take it as it is; the first writer makes the files it holds
+    durable, settles, and starts a log of the current format."""
+    store = open_store(tmp_path)
+    kept = take(store)  # a checkpoint with its file and in the snapshot
+    store.rebuild_index()
+    store.flush()
+    logged = index_mod.make_name("cat", 2, BASE_MS + 9000, "session")
+    donor = open_store(tmp_path / "donor")
+    donor_name = take(donor, summary="only in the old log")
+    donor.flush()
+    content = Path(donor.dir, donor_name).read_bytes()
+
+    def v1(meta: dict[str, object], body: bytes = b"") -> bytes:
+        payload = dumps_line(meta).encode("ascii") + b"\n" + body
+        return b"@%d %08x\n" % (len(payload), zlib.crc32(payload)) + payload
+
+    old = v1({"k": "open", "generation": 1, "boot": index_mod.boot_id(), "agent_id": "cat"}) + v1(
+        {"k": "put", "name": logged, "seq": 2, "checkpoint_type": "session", "timestamp_ms": BASE_MS + 9000},
+        content,
+    )
+    Path(store.catalog.log_path).unlink()
+    Path(store.catalog.log_path).write_bytes(old)
+
+    reader = reopened(store)
+    assert [e.name for e in reader.entries()] == [logged, kept]
+    assert reader.read(logged).summary == "only in the old log"
+    assert not Path(store.dir, logged).exists()
+
+    writer = reopened(store)
+    nxt = take(writer)
+    assert Path(store.dir, logged).read_bytes() == content
+    assert header(store)["v"] == 2 and [f.meta["name"] for f in frames(store)] == [nxt]
+    assert [e.seq for e in reopened(store).entries()] == [3, 2, 1]
 
 
 WRITER = r"""
@@ -228,9 +386,6 @@ def test_concurrent_writer_processes_share_one_catalogue(tmp_path: Path) -> None
     """Four processes write checkpoints of one agent at once (small ones in the log, large ones
     as files, the log settling on the way): every seq is used once, every acknowledged session
     checkpoint is listed and reads back, routine retention holds, and a fresh reader agrees."""
-    import subprocess
-    import sys
-
     home = tmp_path / "home"
     procs = [
         subprocess.Popen(
@@ -263,6 +418,6 @@ def test_concurrent_writer_processes_share_one_catalogue(tmp_path: Path) -> None
             == tag * {"a": 2_000, "b": 80_000, "c": INLINE_LIMIT + 1, "d": 500}[tag]
         )
     on_disk = {n for n in os.listdir(store.dir) if n.endswith(".checkpoint")}
-    assert on_disk == set(listed)
+    assert on_disk == set(listed)  # each writer finished its write-behind before it exited
     assert store.latest()[1] == []
     assert Path(store.index_path).exists()  # 60 x 80 KB went past the log's limit: it settled

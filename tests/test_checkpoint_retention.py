@@ -118,6 +118,7 @@ def on_disk(store: CheckpointStore) -> list[str]:
                 "SELECT name FROM phx_checkpoints WHERE agent_id = %s ORDER BY seq DESC", (store.agent.id,)
             ).fetchall()
         return [str(r[0]) for r in rows]
+    store.flush()  # files are created and removed behind the durable log record
     names = [n for n in os.listdir(store.dir) if parse_name(n) is not None] if os.path.isdir(store.dir) else []
     return sorted(names, key=lambda n: -parse_name(n)[1])  # type: ignore[index]
 

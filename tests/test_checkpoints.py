@@ -67,6 +67,7 @@ def test_checkpoints_written_with_sha256_still_verify(agent: Agent) -> None:
     """Files from before the move to xxh3-128 carry a sha256 checksum: read and verified as before."""
     info = agent.checkpoints.create("routine", summary="old format")
     path = Path(agent.checkpoints.dir, info.name)
+    agent.checkpoints.flush()
     data = path.read_bytes()
     head = data[: data.rindex(b'\n  "checksum": "') + 1]
     old = _with_checksum_line(data, b"sha256:" + hashlib.sha256(head).hexdigest().encode())
@@ -118,6 +119,7 @@ def test_restore_fills_an_empty_state_and_force_overwrites(agent: Agent, home: H
 def test_secrets_are_redacted_in_checkpoints(agent: Agent) -> None:
     agent.checkpoints.register("env", lambda ctx: {"line": "export OPENAI_API_KEY=sk-proj-" + "Ab1Cd2Ef3" * 6})
     info = agent.checkpoints.create("routine", summary="deploy with password=Hunter2Secret!")
+    agent.checkpoints.flush()
     text = Path(agent.checkpoints.dir, info.name).read_text()
     assert "Ab1Cd2Ef3Ab1Cd2Ef3" not in text and "Hunter2Secret" not in text
 
@@ -136,7 +138,8 @@ def test_index_is_rebuilt_when_lost(agent: Agent, lost: str) -> None:
     store = agent.checkpoints
     names = [store.create("session").name for _ in range(2)]
     store.rebuild_index()  # settles: the snapshot holds both, the log starts empty
-    names.append(store.create("session").name)  # this one is in the log only
+    names.append(store.create("session").name)  # this one is in the log (and its file) only
+    store.flush()
     for gone in ["index.json", "index.log"] if lost == "both" else [lost]:
         os.unlink(os.path.join(store.dir, gone))
     fresh = Agent.open(agent.id, home=agent.home, clock=agent.clock).checkpoints  # no view in memory

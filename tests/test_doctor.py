@@ -128,6 +128,7 @@ def test_doctor_checks_checkpoints_and_identity(agent: Agent) -> None:
 
 def test_doctor_repairs_a_damaged_checkpoint_from_the_log(agent: Agent) -> None:
     info = agent.checkpoints.create("session", summary="kept in the log")
+    agent.checkpoints.flush()
     path = Path(agent.checkpoints.dir, info.name)
     original = path.read_bytes()
     path.write_bytes(original.replace(b"kept in the log", b"Kept in the log"))

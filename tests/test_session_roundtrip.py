@@ -261,6 +261,7 @@ def test_a_damaged_checkpoint_still_in_the_log_is_read_from_it_and_repaired(home
     session_checkpoint(agent, "the good one")
     clock.advance(60)
     bad = agent.checkpoints.create("session", summary="damaged later").name
+    agent.checkpoints.flush()  # its named file is written behind the durable log record
     path = Path(agent.checkpoints.dir, bad)
     original = path.read_bytes()
     path.write_bytes(original.replace(b"damaged later", b"Damaged later"))
@@ -275,8 +276,12 @@ def test_a_damaged_checkpoint_still_in_the_log_is_read_from_it_and_repaired(home
     assert fresh.checkpoints.latest()[1] == []
     assert not fresh.checkpoints.repair_from_log(bad)  # nothing left to repair
 
-    path.unlink()  # gone by hand: the log still has it, and the next load writes it back
-    assert Agent.open("zero", home=home, clock=clock).checkpoints.entries()[0].name == bad
+    path.unlink()  # gone by hand: the log still has it, readers read it there...
+    reader = Agent.open("zero", home=home, clock=clock).checkpoints
+    assert reader.entries()[0].name == bad and reader.read(bad).summary == "damaged later"
+    assert not path.exists()  # ...and only writers touch the directory: the next one writes it back
+    clock.advance(60)
+    reader.create("routine")
     assert path.read_bytes() == original
 
 
@@ -285,6 +290,7 @@ def test_a_checkpoint_from_a_newer_phoenix_is_refused(home: Home, clock: ManualC
     good = session_checkpoint(agent, "readable")
     clock.advance(60)
     newer = agent.checkpoints.create("session", summary="from the future").name
+    agent.checkpoints.flush()
     path = Path(agent.checkpoints.dir, newer)
     envelope = decode(path.read_bytes(), str(path))
 

@@ -2,41 +2,53 @@
 
 Two files next to the checkpoints, both owned by this module:
 
+``index.log`` (the log: a write-ahead log, reused in place)
+    A 512-byte header, the ``open`` frame (the log's ``generation``, a random ``salt``, the boot
+    it was started in, the agent) padded with zeros, then frames
+    ``@<payload length> <hash>\\n<payload>``: the payload is one JSON line of metadata and, for a
+    checkpoint of at most ``INLINE_LIMIT`` bytes, the checkpoint's bytes. ``hash`` is the xxh3-64
+    of the payload seeded with the previous frame's hash (the first frame's with the salt): a
+    reader takes frames from the header on while that chain holds and stops at the first frame
+    that breaks it, a torn one (a writer killed mid-write) or one left from an earlier generation.
+    When a generation ends (settling, below) the header gets a new generation and salt and frames
+    are written from offset 512 again, over the old ones: the log's blocks stay allocated, so the
+    ``fdatasync`` of a record flushes that record alone and never the file's metadata, as SQLite's
+    write-ahead log does. (Logs written by earlier versions, framed with a crc32 and appended
+    only, are read as they are and converted by the next writer.)
+
 ``index.json`` (the snapshot)
     Every checkpoint known when the log was last settled: ``next_seq``, ``generation`` and one
     entry per checkpoint (name, seq, type, time, label, operation, size). Replaced atomically
     and durably, only when the log is settled.
 
-``index.log`` (the log)
-    Framed records appended since: ``@<payload length> <crc32>\\n<payload>``, the payload one
-    JSON line of metadata and, for a checkpoint of at most ``INLINE_LIMIT`` bytes, the
-    checkpoint's bytes. The first record names the log's ``generation`` and the boot it was
-    started in. A record is one ``write``; a torn tail (a writer killed mid-write) fails its
-    length or its crc, is ignored by readers and cut by the next writer.
-
 How a checkpoint becomes durable (the writer holds the store's lock):
 
-- *small* (at most ``INLINE_LIMIT``, the common case): one record holding the checkpoint's bytes
-  and the names retention drops, appended and ``fdatasync``-ed: that is the durable point, one
-  flush, as a database's write-ahead log. The named file is then created atomically without a
-  flush (a process killed at any moment leaves it whole or absent; whoever next loads the log
-  creates it if absent). A power loss can lose named files written since the last settle: the
-  log still holds them, and the first writer after a reboot (the boot id changed) rewrites each
-  from the log before going on.
-- *large*: the record (metadata only) is appended first, which reserves the seq, then the file
-  is created with ``fsync`` of the file and of the directory (copying megabytes into the log as
-  well would cost more than the flushes). A record whose file never appeared (the writer was
-  killed in between) is hidden from readers and dropped by the next writer.
+- *small* (at most ``INLINE_LIMIT``, the common case): one frame holding the checkpoint's bytes
+  and the names retention drops, written at the log's end and ``fdatasync``-ed: that is the
+  durable point, one flush. What follows from it is derived from that frame and done behind
+  (``_background``, a worker thread of the writing process): the named file is created (whole
+  or not at all, without a flush) and the files retention dropped are removed. Until then the
+  process reads the checkpoint from memory, other processes from the log. A process killed
+  before its write-behind leaves the files to the next writer that loads the log (any process),
+  and ``flush()`` waits for it. A power loss can lose named files written since the last
+  settle: the log still holds them, and the first writer after a reboot (the boot id changed)
+  rewrites each from the log before going on.
+- *large*: the frame (metadata only) is written first, which reserves the seq, then the file
+  is created with ``fsync`` of the file and of the directory. A record whose file never appeared
+  (the writer was killed in between) is hidden from readers and dropped by the next writer.
 
-Settling (every ``LOG_LIMIT`` bytes or ``LOG_RECORDS`` records, and on ``rebuild``): the named
-files the log holds are fsynced, the snapshot is replaced (generation + 1), then the log is
-replaced by an empty one of that generation; one directory fsync follows each. A crash between
-the two leaves a log older than the snapshot, which is then ignored (the snapshot has it all).
+Settling (when the next frame would pass ``LOG_LIMIT`` bytes, after ``LOG_RECORDS`` records,
+and on ``rebuild``): every named file the log holds is created if missing and fsynced, the files
+it dropped are removed, the snapshot is replaced (generation + 1), then the header is rewritten
+in place with that generation and a new salt. A crash between the two leaves a log older than the
+snapshot, which is then ignored (the snapshot has it all).
 
-Readers (any process, no lock) keep the view in memory while the log (inode, size) and the
-directory (mtime) are unchanged: two ``stat`` calls. A changed log is replayed from where they
-stopped; a changed directory (an edit by hand: a file copied in or deleted) is listed and
-reconciled. A missing or unreadable snapshot is rebuilt from the directory.
+Only writers (under the lock) create or remove files. Readers (any process, no lock) keep the view
+in memory and look again when the log (inode, size, modification time) or the directory
+(modification time) changed, or changed too recently to tell (within the file system's timestamp
+granularity): then they read the header and whatever frames follow the end they knew. A changed
+directory (an edit by hand: a file copied in or deleted) is listed and reconciled. A missing or
+unreadable snapshot is rebuilt from the directory.
 """
 
 from __future__ import annotations
@@ -48,27 +60,30 @@ import time
 import zlib
 from collections.abc import Callable, Iterable
 from datetime import date as _date
-from typing import Any
+from typing import Any, NamedTuple
+
+import xxhash
 
 from phoenix_protocol._clock import iso_from_ms
 from phoenix_protocol._durable import (
+    InPlaceFile,
     atomic_create,
     atomic_write,
-    durable_append,
     fsync_file,
     read_bytes,
-    read_range,
-    truncate_file,
 )
 from phoenix_protocol._errors import StorageError
 from phoenix_protocol._jsonio import JSONError, dumps_line, loads
 
 __all__ = [
     "CHECKPOINT_TYPES",
+    "HEADER_SIZE",
     "INLINE_LIMIT",
+    "LOG_LIMIT",
     "SUFFIX",
     "Catalog",
     "CheckpointInfo",
+    "frame",
     "make_name",
     "parse_name",
 ]
@@ -77,13 +92,17 @@ CHECKPOINT_TYPES = ("routine", "pre-operation", "recovery", "session")
 SUFFIX = ".checkpoint"
 INDEX_NAME = "index.json"
 LOG_NAME = "index.log"
-INLINE_LIMIT = 256 * 1024
-"""Checkpoints up to this size are written into the log (one flush); larger ones are flushed as
-their own file (the copy would cost more than the flushes it saves)."""
+LOG_VERSION = 2
+HEADER_SIZE = 512
 LOG_LIMIT = 4 * 1024 * 1024
+INLINE_LIMIT = 1280 * 1024
+"""Checkpoints up to this size go through the log (one flush, the file written behind); larger
+ones are flushed as their own file. A log holds at least three inline checkpoints."""
 LOG_RECORDS = 512
+_CHUNK = 64 * 1024  # what a reader reads at once past the end it knew
+_FRAME_HEAD = 40  # a frame header is at most this long: "@" + length + " " + 16 hex digits + "\n"
 _EPOCH_DAY = _date(1970, 1, 1).toordinal()
-_SETTLED_NS = 50_000_000  # a directory mtime older than this is past any timestamp granularity
+_SETTLED_NS = 50_000_000  # a modification time older than this is past any timestamp granularity
 
 
 class CheckpointInfo:
@@ -195,9 +214,52 @@ def boot_id() -> str:
     return _boot
 
 
-def frame(meta: dict[str, Any], content: bytes = b"") -> bytes:
+def frame(meta: dict[str, Any], content: bytes = b"", seed: int = 0) -> tuple[bytes, int]:
+    """One log frame (``meta`` and ``content``) chained on ``seed``, and its hash (the next seed)."""
     payload = dumps_line(meta).encode("ascii") + b"\n" + content
-    return b"@%d %08x\n" % (len(payload), zlib.crc32(payload)) + payload
+    digest = xxhash.xxh3_64_intdigest(payload, seed=seed)
+    return b"@%d %016x\n" % (len(payload), digest) + payload, digest
+
+
+def _frame_head(buf: bytes, pos: int) -> tuple[int, int, int, int] | None:
+    """``(payload start, payload length, hash, hash digits)`` of the frame header at ``pos``."""
+    if buf[pos : pos + 1] != b"@":
+        return None
+    nl = buf.find(b"\n", pos, pos + _FRAME_HEAD)
+    if nl < 0:
+        return None
+    try:
+        length_text, hash_text = buf[pos + 1 : nl].split(b" ")
+        return nl + 1, int(length_text), int(hash_text, 16), len(hash_text)
+    except ValueError:
+        return None
+
+
+def _parse_header(header: bytes) -> tuple[int, int, str] | None:
+    """``(generation, salt, boot)`` from a log header of this version, or ``None``."""
+    head = _frame_head(header, 0)
+    if head is None or head[3] != 16:
+        return None
+    start, length, digest, _digits = head
+    payload = header[start : start + length]
+    if len(payload) != length or xxhash.xxh3_64_intdigest(payload, seed=0) != digest:
+        return None
+    try:
+        meta = loads(payload[: payload.find(b"\n")] if b"\n" in payload else payload)
+        if not isinstance(meta, dict) or meta.get("k") != "open" or meta.get("v") != LOG_VERSION:
+            return None
+        return int(meta["generation"]), int(meta["salt"]), str(meta.get("boot", ""))
+    except (JSONError, KeyError, TypeError, ValueError):
+        return None
+
+
+class Slot(NamedTuple):
+    """Where a checkpoint's bytes are in the log: its frame, and the seed that verifies it."""
+
+    frame_at: int
+    frame_len: int
+    content_at: int  # offset of the checkpoint's bytes within the frame
+    seed: int  # -1: a crc32 frame of the old, append-only log
 
 
 class View:
@@ -207,15 +269,18 @@ class View:
         self.generation = 0
         self.next_seq = 1
         self.entries: dict[str, CheckpointInfo] = {}
-        self.inline: dict[str, tuple[int, int]] = {}  # name -> (offset, length) in the log
+        self.inline: dict[str, Slot] = {}  # name -> where its bytes are in the log
         self.pending: set[str] = set()  # large checkpoints recorded whose file is not there (yet)
         self.unchecked: set[str] = set()  # logged by another process: is the named file there?
         self.dropped: set[str] = set()  # dropped by this log's records (never re-added from the directory)
         self.unremoved: set[str] = set()  # dropped by another process, which may have died before unlinking
-        self.log_ino = -1
-        self.log_size = 0
-        self.log_pos = 0  # end of the last whole record
+        self.log_key: tuple[int, int, int] | None = None  # (inode, size, mtime) when last looked at
+        self.log_settled = False  # the key was older than any timestamp granularity when looked at
+        self.log_end = 0  # end of the last whole frame
+        self.log_version = 0
         self.log_generation = -1  # -1: no usable log
+        self.salt = 0
+        self.chain = 0  # the last frame's hash: the next frame's seed
         self.log_boot = ""
         self.log_records = 0
         self.dir_seen = -1
@@ -284,46 +349,49 @@ class View:
 
 
 class Catalog:
-    """The snapshot and the log of one checkpoint directory."""
+    """The snapshot and the log of one checkpoint directory. ``lock`` takes the store's write
+    lock (the write-behind takes it too)."""
 
     def __init__(
         self,
         directory: str,
         agent_id: str,
         describe: Callable[[CheckpointInfo], CheckpointInfo],
+        lock: Callable[[], contextlib.AbstractContextManager[Any]] | None = None,
     ) -> None:
         self.dir = directory
         self.agent_id = agent_id
         self.index_path = os.path.join(directory, INDEX_NAME)
         self.log_path = os.path.join(directory, LOG_NAME)
+        self.log = InPlaceFile(self.log_path)
         self._describe = describe
+        self._lock = lock
         self._view: View | None = None
         self._mutex = threading.RLock()  # threads of one process share the view
+        # Written by this process, not yet done on disk (the write-behind's work; under _mutex):
+        # name -> (its entry, its bytes, the log generation it was written in)
+        self.deferred: dict[str, tuple[CheckpointInfo, bytes, int]] = {}  # named file not created yet
+        self.unlink_later: set[str] = set()  # dropped checkpoints whose file may still be there
 
     # -- loading -------------------------------------------------------------------------------
 
     def load(self, *, writer: bool = False) -> View:
-        """The current view. ``writer=True`` (under the store's lock) also repairs: a torn log
-        tail is cut, a missing log started, large records without a file dropped, and after a
-        reboot every file the log holds is checked and rewritten from it."""
+        """The current view. ``writer=True`` (under the store's lock) also repairs: files only the
+        log holds are created, large records without a file dropped, an old or unusable log
+        replaced, and after a reboot every file the log holds is checked and rewritten from it."""
         with self._mutex:
-            try:
-                st = os.stat(self.log_path)
-                log_key: tuple[int, int] | None = (st.st_ino, st.st_size)
-            except FileNotFoundError:
-                log_key = None
+            st = self.log.stat()
+            key = (st.st_ino, st.st_size, st.st_mtime_ns) if st is not None else None
             view = self._view
-            if view is None or log_key is None or log_key[0] != view.log_ino or log_key[1] < view.log_pos:
-                view = self._full_load(log_key)
-            elif log_key[1] != view.log_size or view.log_pos != view.log_size:
-                self._replay(view, view.log_pos, log_key[1])
+            if view is None or (key is None) != (view.log_key is None):
+                view = self._full_load(key)  # no view yet, or the log appeared or vanished
+            elif key is not None and view.log_key is not None:
+                if key[0] != view.log_key[0]:
+                    view = self._full_load(key)  # another file
+                elif writer or key != view.log_key or not view.log_settled:
+                    view = self._refresh(view, key)
             if view.pending:
                 self._check_pending(view, writer=writer)
-            if view.unchecked:
-                for name in list(view.unchecked):
-                    if not os.path.exists(os.path.join(self.dir, name)):
-                        self.materialize(view, name)
-                view.unchecked.clear()
             try:
                 dir_mtime = os.stat(self.dir).st_mtime_ns
             except FileNotFoundError:
@@ -334,6 +402,12 @@ class Catalog:
                 self._repair(view)
             self._view = view
             return view
+
+    def reload(self) -> View:
+        """Forget the view and load again (after noticing it went stale)."""
+        with self._mutex:
+            self._view = None
+            return self.load()
 
     def _read_snapshot(self) -> tuple[int, int, list[CheckpointInfo]] | None:
         data = read_bytes(self.index_path)
@@ -346,7 +420,7 @@ class Catalog:
         except (JSONError, KeyError, TypeError, ValueError, AttributeError):
             return None
 
-    def _full_load(self, log_key: tuple[int, int] | None) -> View:
+    def _full_load(self, key: tuple[int, int, int] | None) -> View:
         """The snapshot and the whole log; ``load`` then reconciles with the directory (a fresh
         view has not seen it), which also covers a lost snapshot or log."""
         view = View()
@@ -355,59 +429,119 @@ class Catalog:
             view.generation, view.next_seq, entries = snapshot
             for info in entries:
                 view.entries[info.name] = info
-        if log_key is not None:
-            view.log_ino = log_key[0]
-            self._replay(view, 0, log_key[1])
+        if key is not None:
+            self._note_key(view, key)
+            header = self.log.read(0, HEADER_SIZE, ino=key[0])
+            if self._open_header(view, header):
+                self._replay(view, key[0])
+            elif header.startswith(b"@") and _frame_head(header, 0) is not None:
+                self._replay_v1(view, self.log.read(0, key[1], ino=key[0]))
         return view
 
-    def _replay(self, view: View, start: int, end: int) -> None:
-        """Apply the log's whole records between ``start`` and ``end``."""
-        view.log_size = end
-        if end <= start:
-            return
-        data = read_range(self.log_path, start, end - start)
-        if data is None:
-            view.log_size = view.log_pos = 0
-            view.log_generation = -1
-            return
-        pos = 0
-        size = len(data)
-        while pos < size:
-            nl = data.find(b"\n", pos, pos + 32)
-            if data[pos : pos + 1] != b"@" or nl < 0:
+    def _note_key(self, view: View, key: tuple[int, int, int]) -> None:
+        view.log_key = key
+        view.log_settled = time.time_ns() - key[2] > _SETTLED_NS
+
+    def _open_header(self, view: View, header: bytes) -> bool:
+        """Take the log's generation and salt from its header; ``False`` if it is not a usable
+        header of this version."""
+        parsed = _parse_header(header)
+        if parsed is None:
+            return False
+        view.log_generation, view.salt, view.log_boot = parsed
+        view.chain = view.salt
+        view.log_version = LOG_VERSION
+        view.log_end = HEADER_SIZE
+        view.log_records = 0
+        return True
+
+    def _refresh(self, view: View, key: tuple[int, int, int]) -> View:
+        """The log may have changed: read its header and what follows the end we knew (a new
+        generation, another version or an unreadable header: load it all again)."""
+        if view.log_version != LOG_VERSION:
+            return self._full_load(key)
+        parsed = _parse_header(self.log.read(0, HEADER_SIZE, ino=key[0]))
+        if parsed is None or parsed[:2] != (view.log_generation, view.salt):
+            return self._full_load(key)
+        self._note_key(view, key)
+        self._replay(view, key[0])
+        return view
+
+    def _replay(self, view: View, ino: int) -> None:
+        """Apply the frames that follow ``view.log_end`` while the hash chain holds."""
+        pos = view.log_end
+        buf = b""
+        base = pos  # the log offset of buf[0]
+        while True:
+            i = pos - base
+            if i + _FRAME_HEAD > len(buf):
+                buf, base, i = self.log.read(pos, _CHUNK, ino=ino), pos, 0
+            head = _frame_head(buf, i)
+            if head is None or head[3] != 16:
+                break
+            start, length, digest, _digits = head
+            end = start + length
+            if end > len(buf):  # a frame larger than what was read: read it whole
+                need = end - i
+                buf, base = self.log.read(pos, need, ino=ino), pos
+                if len(buf) < need:
+                    break
+                start, end, i = start - i, end - i, 0
+            if xxhash.xxh3_64_intdigest(memoryview(buf)[start:end], seed=view.chain) != digest:
+                break
+            meta_end = buf.find(b"\n", start, end)
+            if meta_end < 0:
                 break
             try:
-                length_text, crc_text = data[pos + 1 : nl].split(b" ")
-                length, crc = int(length_text), int(crc_text, 16)
-            except ValueError:
-                break
-            body_start = nl + 1
-            body_end = body_start + length
-            if body_end > size or zlib.crc32(data[body_start:body_end]) != crc:
-                break
-            meta_end = data.find(b"\n", body_start, body_end)
-            try:
-                meta = loads(data[body_start : meta_end if meta_end >= 0 else body_end])
+                meta = loads(buf[start:meta_end])
             except JSONError:
                 break
-            content_start = start + meta_end + 1 if meta_end >= 0 else start + body_end
-            self._apply(view, meta, content_start, start + body_end - content_start, start == 0 and pos == 0)
-            pos = body_end
-        view.log_pos = start + pos
+            slot = Slot(pos, end - i, meta_end + 1 - i, view.chain)
+            self._apply(view, meta, slot, end - meta_end - 1)
+            view.chain = digest
+            pos += end - i
+        view.log_end = pos
 
-    def _apply(self, view: View, meta: Any, content_at: int, content_len: int, first: bool) -> None:
-        if not isinstance(meta, dict):
-            return
-        kind = meta.get("k")
-        if first:
-            if kind == "open":
+    def _replay_v1(self, view: View, data: bytes) -> None:
+        """A log of the earlier, append-only format (``@<length> <crc32>``): read it all."""
+        pos = 0
+        size = len(data)
+        first = True
+        while pos < size:
+            head = _frame_head(data, pos)
+            if head is None or head[3] != 8:
+                break
+            start, length, crc, _digits = head
+            end = start + length
+            if end > size or zlib.crc32(data[start:end]) != crc:
+                break
+            meta_end = data.find(b"\n", start, end)
+            try:
+                meta = loads(data[start : meta_end if meta_end >= 0 else end])
+            except JSONError:
+                break
+            if first:
+                if not isinstance(meta, dict) or meta.get("k") != "open":
+                    break
                 view.log_generation = int(meta.get("generation", 0))
                 view.log_boot = str(meta.get("boot", ""))
-                view.log_records = 0
+                view.log_version = 1
+                first = False
+            else:
+                content_len = end - meta_end - 1 if meta_end >= 0 else 0
+                self._apply(
+                    view, meta, Slot(pos, end - pos, (meta_end + 1 - pos) if meta_end >= 0 else 0, -1), content_len
+                )
+            pos = end
+        view.log_end = pos
+
+    def _apply(self, view: View, meta: Any, slot: Slot, content_len: int) -> None:
+        if not isinstance(meta, dict):
             return
         view.log_records += 1
         if view.log_generation < view.generation:
             return  # a log the snapshot already holds (a crash between the two replacements)
+        kind = meta.get("k")
         if kind == "put":
             try:
                 info = CheckpointInfo.from_dict(meta)
@@ -415,15 +549,17 @@ class Catalog:
                 return
             view.add(info)
             if content_len > 0:
-                view.inline[info.name] = (content_at, content_len)
-                view.unchecked.add(info.name)
+                view.inline[info.name] = slot
+                if info.name not in self.deferred:
+                    view.unchecked.add(info.name)
             elif not os.path.exists(os.path.join(self.dir, info.name)):
                 view.pending.add(info.name)
                 view.invalidate()
         for name in meta.get("drop") or ():
             view.remove(str(name))
             view.dropped.add(str(name))
-            view.unremoved.add(str(name))
+            if str(name) not in self.unlink_later:
+                view.unremoved.add(str(name))
 
     def _check_pending(self, view: View, *, writer: bool) -> None:
         for name in list(view.pending):
@@ -475,20 +611,52 @@ class Catalog:
             except FileNotFoundError:
                 self._view.dir_seen = -1
 
+    # -- reading a checkpoint's bytes -----------------------------------------------------------
+
+    def logged_content(self, view: View, name: str) -> bytes | None:
+        """The bytes of checkpoint ``name`` as this process wrote them or as the log holds them
+        (verified against its frame's hash), or ``None``: not in the log, or the view is stale."""
+        with self._mutex:
+            written = self.deferred.get(name)
+            if written is not None:
+                return written[1]
+            slot = view.inline.get(name)
+        if slot is None:
+            return None
+        raw = self.log.read(slot.frame_at, slot.frame_len)
+        head = _frame_head(raw, 0)
+        if head is None or len(raw) != slot.frame_len:
+            return None
+        start, length, digest, _digits = head
+        payload = raw[start : start + length]
+        if slot.seed < 0:
+            if zlib.crc32(payload) != digest:
+                return None
+        elif xxhash.xxh3_64_intdigest(payload, seed=slot.seed) != digest:
+            return None
+        return raw[slot.content_at :]
+
     # -- repairing (writers) -------------------------------------------------------------------
 
     def _repair(self, view: View) -> None:
-        if view.log_generation < view.generation or view.log_generation < 0:
+        if view.log_version == 1 and view.log_generation >= view.generation:
+            self._settle(view)  # an old-format log: its files made durable, then a new log
+            return
+        if view.log_version != LOG_VERSION or view.log_generation < view.generation or view.log_generation < 0:
             self._start_log(view)  # none yet, one the snapshot already holds, or one unreadable
             return
-        if view.log_pos < view.log_size:
-            truncate_file(self.log_path, view.log_pos)
-            view.log_size = view.log_pos
         if view.unremoved:  # a writer killed between its record and its unlinks left some
             left = [n for n in view.unremoved if os.path.lexists(os.path.join(self.dir, n))]
             view.unremoved.clear()
             if left:
                 self._unlink(left)
+                self.note_own_change()
+        if view.unchecked:  # logged by a writer that may have died before creating the file
+            for name in list(view.unchecked):
+                if name in view.entries and not os.path.exists(os.path.join(self.dir, name)):
+                    self._materialize(view, name)
+            view.unchecked.clear()
+            self.note_own_change()
         if view.log_boot != boot_id():
             # A reboot since the log started: files written without a flush may be lost or
             # damaged. Rewrite each from the log, then settle (which flushes them).
@@ -498,26 +666,15 @@ class Catalog:
                 if content is not None and read_bytes(path) != content:
                     atomic_write(path, content, durable=False)
             self._reconcile(view, None)
-            self.settle(view)
+            self._settle(view)
 
-    def materialize(self, view: View, name: str) -> None:
+    def _materialize(self, view: View, name: str) -> None:
         """Create the named file of a logged checkpoint if it is not there (never overwrites)."""
-        where = view.inline.get(name)
-        if where is None:
+        content = self.logged_content(view, name)
+        if content is None:
             return
-        content = read_range(self.log_path, where[0], where[1])
-        if content is None or len(content) != where[1]:
-            return
-        # Someone else made it, or this reader may not write here: the log still has it.
-        with contextlib.suppress(FileExistsError, StorageError):
+        with contextlib.suppress(FileExistsError):  # made by someone else already
             atomic_create(os.path.join(self.dir, name), content, durable=False)
-
-    def logged_content(self, view: View, name: str) -> bytes | None:
-        where = view.inline.get(name)
-        if where is None:
-            return None
-        content = read_range(self.log_path, where[0], where[1])
-        return content if content is not None and len(content) == where[1] else None
 
     # -- writing (under the store's lock, after ``load(writer=True)``) --------------------------
 
@@ -529,37 +686,48 @@ class Catalog:
             except BaseException:
                 self._view = None  # what reached the disk is read back by the next load
                 raise
+        if len(data) <= INLINE_LIMIT:
+            self.write_behind()
+
+    def _append(self, view: View, meta: dict[str, Any], content: bytes, *, durable: bool = True) -> Slot:
+        """Write one frame at the log's end (settling first when it would not fit)."""
+        meta_line = dumps_line(meta).encode("ascii")
+        length = len(meta_line) + 1 + len(content)
+        if view.log_end + _FRAME_HEAD + length > LOG_LIMIT or view.log_records >= LOG_RECORDS:
+            self._settle(view)
+        hasher = xxhash.xxh3_64(meta_line, seed=view.chain)
+        hasher.update(b"\n")
+        hasher.update(content)
+        digest = hasher.intdigest()
+        head = b"@%d %016x\n" % (length, digest)
+        at = view.log_end
+        ino = view.log_key[0] if view.log_key is not None else None
+        self.log.write([head, meta_line, b"\n", content], at, durable=durable, ino=ino)
+        slot = Slot(at, len(head) + length, len(head) + len(meta_line) + 1, view.chain)
+        view.chain = digest
+        view.log_end = at + slot.frame_len
+        view.log_records += 1
+        return slot
 
     def _put(self, view: View, info: CheckpointInfo, data: bytes, drop: list[CheckpointInfo]) -> None:
         meta: dict[str, Any] = {"k": "put", **info.as_dict()}
-        path = os.path.join(self.dir, info.name)
-        start = view.log_size
         if len(data) <= INLINE_LIMIT:
-            # The record holds the bytes and what retention drops: one fdatasync makes it all durable.
+            # One frame holds the bytes and what retention drops: one fdatasync makes it all durable.
             if drop:
                 meta["drop"] = [d.name for d in drop]
-            record = frame(meta, data)
-            durable_append(self.log_path, record)
-            view.log_size = view.log_pos = start + len(record)
-            view.inline[info.name] = (view.log_size - len(data), len(data))
+            view.inline[info.name] = self._append(view, meta, data)
+            self.deferred[info.name] = (info, data, view.log_generation)  # the named file comes behind
             view.add(info)
-            with contextlib.suppress(FileExistsError):  # a reader made it from the log already
-                atomic_create(path, data, durable=False)
+            self._dropped(view, drop, behind=True)
         else:
-            # The record reserves the seq; the file is flushed on its own; what retention drops
+            # The frame reserves the seq; the file is flushed on its own; what retention drops
             # goes only once the new checkpoint is durable.
-            record = frame(meta)
-            durable_append(self.log_path, record, durable=False)
-            view.log_size = view.log_pos = start + len(record)
-            atomic_create(path, data)  # fsync of the file, then of the directory
+            self._append(view, meta, b"", durable=False)
+            atomic_create(os.path.join(self.dir, info.name), data)  # fsync of the file, then of the directory
             view.add(info)
-        view.log_records += 1
-        if len(data) > INLINE_LIMIT and drop:
-            self._drop(view, drop, durable=False)  # the new checkpoint is durable on its own
-        else:
-            self._dropped(view, drop)
-        if view.log_size > LOG_LIMIT or view.log_records >= LOG_RECORDS:
-            self._settle(view)
+            if drop:
+                self._append(view, {"k": "drop", "drop": [d.name for d in drop]}, b"", durable=False)
+                self._dropped(view, drop)
 
     def drop(self, view: View, drop: list[CheckpointInfo]) -> None:
         """Remove checkpoints (retention outside a write): a durable record, then the files."""
@@ -567,26 +735,23 @@ class Catalog:
             return
         with self._mutex:
             try:
-                self._drop(view, drop)
+                self._append(view, {"k": "drop", "drop": [d.name for d in drop]}, b"")
+                self._dropped(view, drop)
             except BaseException:
                 self._view = None
                 raise
 
-    def _drop(self, view: View, drop: list[CheckpointInfo], *, durable: bool = True) -> None:
-        record = frame({"k": "drop", "drop": [d.name for d in drop]})
-        start = view.log_size
-        durable_append(self.log_path, record, durable=durable)
-        view.log_size = view.log_pos = start + len(record)
-        view.log_records += 1
-        self._dropped(view, drop)
-
-    def _dropped(self, view: View, drop: list[CheckpointInfo]) -> None:
-        """Apply what a record dropped: out of the view, then the files."""
+    def _dropped(self, view: View, drop: list[CheckpointInfo], *, behind: bool = False) -> None:
+        """Apply what a record dropped: out of the view, then the files (now, or behind)."""
         for d in drop:
             view.remove(d.name)
             view.dropped.add(d.name)
-        self._unlink(d.name for d in drop)
-        self.note_own_change()
+            self.deferred.pop(d.name, None)
+        if behind:
+            self.unlink_later.update(d.name for d in drop)
+        elif drop:
+            self._unlink(d.name for d in drop)
+            self.note_own_change()
 
     def _unlink(self, names: Iterable[str]) -> None:
         for name in list(names):
@@ -597,20 +762,74 @@ class Catalog:
             except OSError as exc:
                 raise StorageError(f"could not remove {name}: {exc.strerror}.", path=name) from exc
 
+    # -- write-behind -----------------------------------------------------------------------------
+
+    def write_behind(self) -> None:
+        """Have the worker thread create the named files and remove the dropped ones."""
+        from phoenix_protocol import _background
+
+        _background.submit(self, self.flush_deferred)
+
+    def flush(self) -> None:
+        """Wait until this process's write-behind is done (doing what is left of it here); raise
+        what it failed with."""
+        from phoenix_protocol import _background
+
+        _background.wait(self)
+        if self.deferred or self.unlink_later:
+            self.flush_deferred()
+
+    def flush_deferred(self) -> None:
+        """The write-behind itself (also run by ``flush`` of a process without a worker)."""
+        if not self.deferred and not self.unlink_later:
+            return
+        lock = self._lock() if self._lock is not None else contextlib.nullcontext()
+        with lock:
+            view = self.load(writer=True)
+            with self._mutex:
+                self._apply_deferred(view)
+
+    def _apply_deferred(self, view: View) -> None:
+        """Create the named files this process wrote and remove the dropped ones (caller holds
+        the lock and the mutex). A checkpoint written here is created unless it was dropped
+        since: by a record of this log, or by a settle of another process (which creates every
+        checkpoint still listed itself). One the view lost otherwise (its log deleted by hand)
+        is created and listed again from the bytes held here."""
+        changed = bool(self.deferred or self.unlink_later)
+        for name, (info, data, generation) in list(self.deferred.items()):
+            listed = name in view.entries
+            if listed or (name not in view.dropped and generation == view.log_generation):
+                with contextlib.suppress(FileExistsError):
+                    atomic_create(os.path.join(self.dir, name), data, durable=False)
+                if not listed:
+                    view.add(info)
+            del self.deferred[name]
+        if self.unlink_later:
+            names = list(self.unlink_later)
+            self.unlink_later.clear()
+            self._unlink(names)
+        if changed:
+            self.note_own_change()
+
+    # -- settling ----------------------------------------------------------------------------------
+
     def settle(self, view: View) -> None:
-        """Flush every file the log holds, write the snapshot, start an empty log."""
+        """Flush every file the log holds, write the snapshot, start a new generation."""
         with self._mutex:
             self._settle(view)
 
     def _settle(self, view: View) -> None:
-        for name in view.inline:
-            if name in view.entries and not fsync_file(os.path.join(self.dir, name)):
-                self.materialize(view, name)
-                fsync_file(os.path.join(self.dir, name))
+        self._apply_deferred(view)
+        live = [name for name in view.inline if name in view.entries]
+        for name in live:
+            if not os.path.exists(os.path.join(self.dir, name)):
+                self._materialize(view, name)
+        for name in live:
+            fsync_file(os.path.join(self.dir, name))
         for name in list(view.entries):
             if name in view.pending:
                 view.remove(name)
-        self._unlink(view.dropped)  # the new log will not remember them
+        self._unlink(view.dropped)  # the new generation will not remember them
         entries = view.ordered()
         generation = max(view.generation, view.log_generation) + 1
         head = dumps_line(
@@ -624,19 +843,43 @@ class Catalog:
         )
         lines = ",\n".join(e.encoded() for e in entries)
         text = head[:-1] + ',"entries":[\n' + lines + ("\n" if lines else "") + "]}\n"
-        atomic_write(self.index_path, text.encode("ascii"))
+        atomic_write(self.index_path, text.encode("ascii"))  # also flushes the directory's new names
         view.generation = generation
         self._start_log(view)
 
     def _start_log(self, view: View) -> None:
-        generation = max(view.generation, 0)
-        record = frame({"k": "open", "generation": generation, "boot": boot_id(), "agent_id": self.agent_id})
-        atomic_write(self.log_path, record)
-        st = os.stat(self.log_path)
-        view.log_ino, view.log_size, view.log_pos = st.st_ino, st.st_size, st.st_size
+        """A new generation: the header rewritten in place (a file of this version), or a new
+        log file (none yet, or one of the earlier format)."""
+        generation = max(view.generation, view.log_generation, 0)
+        salt = int.from_bytes(os.urandom(8), "big")
+        meta = {
+            "k": "open",
+            "v": LOG_VERSION,
+            "generation": generation,
+            "salt": salt,
+            "boot": boot_id(),
+            "agent_id": self.agent_id,
+        }
+        header, _digest = frame(meta)
+        if len(header) > HEADER_SIZE:  # pragma: no cover - ids are at most 64 characters
+            raise StorageError(f"checkpoint log header of {len(header)} bytes does not fit", path=self.log_path)
+        header += b"\0" * (HEADER_SIZE - len(header))
+        st = self.log.stat()
+        if st is not None and view.log_version == LOG_VERSION and st.st_size >= HEADER_SIZE:
+            self.log.write([header], 0, ino=st.st_ino)  # in place: the blocks stay allocated
+        else:
+            atomic_write(self.log_path, header)
+            self.log.close()  # the descriptor held the file this one replaced
+        st = self.log.stat()
+        if st is None:  # pragma: no cover - just written
+            raise StorageError("the checkpoint log vanished while it was started", path=self.log_path)
+        view.log_version = LOG_VERSION
         view.log_generation = generation
+        view.salt = view.chain = salt
+        view.log_end = HEADER_SIZE
         view.log_boot = boot_id()
         view.log_records = 0
+        self._note_key(view, (st.st_ino, st.st_size, st.st_mtime_ns))
         view.inline.clear()
         view.unchecked.clear()
         view.dropped.clear()
@@ -648,13 +891,9 @@ class Catalog:
         """Reconcile with the directory from scratch and settle (under the lock); returns how
         many entries the snapshot and the log had wrong (all of them when the snapshot was lost)."""
         with self._mutex:
-            self.load(writer=True)  # cuts a torn tail, restores files only the log holds
-            try:
-                st = os.stat(self.log_path)
-                log_key: tuple[int, int] | None = (st.st_ino, st.st_size)
-            except FileNotFoundError:
-                log_key = None
-            view = self._full_load(log_key)
+            self.load(writer=True)  # files only the log holds are created
+            st = self.log.stat()
+            view = self._full_load((st.st_ino, st.st_size, st.st_mtime_ns) if st is not None else None)
             before = {e.name for e in view.ordered()} if os.path.exists(self.index_path) else set()
             self._reconcile(view, None)
             self._settle(view)

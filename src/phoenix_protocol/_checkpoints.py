@@ -311,16 +311,19 @@ class FileCheckpoints:
     def __init__(self, store: CheckpointStore) -> None:
         self.store = store
         self.dir = store.dir
-        self.catalog = Catalog(self.dir, store.agent.id, store._describe)
+        self.catalog = Catalog(self.dir, store.agent.id, store._describe, lock=self.lock)
         self.operations_path = os.path.join(self.dir, "operations.jsonl")
         self._ops_cache: tuple[tuple[int, int, int], set[str]] | None = None
+        self._ensured = False
 
     def where(self, name: str) -> str:
         return os.path.join(self.dir, name)
 
     def lock(self) -> FileLock:
-        self.store.agent.ensure()
-        ensure_dir(self.dir)
+        if not self._ensured or not os.path.isdir(self.dir):
+            self.store.agent.ensure()
+            ensure_dir(self.dir)
+            self._ensured = True
         return FileLock(self.catalog.index_path, self.store.agent.config.lock_timeout)
 
     def newest(
@@ -332,12 +335,22 @@ class FileCheckpoints:
         return itertools.islice(found, limit)
 
     def read(self, name: str) -> bytes | None:
-        return read_bytes(os.path.join(self.dir, name))
+        written = self.catalog.deferred.get(name)  # this process wrote it; its file comes behind
+        return written[1] if written is not None else read_bytes(os.path.join(self.dir, name))
 
     def spare(self, name: str) -> bytes | None:
         if not os.path.isdir(self.dir):
             return None
-        return self.catalog.logged_content(self.catalog.load(), name)
+        view = self.catalog.load()
+        found = self.catalog.logged_content(view, name)
+        if found is None and name in view.inline:
+            # The log moved on since this view was loaded (another process settled it and wrote
+            # over the frame): the file is there now, or a fresh view knows where the bytes are.
+            view = self.catalog.reload()
+            found = self.catalog.logged_content(view, name)
+            if found is None and name in view.entries:
+                found = read_bytes(os.path.join(self.dir, name))
+        return found
 
     def write(self, build: Build) -> tuple[CheckpointInfo, list[CheckpointInfo]]:
         with self.lock():
@@ -345,6 +358,9 @@ class FileCheckpoints:
             info, data, drop = build(view, self.completed_operations)
             self.catalog.put(view, info, data, drop)  # the durable point (see _checkpoint_index)
         return info, drop
+
+    def flush(self) -> None:
+        self.catalog.flush()
 
     def prune(self, choose: Choose) -> list[CheckpointInfo]:
         if not os.path.isdir(self.dir):
@@ -478,6 +494,14 @@ class CheckpointStore:
         info.label = checkpoint.summary
         info.operation_id = op.get("id") if isinstance(op, dict) else None
         return info
+
+    def flush(self) -> None:
+        """Wait for what follows this process's checkpoint writes (they are durable already):
+        named files created, dropped files removed, ``checkpoint_created`` events in the ops log.
+        Raises what that work failed with (the next writer that loads the log repeats it)."""
+        if self.files is not None:
+            self.files.flush()
+        self.agent.ops.flush_later()
 
     def rebuild_index(self) -> int:
         """Make the catalogue (``index.json`` and ``index.log``) agree with the directory and
@@ -618,14 +642,14 @@ class CheckpointStore:
             return info, data, self._retain(view, completed, now_ms=ms, new=info)
 
         info, drop = self.backend.write(build)  # under the agent's write lock; durable when it returns
-        # The checkpoint is durable; the event about it and the timestamp in state.json need not
-        # be fsynced again (the checkpoint is the record).
-        self.agent.record(
+        # The checkpoint is durable: the event about it is written behind (the checkpoint log is
+        # the record), and the timestamp in state.json is not fsynced.
+        self.agent.ensure()
+        self.agent.ops.record_later(
             "checkpoint_created",
             "ok",
             {"name": info.name, "type": checkpoint_type, "seq": info.seq, "size": info.size, "pruned": len(drop)},
             trusted=True,
-            durable=False,
         )
         self._mark_taken(checkpoint_type, info.timestamp_ms)
         return info

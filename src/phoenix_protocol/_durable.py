@@ -19,6 +19,14 @@ Three primitives, each with the guarantee it gives and the one it does not:
     write can leave a torn tail, which readers skip (``iter_lines``) and the next locked
     append repairs (``repair_tail``).
 
+``InPlaceFile(path)``
+    A file read and overwritten at offsets through one descriptor kept open per process (the
+    checkpoint log). ``write(chunks, offset)`` writes every byte with ``pwritev`` and, when
+    durable, ``fdatasync``s: over blocks written before, that flushes the data alone, not the
+    file's metadata, the cheapest durable write a file system offers (SQLite's write-ahead log
+    relies on the same). It guarantees nothing about torn writes: the caller frames and checksums
+    what it writes. The descriptor is reopened when the path names another file or after a fork.
+
 ``FileLock(path)``
     An exclusive ``flock`` on a separate ``*.lock`` file, re-entrant within a thread (threads of
     one process take turns on a per-path lock first, since a flock belongs to the process), released
@@ -51,6 +59,7 @@ __all__ = [
     "DIR_MODE",
     "FILE_MODE",
     "FileLock",
+    "InPlaceFile",
     "atomic_create",
     "atomic_write",
     "durable_append",
@@ -170,6 +179,97 @@ def read_range(path: str, offset: int, length: int | None = None) -> bytes | Non
         raise _fail("read", path, exc) from exc
     finally:
         os.close(fd)
+
+
+class InPlaceFile:
+    """Positioned reads and durable positioned writes of one file (see the module docstring)."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self._fd = -1
+        self._ino = -1
+        self._pid = -1
+        self.writable = False
+
+    def stat(self) -> os.stat_result | None:
+        """The file's ``stat``, or ``None`` when it does not exist."""
+        try:
+            return os.stat(self.path)
+        except FileNotFoundError:
+            return None
+        except OSError as exc:
+            raise _fail("read", self.path, exc) from exc
+
+    def _descriptor(self, ino: int | None = None) -> int:
+        """The open descriptor, reopened when the file at ``path`` is another (``ino``) or after a fork."""
+        if self._fd >= 0 and self._pid == os.getpid() and (ino is None or ino == self._ino):
+            return self._fd
+        self.close()
+        try:
+            fd = os.open(self.path, os.O_RDWR | _CLOEXEC)
+            self.writable = True
+        except PermissionError:
+            fd = os.open(self.path, os.O_RDONLY | _CLOEXEC)  # a reader without write access
+            self.writable = False
+        self._fd, self._ino, self._pid = fd, os.fstat(fd).st_ino, os.getpid()
+        return fd
+
+    def read(self, offset: int, length: int, *, ino: int | None = None) -> bytes:
+        """Up to ``length`` bytes from ``offset`` (fewer at the end of the file); ``ino``: the
+        caller's ``stat`` of the path, to make sure the descriptor reads that file."""
+        try:
+            fd = self._descriptor(ino)
+            chunks = []
+            while length > 0:
+                chunk = os.pread(fd, min(length, 1 << 24), offset)
+                if not chunk:
+                    break
+                chunks.append(chunk)
+                offset += len(chunk)
+                length -= len(chunk)
+            return chunks[0] if len(chunks) == 1 else b"".join(chunks)
+        except FileNotFoundError:
+            self.close()
+            return b""
+        except OSError as exc:
+            raise _fail("read", self.path, exc) from exc
+
+    def write(
+        self,
+        chunks: list[bytes] | list[bytes | memoryview],
+        offset: int,
+        *,
+        durable: bool = True,
+        ino: int | None = None,
+    ) -> None:
+        """Write ``chunks`` one after the other from ``offset``, then ``fdatasync`` (``durable``);
+        ``ino`` as for ``read``."""
+        try:
+            fd = self._descriptor(ino)
+            pending = [memoryview(c) for c in chunks]
+            while pending:
+                written = os.pwritev(fd, pending, offset)
+                if written <= 0:  # pragma: no cover - regular files never return 0 for a non-empty write
+                    raise OSError(errno.EIO, "write returned 0")
+                offset += written
+                while pending and written >= len(pending[0]):
+                    written -= len(pending[0])
+                    pending.pop(0)
+                if written:
+                    pending[0] = pending[0][written:]
+            if durable:
+                _datasync(fd)
+        except OSError as exc:
+            raise _fail("write", self.path, exc) from exc
+
+    def close(self) -> None:
+        if self._fd >= 0 and self._pid == os.getpid():
+            try:
+                os.close(self._fd)
+            except OSError:
+                pass
+        self._fd = -1
+        self._ino = -1
 
 
 def truncate_file(path: str, size: int) -> None:

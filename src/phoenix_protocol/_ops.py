@@ -11,9 +11,17 @@ rebuild ``state.json`` from the log alone (``phx doctor``).
 Strings inside ``meta`` are passed through the secret redactor unless the caller marks the
 event as carrying only structured values (``trusted=True``: event names, ids, tool names,
 counters, digests), which keeps the redactor off the heartbeat's hot path.
+
+``record_later`` writes an event behind (``_background``): for an event about something already
+durable elsewhere (``checkpoint_created``: the checkpoint log is the record). Its time is taken at
+the call; its seq when it is written, before any later event of this process (``record``, the
+readers and ``flush_later`` write what is waiting first), so the log keeps the process's order.
+A process killed before the write-behind ran loses that event, never what it is about.
 """
 
 from __future__ import annotations
+
+import _thread
 
 from phoenix_protocol._clock import Clock, system_clock
 from phoenix_protocol._errors import UsageError
@@ -27,6 +35,10 @@ if TYPE_CHECKING:
 __all__ = ["OPS_STATUSES", "OpsLog"]
 
 OPS_STATUSES = ("ok", "warn", "error")
+
+# Events written behind, by log path (shared by every OpsLog of a path in this process).
+_later: dict[str, list[dict[str, Any]]] = {}
+_later_guard = _thread.allocate_lock()
 
 
 class OpsLog:
@@ -61,7 +73,30 @@ class OpsLog:
     ) -> int:
         """Append one event; returns its seq. ``trusted=True`` skips redaction of ``meta``."""
         entry = self.make_entry(event, status, meta, trusted=trusted)
+        if self.path in _later:
+            self.flush_later()
         return self.log.append(entry, durable=durable, lock_timeout=lock_timeout)
+
+    def record_later(
+        self, event: str, status: str = "ok", meta: dict[str, Any] | None = None, *, trusted: bool = False
+    ) -> None:
+        """Append one event behind (not durable; see the module docstring)."""
+        entry = self.make_entry(event, status, meta, trusted=trusted)
+        with _later_guard:
+            _later.setdefault(self.path, []).append(entry)
+        from phoenix_protocol import _background
+
+        _background.submit(("ops", self.path), self.flush_later)
+
+    def flush_later(self) -> None:
+        """Write the events waiting to be written behind, in order (a no-op when there are none)."""
+        if self.path not in _later:
+            return
+        with self.log.lock():
+            with _later_guard:
+                entries = _later.pop(self.path, [])
+            for entry in entries:
+                self.log.append_locked(entry, durable=False)
 
     def make_entry(
         self, event: str, status: str = "ok", meta: dict[str, Any] | None = None, *, trusted: bool = False
@@ -82,12 +117,16 @@ class OpsLog:
 
     def read(self, *, since_seq: int = 0) -> tuple[list[dict[str, Any]], list[LogProblem]]:
         """Every readable event (across rotations), oldest first, and what was skipped."""
+        if self.path in _later:
+            self.flush_later()
         if self.remote is not None:
             return self.remote().events(since_seq=since_seq)  # type: ignore[no-any-return]
         return self.log.read(since_seq=since_seq)
 
     def tail(self, n: int) -> tuple[list[dict[str, Any]], list[LogProblem]]:
         """The newest ``n`` events, oldest first, and what was skipped."""
+        if self.path in _later:
+            self.flush_later()
         if self.remote is not None:
             return self.remote().events(tail=n)  # type: ignore[no-any-return]
         return self.log.tail(n)

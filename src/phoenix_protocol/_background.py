@@ -1,0 +1,160 @@
+"""Write-behind: work that follows a durable write, done by one worker thread per process.
+
+A checkpoint is durable once its record is in the checkpoint log (``_checkpoint_index``); what
+follows from it (its named file, removing the files retention dropped, its ``checkpoint_created``
+ops event) is derived from that record and need not delay the caller. ``submit(key, task)`` hands
+such a task to a daemon thread; the caller goes on at once.
+
+- One task per ``key`` is queued at a time: submitting a key already queued does nothing (the
+  task looks at everything pending for its key when it runs).
+- ``wait(key)`` returns once no task of that key is queued or running (``wait()``: none at all),
+  and re-raises the first error a task of that key raised since the last ``wait``. Stores call it
+  from their ``flush()``.
+- At interpreter exit every queued task runs to completion (``atexit``); code that leaves with
+  ``os._exit`` (the hooks' detached children) calls ``drain()`` first. A process killed before
+  its tasks ran loses nothing durable: the next process that loads the checkpoint log does the
+  same work from the log.
+- A forked child starts with an empty queue (the parent does its own tasks).
+
+The library never prints: a task's error is kept for ``wait`` to raise; tasks are written to
+leave nothing half done (each one is repeatable from the durable record).
+"""
+
+from __future__ import annotations
+
+import atexit
+import os
+import threading
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Callable, Hashable
+
+__all__ = ["drain", "pending", "submit", "wait"]
+
+
+class _Worker:
+    def __init__(self) -> None:
+        self.cond = threading.Condition(threading.Lock())
+        self.queue: dict[Hashable, Callable[[], None]] = {}
+        self.running: Hashable | None = None
+        self.errors: dict[Hashable, BaseException] = {}
+        self.thread: threading.Thread | None = None
+        self.pid = os.getpid()
+
+    def submit(self, key: Hashable, task: Callable[[], None]) -> None:
+        with self.cond:
+            if key in self.queue:
+                return
+            self.queue[key] = task
+            if self.thread is None or not self.thread.is_alive():
+                self.thread = threading.Thread(target=self._run, name="phoenix-write-behind", daemon=True)
+                self.thread.start()
+            else:
+                self.cond.notify_all()
+
+    def _take(self, block: bool) -> tuple[Hashable, Callable[[], None]] | None:
+        with self.cond:
+            while not self.queue:
+                if not block:
+                    return None
+                self.cond.wait()
+            key = next(iter(self.queue))
+            task = self.queue.pop(key)
+            self.running = key
+            return key, task
+
+    def _done(self, key: Hashable, error: BaseException | None) -> None:
+        with self.cond:
+            if error is not None and key not in self.errors:
+                self.errors[key] = error
+            self.running = None
+            self.cond.notify_all()
+
+    def _run(self) -> None:
+        while True:
+            taken = self._take(block=True)
+            if taken is None:  # pragma: no cover - a blocking take always returns a task
+                continue
+            self._execute(*taken)
+
+    def _execute(self, key: Hashable, task: Callable[[], None]) -> None:
+        error: BaseException | None = None
+        try:
+            task()
+        except BaseException as exc:  # noqa: BLE001 - kept for wait(); the durable record stands
+            error = exc
+        self._done(key, error)
+
+    def busy(self, key: Hashable | None) -> bool:
+        if key is None:
+            return bool(self.queue) or self.running is not None
+        return key in self.queue or self.running == key
+
+    def wait(self, key: Hashable | None) -> None:
+        if threading.current_thread() is self.thread:
+            self.drain_inline(key)  # a task waiting on its own queue: run what is queued here
+        else:
+            with self.cond:
+                while self.busy(key):
+                    self.cond.wait()
+        with self.cond:
+            error = self.errors.pop(key, None) if key is not None else None
+            if key is None and self.errors:
+                error = self.errors.pop(next(iter(self.errors)))
+        if error is not None:
+            raise error
+
+    def drain_inline(self, key: Hashable | None) -> None:
+        """Run queued tasks (of ``key``, or all) in the calling thread."""
+        while True:
+            with self.cond:
+                keys = [k for k in self.queue if key is None or k == key]
+                if not keys:
+                    return
+                task = self.queue.pop(keys[0])
+            try:
+                task()
+            except BaseException as exc:  # noqa: BLE001 - kept for wait()
+                with self.cond:
+                    self.errors.setdefault(keys[0], exc)
+
+
+_worker = _Worker()
+
+
+def submit(key: Hashable, task: Callable[[], None]) -> None:
+    """Queue ``task`` under ``key`` (nothing happens if a task of ``key`` is already queued)."""
+    _worker.submit(key, task)
+
+
+def pending(key: Hashable | None = None) -> bool:
+    """Whether a task (of ``key``) is queued or running."""
+    with _worker.cond:
+        return _worker.busy(key)
+
+
+def wait(key: Hashable | None = None) -> None:
+    """Block until no task of ``key`` (or none at all) is queued or running; re-raise the first
+    error such a task raised since the last ``wait``."""
+    _worker.wait(key)
+
+
+def drain() -> None:
+    """Finish every queued task now (before ``os._exit``); errors are swallowed (the durable
+    records stand, and the next process repeats the work)."""
+    if _worker.pid != os.getpid():
+        return
+    try:
+        _worker.wait(None)
+    except BaseException:  # noqa: BLE001, S110 - leaving the process: nothing left to tell
+        pass
+
+
+def _after_fork_in_child() -> None:
+    global _worker
+    _worker = _Worker()
+
+
+atexit.register(drain)
+os.register_at_fork(after_in_child=_after_fork_in_child)

@@ -51,6 +51,16 @@ def _isolated_env(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.
     monkeypatch.setenv("XDG_RUNTIME_DIR", str(tmp_path_factory.mktemp("runtime")))
 
 
+@pytest.fixture(autouse=True)
+def _write_behind_finished() -> Iterator[None]:
+    """Each test ends with the write-behind of its checkpoints done (named files, removals, ops
+    events), while its directories still exist; a write-behind that failed fails the test."""
+    yield
+    from phoenix_protocol import _background
+
+    _background.wait()
+
+
 def git(cwd: Path, *args: str) -> str:
     """Run git in a test repository without reading or writing any user configuration."""
     proc = subprocess.run(

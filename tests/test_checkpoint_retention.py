@@ -183,6 +183,7 @@ def run_steps(steps: list[Step], config: dict[str, Any], store_url: str | None =
             for kind_filter in ("routine", "pre-operation", "recovery", "session"):
                 want = [n for n in model.names() if n.endswith(f"_{kind_filter}.checkpoint")]
                 assert [e.name for e in store.entries(kind_filter)] == want, where
+        store.flush()  # before the directory goes: the ops events are written behind
     return model
 
 

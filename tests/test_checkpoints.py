@@ -36,6 +36,7 @@ def test_names_follow_the_seed_and_stay_unique_within_a_second(agent: Agent) -> 
 def test_envelope_has_every_seed_section_and_a_verified_checksum(agent: Agent) -> None:
     _working(agent)
     info = agent.checkpoints.create("recovery", summary="before the rewrite")
+    agent.checkpoints.flush()
     path = Path(agent.checkpoints.dir, info.name)
     data = decode(path.read_bytes(), str(path))
     for key in ("agent_id", "timestamp", "checkpoint_type", "version", "state", "checksum", "metadata"):

@@ -47,7 +47,7 @@ def test_state_cycle_with_json(capsys: pytest.CaptureFixture[str], project: Path
 
 def test_human_output_is_readable(capsys: pytest.CaptureFixture[str]) -> None:
     code, out, err = phx(capsys, "state", "working", "Write docs", "--agent", "zero")
-    assert code == 0 and err == ""
+    assert code == 0 and err == "", err
     assert "working" in out and "Write docs" in out and "zero" in out
 
 

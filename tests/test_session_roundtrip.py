@@ -206,7 +206,9 @@ def test_a_session_comes_back_in_a_fresh_process(project: Path) -> None:
 def session_checkpoint(agent: Agent, summary: str) -> str:
     agent.state.start_session("s-" + agent.id)
     agent.state.set_status("working", f"task of {agent.id}")
-    return agent.checkpoints.create("session", summary=summary).name
+    name = agent.checkpoints.create("session", summary=summary).name
+    agent.checkpoints.flush()  # its named file is written behind the durable log record
+    return name
 
 
 def test_restoring_another_agents_checkpoint_is_refused(home: Home, clock: ManualClock) -> None:

@@ -2,14 +2,17 @@
 
 A checkpoint is durable once its record is in the checkpoint log (``_checkpoint_index``); what
 follows from it (its named file, removing the files retention dropped, its ``checkpoint_created``
-ops event) is derived from that record and need not delay the caller. ``submit(key, task)`` hands
-such a task to a daemon thread; the caller goes on at once.
+ops event) is derived from that record and need not delay the caller. ``submit(key, task,
+delay=...)`` hands such a task to a daemon thread, to run after ``delay`` seconds; the caller
+goes on at once.
 
 - One task per ``key`` is queued at a time: submitting a key already queued does nothing (the
-  task looks at everything pending for its key when it runs).
-- ``wait(key)`` returns once no task of that key is queued or running (``wait()``: none at all),
-  and re-raises the first error a task of that key raised since the last ``wait``. Stores call it
-  from their ``flush()``.
+  task looks at everything pending for its key when it runs). With a delay, what a busy writer
+  submits meanwhile is done in one batch (files created and removed in a burst rather than
+  between every two flushes of the log; a checkpoint dropped within the delay is never created).
+- ``wait(key)`` makes the task of that key due now and returns once none is queued or running
+  (``wait()``: none at all), and re-raises the first error a task of that key raised since the
+  last ``wait``. Stores call it from their ``flush()``.
 - At interpreter exit every queued task runs to completion (``atexit``); code that leaves with
   ``os._exit`` (the hooks' detached children) calls ``drain()`` first. A process killed before
   its tasks ran loses nothing durable: the next process that loads the checkpoint log does the
@@ -25,6 +28,7 @@ from __future__ import annotations
 import atexit
 import os
 import threading
+import time
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -36,33 +40,37 @@ __all__ = ["drain", "pending", "submit", "wait"]
 class _Worker:
     def __init__(self) -> None:
         self.cond = threading.Condition(threading.Lock())
-        self.queue: dict[Hashable, Callable[[], None]] = {}
+        self.queue: dict[Hashable, tuple[Callable[[], None], float]] = {}  # key -> (task, when due)
         self.running: Hashable | None = None
         self.errors: dict[Hashable, BaseException] = {}
         self.thread: threading.Thread | None = None
         self.pid = os.getpid()
 
-    def submit(self, key: Hashable, task: Callable[[], None]) -> None:
+    def submit(self, key: Hashable, task: Callable[[], None], delay: float) -> None:
         with self.cond:
             if key in self.queue:
                 return
-            self.queue[key] = task
+            self.queue[key] = (task, time.monotonic() + delay)
             if self.thread is None or not self.thread.is_alive():
                 self.thread = threading.Thread(target=self._run, name="phoenix-write-behind", daemon=True)
                 self.thread.start()
             else:
                 self.cond.notify_all()
 
-    def _take(self, block: bool) -> tuple[Hashable, Callable[[], None]] | None:
+    def _take(self) -> tuple[Hashable, Callable[[], None]]:
         with self.cond:
-            while not self.queue:
-                if not block:
-                    return None
-                self.cond.wait()
-            key = next(iter(self.queue))
-            task = self.queue.pop(key)
-            self.running = key
-            return key, task
+            while True:
+                if self.queue:
+                    key = min(self.queue, key=lambda k: self.queue[k][1])
+                    task, due = self.queue[key]
+                    wait = due - time.monotonic()
+                    if wait <= 0:
+                        del self.queue[key]
+                        self.running = key
+                        return key, task
+                    self.cond.wait(wait)
+                else:
+                    self.cond.wait()
 
     def _done(self, key: Hashable, error: BaseException | None) -> None:
         with self.cond:
@@ -73,18 +81,13 @@ class _Worker:
 
     def _run(self) -> None:
         while True:
-            taken = self._take(block=True)
-            if taken is None:  # pragma: no cover - a blocking take always returns a task
-                continue
-            self._execute(*taken)
-
-    def _execute(self, key: Hashable, task: Callable[[], None]) -> None:
-        error: BaseException | None = None
-        try:
-            task()
-        except BaseException as exc:  # noqa: BLE001 - kept for wait(); the durable record stands
-            error = exc
-        self._done(key, error)
+            key, task = self._take()
+            error: BaseException | None = None
+            try:
+                task()
+            except BaseException as exc:  # noqa: BLE001 - kept for wait(); the durable record stands
+                error = exc
+            self._done(key, error)
 
     def busy(self, key: Hashable | None) -> bool:
         if key is None:
@@ -96,6 +99,11 @@ class _Worker:
             self.drain_inline(key)  # a task waiting on its own queue: run what is queued here
         else:
             with self.cond:
+                now = time.monotonic()
+                for k, (task, due) in list(self.queue.items()):  # due now: nobody waits for a delay
+                    if (key is None or k == key) and due > now:
+                        self.queue[k] = (task, now)
+                self.cond.notify_all()
                 while self.busy(key):
                     self.cond.wait()
         with self.cond:
@@ -112,7 +120,7 @@ class _Worker:
                 keys = [k for k in self.queue if key is None or k == key]
                 if not keys:
                     return
-                task = self.queue.pop(keys[0])
+                task, _due = self.queue.pop(keys[0])
             try:
                 task()
             except BaseException as exc:  # noqa: BLE001 - kept for wait()
@@ -123,9 +131,10 @@ class _Worker:
 _worker = _Worker()
 
 
-def submit(key: Hashable, task: Callable[[], None]) -> None:
-    """Queue ``task`` under ``key`` (nothing happens if a task of ``key`` is already queued)."""
-    _worker.submit(key, task)
+def submit(key: Hashable, task: Callable[[], None], *, delay: float = 0.0) -> None:
+    """Queue ``task`` under ``key``, to run ``delay`` seconds from now (nothing happens if a task
+    of ``key`` is already queued: it will see this work too)."""
+    _worker.submit(key, task, delay)
 
 
 def pending(key: Hashable | None = None) -> bool:

@@ -358,6 +358,7 @@ class Catalog:
         agent_id: str,
         describe: Callable[[CheckpointInfo], CheckpointInfo],
         lock: Callable[[], contextlib.AbstractContextManager[Any]] | None = None,
+        delay: float = 0.0,
     ) -> None:
         self.dir = directory
         self.agent_id = agent_id
@@ -366,6 +367,7 @@ class Catalog:
         self.log = InPlaceFile(self.log_path)
         self._describe = describe
         self._lock = lock
+        self.delay = delay  # seconds before the write-behind runs (what follows meanwhile joins it)
         self._view: View | None = None
         self._mutex = threading.RLock()  # threads of one process share the view
         # Written by this process, not yet done on disk (the write-behind's work; under _mutex):
@@ -768,7 +770,7 @@ class Catalog:
         """Have the worker thread create the named files and remove the dropped ones."""
         from phoenix_protocol import _background
 
-        _background.submit(self, self.flush_deferred)
+        _background.submit(self, self.flush_deferred, delay=self.delay)
 
     def flush(self) -> None:
         """Wait until this process's write-behind is done (doing what is left of it here); raise

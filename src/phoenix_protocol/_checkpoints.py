@@ -311,7 +311,13 @@ class FileCheckpoints:
     def __init__(self, store: CheckpointStore) -> None:
         self.store = store
         self.dir = store.dir
-        self.catalog = Catalog(self.dir, store.agent.id, store._describe, lock=self.lock)
+        self.catalog = Catalog(
+            self.dir,
+            store.agent.id,
+            store._describe,
+            lock=self.lock,
+            delay=store.agent.config.checkpoint_files_delay,
+        )
         self.operations_path = os.path.join(self.dir, "operations.jsonl")
         self._ops_cache: tuple[tuple[int, int, int], set[str]] | None = None
         self._ensured = False
@@ -361,6 +367,9 @@ class FileCheckpoints:
 
     def flush(self) -> None:
         self.catalog.flush()
+        if os.path.isdir(self.dir):
+            with self.lock():  # what other (perhaps killed) writers left to their write-behind
+                self.catalog.load(writer=True)
 
     def prune(self, choose: Choose) -> list[CheckpointInfo]:
         if not os.path.isdir(self.dir):
@@ -496,9 +505,11 @@ class CheckpointStore:
         return info
 
     def flush(self) -> None:
-        """Wait for what follows this process's checkpoint writes (they are durable already):
-        named files created, dropped files removed, ``checkpoint_created`` events in the ops log.
-        Raises what that work failed with (the next writer that loads the log repeats it)."""
+        """Finish what follows checkpoint writes (they are durable already): named files created
+        and dropped ones removed, for this process's writes and for those other (perhaps killed)
+        processes left in the log; this process's ``checkpoint_created`` events in the ops log.
+        When it returns, the directory holds exactly the checkpoints ``entries()`` lists. Raises
+        what that work failed with (the next writer that loads the log repeats it)."""
         if self.files is not None:
             self.files.flush()
         self.agent.ops.flush_later()
@@ -650,6 +661,7 @@ class CheckpointStore:
             "ok",
             {"name": info.name, "type": checkpoint_type, "seq": info.seq, "size": info.size, "pruned": len(drop)},
             trusted=True,
+            delay=self.agent.config.checkpoint_files_delay,
         )
         self._mark_taken(checkpoint_type, info.timestamp_ms)
         return info

@@ -695,7 +695,26 @@ def _print_demo_step(out: Output, step: Any) -> None:
 
 def cli(argv: list[str] | None = None) -> int:
     """Run ``phx`` with ``argv``; returns the exit code. Never raises for user errors."""
-    args = sys.argv[1:] if argv is None else argv
+    try:
+        return _run(sys.argv[1:] if argv is None else argv)
+    finally:
+        _finish_behind()
+
+
+def _finish_behind() -> None:
+    """A command returns once what its writes left to the write-behind is done too (a
+    checkpoint's named file, its ops event): the user looks at the directory next. A failure
+    there loses nothing (the checkpoint log holds it); it is reported as a warning."""
+    behind = sys.modules.get("phoenix_protocol._background")
+    if behind is None:
+        return
+    try:
+        behind.wait()
+    except Exception as exc:  # noqa: BLE001 - the command's own outcome stands
+        click.echo(f"warning: finishing a checkpoint's files: {exc}", err=True)
+
+
+def _run(args: list[str]) -> int:
     try:
         main_group.main(args=args, prog_name="phx", standalone_mode=False)
     except _Exit as exc:

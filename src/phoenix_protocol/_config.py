@@ -60,6 +60,13 @@ SETTINGS: dict[str, tuple[type, Any, float | None, str]] = {
         "Minutes of continuous work after which a recovery checkpoint and a forced refresh are taken (0: never).",
     ),
     "keep_routine": (int, 3, 1, "Routine checkpoints kept per agent."),
+    "checkpoint_files_delay": (
+        float,
+        0.5,
+        0.0,
+        "Seconds after a checkpoint is durable (in the checkpoint log) before its named file is written "
+        "and dropped ones removed, in one batch with whatever follows meanwhile (flush() and exit do it at once).",
+    ),
     "recovery_retention_days": (float, 7.0, 0.0, "Days a recovery checkpoint is kept."),
     "keep_session_checkpoints": (
         int,
@@ -162,6 +169,7 @@ class Config:
     checkpoint_interval_minutes: float
     refresh_after_minutes: float
     keep_routine: int
+    checkpoint_files_delay: float
     recovery_retention_days: float
     keep_session_checkpoints: int
     watchdog_grace: float

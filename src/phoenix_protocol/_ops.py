@@ -78,15 +78,22 @@ class OpsLog:
         return self.log.append(entry, durable=durable, lock_timeout=lock_timeout)
 
     def record_later(
-        self, event: str, status: str = "ok", meta: dict[str, Any] | None = None, *, trusted: bool = False
+        self,
+        event: str,
+        status: str = "ok",
+        meta: dict[str, Any] | None = None,
+        *,
+        trusted: bool = False,
+        delay: float = 0.0,
     ) -> None:
-        """Append one event behind (not durable; see the module docstring)."""
+        """Append one event behind, ``delay`` seconds from now with whatever follows meanwhile
+        (not durable; see the module docstring)."""
         entry = self.make_entry(event, status, meta, trusted=trusted)
         with _later_guard:
             _later.setdefault(self.path, []).append(entry)
         from phoenix_protocol import _background
 
-        _background.submit(("ops", self.path), self.flush_later)
+        _background.submit(("ops", self.path), self.flush_later, delay=delay)
 
     def flush_later(self) -> None:
         """Write the events waiting to be written behind, in order (a no-op when there are none)."""

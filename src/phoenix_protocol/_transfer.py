@@ -95,6 +95,12 @@ def _records(home: Home, progress: Progress) -> Iterator[dict[str, Any]]:
 
     config = load_config(home.root, project_root=home.project_root)
     on_pg = is_postgres_url(config.store)
+    if not on_pg:
+        from phoenix_protocol._agent import Agent
+
+        for agent_id in home.agent_ids():  # every checkpoint the logs hold as its named file
+            progress(f"checkpoints of {agent_id}")
+            Agent(agent_id, home, config=config).checkpoints.flush()
     for rel in _home_files(home, store_files=not on_pg):
         data = read_bytes(os.path.join(home.root, rel))
         if data is not None:

@@ -75,12 +75,14 @@ def frames(store: CheckpointStore) -> list[Frame]:
     seed = int(str(header(store)["salt"]))
     pos, out = HEADER_SIZE, list[Frame]()
     while True:
-        nl = data.find(b"\n", pos, pos + 40)
+        nl = data.find(b"\n", pos, pos + 60)
         if data[pos : pos + 1] != b"@" or nl < 0:
             return out
-        length, digest = data[pos + 1 : nl].split(b" ")
+        length, chained, digest = data[pos + 1 : nl].split(b" ")
         payload = data[nl + 1 : nl + 1 + int(length)]
-        if len(payload) != int(length) or xxhash.xxh3_64_intdigest(payload, seed=seed) != int(digest, 16):
+        if int(chained, 16) != seed or len(payload) != int(length):
+            return out
+        if xxhash.xxh3_64_intdigest(payload, seed=seed) != int(digest, 16):
             return out
         meta, _, content = payload.partition(b"\n")
         decoded = loads(meta)

@@ -5,7 +5,7 @@ Two files next to the checkpoints, both owned by this module:
 ``index.log`` (the log: a write-ahead log, reused in place)
     A 512-byte header, the ``open`` frame (the log's ``generation``, a random ``salt``, the boot
     it was started in, the agent) padded with zeros, then frames
-    ``@<payload length> <hash>\\n<payload>``: the payload is one JSON line of metadata and, for a
+    ``@<payload length> <seed> <hash>\\n<payload>``: the payload is one JSON line of metadata and, for a
     checkpoint of at most ``INLINE_LIMIT`` bytes, the checkpoint's bytes. ``hash`` is the xxh3-64
     of the payload seeded with the previous frame's hash (the first frame's with the salt): a
     reader takes frames from the header on while that chain holds and stops at the first frame
@@ -62,6 +62,7 @@ from collections.abc import Callable, Iterable
 from datetime import date as _date
 from typing import Any, NamedTuple
 
+import orjson
 import xxhash
 
 from phoenix_protocol._clock import iso_from_ms
@@ -100,7 +101,9 @@ INLINE_LIMIT = 1280 * 1024
 ones are flushed as their own file. A log holds at least three inline checkpoints."""
 LOG_RECORDS = 512
 _CHUNK = 64 * 1024  # what a reader reads at once past the end it knew
-_FRAME_HEAD = 40  # a frame header is at most this long: "@" + length + " " + 16 hex digits + "\n"
+_PROBE = 4096  # ... at first
+_FRAME_HEAD = 56  # a frame header is at most this long: "@" + length + 2 x (" " + 16 hex digits) + "\n"
+_V1 = -1  # the seed of a frame of the earlier format (crc32, no seed)
 _EPOCH_DAY = _date(1970, 1, 1).toordinal()
 _SETTLED_NS = 50_000_000  # a modification time older than this is past any timestamp granularity
 
@@ -191,10 +194,16 @@ def parse_name(name: str) -> tuple[str, int, int, str] | None:
     return agent_id, int(seq), ms, ctype
 
 
+_name_second: tuple[int, str] = (-1, "")  # the last whole second formatted for a name
+
+
 def make_name(agent_id: str, seq: int, timestamp_ms: int, checkpoint_type: str) -> str:
+    global _name_second
     secs, milli = divmod(timestamp_ms, 1000)
-    stamp = time.strftime("%Y%m%d%H%M%S", time.gmtime(secs)) + f"{milli:03d}"
-    return f"{agent_id}_{stamp}-{seq:08d}_{checkpoint_type}{SUFFIX}"
+    last = _name_second
+    if last[0] != secs:
+        last = _name_second = (secs, time.strftime("%Y%m%d%H%M%S", time.gmtime(secs)))
+    return f"{agent_id}_{last[1]}{milli:03d}-{seq:08d}_{checkpoint_type}{SUFFIX}"
 
 
 _boot: str | None = None
@@ -214,33 +223,46 @@ def boot_id() -> str:
     return _boot
 
 
-def frame(meta: dict[str, Any], content: bytes = b"", seed: int = 0) -> tuple[bytes, int]:
-    """One log frame (``meta`` and ``content``) chained on ``seed``, and its hash (the next seed)."""
-    payload = dumps_line(meta).encode("ascii") + b"\n" + content
-    digest = xxhash.xxh3_64_intdigest(payload, seed=seed)
-    return b"@%d %016x\n" % (len(payload), digest) + payload, digest
+def _meta_bytes(meta: dict[str, Any]) -> bytes:
+    """A frame's metadata line (orjson: this is on every write; the stdlib codec when missing)."""
+    try:
+        return orjson.dumps(meta)
+    except (TypeError, orjson.JSONEncodeError):  # pragma: no cover - metadata is plain JSON
+        return dumps_line(meta).encode("ascii")
 
 
 def _frame_head(buf: bytes, pos: int) -> tuple[int, int, int, int] | None:
-    """``(payload start, payload length, hash, hash digits)`` of the frame header at ``pos``."""
+    """``(payload start, payload length, seed, hash)`` of the frame header at ``pos``; the seed
+    is ``_V1`` for a frame of the earlier format (``@<length> <crc32>``)."""
     if buf[pos : pos + 1] != b"@":
         return None
     nl = buf.find(b"\n", pos, pos + _FRAME_HEAD)
     if nl < 0:
         return None
+    fields = buf[pos + 1 : nl].split(b" ")
     try:
-        length_text, hash_text = buf[pos + 1 : nl].split(b" ")
-        return nl + 1, int(length_text), int(hash_text, 16), len(hash_text)
+        if len(fields) == 3 and len(fields[1]) == len(fields[2]) == 16:
+            return nl + 1, int(fields[0]), int(fields[1], 16), int(fields[2], 16)
+        if len(fields) == 2 and len(fields[1]) == 8:
+            return nl + 1, int(fields[0]), _V1, int(fields[1], 16)
     except ValueError:
-        return None
+        pass
+    return None
+
+
+def frame(meta: dict[str, Any], content: bytes = b"", seed: int = 0) -> tuple[bytes, int]:
+    """One log frame (``meta`` and ``content``) chained on ``seed``, and its hash (the next seed)."""
+    payload = dumps_line(meta).encode("ascii") + b"\n" + content
+    digest = xxhash.xxh3_64_intdigest(payload, seed=seed)
+    return b"@%d %016x %016x\n" % (len(payload), seed, digest) + payload, digest
 
 
 def _parse_header(header: bytes) -> tuple[int, int, str] | None:
     """``(generation, salt, boot)`` from a log header of this version, or ``None``."""
     head = _frame_head(header, 0)
-    if head is None or head[3] != 16:
+    if head is None or head[2] != 0:
         return None
-    start, length, digest, _digits = head
+    start, length, _seed, digest = head
     payload = header[start : start + length]
     if len(payload) != length or xxhash.xxh3_64_intdigest(payload, seed=0) != digest:
         return None
@@ -259,7 +281,7 @@ class Slot(NamedTuple):
     frame_at: int
     frame_len: int
     content_at: int  # offset of the checkpoint's bytes within the frame
-    seed: int  # -1: a crc32 frame of the old, append-only log
+    seed: int  # _V1: a crc32 frame of the earlier, append-only log
 
 
 class View:
@@ -282,6 +304,7 @@ class View:
         self.salt = 0
         self.chain = 0  # the last frame's hash: the next frame's seed
         self.log_boot = ""
+        self.log_header = b""  # the header as last read or written (a refresh compares bytes)
         self.log_records = 0
         self.dir_seen = -1
         self._sorted: tuple[CheckpointInfo, ...] | None = None  # immutable: readers iterate it freely
@@ -374,6 +397,7 @@ class Catalog:
         # name -> (its entry, its bytes, the log generation it was written in)
         self.deferred: dict[str, tuple[CheckpointInfo, bytes, int]] = {}  # named file not created yet
         self.unlink_later: set[str] = set()  # dropped checkpoints whose file may still be there
+        self.never_created: set[str] = set()  # dropped before their file was written (this log)
 
     # -- loading -------------------------------------------------------------------------------
 
@@ -434,6 +458,7 @@ class Catalog:
         if key is not None:
             self._note_key(view, key)
             header = self.log.read(0, HEADER_SIZE, ino=key[0])
+            view.log_header = header
             if self._open_header(view, header):
                 self._replay(view, key[0])
             elif header.startswith(b"@") and _frame_head(header, 0) is not None:
@@ -460,10 +485,7 @@ class Catalog:
     def _refresh(self, view: View, key: tuple[int, int, int]) -> View:
         """The log may have changed: read its header and what follows the end we knew (a new
         generation, another version or an unreadable header: load it all again)."""
-        if view.log_version != LOG_VERSION:
-            return self._full_load(key)
-        parsed = _parse_header(self.log.read(0, HEADER_SIZE, ino=key[0]))
-        if parsed is None or parsed[:2] != (view.log_generation, view.salt):
+        if view.log_version != LOG_VERSION or self.log.read(0, HEADER_SIZE, ino=key[0]) != view.log_header:
             return self._full_load(key)
         self._note_key(view, key)
         self._replay(view, key[0])
@@ -477,11 +499,12 @@ class Catalog:
         while True:
             i = pos - base
             if i + _FRAME_HEAD > len(buf):
-                buf, base, i = self.log.read(pos, _CHUNK, ino=ino), pos, 0
+                # Mostly nothing follows (a writer checking under its lock): read little first.
+                buf, base, i = self.log.read(pos, _CHUNK if buf else _PROBE, ino=ino), pos, 0
             head = _frame_head(buf, i)
-            if head is None or head[3] != 16:
+            if head is None or head[2] != view.chain:  # torn, or from an earlier generation
                 break
-            start, length, digest, _digits = head
+            start, length, _seed, digest = head
             end = start + length
             if end > len(buf):  # a frame larger than what was read: read it whole
                 need = end - i
@@ -511,9 +534,9 @@ class Catalog:
         first = True
         while pos < size:
             head = _frame_head(data, pos)
-            if head is None or head[3] != 8:
+            if head is None or head[2] != _V1:
                 break
-            start, length, crc, _digits = head
+            start, length, _seed, crc = head
             end = start + length
             if end > size or zlib.crc32(data[start:end]) != crc:
                 break
@@ -629,12 +652,14 @@ class Catalog:
         head = _frame_head(raw, 0)
         if head is None or len(raw) != slot.frame_len:
             return None
-        start, length, digest, _digits = head
+        start, length, seed, digest = head
         payload = raw[start : start + length]
-        if slot.seed < 0:
+        if seed != slot.seed:
+            return None  # another frame is there now
+        if seed == _V1:
             if zlib.crc32(payload) != digest:
                 return None
-        elif xxhash.xxh3_64_intdigest(payload, seed=slot.seed) != digest:
+        elif xxhash.xxh3_64_intdigest(payload, seed=seed) != digest:
             return None
         return raw[slot.content_at :]
 
@@ -680,47 +705,86 @@ class Catalog:
 
     # -- writing (under the store's lock, after ``load(writer=True)``) --------------------------
 
-    def put(self, view: View, info: CheckpointInfo, data: bytes, drop: list[CheckpointInfo]) -> None:
-        """Make checkpoint ``info`` (file bytes ``data``) durable and apply what retention dropped."""
+    def put(
+        self,
+        view: View,
+        info: CheckpointInfo,
+        data: bytes,
+        drop: list[CheckpointInfo],
+        *,
+        meanwhile: Callable[[], None] | None = None,
+    ) -> None:
+        """Make checkpoint ``info`` (file bytes ``data``) durable and apply what retention dropped.
+        ``meanwhile`` runs while the frame is being flushed (see ``InPlaceFile.write``)."""
         with self._mutex:
             try:
-                self._put(view, info, data, drop)
+                self._put(view, info, data, drop, meanwhile)
             except BaseException:
                 self._view = None  # what reached the disk is read back by the next load
+                self.deferred.pop(info.name, None)
                 raise
         if len(data) <= INLINE_LIMIT:
             self.write_behind()
 
-    def _append(self, view: View, meta: dict[str, Any], content: bytes, *, durable: bool = True) -> Slot:
-        """Write one frame at the log's end (settling first when it would not fit)."""
-        meta_line = dumps_line(meta).encode("ascii")
+    def _append(
+        self,
+        view: View,
+        meta: dict[str, Any],
+        content: bytes,
+        *,
+        durable: bool = True,
+        after: Callable[[Slot], None] | None = None,
+    ) -> Slot:
+        """Write one frame at the log's end (settling first when it would not fit); ``after``
+        gets its slot while the frame is being flushed."""
+        meta_line = _meta_bytes(meta)
         length = len(meta_line) + 1 + len(content)
         if view.log_end + _FRAME_HEAD + length > LOG_LIMIT or view.log_records >= LOG_RECORDS:
             self._settle(view)
-        hasher = xxhash.xxh3_64(meta_line, seed=view.chain)
+        seed = view.chain
+        hasher = xxhash.xxh3_64(meta_line, seed=seed)
         hasher.update(b"\n")
         hasher.update(content)
         digest = hasher.intdigest()
-        head = b"@%d %016x\n" % (length, digest)
+        head = b"@%d %016x %016x\n" % (length, seed, digest)
         at = view.log_end
+        slot = Slot(at, len(head) + length, len(head) + len(meta_line) + 1, seed)
+
+        def written() -> None:
+            view.chain = digest
+            view.log_end = at + slot.frame_len
+            view.log_records += 1
+            if after is not None:
+                after(slot)
+
         ino = view.log_key[0] if view.log_key is not None else None
-        self.log.write([head, meta_line, b"\n", content], at, durable=durable, ino=ino)
-        slot = Slot(at, len(head) + length, len(head) + len(meta_line) + 1, view.chain)
-        view.chain = digest
-        view.log_end = at + slot.frame_len
-        view.log_records += 1
+        self.log.write([head, meta_line, b"\n", content], at, durable=durable, ino=ino, meanwhile=written)
         return slot
 
-    def _put(self, view: View, info: CheckpointInfo, data: bytes, drop: list[CheckpointInfo]) -> None:
+    def _put(
+        self,
+        view: View,
+        info: CheckpointInfo,
+        data: bytes,
+        drop: list[CheckpointInfo],
+        meanwhile: Callable[[], None] | None,
+    ) -> None:
         meta: dict[str, Any] = {"k": "put", **info.as_dict()}
         if len(data) <= INLINE_LIMIT:
-            # One frame holds the bytes and what retention drops: one fdatasync makes it all durable.
+            # One frame holds the bytes and what retention drops: one fdatasync makes it all
+            # durable. What follows from it is bookkept while that flush runs.
             if drop:
                 meta["drop"] = [d.name for d in drop]
-            view.inline[info.name] = self._append(view, meta, data)
-            self.deferred[info.name] = (info, data, view.log_generation)  # the named file comes behind
-            view.add(info)
-            self._dropped(view, drop, behind=True)
+
+            def bookkeep(slot: Slot) -> None:
+                view.inline[info.name] = slot
+                self.deferred[info.name] = (info, data, view.log_generation)  # the named file comes behind
+                view.add(info)
+                self._dropped(view, drop, behind=True)
+                if meanwhile is not None:
+                    meanwhile()
+
+            self._append(view, meta, data, after=bookkeep)
         else:
             # The frame reserves the seq; the file is flushed on its own; what retention drops
             # goes only once the new checkpoint is durable.
@@ -730,6 +794,8 @@ class Catalog:
             if drop:
                 self._append(view, {"k": "drop", "drop": [d.name for d in drop]}, b"", durable=False)
                 self._dropped(view, drop)
+            if meanwhile is not None:
+                meanwhile()
 
     def drop(self, view: View, drop: list[CheckpointInfo]) -> None:
         """Remove checkpoints (retention outside a write): a durable record, then the files."""
@@ -744,15 +810,22 @@ class Catalog:
                 raise
 
     def _dropped(self, view: View, drop: list[CheckpointInfo], *, behind: bool = False) -> None:
-        """Apply what a record dropped: out of the view, then the files (now, or behind)."""
+        """Apply what a record dropped: out of the view, then the files (now, or behind). A
+        checkpoint this process wrote and dropped before its file was created has no file."""
+        if not drop:
+            return
+        unlink = []
         for d in drop:
             view.remove(d.name)
             view.dropped.add(d.name)
-            self.deferred.pop(d.name, None)
+            if self.deferred.pop(d.name, None) is None:
+                unlink.append(d.name)
+            else:
+                self.never_created.add(d.name)
         if behind:
-            self.unlink_later.update(d.name for d in drop)
-        elif drop:
-            self._unlink(d.name for d in drop)
+            self.unlink_later.update(unlink)
+        elif unlink:
+            self._unlink(unlink)
             self.note_own_change()
 
     def _unlink(self, names: Iterable[str]) -> None:
@@ -831,7 +904,8 @@ class Catalog:
         for name in list(view.entries):
             if name in view.pending:
                 view.remove(name)
-        self._unlink(view.dropped)  # the new generation will not remember them
+        self._unlink(view.dropped - self.never_created)  # the new generation will not remember them
+        self.never_created.clear()
         entries = view.ordered()
         generation = max(view.generation, view.log_generation) + 1
         head = dumps_line(
@@ -866,6 +940,7 @@ class Catalog:
         if len(header) > HEADER_SIZE:  # pragma: no cover - ids are at most 64 characters
             raise StorageError(f"checkpoint log header of {len(header)} bytes does not fit", path=self.log_path)
         header += b"\0" * (HEADER_SIZE - len(header))
+        view.log_header = header
         st = self.log.stat()
         if st is not None and view.log_version == LOG_VERSION and st.st_size >= HEADER_SIZE:
             self.log.write([header], 0, ino=st.st_ino)  # in place: the blocks stay allocated

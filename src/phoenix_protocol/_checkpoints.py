@@ -69,6 +69,7 @@ from phoenix_protocol._jsonio import JSONError, dumps_document_bytes, dumps_line
 
 if TYPE_CHECKING:
     from phoenix_protocol._agent import Agent
+    from phoenix_protocol._state import AgentState
 
 __all__ = [
     "CHECKPOINT_TYPES",
@@ -325,8 +326,10 @@ class FileCheckpoints:
     def where(self, name: str) -> str:
         return os.path.join(self.dir, name)
 
-    def lock(self) -> FileLock:
-        if not self._ensured or not os.path.isdir(self.dir):
+    def lock(self, *, checked: bool = True) -> FileLock:
+        """The store's write lock; its directory is made first (``checked=False``: only the
+        first time, for the write path, which retries once if the directory went away)."""
+        if checked or not self._ensured:
             self.store.agent.ensure()
             ensure_dir(self.dir)
             self._ensured = True
@@ -359,10 +362,18 @@ class FileCheckpoints:
         return found
 
     def write(self, build: Build) -> tuple[CheckpointInfo, list[CheckpointInfo]]:
-        with self.lock():
+        lock = self.lock(checked=False)
+        try:
+            lock.acquire()
+        except StorageError:  # the directory was removed since: make it again
+            lock = self.lock()
+            lock.acquire()
+        try:
             view = self.catalog.load(writer=True)
             info, data, drop = build(view, self.completed_operations)
             self.catalog.put(view, info, data, drop)  # the durable point (see _checkpoint_index)
+        finally:
+            lock.release()
         return info, drop
 
     def flush(self) -> None:
@@ -618,6 +629,7 @@ class CheckpointStore:
         from phoenix_protocol._redact import redact_value
 
         sections = redact_value(sections)  # type: ignore[assignment]
+        state = self.agent.state.read_or_none()
 
         def build(view: View, completed: Callable[[], set[str]]) -> tuple[CheckpointInfo, bytes, list[CheckpointInfo]]:
             next_seq = view.next_seq
@@ -635,7 +647,7 @@ class CheckpointStore:
                 "summary": clean_summary,
                 "operation": operation,
                 "state": {k: sections.get(k) for k in STATE_SECTIONS},
-                "metadata": self._metadata(ms),
+                "metadata": self._metadata(ms, state),
             }
             for key in SESSION_SECTIONS:
                 envelope[key] = sections.get(key)
@@ -663,11 +675,10 @@ class CheckpointStore:
             trusted=True,
             delay=self.agent.config.checkpoint_files_delay,
         )
-        self._mark_taken(checkpoint_type, info.timestamp_ms)
+        self._mark_taken(checkpoint_type, info.timestamp_ms, state)
         return info
 
-    def _metadata(self, ms: int) -> dict[str, Any]:
-        state = self.agent.state.read_or_none()
+    def _metadata(self, ms: int, state: AgentState | None) -> dict[str, Any]:
         started = state.session_started_at if state else None
         duration = None
         if state and state.session_started_at:
@@ -685,7 +696,7 @@ class CheckpointStore:
             "host": state.host if state else None,
         }
 
-    def _mark_taken(self, checkpoint_type: str, ms: int) -> None:
+    def _mark_taken(self, checkpoint_type: str, ms: int, current: AgentState | None) -> None:
         """Remember when routine/recovery checkpoints were taken (for ``maybe_checkpoint``).
 
         Only a working agent's state is written: ``due_checkpoints`` looks at the time only while
@@ -693,7 +704,6 @@ class CheckpointStore:
         """
         if checkpoint_type not in ("routine", "recovery", "session"):
             return
-        current = self.agent.state.read_or_none()
         if current is None or current.status != "working" or current.work_started_ms is None:
             return
         if (current.last_checkpoint_ms or 0) >= ms:

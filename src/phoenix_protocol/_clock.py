@@ -71,10 +71,17 @@ system_clock = SystemClock()
 """The shared default clock."""
 
 
+_last_second: tuple[int, str] = (-1, "")  # the last whole second formatted (callers repeat it)
+
+
 def iso_from_ms(ms: int) -> str:
     """Format milliseconds since the epoch as ISO 8601 UTC: ``YYYY-MM-DDTHH:MM:SS.mmmZ``."""
+    global _last_second
     secs, milli = divmod(int(ms), 1000)
-    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(secs)) + f".{milli:03d}Z"
+    last = _last_second
+    if last[0] != secs:
+        last = _last_second = (secs, time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(secs)))
+    return f"{last[1]}.{milli:03d}Z"
 
 
 def ms_from_iso(text: str) -> int:

@@ -35,7 +35,9 @@ Three primitives, each with the guarantee it gives and the one it does not:
     the kernel (fair to every waiter) with a ``SIGALRM`` timer as the bound, or, outside the main
     thread, polls with short jittered sleeps. Waiting is bounded: ``LockTimeoutError`` after
     ``timeout`` seconds. Lock files are never deleted (deleting one while another process waits
-    on it breaks exclusion). POSIX only.
+    on it breaks exclusion). A process keeps the descriptor of a lock file open between two locks
+    of it (for a few dozen files; one deleted by hand is opened again; a forked child opens its
+    own). POSIX only.
 
 Files are created 0600 and directories 0700. Hot path: imports ``os``, ``fcntl``, ``time``.
 """
@@ -52,7 +54,7 @@ from phoenix_protocol._errors import LockTimeoutError, StorageError
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from collections.abc import Iterator
+    from collections.abc import Callable, Iterator
     from types import TracebackType
 
 __all__ = [
@@ -241,9 +243,11 @@ class InPlaceFile:
         *,
         durable: bool = True,
         ino: int | None = None,
+        meanwhile: Callable[[], None] | None = None,
     ) -> None:
         """Write ``chunks`` one after the other from ``offset``, then ``fdatasync`` (``durable``);
-        ``ino`` as for ``read``."""
+        ``ino`` as for ``read``. ``meanwhile`` runs between the two (in-memory bookkeeping that
+        must happen once the bytes are written: a failed flush raises after it)."""
         try:
             fd = self._descriptor(ino)
             pending = [memoryview(c) for c in chunks]
@@ -257,6 +261,8 @@ class InPlaceFile:
                     pending.pop(0)
                 if written:
                     pending[0] = pending[0][written:]
+            if meanwhile is not None:
+                meanwhile()
             if durable:
                 _datasync(fd)
         except OSError as exc:
@@ -497,6 +503,53 @@ def read_last_line(path: str) -> bytes | None:
 _held: dict[str, tuple[int, int, int]] = {}  # lock path -> (fd, depth, owning thread)
 _gates: dict[str, _thread.LockType] = {}  # lock path -> the lock threads of this process take turns on
 _registry_guard = _thread.allocate_lock()
+_idle: dict[str, int] = {}  # lock path -> its descriptor, kept open between two locks (not held now)
+_IDLE_MAX = 32
+
+
+def _after_fork_in_child() -> None:
+    """A forked child holds none of its parent's locks and takes its own descriptors."""
+    global _registry_guard
+    _held.clear()
+    _gates.clear()
+    _idle.clear()  # the parent's: a child that locked through them would share the parent's flocks
+    _registry_guard = _thread.allocate_lock()
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
+def _open_lock_file(path: str) -> int:
+    """A descriptor of lock file ``path``: the one kept from the last lock if the file is still
+    there (a lock file deleted by hand gets a new one, as every other process would)."""
+    with _registry_guard:
+        fd = _idle.pop(path, -1)
+    if fd >= 0:
+        try:
+            if os.fstat(fd).st_nlink > 0:
+                return fd
+        except OSError:
+            pass
+        _close_quietly(fd)
+    return os.open(path, os.O_RDWR | os.O_CREAT | _CLOEXEC, FILE_MODE)
+
+
+def _keep_lock_file(path: str, fd: int) -> None:
+    """Keep an unlocked descriptor for the next lock of ``path`` (a few dozen paths at most)."""
+    with _registry_guard:
+        if len(_idle) >= _IDLE_MAX:
+            _close_quietly(_idle.pop(next(iter(_idle))))  # all under the guard: none in use
+        old = _idle.pop(path, -1)
+        _idle[path] = fd
+    if old >= 0:
+        _close_quietly(old)
+
+
+def _close_quietly(fd: int) -> None:
+    try:
+        os.close(fd)
+    except OSError:
+        pass
 
 
 def _try_lock(fd: int) -> bool:
@@ -576,8 +629,10 @@ class FileLock:
             return
         # Threads of one process share the flock (it belongs to the process): a per-path thread
         # lock makes them take turns, then the flock excludes other processes.
-        with _registry_guard:
-            gate = _gates.setdefault(self.lock_path, _thread.allocate_lock())
+        gate = _gates.get(self.lock_path)
+        if gate is None:
+            with _registry_guard:
+                gate = _gates.setdefault(self.lock_path, _thread.allocate_lock())
         got = gate.acquire(True, self.timeout) if self.timeout > 0 else gate.acquire(False)
         if not got:
             raise LockTimeoutError(
@@ -593,7 +648,7 @@ class FileLock:
 
     def _acquire_file(self) -> None:
         try:
-            fd = os.open(self.lock_path, os.O_RDWR | os.O_CREAT | _CLOEXEC, FILE_MODE)
+            fd = _open_lock_file(self.lock_path)
         except OSError as exc:
             raise _fail("lock", self.target, exc) from exc
         try:
@@ -628,8 +683,11 @@ class FileLock:
         del _held[self.lock_path]
         try:
             fcntl.flock(fd, fcntl.LOCK_UN)
+        except OSError:
+            _close_quietly(fd)  # closing releases the lock too
+        else:
+            _keep_lock_file(self.lock_path, fd)
         finally:
-            os.close(fd)
             _gates[self.lock_path].release()
 
     def __enter__(self) -> FileLock:

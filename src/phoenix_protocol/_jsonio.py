@@ -193,16 +193,44 @@ def dumps_document_bytes(obj: dict[str, Any]) -> bytes:
         return b"{}\n"
     if not fast:  # pragma: no cover
         return dumps_document(obj).encode("utf-8")
-    chunks = [b"{\n"]
     opts = fast.OPT_NON_STR_KEYS
-    for key, value in obj.items():
+    items = iter(obj.items())
+    # The leading run of scalars in one call: orjson's two-space indent puts each on its line.
+    head: dict[str, Any] = {}
+    rest: list[tuple[str, Any]] = []
+    for key, value in items:
+        if isinstance(value, dict | list | tuple) or not isinstance(key, str):
+            rest.append((key, value))
+            break
+        head[key] = value
+    rest.extend(items)
+    chunks: list[bytes] = []
+    if head:
+        try:
+            encoded = fast.dumps(head, option=opts | fast.OPT_INDENT_2)
+            chunks.append(encoded[:-2] + b",\n")  # without its closing "\n}"
+        except (TypeError, fast.JSONEncodeError):
+            rest[:0] = list(head.items())
+            chunks.append(b"{\n")
+    else:
+        chunks.append(b"{\n")
+    prefixes = _KEY_PREFIXES
+    for key, value in rest:
         try:
             encoded = fast.dumps(value, option=opts)
         except (TypeError, fast.JSONEncodeError):
             encoded = dumps_line(value).encode("ascii")
-        chunks += (b"  ", _encode_string(str(key)).encode("ascii"), b": ", encoded, b",\n")
-    chunks[-1] = b"\n}\n"
+        prefix = prefixes.get(key)
+        if prefix is None:
+            prefix = b"  " + _encode_string(str(key)).encode("ascii") + b": "
+            if len(prefixes) < 256:
+                prefixes[key] = prefix
+        chunks += (prefix, encoded, b",\n")
+    chunks[-1] = b"\n}\n" if rest else chunks[-1][:-2] + b"\n}\n"
     return b"".join(chunks)  # one copy of the (possibly large) values
+
+
+_KEY_PREFIXES: dict[str, bytes] = {}  # a document's key lines repeat (the checkpoint envelope)
 
 
 def loads_large(data: bytes) -> Any:

@@ -10,9 +10,10 @@ goes on at once.
   task looks at everything pending for its key when it runs). With a delay, what a busy writer
   submits meanwhile is done in one batch (files created and removed in a burst rather than
   between every two flushes of the log; a checkpoint dropped within the delay is never created).
-- ``wait(key)`` makes the task of that key due now and returns once none is queued or running
-  (``wait()``: none at all), and re-raises the first error a task of that key raised since the
-  last ``wait``. Stores call it from their ``flush()``.
+- ``wait(key)`` runs the queued task of that key at once in the calling thread (or waits for
+  the worker to finish it, if it started) and returns once none is queued or running (``wait()``:
+  none at all), and re-raises the first error a task of that key raised since the last ``wait``.
+  Stores call it from their ``flush()``.
 - At interpreter exit every queued task runs to completion (``atexit``); code that leaves with
   ``os._exit`` (the hooks' detached children) calls ``drain()`` first. A process killed before
   its tasks ran loses nothing durable: the next process that loads the checkpoint log does the
@@ -95,15 +96,11 @@ class _Worker:
         return key in self.queue or self.running == key
 
     def wait(self, key: Hashable | None) -> None:
-        if threading.current_thread() is self.thread:
-            self.drain_inline(key)  # a task waiting on its own queue: run what is queued here
-        else:
+        # What is queued runs here, in the waiting thread (no hand-over to the worker); a task the
+        # worker is running already is waited for.
+        self.drain_inline(key)
+        if threading.current_thread() is not self.thread:
             with self.cond:
-                now = time.monotonic()
-                for k, (task, due) in list(self.queue.items()):  # due now: nobody waits for a delay
-                    if (key is None or k == key) and due > now:
-                        self.queue[k] = (task, now)
-                self.cond.notify_all()
                 while self.busy(key):
                     self.cond.wait()
         with self.cond:
@@ -117,15 +114,22 @@ class _Worker:
         """Run queued tasks (of ``key``, or all) in the calling thread."""
         while True:
             with self.cond:
-                keys = [k for k in self.queue if key is None or k == key]
-                if not keys:
+                if key is None:
+                    if not self.queue:
+                        return
+                    taken = next(iter(self.queue))
+                elif key in self.queue:
+                    taken = key
+                else:
                     return
-                task, _due = self.queue.pop(keys[0])
+                task, _due = self.queue.pop(taken)
             try:
                 task()
             except BaseException as exc:  # noqa: BLE001 - kept for wait()
                 with self.cond:
-                    self.errors.setdefault(keys[0], exc)
+                    self.errors.setdefault(taken, exc)
+            with self.cond:
+                self.cond.notify_all()  # others waiting for this key
 
 
 _worker = _Worker()

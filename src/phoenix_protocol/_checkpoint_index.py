@@ -37,7 +37,8 @@ How a checkpoint becomes durable (the writer holds the store's lock):
   is created with ``fsync`` of the file and of the directory. A record whose file never appeared
   (the writer was killed in between) is hidden from readers and dropped by the next writer.
 
-Settling (when the next frame would pass ``LOG_LIMIT`` bytes, after ``LOG_RECORDS`` records,
+Settling (when the next frame would pass the log's capacity, ``LOG_LIMIT`` bytes or
+``LOG_FRAMES`` frames of its size if that is more, after ``LOG_RECORDS`` records,
 and on ``rebuild``): every named file the log holds is created if missing and fsynced, the files
 it dropped are removed, the snapshot is replaced (generation + 1), then the header is rewritten
 in place with that generation and a new salt. A crash between the two leaves a log older than the
@@ -53,6 +54,7 @@ unreadable snapshot is rebuilt from the directory.
 
 from __future__ import annotations
 
+import bisect
 import contextlib
 import os
 import threading
@@ -71,6 +73,7 @@ from phoenix_protocol._durable import (
     atomic_create,
     atomic_write,
     fsync_file,
+    fsync_files,
     read_bytes,
 )
 from phoenix_protocol._errors import StorageError
@@ -98,7 +101,10 @@ HEADER_SIZE = 512
 LOG_LIMIT = 4 * 1024 * 1024
 INLINE_LIMIT = 1280 * 1024
 """Checkpoints up to this size go through the log (one flush, the file written behind); larger
-ones are flushed as their own file. A log holds at least three inline checkpoints."""
+ones are flushed as their own file."""
+LOG_FRAMES = 8
+"""A log holds at least this many frames of the size being written (8 MB for 1 MB checkpoints):
+settling, which flushes every named file the log holds, comes every few writes at most."""
 LOG_RECORDS = 512
 _CHUNK = 64 * 1024  # what a reader reads at once past the end it knew
 _PROBE = 4096  # ... at first
@@ -307,22 +313,20 @@ class View:
         self.log_header = b""  # the header as last read or written (a refresh compares bytes)
         self.log_records = 0
         self.dir_seen = -1
+        self._order: list[CheckpointInfo] = []  # every entry, oldest first (changed in place)
+        self._types: dict[str, list[CheckpointInfo]] = {kind: [] for kind in CHECKPOINT_TYPES}  # likewise
         self._sorted: tuple[CheckpointInfo, ...] | None = None  # immutable: readers iterate it freely
         self.counts: dict[str, int] | None = None  # set when ``entries`` holds only some (PostgreSQL)
-        self._by_type: dict[str, list[CheckpointInfo]] | None = None
 
     def invalidate(self) -> None:
-        """Forget the orders derived from ``entries`` (rebuilt on the next use)."""
+        """Forget the snapshot handed to readers (rebuilt on the next use)."""
         self._sorted = None
-        self._by_type = None
 
     def ordered(self) -> tuple[CheckpointInfo, ...]:
         """Visible entries, oldest first (a snapshot: changes replace it, never edit it)."""
         if self._sorted is None:
             pending = self.pending
-            self._sorted = tuple(
-                sorted((e for e in self.entries.values() if e.name not in pending), key=lambda e: e.seq)
-            )
+            self._sorted = tuple(e for e in self._order if e.name not in pending) if pending else tuple(self._order)
         return self._sorted
 
     def count(self, kind: str) -> int:
@@ -332,24 +336,32 @@ class View:
         return len(self.by_type().get(kind, ()))
 
     def by_type(self) -> dict[str, list[CheckpointInfo]]:
-        """Visible entries of each type, oldest first (kept up to date like ``ordered``)."""
-        if self._by_type is None:
-            groups: dict[str, list[CheckpointInfo]] = {kind: [] for kind in CHECKPOINT_TYPES}
-            for e in self.ordered():
-                groups.setdefault(e.checkpoint_type, []).append(e)
-            self._by_type = groups
-        return self._by_type
+        """Visible entries of each type, oldest first (do not change the lists)."""
+        if not self.pending:
+            return self._types
+        groups: dict[str, list[CheckpointInfo]] = {kind: [] for kind in CHECKPOINT_TYPES}
+        for e in self.ordered():
+            groups.setdefault(e.checkpoint_type, []).append(e)
+        return groups
+
+    def fill(self, entries: Iterable[CheckpointInfo]) -> None:
+        """Start from ``entries`` (a snapshot), whatever their order."""
+        for info in entries:
+            self.entries[info.name] = info
+        self._order = sorted(self.entries.values(), key=_by_seq)
+        self._types = {kind: [] for kind in CHECKPOINT_TYPES}
+        for info in self._order:
+            self._types.setdefault(info.checkpoint_type, []).append(info)
+        self._sorted = None
 
     def add(self, info: CheckpointInfo) -> None:
         old = self.entries.get(info.name)
+        if old is not None:
+            self._unorder(old)
         self.entries[info.name] = info
-        ordered = self._sorted
-        if old is None and ordered is not None and (not ordered or ordered[-1].seq < info.seq):
-            self._sorted = (*ordered, info)  # the common case: the newest checkpoint (no re-sort)
-            if self._by_type is not None:
-                self._by_type.setdefault(info.checkpoint_type, []).append(info)
-        else:
-            self.invalidate()
+        _insert(self._order, info)
+        _insert(self._types.setdefault(info.checkpoint_type, []), info)
+        self._sorted = None
         if info.seq >= self.next_seq:
             self.next_seq = info.seq + 1
 
@@ -358,17 +370,30 @@ class View:
         self.inline.pop(name, None)
         self.pending.discard(name)
         self.unchecked.discard(name)
-        if info is not None and self._sorted is not None:
-            current = self._sorted
-            if current and current[0] is info:  # retention drops the oldest, mostly
-                self._sorted = current[1:]
-            else:
-                self._sorted = tuple(e for e in current if e is not info)
-            try:
-                if self._by_type is not None:
-                    self._by_type[info.checkpoint_type].remove(info)
-            except (ValueError, KeyError):
-                self.invalidate()
+        if info is not None:
+            self._unorder(info)
+            self._sorted = None
+
+    def _unorder(self, info: CheckpointInfo) -> None:
+        for order in (self._order, self._types.get(info.checkpoint_type)):
+            if order:
+                if order[0] is info:  # retention drops the oldest, mostly
+                    del order[0]
+                else:
+                    with contextlib.suppress(ValueError):
+                        order.remove(info)
+
+
+def _insert(order: list[CheckpointInfo], info: CheckpointInfo) -> None:
+    """Put ``info`` in ``order`` by seq (at the end, mostly)."""
+    if not order or order[-1].seq < info.seq:
+        order.append(info)
+    else:
+        bisect.insort(order, info, key=_by_seq)
+
+
+def _by_seq(info: CheckpointInfo) -> int:
+    return info.seq
 
 
 class Catalog:
@@ -453,8 +478,7 @@ class Catalog:
         snapshot = self._read_snapshot()
         if snapshot is not None:
             view.generation, view.next_seq, entries = snapshot
-            for info in entries:
-                view.entries[info.name] = info
+            view.fill(entries)
         if key is not None:
             self._note_key(view, key)
             header = self.log.read(0, HEADER_SIZE, ino=key[0])
@@ -739,7 +763,8 @@ class Catalog:
         gets its slot while the frame is being flushed."""
         meta_line = _meta_bytes(meta)
         length = len(meta_line) + 1 + len(content)
-        if view.log_end + _FRAME_HEAD + length > LOG_LIMIT or view.log_records >= LOG_RECORDS:
+        capacity = max(LOG_LIMIT, LOG_FRAMES * (_FRAME_HEAD + length))
+        if view.log_end + _FRAME_HEAD + length > capacity or view.log_records >= LOG_RECORDS:
             self._settle(view)
         seed = view.chain
         hasher = xxhash.xxh3_64(meta_line, seed=seed)
@@ -895,12 +920,10 @@ class Catalog:
 
     def _settle(self, view: View) -> None:
         self._apply_deferred(view)
-        live = [name for name in view.inline if name in view.entries]
-        for name in live:
-            if not os.path.exists(os.path.join(self.dir, name)):
-                self._materialize(view, name)
-        for name in live:
-            fsync_file(os.path.join(self.dir, name))
+        live = [os.path.join(self.dir, name) for name in view.inline if name in view.entries]
+        for path in fsync_files(live):  # made durable, all at once; those missing are created first
+            self._materialize(view, os.path.basename(path))
+            fsync_file(path)
         for name in list(view.entries):
             if name in view.pending:
                 view.remove(name)

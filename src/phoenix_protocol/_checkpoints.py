@@ -731,9 +731,17 @@ class CheckpointStore:
             return [*found, new] if new is not None and new.checkpoint_type == kind else found
 
         def beyond(kind: str, keep: int) -> list[CheckpointInfo]:
-            # The oldest past the newest ``keep`` (a partial view holds at least those).
-            total = view.count(kind) + int(new is not None and new.checkpoint_type == kind)
-            return of(kind)[: max(0, total - keep)]
+            # The oldest past the newest ``keep`` (a partial view holds at least those); the
+            # lists stay as they are (a thousand session checkpoints are not copied per write).
+            found = groups.get(kind, [])
+            extra = int(new is not None and new.checkpoint_type == kind)
+            excess = view.count(kind) + extra - keep
+            if excess <= 0:
+                return []
+            dropped = found[:excess]
+            if len(dropped) < excess and extra and new is not None:
+                dropped.append(new)
+            return dropped
 
         drop = beyond("routine", config.keep_routine) + beyond("session", config.keep_session_checkpoints)
         horizon = now_ms - int(config.recovery_retention_days * 86_400_000)
@@ -742,7 +750,7 @@ class CheckpointStore:
         if operations:
             done = completed()
             drop += [e for e in operations if e.operation_id in done]
-        return sorted(drop, key=lambda e: e.seq)
+        return sorted(drop, key=lambda e: e.seq) if len(drop) > 1 else drop
 
     def prune(self) -> list[CheckpointInfo]:
         """Enforce retention now (it is also enforced on every write); returns what was removed."""

@@ -747,8 +747,6 @@ class Catalog:
                 self._view = None  # what reached the disk is read back by the next load
                 self.deferred.pop(info.name, None)
                 raise
-        if len(data) <= INLINE_LIMIT:
-            self.write_behind()
 
     def _append(
         self,
@@ -806,6 +804,7 @@ class Catalog:
                 self.deferred[info.name] = (info, data, view.log_generation)  # the named file comes behind
                 view.add(info)
                 self._dropped(view, drop, behind=True)
+                self.write_behind()
                 if meanwhile is not None:
                     meanwhile()
 

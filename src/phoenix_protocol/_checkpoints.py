@@ -5,7 +5,8 @@ Each checkpoint is one file in ``agents/<agent_id>/checkpoints/``, named by seed
 ``YYYYmmddHHMMSSmmm-<seq>`` (milliseconds plus a per-agent sequence number), so names are unique
 even when many are taken within one second, and order is by ``seq``, never by clock.
 
-The file is one JSON envelope, one top-level key per line::
+The file is one JSON envelope, indented by two spaces (so each top-level key starts a line with
+exactly two spaces)::
 
     {
       "kind": "phoenix.checkpoint", "schema_version": 1, "agent_id": "zero", "seq": 42,
@@ -29,10 +30,11 @@ pre-operation checkpoint lives until its operation completes successfully and is
 (``with store.pre_operation("migrate db"):``); recovery checkpoints are kept
 ``recovery_retention_days`` (7); session checkpoints the newest ``keep_session_checkpoints``.
 
-Writes: the file is created with ``atomic_create`` (never overwrites), then the index
-(``index.json``, a cache of what is on disk, rebuilt from the directory when missing or wrong)
-is replaced atomically; one directory fsync covers both. A crash leaves the old or the new
-checkpoint as ``latest``, never a torn one.
+Writes (the file store, ``FileCheckpoints``): a checkpoint is durable once its frame in the
+checkpoint log is flushed (``_checkpoint_index``: one ``fdatasync``); its named file, the removal
+of what retention dropped and its ``checkpoint_created`` ops event follow behind
+(``_background``), ``checkpoint_files_delay`` later in one batch; ``flush()`` waits for them. A
+crash leaves the old or the new checkpoint as ``latest``, never a torn one.
 """
 
 from __future__ import annotations
@@ -65,7 +67,7 @@ from phoenix_protocol._errors import (
     UsageError,
 )
 from phoenix_protocol._ids import validate_id
-from phoenix_protocol._jsonio import JSONError, dumps_document_bytes, dumps_line, loads, loads_large
+from phoenix_protocol._jsonio import JSONError, dumps_indented_bytes, dumps_line, loads, loads_large
 
 if TYPE_CHECKING:
     from phoenix_protocol._agent import Agent
@@ -198,9 +200,11 @@ Restorer = Callable[[Any, "Agent", bool], Any]
 
 def encode(envelope: dict[str, Any]) -> bytes:
     """The file bytes for ``envelope``: the document, then a checksum line over every byte before it."""
-    body = dumps_document_bytes({k: v for k, v in envelope.items() if k != "checksum"})
-    # dumps_document ends with "\n}\n": reopen the object to append the checksum as its last key.
-    head = memoryview(body)[: -len(b"\n}\n")]
+    if "checksum" in envelope:
+        envelope = {k: v for k, v in envelope.items() if k != "checksum"}
+    body = dumps_indented_bytes(envelope)
+    # The document ends with "\n}": reopen the object to append the checksum as its last key.
+    head = memoryview(body)[: -len(b"\n}")]
     digest = xxhash.xxh3_128(head)
     digest.update(b",\n")
     return b"".join((head, b',\n  "checksum": "xxh3-128:', digest.hexdigest().encode(), b'"\n}\n'))
@@ -260,6 +264,7 @@ Build = Callable[[View, Callable[[], set[str]]], tuple[CheckpointInfo, bytes, li
 """What ``create`` asks a backend to write: from the current view (and the operations that
 succeeded, asked for only when needed), the new checkpoint, its bytes and what retention drops."""
 Choose = Callable[[View, Callable[[], set[str]]], list[CheckpointInfo]]
+Written = Callable[[CheckpointInfo, list[CheckpointInfo]], None]
 
 
 class CheckpointBackend(Protocol):
@@ -287,9 +292,11 @@ class CheckpointBackend(Protocol):
         """A second copy of checkpoint ``name``'s bytes, if the backend keeps one."""
         ...
 
-    def write(self, build: Build) -> tuple[CheckpointInfo, list[CheckpointInfo]]:
+    def write(self, build: Build, meanwhile: Written | None = None) -> tuple[CheckpointInfo, list[CheckpointInfo]]:
         """Under the write lock: ``build`` from the current view, make the new checkpoint durable,
-        remove what retention dropped; returns both."""
+        remove what retention dropped; returns both. ``meanwhile(info, dropped)`` runs once the
+        checkpoint is written, perhaps while it is being flushed (if the flush fails, the write
+        raises after it)."""
         ...
 
     def prune(self, choose: Choose) -> list[CheckpointInfo]:
@@ -361,7 +368,7 @@ class FileCheckpoints:
                 found = read_bytes(os.path.join(self.dir, name))
         return found
 
-    def write(self, build: Build) -> tuple[CheckpointInfo, list[CheckpointInfo]]:
+    def write(self, build: Build, meanwhile: Written | None = None) -> tuple[CheckpointInfo, list[CheckpointInfo]]:
         lock = self.lock(checked=False)
         try:
             lock.acquire()
@@ -371,7 +378,8 @@ class FileCheckpoints:
         try:
             view = self.catalog.load(writer=True)
             info, data, drop = build(view, self.completed_operations)
-            self.catalog.put(view, info, data, drop)  # the durable point (see _checkpoint_index)
+            written = (lambda: meanwhile(info, drop)) if meanwhile is not None else None
+            self.catalog.put(view, info, data, drop, meanwhile=written)  # the durable point (see _checkpoint_index)
         finally:
             lock.release()
         return info, drop
@@ -664,18 +672,35 @@ class CheckpointStore:
             )
             return info, data, self._retain(view, completed, now_ms=ms, new=info)
 
-        info, drop = self.backend.write(build)  # under the agent's write lock; durable when it returns
-        # The checkpoint is durable: the event about it is written behind (the checkpoint log is
-        # the record), and the timestamp in state.json is not fsynced.
-        self.agent.ensure()
-        self.agent.ops.record_later(
-            "checkpoint_created",
-            "ok",
-            {"name": info.name, "type": checkpoint_type, "seq": info.seq, "size": info.size, "pruned": len(drop)},
-            trusted=True,
-            delay=self.agent.config.checkpoint_files_delay,
-        )
-        self._mark_taken(checkpoint_type, info.timestamp_ms, state)
+        queued: list[dict[str, Any]] = []
+
+        def written(info: CheckpointInfo, drop: list[CheckpointInfo]) -> None:
+            # The event about the checkpoint is written behind (the checkpoint log is the record);
+            # it is queued while the checkpoint is being flushed, and taken back if that fails.
+            self.agent.ensure()
+            queued.append(
+                self.agent.ops.record_later(
+                    "checkpoint_created",
+                    "ok",
+                    {
+                        "name": info.name,
+                        "type": checkpoint_type,
+                        "seq": info.seq,
+                        "size": info.size,
+                        "pruned": len(drop),
+                    },
+                    trusted=True,
+                    delay=self.agent.config.checkpoint_files_delay,
+                )
+            )
+
+        try:
+            info, _drop = self.backend.write(build, written)  # under the agent's write lock; durable when it returns
+        except BaseException:
+            for entry in queued:
+                self.agent.ops.retract_later(entry)
+            raise
+        self._mark_taken(checkpoint_type, info.timestamp_ms, state)  # not fsynced (see _mark_taken)
         return info
 
     def _metadata(self, ms: int, state: AgentState | None) -> dict[str, Any]:

@@ -31,7 +31,7 @@ from phoenix_protocol._checkpoint_index import CheckpointInfo, View
 if TYPE_CHECKING:
     import psycopg
 
-    from phoenix_protocol._checkpoints import Build, Choose
+    from phoenix_protocol._checkpoints import Build, Choose, Written
 
 __all__ = ["PgCheckpoints"]
 
@@ -191,7 +191,7 @@ class PgCheckpoints(_pg.PgBound):
             (self.agent_id, i.name, i.seq, i.checkpoint_type, i.timestamp_ms, i.label, i.operation_id, i.size, data),
         )
 
-    def write(self, build: Build) -> tuple[CheckpointInfo, list[CheckpointInfo]]:
+    def write(self, build: Build, meanwhile: Written | None = None) -> tuple[CheckpointInfo, list[CheckpointInfo]]:
         def work(conn: psycopg.Connection[Any]) -> tuple[CheckpointInfo, list[CheckpointInfo]]:
             view = self._locked_view(conn)
             info, data, drop = build(view, lambda: self._completed(conn))
@@ -203,7 +203,10 @@ class PgCheckpoints(_pg.PgBound):
             )
             return info, drop
 
-        return self._run(work)
+        info, drop = self._run(work)  # committed
+        if meanwhile is not None:
+            meanwhile(info, drop)
+        return info, drop
 
     def prune(self, choose: Choose) -> list[CheckpointInfo]:
         def work(conn: psycopg.Connection[Any]) -> list[CheckpointInfo]:

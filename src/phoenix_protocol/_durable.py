@@ -81,6 +81,7 @@ __all__ = [
 FILE_MODE = 0o600
 DIR_MODE = 0o700
 _CLOEXEC = getattr(os, "O_CLOEXEC", 0)
+_ADVISE = hasattr(os, "posix_fadvise")
 _tmp_counter = 0
 
 
@@ -276,10 +277,13 @@ class InPlaceFile:
         meanwhile: Callable[[], None] | None = None,
     ) -> None:
         """Write ``chunks`` one after the other from ``offset``, then ``fdatasync`` (``durable``);
-        ``ino`` as for ``read``. ``meanwhile`` runs between the two (in-memory bookkeeping that
-        must happen once the bytes are written: a failed flush raises after it)."""
+        ``ino`` as for ``read``. ``meanwhile`` runs between the two, once the device has been
+        asked to start writing the range (``posix_fadvise(DONTNEED)`` starts the writeback of the
+        dirty pages without waiting): bookkeeping that need not wait for the flush overlaps it
+        instead of adding to it (a failed flush raises after it)."""
         try:
             fd = self._descriptor(ino)
+            start = offset
             pending = [memoryview(c) for c in chunks]
             while pending:
                 written = os.pwritev(fd, pending, offset)
@@ -292,6 +296,8 @@ class InPlaceFile:
                 if written:
                     pending[0] = pending[0][written:]
             if meanwhile is not None:
+                if durable and _ADVISE:  # start writing the range now: the bookkeeping overlaps it
+                    os.posix_fadvise(fd, start, offset - start, os.POSIX_FADV_DONTNEED)
                 meanwhile()
             if durable:
                 _datasync(fd)

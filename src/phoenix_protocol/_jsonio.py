@@ -22,7 +22,7 @@ __all__ = [
     "JSONError",
     "dumps_canonical",
     "dumps_document",
-    "dumps_document_bytes",
+    "dumps_indented_bytes",
     "dumps_line",
     "loads",
     "loads_large",
@@ -186,51 +186,21 @@ def _fast() -> Any:
     return _orjson
 
 
-def dumps_document_bytes(obj: dict[str, Any]) -> bytes:
-    """``dumps_document(obj)`` as UTF-8 bytes (the same layout: one top-level key per line)."""
+def dumps_indented_bytes(obj: dict[str, Any]) -> bytes:
+    """``obj`` as JSON indented by two spaces (keys in insertion order, UTF-8), ending with its
+    closing ``"\\n}"`` and no newline: each top-level key starts a line with exactly two spaces."""
     fast = _fast()
-    if not obj:
-        return b"{}\n"
-    if not fast:  # pragma: no cover
-        return dumps_document(obj).encode("utf-8")
-    opts = fast.OPT_NON_STR_KEYS
-    items = iter(obj.items())
-    # The leading run of scalars in one call: orjson's two-space indent puts each on its line.
-    head: dict[str, Any] = {}
-    rest: list[tuple[str, Any]] = []
-    for key, value in items:
-        if isinstance(value, dict | list | tuple) or not isinstance(key, str):
-            rest.append((key, value))
-            break
-        head[key] = value
-    rest.extend(items)
-    chunks: list[bytes] = []
-    if head:
+    if fast:
         try:
-            encoded = fast.dumps(head, option=opts | fast.OPT_INDENT_2)
-            chunks.append(encoded[:-2] + b",\n")  # without its closing "\n}"
+            return bytes(fast.dumps(obj, option=fast.OPT_NON_STR_KEYS | fast.OPT_INDENT_2))
         except (TypeError, fast.JSONEncodeError):
-            rest[:0] = list(head.items())
-            chunks.append(b"{\n")
-    else:
-        chunks.append(b"{\n")
-    prefixes = _KEY_PREFIXES
-    for key, value in rest:
-        try:
-            encoded = fast.dumps(value, option=opts)
-        except (TypeError, fast.JSONEncodeError):
-            encoded = dumps_line(value).encode("ascii")
-        prefix = prefixes.get(key)
-        if prefix is None:
-            prefix = b"  " + _encode_string(str(key)).encode("ascii") + b": "
-            if len(prefixes) < 256:
-                prefixes[key] = prefix
-        chunks += (prefix, encoded, b",\n")
-    chunks[-1] = b"\n}\n" if rest else chunks[-1][:-2] + b"\n}\n"
-    return b"".join(chunks)  # one copy of the (possibly large) values
+            pass  # what orjson does not take (integers beyond 64 bits, deep nesting)
+    import json
 
-
-_KEY_PREFIXES: dict[str, bytes] = {}  # a document's key lines repeat (the checkpoint envelope)
+    try:
+        return json.dumps(obj, indent=2, ensure_ascii=False, allow_nan=False).encode("utf-8")
+    except ValueError as exc:
+        raise JSONError(str(exc)) from None
 
 
 def loads_large(data: bytes) -> Any:

@@ -85,15 +85,28 @@ class OpsLog:
         *,
         trusted: bool = False,
         delay: float = 0.0,
-    ) -> None:
+    ) -> dict[str, Any]:
         """Append one event behind, ``delay`` seconds from now with whatever follows meanwhile
-        (not durable; see the module docstring)."""
+        (not durable; see the module docstring); returns it (see ``retract_later``)."""
         entry = self.make_entry(event, status, meta, trusted=trusted)
         with _later_guard:
             _later.setdefault(self.path, []).append(entry)
         from phoenix_protocol import _background
 
         _background.submit(("ops", self.path), self.flush_later, delay=delay)
+        return entry
+
+    def retract_later(self, entry: dict[str, Any]) -> bool:
+        """Take back an event ``record_later`` queued, if it was not written yet."""
+        with _later_guard:
+            waiting = _later.get(self.path)
+            for i, queued in enumerate(waiting or ()):
+                if queued is entry:
+                    del waiting[i]  # type: ignore[union-attr]
+                    if not waiting:
+                        del _later[self.path]
+                    return True
+        return False
 
     def flush_later(self) -> None:
         """Write the events waiting to be written behind, in order (a no-op when there are none)."""

@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
 import zlib
 from pathlib import Path
 
@@ -19,10 +20,12 @@ import pytest
 import xxhash
 
 import phoenix_protocol._checkpoint_index as index_mod
+import phoenix_protocol._durable as durable_mod
 from phoenix_protocol._agent import Agent
 from phoenix_protocol._checkpoint_index import HEADER_SIZE, INLINE_LIMIT, LOG_LIMIT, frame
 from phoenix_protocol._checkpoints import CheckpointStore, CollectContext
 from phoenix_protocol._clock import ManualClock
+from phoenix_protocol._errors import StorageError
 from phoenix_protocol._home import Home
 from phoenix_protocol._jsonio import dumps_line, loads
 
@@ -127,6 +130,109 @@ def test_the_named_file_is_written_behind_and_read_meanwhile(tmp_path: Path) -> 
     assert Path(store.dir, name).exists()
     events, _problems = store.agent.ops.tail(5)
     assert [e["event"] for e in events][-1:] == ["checkpoint_created"]
+
+
+def test_a_failed_write_behind_is_raised_by_flush_and_repaired_by_the_next_writer(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = open_store(tmp_path, checkpoint_files_delay=0)
+    real = durable_mod.atomic_create
+
+    def full_disk(path: str, data: bytes, **kwargs: object) -> None:
+        raise StorageError(f"could not write {path}: No space left on device.", path=path)
+
+    monkeypatch.setattr(index_mod, "atomic_create", full_disk)
+    name = take(store, summary="kept in the log")
+    with pytest.raises(StorageError, match="No space left"):
+        store.flush()
+    assert not Path(store.dir, name).exists()
+    assert reopened(store).read(name).summary == "kept in the log"  # durable all the same
+    monkeypatch.setattr(index_mod, "atomic_create", real)
+    take(store)
+    store.flush()
+    assert Path(store.dir, name).exists()
+
+
+def test_a_write_whose_flush_fails_raises_and_announces_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The bookkeeping and the ops event are prepared while the frame flushes; when the flush
+    fails, ``create`` raises, the event is taken back, and the next write goes on from the disk."""
+    store = open_store(tmp_path)
+    first = take(store)
+    real = durable_mod._datasync
+
+    def failing(fd: int) -> None:
+        raise OSError(5, "Input/output error")
+
+    monkeypatch.setattr(durable_mod, "_datasync", failing)
+    with pytest.raises(StorageError, match="Input/output error"):
+        take(store)
+    monkeypatch.setattr(durable_mod, "_datasync", real)
+    store.flush()
+    events = [e for e in store.agent.ops.read()[0] if e["event"] == "checkpoint_created"]
+    assert [e["meta"]["name"] for e in events] == [first]
+    third = take(store)
+    assert store.entries()[0].name == third and store.latest()[1] == []
+
+
+def test_a_checkpoint_dropped_within_the_delay_never_gets_a_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = open_store(tmp_path, keep_routine=1, checkpoint_files_delay=60)
+    created: list[str] = []
+    real = durable_mod.atomic_create
+
+    def counted(path: str, data: bytes, **kwargs: bool) -> None:
+        created.append(os.path.basename(path))
+        real(path, data, **kwargs)
+
+    monkeypatch.setattr(index_mod, "atomic_create", counted)
+    names = [take(store, "routine") for _ in range(20)]
+    store.flush()
+    assert created == [names[-1]]  # one file in the end, no create-then-remove for the other 19
+    assert sorted(n for n in os.listdir(store.dir) if n.endswith(".checkpoint")) == [names[-1]]
+
+
+def test_events_written_behind_keep_the_process_order(tmp_path: Path) -> None:
+    store = open_store(tmp_path, checkpoint_files_delay=60)
+    agent = store.agent
+    take(store, summary="first")
+    agent.record("something_else", "ok")  # written now: what waits behind goes first
+    take(store, summary="second")
+    events, _problems = agent.ops.read()
+    assert [e["event"] for e in events] == ["checkpoint_created", "something_else", "checkpoint_created"]
+    assert [e["seq"] for e in events] == [1, 2, 3]
+
+
+def test_what_waits_behind_is_bounded_in_memory(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(index_mod, "BEHIND_BYTES", 100_000)
+    store = open_store(tmp_path, size=30_000, keep_session_checkpoints=100, checkpoint_files_delay=3600)
+    names = [take(store) for _ in range(12)]
+    deadline = time.monotonic() + 10
+    while Path(store.dir, names[5]).exists() is False and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert Path(store.dir, names[5]).exists()  # written long before the hour's delay
+    assert store.catalog._behind_bytes <= 100_000 + 40_000
+
+
+def test_a_log_holds_several_frames_of_a_large_checkpoint(tmp_path: Path) -> None:
+    """Checkpoints near INLINE_LIMIT go through the log too; it grows to LOG_FRAMES of them
+    (rather than settling every few writes) and is then reused in place."""
+    store = open_store(tmp_path, size=1_000_000, keep_session_checkpoints=100)
+    for _ in range(index_mod.LOG_FRAMES - 1):
+        take(store)
+    assert not Path(store.index_path).exists()  # never settled: no snapshot yet
+    assert len(frames(store)) == index_mod.LOG_FRAMES - 1  # all in the log, which went past LOG_LIMIT
+    assert os.stat(store.catalog.log_path).st_size > LOG_LIMIT
+    take(store)
+    take(store)
+    assert Path(store.index_path).exists()  # settled once, started again from the header
+    assert len(frames(store)) < index_mod.LOG_FRAMES
+    size = os.stat(store.catalog.log_path).st_size
+    for _ in range(10):
+        take(store)
+    assert os.stat(store.catalog.log_path).st_size <= size + 1_200_000
 
 
 def test_another_process_sees_each_write(tmp_path: Path) -> None:

@@ -25,9 +25,11 @@ from phoenix_protocol import _durable
 from phoenix_protocol._agent import Agent
 from phoenix_protocol._durable import (
     FileLock,
+    InPlaceFile,
     atomic_write,
     durable_append,
     ensure_dir,
+    fsync_files,
     read_last_line,
     repair_tail,
 )
@@ -415,3 +417,77 @@ def test_lock_timeout_error_is_a_storage_error_naming_the_file(tmp_path: Path) -
     assert isinstance(info.value, StorageError)
     assert info.value.path == target and target in str(info.value)
     assert target + ".lock" not in _durable._held
+
+
+# -- InPlaceFile, fsync_files, lock descriptors --------------------------------------------------
+
+
+def test_in_place_file_overwrites_at_offsets_and_follows_a_replaced_file(tmp_path: Path) -> None:
+    path = tmp_path / "log"
+    atomic_write(str(path), b"\0" * 64)
+    log = InPlaceFile(str(path))
+    seen: list[bytes] = []
+    log.write([b"abc", memoryview(b"def")], 10, meanwhile=lambda: seen.append(path.read_bytes()[10:16]))
+    assert seen == [b"abcdef"]  # written before the flush, the bookkeeping sees it
+    assert path.read_bytes()[8:18] == b"\0\0abcdef\0\0" and path.stat().st_size == 64  # in place
+    assert log.read(10, 6) == b"abcdef" and log.read(60, 100) == b"\0" * 4
+    old_ino = path.stat().st_ino
+    atomic_write(str(path), b"new file")  # replaced by another inode
+    assert log.read(0, 8, ino=path.stat().st_ino) == b"new file"
+    assert path.stat().st_ino != old_ino
+    log.close()
+
+
+def test_in_place_file_write_fault_names_the_file(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    path = tmp_path / "log"
+    atomic_write(str(path), b"\0" * 16)
+    log = InPlaceFile(str(path))
+
+    def no_space(fd: int) -> None:
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(_durable, "_datasync", no_space)
+    with pytest.raises(StorageError, match=r"could not write .*log: No space left on device\. Free some disk space"):
+        log.write([b"x"], 0)
+
+
+def test_fsync_files_flushes_each_and_reports_the_missing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    paths = [str(tmp_path / f"f{i}") for i in range(300)]  # more than one batch of descriptors
+    for p in paths:
+        atomic_write(p, b"x", durable=False)
+    synced: list[int] = []
+    real = _durable._datasync
+
+    def counted(fd: int) -> None:
+        synced.append(fd)
+        real(fd)
+
+    monkeypatch.setattr(_durable, "_datasync", counted)
+    assert fsync_files([*paths, str(tmp_path / "gone")]) == [str(tmp_path / "gone")]
+    assert len(synced) == 300
+
+
+def test_a_lock_file_deleted_by_hand_is_opened_again(tmp_path: Path) -> None:
+    """The descriptor kept between two locks is not reused once its file is gone: another process
+    that creates the lock file anew must exclude this one."""
+    target = str(tmp_path / "state.json")
+    with FileLock(target):
+        pass
+    os.unlink(target + ".lock")
+    with FileLock(target):
+        assert os.path.exists(target + ".lock")
+        probe = subprocess.run(
+            [sys.executable, "-c", LOCK_PROBE, target + ".lock"], capture_output=True, text=True, check=True
+        )
+        assert probe.stdout.strip() == "busy"  # the new file is the one this process holds
+
+
+LOCK_PROBE = r"""
+import fcntl, os, sys
+fd = os.open(sys.argv[1], os.O_RDWR)
+try:
+    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    print("free")
+except BlockingIOError:
+    print("busy")
+"""

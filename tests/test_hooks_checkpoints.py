@@ -112,6 +112,13 @@ def test_heartbeat_checkpoint_runs_in_a_detached_child(project: Path, monkeypatc
     while time.monotonic() < deadline and _types(project) != ["routine"]:
         time.sleep(0.05)
     assert _types(project) == ["routine"]
+    # The child leaves with os._exit, which skips atexit: it finished its write-behind first.
+    agent = _agent(project)
+    name = agent.checkpoints.entries()[0].name
+    while time.monotonic() < deadline and not (Path(agent.checkpoints.dir) / name).exists():
+        time.sleep(0.05)
+    assert (Path(agent.checkpoints.dir) / name).exists()
+    assert any(e["event"] == "checkpoint_created" and e["meta"]["name"] == name for e in agent.ops.read()[0])
 
 
 def test_two_hours_tell_the_model_once_and_refresh_the_next_session(

@@ -49,9 +49,14 @@ class _Worker:
 
     def submit(self, key: Hashable, task: Callable[[], None], delay: float) -> None:
         with self.cond:
-            if key in self.queue:
+            due = time.monotonic() + delay
+            queued = self.queue.get(key)
+            if queued is not None:
+                if due < queued[1]:  # wanted sooner: the queued task comes sooner
+                    self.queue[key] = (queued[0], due)
+                    self.cond.notify_all()
                 return
-            self.queue[key] = (task, time.monotonic() + delay)
+            self.queue[key] = (task, due)
             if self.thread is None or not self.thread.is_alive():
                 self.thread = threading.Thread(target=self._run, name="phoenix-write-behind", daemon=True)
                 self.thread.start()
@@ -136,8 +141,8 @@ _worker = _Worker()
 
 
 def submit(key: Hashable, task: Callable[[], None], *, delay: float = 0.0) -> None:
-    """Queue ``task`` under ``key``, to run ``delay`` seconds from now (nothing happens if a task
-    of ``key`` is already queued: it will see this work too)."""
+    """Queue ``task`` under ``key``, to run ``delay`` seconds from now. If a task of ``key`` is
+    queued already, it will see this work too: it only comes sooner, if this asks for sooner."""
     _worker.submit(key, task, delay)
 
 

@@ -106,6 +106,8 @@ LOG_FRAMES = 8
 """A log holds at least this many frames of the size being written (8 MB for 1 MB checkpoints):
 settling, which flushes every named file the log holds, comes every few writes at most."""
 LOG_RECORDS = 512
+BEHIND_BYTES = 32 * 1024 * 1024
+"""Named files waiting to be written behind hold at most about this much memory."""
 _CHUNK = 64 * 1024  # what a reader reads at once past the end it knew
 _PROBE = 4096  # ... at first
 _FRAME_HEAD = 56  # a frame header is at most this long: "@" + length + 2 x (" " + 16 hex digits) + "\n"
@@ -423,6 +425,7 @@ class Catalog:
         self.deferred: dict[str, tuple[CheckpointInfo, bytes, int]] = {}  # named file not created yet
         self.unlink_later: set[str] = set()  # dropped checkpoints whose file may still be there
         self.never_created: set[str] = set()  # dropped before their file was written (this log)
+        self._behind_bytes = 0
 
     # -- loading -------------------------------------------------------------------------------
 
@@ -745,7 +748,7 @@ class Catalog:
                 self._put(view, info, data, drop, meanwhile)
             except BaseException:
                 self._view = None  # what reached the disk is read back by the next load
-                self.deferred.pop(info.name, None)
+                self._undefer(info.name)
                 raise
 
     def _append(
@@ -801,7 +804,7 @@ class Catalog:
 
             def bookkeep(slot: Slot) -> None:
                 view.inline[info.name] = slot
-                self.deferred[info.name] = (info, data, view.log_generation)  # the named file comes behind
+                self._defer(info, data, view.log_generation)  # the named file comes behind
                 view.add(info)
                 self._dropped(view, drop, behind=True)
                 self.write_behind()
@@ -833,6 +836,16 @@ class Catalog:
                 self._view = None
                 raise
 
+    def _defer(self, info: CheckpointInfo, data: bytes, generation: int) -> None:
+        self.deferred[info.name] = (info, data, generation)
+        self._behind_bytes += len(data)
+
+    def _undefer(self, name: str) -> tuple[CheckpointInfo, bytes, int] | None:
+        written = self.deferred.pop(name, None)
+        if written is not None:
+            self._behind_bytes -= len(written[1])
+        return written
+
     def _dropped(self, view: View, drop: list[CheckpointInfo], *, behind: bool = False) -> None:
         """Apply what a record dropped: out of the view, then the files (now, or behind). A
         checkpoint this process wrote and dropped before its file was created has no file."""
@@ -842,7 +855,7 @@ class Catalog:
         for d in drop:
             view.remove(d.name)
             view.dropped.add(d.name)
-            if self.deferred.pop(d.name, None) is None:
+            if self._undefer(d.name) is None:
                 unlink.append(d.name)
             else:
                 self.never_created.add(d.name)
@@ -864,10 +877,13 @@ class Catalog:
     # -- write-behind -----------------------------------------------------------------------------
 
     def write_behind(self) -> None:
-        """Have the worker thread create the named files and remove the dropped ones."""
+        """Have the worker thread create the named files and remove the dropped ones, after the
+        delay; at once when what waits holds more than ``BEHIND_BYTES`` (the delay batches
+        writes, it is not meant to hold gigabytes in memory)."""
         from phoenix_protocol import _background
 
-        _background.submit(self, self.flush_deferred, delay=self.delay)
+        urgent = self._behind_bytes > BEHIND_BYTES
+        _background.submit(self, self.flush_deferred, delay=0.0 if urgent else self.delay)
 
     def flush(self) -> None:
         """Wait until this process's write-behind is done (doing what is left of it here); raise
@@ -902,7 +918,7 @@ class Catalog:
                     atomic_create(os.path.join(self.dir, name), data, durable=False)
                 if not listed:
                     view.add(info)
-            del self.deferred[name]
+            self._undefer(name)
         if self.unlink_later:
             names = list(self.unlink_later)
             self.unlink_later.clear()

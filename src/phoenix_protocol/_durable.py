@@ -54,7 +54,7 @@ from phoenix_protocol._errors import LockTimeoutError, StorageError
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from collections.abc import Callable, Iterator
+    from collections.abc import Callable, Iterator, Sequence
     from types import TracebackType
 
 __all__ = [
@@ -269,7 +269,7 @@ class InPlaceFile:
 
     def write(
         self,
-        chunks: list[bytes] | list[bytes | memoryview],
+        chunks: Sequence[bytes | memoryview],
         offset: int,
         *,
         durable: bool = True,

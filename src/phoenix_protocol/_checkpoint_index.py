@@ -56,6 +56,7 @@ from __future__ import annotations
 
 import bisect
 import contextlib
+import itertools
 import os
 import threading
 import time
@@ -106,6 +107,7 @@ LOG_FRAMES = 8
 """A log holds at least this many frames of the size being written (8 MB for 1 MB checkpoints):
 settling, which flushes every named file the log holds, comes every few writes at most."""
 LOG_RECORDS = 512
+BEHIND_CHUNK = 64  # named files created (and as many removed) per hold of the lock
 BEHIND_BYTES = 32 * 1024 * 1024
 """Named files waiting to be written behind hold at most about this much memory."""
 _CHUNK = 64 * 1024  # what a reader reads at once past the end it knew
@@ -895,23 +897,24 @@ class Catalog:
             self.flush_deferred()
 
     def flush_deferred(self) -> None:
-        """The write-behind itself (also run by ``flush`` of a process without a worker)."""
-        if not self.deferred and not self.unlink_later:
-            return
-        lock = self._lock() if self._lock is not None else contextlib.nullcontext()
-        with lock:
-            view = self.load(writer=True)
-            with self._mutex:
-                self._apply_deferred(view)
+        """The write-behind itself (also run by ``flush`` of a process without a worker), a
+        chunk at a time: a writer waiting for the lock waits for one chunk, not the batch."""
+        while self.deferred or self.unlink_later:
+            lock = self._lock() if self._lock is not None else contextlib.nullcontext()
+            with lock:
+                view = self.load(writer=True)
+                with self._mutex:
+                    self._apply_deferred(view, BEHIND_CHUNK)
+            time.sleep(0)  # let a writer in
 
-    def _apply_deferred(self, view: View) -> None:
+    def _apply_deferred(self, view: View, limit: int | None = None) -> None:
         """Create the named files this process wrote and remove the dropped ones (caller holds
-        the lock and the mutex). A checkpoint written here is created unless it was dropped
-        since: by a record of this log, or by a settle of another process (which creates every
-        checkpoint still listed itself). One the view lost otherwise (its log deleted by hand)
-        is created and listed again from the bytes held here."""
+        the lock and the mutex), ``limit`` files at most. A checkpoint written here is created
+        unless it was dropped since: by a record of this log, or by a settle of another process
+        (which creates every checkpoint still listed itself). One the view lost otherwise (its
+        log deleted by hand) is created and listed again from the bytes held here."""
         changed = bool(self.deferred or self.unlink_later)
-        for name, (info, data, generation) in list(self.deferred.items()):
+        for name, (info, data, generation) in list(itertools.islice(self.deferred.items(), limit)):
             listed = name in view.entries
             if listed or (name not in view.dropped and generation == view.log_generation):
                 with contextlib.suppress(FileExistsError):
@@ -920,8 +923,8 @@ class Catalog:
                     view.add(info)
             self._undefer(name)
         if self.unlink_later:
-            names = list(self.unlink_later)
-            self.unlink_later.clear()
+            names = list(itertools.islice(self.unlink_later, limit))
+            self.unlink_later.difference_update(names)
             self._unlink(names)
         if changed:
             self.note_own_change()

@@ -69,7 +69,7 @@ from phoenix_protocol import Agent, Home
 from phoenix_protocol._checkpoint_index import Catalog
 from phoenix_protocol._checkpoints import CheckpointStore
 from phoenix_protocol._durable import FileLock, InPlaceFile
-from phoenix_protocol._jsonio import dumps_line, loads
+from phoenix_protocol._jsonio import dumps_indented_bytes, dumps_line, loads_large
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
@@ -444,13 +444,13 @@ def phoenix_breakdown(store: CheckpointStore, reps: int) -> dict[str, tuple[floa
 
 def codec_costs(state: dict[str, Any], lg: LangGraphThread, reps: int) -> dict[str, float]:
     """Medians (ms, back-to-back) of the codecs each side runs, outside any store."""
-    text = dumps_line(state).encode("ascii")
+    text = dumps_indented_bytes(state)
     serde = lg.saver.serde
     typed = serde.dumps_typed(state)
     cases: dict[str, Callable[[], object]] = {
-        "Phoenix: JSON encode (stdlib C codec)": lambda: dumps_line(state),
+        "Phoenix: JSON encode (orjson, indented)": lambda: dumps_indented_bytes(state),
         "Phoenix: xxh3-128": lambda: xxhash.xxh3_128_hexdigest(text),
-        "Phoenix: JSON decode": lambda: loads(text),
+        "Phoenix: JSON decode (orjson)": lambda: loads_large(text),
         "Phoenix: redact the state": lambda: redact_mod.redact_value(state),
         "LangGraph: serde dumps_typed (ormsgpack)": lambda: serde.dumps_typed(state),
         "LangGraph: serde loads_typed": lambda: serde.loads_typed(typed),

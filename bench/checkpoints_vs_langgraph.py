@@ -5,7 +5,7 @@
 Needs ``langgraph-checkpoint-sqlite`` in the venv (not a runtime dependency of Phoenix).
 
 For agent states of 10 KB and 1 MB (JSON-encoded size of the same Python dict on both sides), with
-1,000 checkpoints of history on each side, interleaved round-robin so that machine noise hits both
+1,000 checkpoints of history on each side, interleaved in a shuffled order so that machine noise hits both
 alike:
 
 - a durable checkpoint write: Phoenix ``store.create()`` vs ``SqliteSaver.put()``;
@@ -288,15 +288,19 @@ Op = tuple[Callable[[], object] | None, Callable[[], object]]
 
 
 def interleave(ops: dict[str, Op], rounds: int, burst: int = 1) -> dict[str, Stats]:
-    """Milliseconds per call, round-robin over the sides with a rotating order. ``burst=1``: each
-    call follows another side's call ("interleaved"); ``burst=n``: each side makes ``n``
-    consecutive calls per turn and only calls 2..n are kept ("back-to-back", warm caches)."""
+    """Milliseconds per call, every side once per round, in an order shuffled each round (with a
+    fixed seed) so that each side follows each other side equally often: what ran just before
+    (its cache footprint, its I/O) weighs on all alike. ``burst=1``: each call follows another
+    side's call ("interleaved"); ``burst=n``: each side makes ``n`` consecutive calls per turn
+    and only calls 2..n are kept ("back-to-back", warm caches)."""
     names = list(ops)
     samples: dict[str, list[float]] = {name: [] for name in names}
+    shuffler = random.Random(20261124)
     gc.collect()
-    for rnd in range(rounds):
-        shift = rnd % len(names)
-        for name in names[shift:] + names[:shift]:
+    for _rnd in range(rounds):
+        order = names[:]
+        shuffler.shuffle(order)
+        for name in order:
             setup, call = ops[name]
             for i in range(burst):
                 if setup is not None:
@@ -731,7 +735,8 @@ def render(
     history = sizes[0].held["phoenix_session"] if sizes else 0
     w(
         f"Each side holds {history:,} checkpoints of one thread/agent before timing starts. The sides take turns "
-        "(round-robin, rotating order) so that machine noise hits all alike, in two ways: *interleaved*, one call "
+        "(each round in a shuffled order, so that each side follows each other equally often and machine noise "
+        "hits all alike), in two ways: *interleaved*, one call "
         "per turn, so every call follows another side's work (as a checkpoint call follows an agent's other "
         "work); *back-to-back*, three consecutive calls per turn of which the 2nd and 3rd are kept (warm CPU "
         "caches; what a tight loop measures). Times in ms, median (p90). Ratio = Phoenix median / SqliteSaver "

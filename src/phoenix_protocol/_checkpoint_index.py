@@ -107,7 +107,7 @@ LOG_FRAMES = 8
 """A log holds at least this many frames of the size being written (8 MB for 1 MB checkpoints):
 settling, which flushes every named file the log holds, comes every few writes at most."""
 LOG_RECORDS = 512
-BEHIND_CHUNK = 64  # named files created (and as many removed) per hold of the lock
+BEHIND_CHUNK = 16  # named files created (and as many removed) per hold of the lock
 BEHIND_BYTES = 32 * 1024 * 1024
 """Named files waiting to be written behind hold at most about this much memory."""
 _CHUNK = 64 * 1024  # what a reader reads at once past the end it knew

@@ -478,6 +478,24 @@ class SizeResult:
         self.setup_seconds: dict[str, float] = {}
         self.breakdown: dict[str, tuple[float, dict[str, tuple[float, float]]]] = {}
         self.codecs: dict[str, float] = {}
+        self.unflushed: dict[str, Stats] = {}
+
+
+@contextlib.contextmanager
+def without_flushes(lg: LangGraphThread) -> Iterator[None]:
+    """Neither side flushes (SQLite ``synchronous=OFF``; Phoenix's ``fdatasync`` skipped): what
+    a write costs besides its flush, for the analysis only."""
+    import phoenix_protocol._durable as durable_mod
+
+    datasync, advise = durable_mod._datasync, durable_mod._ADVISE
+    lg.conn.execute("PRAGMA synchronous=OFF")
+    durable_mod._datasync = lambda fd: None
+    durable_mod._ADVISE = False
+    try:
+        yield
+    finally:
+        durable_mod._datasync, durable_mod._ADVISE = datasync, advise
+        lg.conn.execute("PRAGMA synchronous=FULL")
 
 
 def run_size(work: str, size: int, history: int, reps: int, breakdown_reps: int, pg: str | None = None) -> SizeResult:
@@ -557,6 +575,10 @@ def run_size(work: str, size: int, history: int, reps: int, breakdown_reps: int,
         rounds = reps if op == "write" else reps * 4
         result.stats[op] = interleave(sides, rounds)
         result.warm[op] = interleave(sides, max(5, rounds // 4), burst=3)
+    with without_flushes(lg):
+        unflushed = {k: v for k, v in ops["write"].items() if k != "phoenix_flushed"}
+        result.unflushed = interleave(unflushed, reps)
+    assert lg.synchronous == int(lg.conn.execute("PRAGMA synchronous").fetchone()[0])
     checkpoint, problems = session.latest()
     assert (
         checkpoint is not None
@@ -778,6 +800,13 @@ def render(
             f"({rou.mean / lgs.mean:.2f}×). A write that also waits for its named file and its ops event "
             f"(`create()` + `flush()`, a third agent holding as many session checkpoints, in the same rounds): "
             f"median {_ms(syn.median)} ({syn.median / lgs.median:.2f}× SqliteSaver), mean {_ms(syn.mean)}.\n"
+        )
+        lgu, sesu, rouu = (res.unflushed[k] for k in ("langgraph", "phoenix_session", "phoenix_routine"))
+        w(
+            f"The same writes without any flush (SQLite `synchronous=OFF`, Phoenix's `fdatasync` skipped; "
+            f"interleaved, {len(lgu.samples)} calls, for the analysis only): SqliteSaver {_ms(lgu.median)}, "
+            f"Phoenix `session` {_ms(sesu.median)} ({sesu.median / lgu.median:.2f}×), `routine` "
+            f"{_ms(rouu.median)} ({rouu.median / lgu.median:.2f}×): what each write costs besides its flush.\n"
         )
     if sizes and "phoenix_pg" in sizes[0].held:
         w("### The same checkpoints on PostgreSQL (issue 8)\n")

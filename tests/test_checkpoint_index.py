@@ -194,6 +194,24 @@ def test_a_checkpoint_dropped_within_the_delay_never_gets_a_file(
     assert sorted(n for n in os.listdir(store.dir) if n.endswith(".checkpoint")) == [names[-1]]
 
 
+def test_a_file_another_writer_created_is_removed_when_its_checkpoint_is_dropped(tmp_path: Path) -> None:
+    """Writer B creates from the log the file of a checkpoint writer A has not written yet (B
+    cannot tell a slow writer from a dead one); A then drops that checkpoint before its own
+    write-behind ran. The file must go, or the next generation would take it for a checkpoint."""
+    a = open_store(tmp_path, keep_routine=3, checkpoint_files_delay=3600)
+    b = open_store(tmp_path, checkpoint_files_delay=3600)
+    first = take(a, "routine")
+    take(b, "session")  # B's load finds A's frame, and no file: B creates it
+    assert Path(a.dir, first).exists()
+    for _ in range(3):
+        take(a, "routine")  # the fourth drops the first, which A never wrote itself
+    a.rebuild_index()  # settles: the dropped names are removed, the new generation forgets them
+    a.flush()
+    b.flush()
+    assert not Path(a.dir, first).exists()
+    assert first not in [e.name for e in reopened(a).entries()]
+
+
 def test_events_written_behind_keep_the_process_order(tmp_path: Path) -> None:
     store = open_store(tmp_path, checkpoint_files_delay=60)
     agent = store.agent

@@ -7,9 +7,10 @@ Two files next to the checkpoints, both owned by this module:
     it was started in, the agent) padded with zeros, then frames
     ``@<payload length> <seed> <hash>\\n<payload>``: the payload is one JSON line of metadata and, for a
     checkpoint of at most ``INLINE_LIMIT`` bytes, the checkpoint's bytes. ``hash`` is the xxh3-64
-    of the payload seeded with the previous frame's hash (the first frame's with the salt): a
-    reader takes frames from the header on while that chain holds and stops at the first frame
-    that breaks it, a torn one (a writer killed mid-write) or one left from an earlier generation.
+    of the payload seeded with ``seed``, the previous frame's hash (the first frame's: the salt):
+    a reader takes frames from the header on while that chain holds and stops at the first frame
+    that breaks it, a torn one (a writer killed mid-write) or one left from an earlier generation
+    (told by its seed alone, before its payload is read).
     When a generation ends (settling, below) the header gets a new generation and salt and frames
     are written from offset 512 again, over the old ones: the log's blocks stay allocated, so the
     ``fdatasync`` of a record flushes that record alone and never the file's metadata, as SQLite's
@@ -426,7 +427,6 @@ class Catalog:
         # name -> (its entry, its bytes, the log generation it was written in)
         self.deferred: dict[str, tuple[CheckpointInfo, bytes, int]] = {}  # named file not created yet
         self.unlink_later: set[str] = set()  # dropped checkpoints whose file may still be there
-        self.never_created: set[str] = set()  # dropped before their file was written (this log)
         self._behind_bytes = 0
 
     # -- loading -------------------------------------------------------------------------------
@@ -850,21 +850,19 @@ class Catalog:
 
     def _dropped(self, view: View, drop: list[CheckpointInfo], *, behind: bool = False) -> None:
         """Apply what a record dropped: out of the view, then the files (now, or behind). A
-        checkpoint this process wrote and dropped before its file was created has no file."""
+        checkpoint this process wrote and dropped before creating its file is not created; its
+        name is removed all the same (another writer may have created it from the log)."""
         if not drop:
             return
-        unlink = []
-        for d in drop:
-            view.remove(d.name)
-            view.dropped.add(d.name)
-            if self._undefer(d.name) is None:
-                unlink.append(d.name)
-            else:
-                self.never_created.add(d.name)
+        names = [d.name for d in drop]
+        for name in names:
+            view.remove(name)
+            view.dropped.add(name)
+            self._undefer(name)
         if behind:
-            self.unlink_later.update(unlink)
-        elif unlink:
-            self._unlink(unlink)
+            self.unlink_later.update(names)
+        else:
+            self._unlink(names)
             self.note_own_change()
 
     def _unlink(self, names: Iterable[str]) -> None:
@@ -945,8 +943,7 @@ class Catalog:
         for name in list(view.entries):
             if name in view.pending:
                 view.remove(name)
-        self._unlink(view.dropped - self.never_created)  # the new generation will not remember them
-        self.never_created.clear()
+        self._unlink(view.dropped)  # the new generation will not remember them
         entries = view.ordered()
         generation = max(view.generation, view.log_generation) + 1
         head = dumps_line(

@@ -82,6 +82,7 @@ FILE_MODE = 0o600
 DIR_MODE = 0o700
 _CLOEXEC = getattr(os, "O_CLOEXEC", 0)
 _ADVISE = hasattr(os, "posix_fadvise")
+_PWRITEV = hasattr(os, "pwritev")
 _tmp_counter = 0
 
 
@@ -285,8 +286,10 @@ class InPlaceFile:
             fd = self._descriptor(ino)
             start = offset
             pending = [memoryview(c) for c in chunks]
+            if not _PWRITEV and len(pending) > 1:  # pragma: no cover - platforms without pwritev
+                pending = [memoryview(b"".join(pending))]
             while pending:
-                written = os.pwritev(fd, pending, offset)
+                written = os.pwritev(fd, pending, offset) if _PWRITEV else os.pwrite(fd, pending[0], offset)
                 if written <= 0:  # pragma: no cover - regular files never return 0 for a non-empty write
                     raise OSError(errno.EIO, "write returned 0")
                 offset += written

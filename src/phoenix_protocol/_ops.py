@@ -115,8 +115,13 @@ class OpsLog:
         with self.log.lock():
             with _later_guard:
                 entries = _later.pop(self.path, [])
-            for entry in entries:
-                self.log.append_locked(entry, durable=False)
+            for i, entry in enumerate(entries):
+                try:
+                    self.log.append_locked(entry, durable=False)
+                except BaseException:
+                    with _later_guard:  # what was not written waits for the next try, in order
+                        _later[self.path] = entries[i:] + _later.get(self.path, [])
+                    raise
 
     def make_entry(
         self, event: str, status: str = "ok", meta: dict[str, Any] | None = None, *, trusted: bool = False

@@ -547,3 +547,17 @@ def test_concurrent_writer_processes_share_one_catalogue(tmp_path: Path) -> None
     assert on_disk == set(listed)  # each writer finished its write-behind before it exited
     assert store.latest()[1] == []
     assert Path(store.index_path).exists()  # 60 x 80 KB went past the log's limit: it settled
+
+
+def test_descriptors_kept_open_stay_bounded(tmp_path: Path) -> None:
+    """A long-running process (the memory bridge, the watchdog) opens a store per request or per
+    agent: the log and lock descriptors it keeps between calls stay bounded, whatever becomes of
+    the store objects."""
+    before = len(os.listdir("/proc/self/fd"))
+    for i in range(150):
+        agent = Agent.open(
+            f"agent{i}", home=Home(str(tmp_path / "home")), config_overrides={"checkpoint_files_delay": 0}
+        )
+        agent.checkpoints.create("routine")
+        assert agent.checkpoints.latest()[0] is not None
+    assert len(os.listdir("/proc/self/fd")) - before <= durable_mod._IN_PLACE_MAX + durable_mod._IDLE_MAX + 8

@@ -76,6 +76,7 @@ from phoenix_protocol._durable import (
     atomic_write,
     fsync_file,
     fsync_files,
+    in_place_file,
     read_bytes,
 )
 from phoenix_protocol._errors import StorageError
@@ -417,7 +418,6 @@ class Catalog:
         self.agent_id = agent_id
         self.index_path = os.path.join(directory, INDEX_NAME)
         self.log_path = os.path.join(directory, LOG_NAME)
-        self.log = InPlaceFile(self.log_path)
         self._describe = describe
         self._lock = lock
         self.delay = delay  # seconds before the write-behind runs (what follows meanwhile joins it)
@@ -428,6 +428,11 @@ class Catalog:
         self.deferred: dict[str, tuple[CheckpointInfo, bytes, int]] = {}  # named file not created yet
         self.unlink_later: set[str] = set()  # dropped checkpoints whose file may still be there
         self._behind_bytes = 0
+
+    @property
+    def log(self) -> InPlaceFile:
+        """The log's descriptor, shared by every catalogue of this directory in the process."""
+        return in_place_file(self.log_path)
 
     # -- loading -------------------------------------------------------------------------------
 

@@ -69,6 +69,7 @@ __all__ = [
     "fsync_dir",
     "fsync_file",
     "fsync_files",
+    "in_place_file",
     "iter_lines",
     "read_bytes",
     "read_last_line",
@@ -216,13 +217,15 @@ def read_range(path: str, offset: int, length: int | None = None) -> bytes | Non
 
 
 class InPlaceFile:
-    """Positioned reads and durable positioned writes of one file (see the module docstring)."""
+    """Positioned reads and durable positioned writes of one file (see the module docstring).
+    Get one with ``in_place_file(path)``: a process keeps one per path, and a few dozen open."""
 
     def __init__(self, path: str) -> None:
         self.path = path
         self._fd = -1
         self._ino = -1
         self._pid = -1
+        self._lock = _thread.allocate_lock()  # one call at a time uses (or closes) the descriptor
         self.writable = False
 
     def stat(self) -> os.stat_result | None:
@@ -235,10 +238,11 @@ class InPlaceFile:
             raise _fail("read", self.path, exc) from exc
 
     def _descriptor(self, ino: int | None = None) -> int:
-        """The open descriptor, reopened when the file at ``path`` is another (``ino``) or after a fork."""
+        """The open descriptor (caller holds ``_lock``), reopened when the file at ``path`` is
+        another (``ino``) or after a fork."""
         if self._fd >= 0 and self._pid == _pid and (ino is None or ino == self._ino):
             return self._fd
-        self.close()
+        self._close()
         try:
             fd = os.open(self.path, os.O_RDWR | _CLOEXEC)
             self.writable = True
@@ -251,22 +255,23 @@ class InPlaceFile:
     def read(self, offset: int, length: int, *, ino: int | None = None) -> bytes:
         """Up to ``length`` bytes from ``offset`` (fewer at the end of the file); ``ino``: the
         caller's ``stat`` of the path, to make sure the descriptor reads that file."""
-        try:
-            fd = self._descriptor(ino)
-            chunks = []
-            while length > 0:
-                chunk = os.pread(fd, min(length, 1 << 24), offset)
-                if not chunk:
-                    break
-                chunks.append(chunk)
-                offset += len(chunk)
-                length -= len(chunk)
-            return chunks[0] if len(chunks) == 1 else b"".join(chunks)
-        except FileNotFoundError:
-            self.close()
-            return b""
-        except OSError as exc:
-            raise _fail("read", self.path, exc) from exc
+        with self._lock:
+            try:
+                fd = self._descriptor(ino)
+                chunks = []
+                while length > 0:
+                    chunk = os.pread(fd, min(length, 1 << 24), offset)
+                    if not chunk:
+                        break
+                    chunks.append(chunk)
+                    offset += len(chunk)
+                    length -= len(chunk)
+                return chunks[0] if len(chunks) == 1 else b"".join(chunks)
+            except FileNotFoundError:
+                self._close()
+                return b""
+            except OSError as exc:
+                raise _fail("read", self.path, exc) from exc
 
     def write(
         self,
@@ -281,40 +286,70 @@ class InPlaceFile:
         ``ino`` as for ``read``. ``meanwhile`` runs between the two, once the device has been
         asked to start writing the range (``posix_fadvise(DONTNEED)`` starts the writeback of the
         dirty pages without waiting): bookkeeping that need not wait for the flush overlaps it
-        instead of adding to it (a failed flush raises after it)."""
-        try:
-            fd = self._descriptor(ino)
-            start = offset
-            pending = [memoryview(c) for c in chunks]
-            if not _PWRITEV and len(pending) > 1:  # pragma: no cover - platforms without pwritev
-                pending = [memoryview(b"".join(pending))]
-            while pending:
-                written = os.pwritev(fd, pending, offset) if _PWRITEV else os.pwrite(fd, pending[0], offset)
-                if written <= 0:  # pragma: no cover - regular files never return 0 for a non-empty write
-                    raise OSError(errno.EIO, "write returned 0")
-                offset += written
-                while pending and written >= len(pending[0]):
-                    written -= len(pending[0])
-                    pending.pop(0)
-                if written:
-                    pending[0] = pending[0][written:]
-            if meanwhile is not None:
-                if durable and _ADVISE:  # start writing the range now: the bookkeeping overlaps it
-                    os.posix_fadvise(fd, start, offset - start, os.POSIX_FADV_DONTNEED)
-                meanwhile()
-            if durable:
-                _datasync(fd)
-        except OSError as exc:
-            raise _fail("write", self.path, exc) from exc
+        instead of adding to it (a failed flush raises after it; it must not use this file)."""
+        with self._lock:
+            try:
+                fd = self._descriptor(ino)
+                start = offset
+                pending = [memoryview(c) for c in chunks]
+                if not _PWRITEV and len(pending) > 1:  # pragma: no cover - platforms without pwritev
+                    pending = [memoryview(b"".join(pending))]
+                while pending:
+                    written = os.pwritev(fd, pending, offset) if _PWRITEV else os.pwrite(fd, pending[0], offset)
+                    if written <= 0:  # pragma: no cover - regular files never return 0 for a non-empty write
+                        raise OSError(errno.EIO, "write returned 0")
+                    offset += written
+                    while pending and written >= len(pending[0]):
+                        written -= len(pending[0])
+                        pending.pop(0)
+                    if written:
+                        pending[0] = pending[0][written:]
+                if meanwhile is not None:
+                    if durable and _ADVISE:  # start writing the range now: the bookkeeping overlaps it
+                        os.posix_fadvise(fd, start, offset - start, os.POSIX_FADV_DONTNEED)
+                    meanwhile()
+                if durable:
+                    _datasync(fd)
+            except OSError as exc:
+                raise _fail("write", self.path, exc) from exc
 
     def close(self) -> None:
+        """Close the descriptor (the next call opens it again)."""
+        with self._lock:
+            self._close()
+
+    def _close(self) -> None:
         if self._fd >= 0 and self._pid == _pid:
-            try:
-                os.close(self._fd)
-            except OSError:
-                pass
+            _close_quietly(self._fd)
         self._fd = -1
         self._ino = -1
+
+    def __del__(self) -> None:
+        self._close()
+
+
+_in_place: dict[str, InPlaceFile] = {}  # path -> the one InPlaceFile of this process for it
+_in_place_guard = _thread.allocate_lock()
+_IN_PLACE_MAX = 64
+
+
+def in_place_file(path: str) -> InPlaceFile:
+    """The process's ``InPlaceFile`` for ``path``. At most ``_IN_PLACE_MAX`` are kept (a
+    long-running process that touches many agents closes the oldest descriptors), whatever
+    becomes of the objects that asked for them."""
+    found = _in_place.get(path)
+    if found is not None:
+        return found
+    victim: InPlaceFile | None = None
+    with _in_place_guard:
+        found = _in_place.get(path)
+        if found is None:
+            found = _in_place[path] = InPlaceFile(path)
+            if len(_in_place) > _IN_PLACE_MAX:
+                victim = _in_place.pop(next(iter(_in_place)))
+    if victim is not None:
+        victim.close()  # under its own lock: never while a call of it uses the descriptor
+    return found
 
 
 def truncate_file(path: str, size: int) -> None:
@@ -551,8 +586,10 @@ _pid = os.getpid()  # this process (a forked child updates it)
 
 def _after_fork_in_child() -> None:
     """A forked child holds none of its parent's locks and takes its own descriptors."""
-    global _registry_guard, _pid
+    global _registry_guard, _pid, _in_place_guard
     _pid = os.getpid()
+    _in_place.clear()  # the parent's (a lock held by one of its threads would stay held here)
+    _in_place_guard = _thread.allocate_lock()
     _held.clear()
     _gates.clear()
     _idle.clear()  # the parent's: a child that locked through them would share the parent's flocks

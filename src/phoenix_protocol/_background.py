@@ -37,6 +37,8 @@ if TYPE_CHECKING:
 
 __all__ = ["drain", "pending", "submit", "wait"]
 
+_ERRORS_KEPT = 64
+
 
 class _Worker:
     def __init__(self) -> None:
@@ -80,10 +82,19 @@ class _Worker:
 
     def _done(self, key: Hashable, error: BaseException | None) -> None:
         with self.cond:
-            if error is not None and key not in self.errors:
-                self.errors[key] = error
+            if error is not None:
+                self._keep_error(key, error)
             self.running = None
             self.cond.notify_all()
+
+    def _keep_error(self, key: Hashable, error: BaseException) -> None:
+        """Keep the first error of ``key`` for ``wait`` (caller holds ``cond``); a few dozen at
+        most, so that a long-running process whose keys nobody waits for holds on to nothing."""
+        if key in self.errors:
+            return
+        if len(self.errors) >= _ERRORS_KEPT:
+            self.errors.pop(next(iter(self.errors)))
+        self.errors[key] = error
 
     def _run(self) -> None:
         while True:
@@ -132,7 +143,7 @@ class _Worker:
                 task()
             except BaseException as exc:  # noqa: BLE001 - kept for wait()
                 with self.cond:
-                    self.errors.setdefault(taken, exc)
+                    self._keep_error(taken, exc)
             with self.cond:
                 self.cond.notify_all()  # others waiting for this key
 

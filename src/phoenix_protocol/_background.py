@@ -27,6 +27,7 @@ leave nothing half done (each one is repeatable from the durable record).
 from __future__ import annotations
 
 import atexit
+import contextlib
 import os
 import threading
 import time
@@ -80,13 +81,6 @@ class _Worker:
                 else:
                     self.cond.wait()
 
-    def _done(self, key: Hashable, error: BaseException | None) -> None:
-        with self.cond:
-            if error is not None:
-                self._keep_error(key, error)
-            self.running = None
-            self.cond.notify_all()
-
     def _keep_error(self, key: Hashable, error: BaseException) -> None:
         """Keep the first error of ``key`` for ``wait`` (caller holds ``cond``); a few dozen at
         most, so that a long-running process whose keys nobody waits for holds on to nothing."""
@@ -96,15 +90,21 @@ class _Worker:
             self.errors.pop(next(iter(self.errors)))
         self.errors[key] = error
 
+    def _call(self, key: Hashable, task: Callable[[], None]) -> None:
+        """Run ``task`` (in whichever thread); an error is kept for ``wait``, the durable record stands."""
+        try:
+            task()
+        except BaseException as exc:  # noqa: BLE001 - kept for wait()
+            with self.cond:
+                self._keep_error(key, exc)
+
     def _run(self) -> None:
         while True:
             key, task = self._take()
-            error: BaseException | None = None
-            try:
-                task()
-            except BaseException as exc:  # noqa: BLE001 - kept for wait(); the durable record stands
-                error = exc
-            self._done(key, error)
+            self._call(key, task)
+            with self.cond:
+                self.running = None
+                self.cond.notify_all()
 
     def busy(self, key: Hashable | None) -> bool:
         if key is None:
@@ -139,11 +139,7 @@ class _Worker:
                 else:
                     return
                 task, _due = self.queue.pop(taken)
-            try:
-                task()
-            except BaseException as exc:  # noqa: BLE001 - kept for wait()
-                with self.cond:
-                    self._keep_error(taken, exc)
+            self._call(taken, task)
             with self.cond:
                 self.cond.notify_all()  # others waiting for this key
 
@@ -174,10 +170,8 @@ def drain() -> None:
     records stand, and the next process repeats the work)."""
     if _worker.pid != os.getpid():
         return
-    try:
+    with contextlib.suppress(BaseException):  # leaving the process: nothing left to tell
         _worker.wait(None)
-    except BaseException:  # noqa: BLE001, S110 - leaving the process: nothing left to tell
-        pass
 
 
 def _after_fork_in_child() -> None:

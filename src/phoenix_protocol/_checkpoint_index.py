@@ -252,21 +252,24 @@ def _frame_head(buf: bytes, pos: int) -> tuple[int, int, int, int] | None:
     if nl < 0:
         return None
     fields = buf[pos + 1 : nl].split(b" ")
-    try:
+    with contextlib.suppress(ValueError):  # not numbers: not a frame header
         if len(fields) == 3 and len(fields[1]) == len(fields[2]) == 16:
             return nl + 1, int(fields[0]), int(fields[1], 16), int(fields[2], 16)
         if len(fields) == 2 and len(fields[1]) == 8:
             return nl + 1, int(fields[0]), _V1, int(fields[1], 16)
-    except ValueError:
-        pass
     return None
+
+
+def _head(length: int, seed: int, digest: int) -> bytes:
+    """A frame's header line (``_frame_head`` reads it)."""
+    return b"@%d %016x %016x\n" % (length, seed, digest)
 
 
 def frame(meta: dict[str, Any], content: bytes = b"", seed: int = 0) -> tuple[bytes, int]:
     """One log frame (``meta`` and ``content``) chained on ``seed``, and its hash (the next seed)."""
     payload = dumps_line(meta).encode("ascii") + b"\n" + content
     digest = xxhash.xxh3_64_intdigest(payload, seed=seed)
-    return b"@%d %016x %016x\n" % (len(payload), seed, digest) + payload, digest
+    return _head(len(payload), seed, digest) + payload, digest
 
 
 def _parse_header(header: bytes) -> tuple[int, int, str] | None:
@@ -313,8 +316,7 @@ class View:
         self.log_end = 0  # end of the last whole frame
         self.log_version = 0
         self.log_generation = -1  # -1: no usable log
-        self.salt = 0
-        self.chain = 0  # the last frame's hash: the next frame's seed
+        self.chain = 0  # the last frame's hash (the salt, before the first frame): the next frame's seed
         self.log_boot = ""
         self.log_header = b""  # the header as last read or written (a refresh compares bytes)
         self.log_records = 0
@@ -509,8 +511,7 @@ class Catalog:
         parsed = _parse_header(header)
         if parsed is None:
             return False
-        view.log_generation, view.salt, view.log_boot = parsed
-        view.chain = view.salt
+        view.log_generation, view.chain, view.log_boot = parsed
         view.log_version = LOG_VERSION
         view.log_end = HEADER_SIZE
         view.log_records = 0
@@ -589,7 +590,7 @@ class Catalog:
             else:
                 content_len = end - meta_end - 1 if meta_end >= 0 else 0
                 self._apply(
-                    view, meta, Slot(pos, end - pos, (meta_end + 1 - pos) if meta_end >= 0 else 0, -1), content_len
+                    view, meta, Slot(pos, end - pos, (meta_end + 1 - pos) if meta_end >= 0 else 0, _V1), content_len
                 )
             pos = end
         view.log_end = pos
@@ -779,7 +780,7 @@ class Catalog:
         hasher.update(b"\n")
         hasher.update(content)
         digest = hasher.intdigest()
-        head = b"@%d %016x %016x\n" % (length, seed, digest)
+        head = _head(length, seed, digest)
         at = view.log_end
         slot = Slot(at, len(head) + length, len(head) + len(meta_line) + 1, seed)
 
@@ -934,12 +935,8 @@ class Catalog:
 
     # -- settling ----------------------------------------------------------------------------------
 
-    def settle(self, view: View) -> None:
-        """Flush every file the log holds, write the snapshot, start a new generation."""
-        with self._mutex:
-            self._settle(view)
-
     def _settle(self, view: View) -> None:
+        """Flush every file the log holds, write the snapshot, start a new generation."""
         self._apply_deferred(view)
         live = [os.path.join(self.dir, name) for name in view.inline if name in view.entries]
         for path in fsync_files(live):  # made durable, all at once; those missing are created first
@@ -995,7 +992,7 @@ class Catalog:
             raise StorageError("the checkpoint log vanished while it was started", path=self.log_path)
         view.log_version = LOG_VERSION
         view.log_generation = generation
-        view.salt = view.chain = salt
+        view.chain = salt
         view.log_end = HEADER_SIZE
         view.log_boot = boot_id()
         view.log_records = 0

@@ -226,7 +226,6 @@ class InPlaceFile:
         self._ino = -1
         self._pid = -1
         self._lock = _thread.allocate_lock()  # one call at a time uses (or closes) the descriptor
-        self.writable = False
 
     def stat(self) -> os.stat_result | None:
         """The file's ``stat``, or ``None`` when it does not exist."""
@@ -245,10 +244,8 @@ class InPlaceFile:
         self._close()
         try:
             fd = os.open(self.path, os.O_RDWR | _CLOEXEC)
-            self.writable = True
         except PermissionError:
             fd = os.open(self.path, os.O_RDONLY | _CLOEXEC)  # a reader without write access
-            self.writable = False
         self._fd, self._ino, self._pid = fd, os.fstat(fd).st_ino, _pid
         return fd
 
@@ -606,10 +603,11 @@ def _open_lock_file(path: str) -> int:
         fd = _idle.pop(path, -1)
     if fd >= 0:
         try:
-            if os.fstat(fd).st_nlink > 0:
-                return fd
+            linked = os.fstat(fd).st_nlink > 0
         except OSError:
-            pass
+            linked = False
+        if linked:
+            return fd
         _close_quietly(fd)
     return os.open(path, os.O_RDWR | os.O_CREAT | _CLOEXEC, FILE_MODE)
 

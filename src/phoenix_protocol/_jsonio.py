@@ -192,9 +192,10 @@ def dumps_indented_bytes(obj: dict[str, Any]) -> bytes:
     fast = _fast()
     if fast:
         try:
-            return bytes(fast.dumps(obj, option=fast.OPT_NON_STR_KEYS | fast.OPT_INDENT_2))
+            encoded: bytes = fast.dumps(obj, option=fast.OPT_NON_STR_KEYS | fast.OPT_INDENT_2)
+            return encoded
         except (TypeError, fast.JSONEncodeError):
-            pass  # what orjson does not take (integers beyond 64 bits, deep nesting)
+            pass  # what orjson does not take (integers beyond 64 bits, deep nesting): the stdlib
     import json
 
     try:

@@ -438,6 +438,56 @@ def test_in_place_file_overwrites_at_offsets_and_follows_a_replaced_file(tmp_pat
     log.close()
 
 
+@pytest.mark.parametrize("proc", [True, False], ids=["proc-fd", "stat"])
+def test_in_place_file_identity_follows_the_path(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, proc: bool) -> None:
+    """``identity()`` names the file now at the path: the same inode while it stays, a new one
+    once it is replaced (renamed over, or deleted and written again), ``None`` while there is
+    none; with ``/proc/self/fd`` (checked without a ``stat``) or without it (``stat``)."""
+    if not proc:
+        def no_proc(path: str) -> str:
+            raise OSError(errno.ENOENT, "no /proc here")
+
+        monkeypatch.setattr(os, "readlink", no_proc)
+    elif not os.path.isdir("/proc/self/fd"):
+        pytest.skip("no /proc/self/fd on this system")
+    path = tmp_path / "log"
+    log = InPlaceFile(str(path))
+    assert log.identity() is None
+    atomic_write(str(path), b"first")
+    first = log.identity()
+    assert first == path.stat().st_ino and log.identity() == first
+    atomic_write(str(path), b"second")  # renamed over
+    second = log.identity()
+    assert second == path.stat().st_ino != first
+    assert log.read(0, 6, ino=second) == b"second"
+    path.unlink()
+    assert log.identity() is None
+    path.write_bytes(b"third")
+    third = log.identity()
+    assert third == path.stat().st_ino and log.read(0, 5, ino=third) == b"third"
+    log.close()
+
+
+def test_in_place_file_identity_does_not_stat_an_unchanged_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Where ``/proc/self/fd`` shows the descriptor, an unchanged file is recognised without a
+    ``stat`` (which on Linux makes the next write's ``fdatasync`` commit the journal)."""
+    if not os.path.isdir("/proc/self/fd"):
+        pytest.skip("no /proc/self/fd on this system")
+    path = tmp_path / "log"
+    atomic_write(str(path), b"\0" * 64)
+    log = InPlaceFile(str(path))
+    ino = log.identity()
+    stats: list[object] = []
+    real_stat, real_fstat = os.stat, os.fstat
+    monkeypatch.setattr(os, "stat", lambda *a, **k: stats.append(a) or real_stat(*a, **k))
+    monkeypatch.setattr(os, "fstat", lambda *a, **k: stats.append(a) or real_fstat(*a, **k))
+    for _ in range(5):
+        assert log.identity() == ino
+        log.write([b"x"], 3)
+    assert stats == []
+    log.close()
+
+
 def test_in_place_file_write_fault_names_the_file(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     path = tmp_path / "log"
     atomic_write(str(path), b"\0" * 16)

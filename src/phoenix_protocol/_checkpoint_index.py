@@ -46,11 +46,13 @@ in place with that generation and a new salt. A crash between the two leaves a l
 snapshot, which is then ignored (the snapshot has it all).
 
 Only writers (under the lock) create or remove files. Readers (any process, no lock) keep the view
-in memory and look again when the log (inode, size, modification time) or the directory
-(modification time) changed, or changed too recently to tell (within the file system's timestamp
-granularity): then they read the header and whatever frames follow the end they knew. A changed
-directory (an edit by hand: a file copied in or deleted) is listed and reconciled. A missing or
-unreadable snapshot is rebuilt from the directory.
+in memory; on each load they read the log's header and whatever frames follow the end they knew
+(a few hundred bytes when nothing changed; a new header or another file: the whole log again).
+The log's timestamps are never asked for (``InPlaceFile.identity``): on Linux a query makes the
+next write's ``fdatasync`` commit the file system's journal. The directory is looked at again when
+its modification time changed, or changed too recently to tell (within the file system's
+timestamp granularity); a changed directory (an edit by hand: a file copied in or deleted) is
+listed and reconciled. A missing or unreadable snapshot is rebuilt from the directory.
 """
 
 from __future__ import annotations
@@ -311,8 +313,7 @@ class View:
         self.unchecked: set[str] = set()  # logged by another process: is the named file there?
         self.dropped: set[str] = set()  # dropped by this log's records (never re-added from the directory)
         self.unremoved: set[str] = set()  # dropped by another process, which may have died before unlinking
-        self.log_key: tuple[int, int, int] | None = None  # (inode, size, mtime) when last looked at
-        self.log_settled = False  # the key was older than any timestamp granularity when looked at
+        self.log_ino: int | None = None  # the log file's inode when last looked at (None: no log)
         self.log_end = 0  # end of the last whole frame
         self.log_version = 0
         self.log_generation = -1  # -1: no usable log
@@ -443,16 +444,12 @@ class Catalog:
         log holds are created, large records without a file dropped, an old or unusable log
         replaced, and after a reboot every file the log holds is checked and rewritten from it."""
         with self._mutex:
-            st = self.log.stat()
-            key = (st.st_ino, st.st_size, st.st_mtime_ns) if st is not None else None
+            ino = self.log.identity()
             view = self._view
-            if view is None or (key is None) != (view.log_key is None):
-                view = self._full_load(key)  # no view yet, or the log appeared or vanished
-            elif key is not None and view.log_key is not None:
-                if key[0] != view.log_key[0]:
-                    view = self._full_load(key)  # another file
-                elif writer or key != view.log_key or not view.log_settled:
-                    view = self._refresh(view, key)
+            if view is None or (ino is None) != (view.log_ino is None):
+                view = self._full_load(ino)  # no view yet, or the log appeared or vanished
+            elif ino is not None:
+                view = self._full_load(ino) if ino != view.log_ino else self._refresh(view, ino)
             if view.pending:
                 self._check_pending(view, writer=writer)
             try:
@@ -483,7 +480,7 @@ class Catalog:
         except (JSONError, KeyError, TypeError, ValueError, AttributeError):
             return None
 
-    def _full_load(self, key: tuple[int, int, int] | None) -> View:
+    def _full_load(self, ino: int | None) -> View:
         """The snapshot and the whole log; ``load`` then reconciles with the directory (a fresh
         view has not seen it), which also covers a lost snapshot or log."""
         view = View()
@@ -491,19 +488,16 @@ class Catalog:
         if snapshot is not None:
             view.generation, view.next_seq, entries = snapshot
             view.fill(entries)
-        if key is not None:
-            self._note_key(view, key)
-            header = self.log.read(0, HEADER_SIZE, ino=key[0])
+        if ino is not None:
+            view.log_ino = ino
+            header = self.log.read(0, HEADER_SIZE, ino=ino)
             view.log_header = header
             if self._open_header(view, header):
-                self._replay(view, key[0])
+                self._replay(view, ino)
             elif header.startswith(b"@") and _frame_head(header, 0) is not None:
-                self._replay_v1(view, self.log.read(0, key[1], ino=key[0]))
+                st = self.log.stat()  # an old-format log, read whole once (its next writer converts it)
+                self._replay_v1(view, self.log.read(0, st.st_size if st is not None else 0, ino=ino))
         return view
-
-    def _note_key(self, view: View, key: tuple[int, int, int]) -> None:
-        view.log_key = key
-        view.log_settled = time.time_ns() - key[2] > _SETTLED_NS
 
     def _open_header(self, view: View, header: bytes) -> bool:
         """Take the log's generation and salt from its header; ``False`` if it is not a usable
@@ -517,13 +511,12 @@ class Catalog:
         view.log_records = 0
         return True
 
-    def _refresh(self, view: View, key: tuple[int, int, int]) -> View:
+    def _refresh(self, view: View, ino: int) -> View:
         """The log may have changed: read its header and what follows the end we knew (a new
         generation, another version or an unreadable header: load it all again)."""
-        if view.log_version != LOG_VERSION or self.log.read(0, HEADER_SIZE, ino=key[0]) != view.log_header:
-            return self._full_load(key)
-        self._note_key(view, key)
-        self._replay(view, key[0])
+        if view.log_version != LOG_VERSION or self.log.read(0, HEADER_SIZE, ino=ino) != view.log_header:
+            return self._full_load(ino)
+        self._replay(view, ino)
         return view
 
     def _replay(self, view: View, ino: int) -> None:
@@ -791,8 +784,7 @@ class Catalog:
             if after is not None:
                 after(slot)
 
-        ino = view.log_key[0] if view.log_key is not None else None
-        self.log.write([head, meta_line, b"\n", content], at, durable=durable, ino=ino, meanwhile=written)
+        self.log.write([head, meta_line, b"\n", content], at, durable=durable, ino=view.log_ino, meanwhile=written)
         return slot
 
     def _put(
@@ -981,14 +973,15 @@ class Catalog:
             raise StorageError(f"checkpoint log header of {len(header)} bytes does not fit", path=self.log_path)
         header += b"\0" * (HEADER_SIZE - len(header))
         view.log_header = header
-        st = self.log.stat()
-        if st is not None and view.log_version == LOG_VERSION and st.st_size >= HEADER_SIZE:
-            self.log.write([header], 0, ino=st.st_ino)  # in place: the blocks stay allocated
+        ino = self.log.identity()
+        if ino is not None and view.log_version == LOG_VERSION and ino == view.log_ino:
+            # the file whose whole header this view read: in place, the blocks stay allocated
+            self.log.write([header], 0, ino=ino)
         else:
             atomic_write(self.log_path, header)
             self.log.close()  # the descriptor held the file this one replaced
-        st = self.log.stat()
-        if st is None:  # pragma: no cover - just written
+            ino = self.log.identity()
+        if ino is None:  # pragma: no cover - just written
             raise StorageError("the checkpoint log vanished while it was started", path=self.log_path)
         view.log_version = LOG_VERSION
         view.log_generation = generation
@@ -996,7 +989,7 @@ class Catalog:
         view.log_end = HEADER_SIZE
         view.log_boot = boot_id()
         view.log_records = 0
-        self._note_key(view, (st.st_ino, st.st_size, st.st_mtime_ns))
+        view.log_ino = ino
         view.inline.clear()
         view.unchecked.clear()
         view.dropped.clear()
@@ -1009,8 +1002,7 @@ class Catalog:
         many entries the snapshot and the log had wrong (all of them when the snapshot was lost)."""
         with self._mutex:
             self.load(writer=True)  # files only the log holds are created
-            st = self.log.stat()
-            view = self._full_load((st.st_ino, st.st_size, st.st_mtime_ns) if st is not None else None)
+            view = self._full_load(self.log.identity())
             before = {e.name for e in view.ordered()} if os.path.exists(self.index_path) else set()
             self._reconcile(view, None)
             self._settle(view)

@@ -26,6 +26,9 @@ Three primitives, each with the guarantee it gives and the one it does not:
     file's metadata, the cheapest durable write a file system offers (SQLite's write-ahead log
     relies on the same). It guarantees nothing about torn writes: the caller frames and checksums
     what it writes. The descriptor is reopened when the path names another file or after a fork.
+    ``identity()`` tells which file the path names without asking for its timestamps (see there):
+    on Linux 6.13+ a ``stat`` of a file makes its next write record a fine-grained modification
+    time, and the ``fdatasync`` after that commits the journal (measured: 0.12 -> 0.18 ms).
 
 ``FileLock(path)``
     An exclusive ``flock`` on a separate ``*.lock`` file, re-entrant within a thread (threads of
@@ -225,6 +228,7 @@ class InPlaceFile:
         self._fd = -1
         self._ino = -1
         self._pid = -1
+        self._link: str | None = None  # what /proc/self/fd/<fd> named when it was opened
         self._lock = _thread.allocate_lock()  # one call at a time uses (or closes) the descriptor
 
     def stat(self) -> os.stat_result | None:
@@ -235,6 +239,35 @@ class InPlaceFile:
             return None
         except OSError as exc:
             raise _fail("read", self.path, exc) from exc
+
+    def identity(self) -> int | None:
+        """The inode number of the file now at ``path`` (``None``: there is none), opening it if
+        need be. Where ``/proc/self/fd`` shows it (Linux), the open descriptor is checked to still
+        be that file (not deleted, not renamed over) by reading its link, which does not query the
+        file's timestamps as ``stat`` would (see the module docstring); elsewhere the path is
+        ``stat``-ed. A file replaced since is opened anew."""
+        with self._lock:
+            try:
+                if self._fd >= 0 and self._pid == _pid:
+                    if self._link is None:  # no /proc here: ask the path
+                        if os.stat(self.path).st_ino == self._ino:
+                            return self._ino
+                    else:
+                        try:
+                            link = os.readlink(f"/proc/self/fd/{self._fd}")
+                        except OSError:
+                            link = ""
+                        same = link == self._link and not link.endswith(" (deleted)")
+                        if same:
+                            return self._ino
+                    self._close()
+                self._descriptor()
+                return self._ino
+            except FileNotFoundError:
+                self._close()
+                return None
+            except OSError as exc:
+                raise _fail("read", self.path, exc) from exc
 
     def _descriptor(self, ino: int | None = None) -> int:
         """The open descriptor (caller holds ``_lock``), reopened when the file at ``path`` is
@@ -247,6 +280,10 @@ class InPlaceFile:
         except PermissionError:
             fd = os.open(self.path, os.O_RDONLY | _CLOEXEC)  # a reader without write access
         self._fd, self._ino, self._pid = fd, os.fstat(fd).st_ino, _pid
+        try:
+            self._link = os.readlink(f"/proc/self/fd/{fd}")
+        except OSError:
+            self._link = None
         return fd
 
     def read(self, offset: int, length: int, *, ino: int | None = None) -> bytes:
@@ -320,6 +357,7 @@ class InPlaceFile:
             _close_quietly(self._fd)
         self._fd = -1
         self._ino = -1
+        self._link = None
 
     def __del__(self) -> None:
         self._close()

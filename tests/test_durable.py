@@ -444,6 +444,7 @@ def test_in_place_file_identity_follows_the_path(tmp_path: Path, monkeypatch: py
     once it is replaced (renamed over, or deleted and written again), ``None`` while there is
     none; with ``/proc/self/fd`` (checked without a ``stat``) or without it (``stat``)."""
     if not proc:
+
         def no_proc(path: str) -> str:
             raise OSError(errno.ENOENT, "no /proc here")
 
@@ -468,7 +469,9 @@ def test_in_place_file_identity_follows_the_path(tmp_path: Path, monkeypatch: py
     log.close()
 
 
-def test_in_place_file_identity_does_not_stat_an_unchanged_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_in_place_file_identity_does_not_stat_an_unchanged_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Where ``/proc/self/fd`` shows the descriptor, an unchanged file is recognised without a
     ``stat`` (which on Linux makes the next write's ``fdatasync`` commit the journal)."""
     if not os.path.isdir("/proc/self/fd"):

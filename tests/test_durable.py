@@ -482,8 +482,17 @@ def test_in_place_file_identity_does_not_stat_an_unchanged_file(
     ino = log.identity()
     stats: list[object] = []
     real_stat, real_fstat = os.stat, os.fstat
-    monkeypatch.setattr(os, "stat", lambda *a, **k: stats.append(a) or real_stat(*a, **k))
-    monkeypatch.setattr(os, "fstat", lambda *a, **k: stats.append(a) or real_fstat(*a, **k))
+
+    def stat(*args: Any, **kwargs: Any) -> os.stat_result:
+        stats.append(args)
+        return real_stat(*args, **kwargs)
+
+    def fstat(fd: int) -> os.stat_result:
+        stats.append(fd)
+        return real_fstat(fd)
+
+    monkeypatch.setattr(os, "stat", stat)
+    monkeypatch.setattr(os, "fstat", fstat)
     for _ in range(5):
         assert log.identity() == ino
         log.write([b"x"], 3)

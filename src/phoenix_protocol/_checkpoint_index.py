@@ -444,12 +444,21 @@ class Catalog:
         log holds are created, large records without a file dropped, an old or unusable log
         replaced, and after a reboot every file the log holds is checked and rewritten from it."""
         with self._mutex:
-            ino = self.log.identity()
+            log = self.log
             view = self._view
-            if view is None or (ino is None) != (view.log_ino is None):
-                view = self._full_load(ino)  # no view yet, or the log appeared or vanished
-            elif ino is not None:
-                view = self._full_load(ino) if ino != view.log_ino else self._refresh(view, ino)
+            if view is not None and view.log_ino is not None and view.log_version == LOG_VERSION:
+                # the common case: one call reads the header and what follows the end we knew
+                seen = log.look(0, HEADER_SIZE, view.log_end, _PROBE)
+                if seen is None:
+                    view = self._full_load(None)  # the log vanished
+                elif seen[0] != view.log_ino or seen[1] != view.log_header:
+                    view = self._full_load(seen[0])  # another file, or a new generation
+                else:
+                    self._replay(view, seen[0], seen[2])
+            else:
+                ino = log.identity()
+                if view is None or ino != view.log_ino or ino is not None:
+                    view = self._full_load(ino)  # no view yet, the log appeared, or one of another version
             if view.pending:
                 self._check_pending(view, writer=writer)
             try:
@@ -511,24 +520,19 @@ class Catalog:
         view.log_records = 0
         return True
 
-    def _refresh(self, view: View, ino: int) -> View:
-        """The log may have changed: read its header and what follows the end we knew (a new
-        generation, another version or an unreadable header: load it all again)."""
-        if view.log_version != LOG_VERSION or self.log.read(0, HEADER_SIZE, ino=ino) != view.log_header:
-            return self._full_load(ino)
-        self._replay(view, ino)
-        return view
-
-    def _replay(self, view: View, ino: int) -> None:
-        """Apply the frames that follow ``view.log_end`` while the hash chain holds."""
+    def _replay(self, view: View, ino: int, probe: bytes | None = None) -> None:
+        """Apply the frames that follow ``view.log_end`` while the hash chain holds (``probe``:
+        the first ``_PROBE`` bytes there, already read)."""
         pos = view.log_end
-        buf = b""
+        if probe is None:  # mostly nothing follows (a writer checking under its lock): read little first
+            probe = self.log.read(pos, _PROBE, ino=ino)
+        buf, eof = probe, len(probe) < _PROBE
         base = pos  # the log offset of buf[0]
         while True:
             i = pos - base
-            if i + _FRAME_HEAD > len(buf):
-                # Mostly nothing follows (a writer checking under its lock): read little first.
-                buf, base, i = self.log.read(pos, _CHUNK if buf else _PROBE, ino=ino), pos, 0
+            if i + _FRAME_HEAD > len(buf) and not eof:
+                buf, base, i = self.log.read(pos, _CHUNK, ino=ino), pos, 0
+                eof = len(buf) < _CHUNK
             head = _frame_head(buf, i)
             if head is None or head[2] != view.chain:  # torn, or from an earlier generation
                 break
@@ -536,7 +540,7 @@ class Catalog:
             end = start + length
             if end > len(buf):  # a frame larger than what was read: read it whole
                 need = end - i
-                buf, base = self.log.read(pos, need, ino=ino), pos
+                buf, base, eof = self.log.read(pos, need, ino=ino), pos, False
                 if len(buf) < need:
                     break
                 start, end, i = start - i, end - i, 0

@@ -248,26 +248,46 @@ class InPlaceFile:
         ``stat``-ed. A file replaced since is opened anew."""
         with self._lock:
             try:
-                if self._fd >= 0 and self._pid == _pid:
-                    if self._link is None:  # no /proc here: ask the path
-                        if os.stat(self.path).st_ino == self._ino:
-                            return self._ino
-                    else:
-                        try:
-                            link = os.readlink(f"/proc/self/fd/{self._fd}")
-                        except OSError:
-                            link = ""
-                        same = link == self._link and not link.endswith(" (deleted)")
-                        if same:
-                            return self._ino
-                    self._close()
-                self._descriptor()
-                return self._ino
-            except FileNotFoundError:
-                self._close()
-                return None
+                return self._identity()
             except OSError as exc:
                 raise _fail("read", self.path, exc) from exc
+
+    def look(self, offset: int, length: int, offset2: int, length2: int) -> tuple[int, bytes, bytes] | None:
+        """``identity()`` and two reads of the file it names (up to ``length`` bytes from
+        ``offset``, up to ``length2`` from ``offset2``) in one call: a reader's check of a log
+        (its header, and what follows the end it knew). ``None``: there is no file."""
+        with self._lock:
+            try:
+                ino = self._identity()
+                if ino is None:
+                    return None
+                return ino, os.pread(self._fd, length, offset), os.pread(self._fd, length2, offset2)
+            except OSError as exc:
+                raise _fail("read", self.path, exc) from exc
+
+    def _identity(self) -> int | None:
+        """``identity()`` (caller holds ``_lock``)."""
+        if self._fd >= 0 and self._pid == _pid:
+            if self._link is None:  # no /proc here: ask the path
+                try:
+                    same = os.stat(self.path).st_ino == self._ino
+                except FileNotFoundError:
+                    same = False
+            else:
+                try:
+                    link = os.readlink(f"/proc/self/fd/{self._fd}")
+                except OSError:
+                    link = ""
+                same = link == self._link and not link.endswith(" (deleted)")
+            if same:
+                return self._ino
+            self._close()
+        try:
+            self._descriptor()
+        except FileNotFoundError:
+            self._close()
+            return None
+        return self._ino
 
     def _descriptor(self, ino: int | None = None) -> int:
         """The open descriptor (caller holds ``_lock``), reopened when the file at ``path`` is

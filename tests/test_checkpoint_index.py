@@ -433,6 +433,28 @@ def test_writes_and_reads_never_ask_for_the_logs_timestamps(tmp_path: Path, monk
     assert [e.seq for e in other.entries()] == [4, 3, 2, 1]
 
 
+def test_a_reader_notices_a_log_deleted_and_started_again_by_another_process(tmp_path: Path) -> None:
+    """A reader looks at the log through the descriptor it has while the directory is unchanged;
+    deleting the log (by hand) and another process starting a new one change the directory, so the
+    reader's next load opens the new file instead of reading the deleted one."""
+    store = open_store(tmp_path)
+    names = [take(store) for _ in range(3)]
+    store.flush()
+    time.sleep(0.06)  # the file system's timestamp granularity: the reader takes the directory as settled
+    reader = reopened(store)
+    assert [e.name for e in reader.entries()] == names[::-1]
+    log = Path(store.catalog.log_path)
+    log.unlink()  # by hand: the files and the snapshot remain
+    out = subprocess.run(
+        [sys.executable, "-c", WRITER, str(tmp_path), "z", "1", "100"], capture_output=True, text=True, timeout=60
+    )
+    assert out.returncode == 0, out.stderr
+    ((_seq, name),) = (line.split() for line in out.stdout.splitlines())
+    assert [e.name for e in reader.entries()] == [name, *names[::-1]]
+    view = reader.catalog._view
+    assert view is not None and view.log_ino == log.stat().st_ino  # the new file, not the deleted one
+
+
 def test_a_log_older_than_the_snapshot_is_ignored(tmp_path: Path) -> None:
     """A crash between replacing the snapshot and rewriting the log's header leaves the old
     generation's header and frames."""

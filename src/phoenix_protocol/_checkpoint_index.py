@@ -444,11 +444,17 @@ class Catalog:
         log holds are created, large records without a file dropped, an old or unusable log
         replaced, and after a reboot every file the log holds is checked and rewritten from it."""
         with self._mutex:
+            try:
+                dir_mtime = os.stat(self.dir).st_mtime_ns
+            except FileNotFoundError:
+                dir_mtime = -1
             log = self.log
             view = self._view
             if view is not None and view.log_ino is not None and view.log_version == LOG_VERSION:
-                # the common case: one call reads the header and what follows the end we knew
-                seen = log.look(0, HEADER_SIZE, view.log_end, _PROBE)
+                # The common case: one call reads the header and what follows the end we knew.
+                # Replacing or deleting the log changes the directory: a reader whose directory
+                # did not change reads through the descriptor it has; a writer always checks it.
+                seen = log.look(0, HEADER_SIZE, view.log_end, _PROBE, check=writer or dir_mtime != view.dir_seen)
                 if seen is None:
                     view = self._full_load(None)  # the log vanished
                 elif seen[0] != view.log_ino or seen[1] != view.log_header:
@@ -461,10 +467,6 @@ class Catalog:
                     view = self._full_load(ino)  # no view yet, the log appeared, or one of another version
             if view.pending:
                 self._check_pending(view, writer=writer)
-            try:
-                dir_mtime = os.stat(self.dir).st_mtime_ns
-            except FileNotFoundError:
-                dir_mtime = -1
             if dir_mtime != view.dir_seen:
                 self._reconcile(view, dir_mtime)
             if writer:

@@ -252,13 +252,20 @@ class InPlaceFile:
             except OSError as exc:
                 raise _fail("read", self.path, exc) from exc
 
-    def look(self, offset: int, length: int, offset2: int, length2: int) -> tuple[int, bytes, bytes] | None:
+    def look(
+        self, offset: int, length: int, offset2: int, length2: int, *, check: bool = True
+    ) -> tuple[int, bytes, bytes] | None:
         """``identity()`` and two reads of the file it names (up to ``length`` bytes from
         ``offset``, up to ``length2`` from ``offset2``) in one call: a reader's check of a log
-        (its header, and what follows the end it knew). ``None``: there is no file."""
+        (its header, and what follows the end it knew). ``None``: there is no file.
+        ``check=False``: the caller knows the path was not replaced since (its directory did not
+        change), so an open descriptor is read without checking it."""
         with self._lock:
             try:
-                ino = self._identity()
+                if not check and self._fd >= 0 and self._pid == _pid:
+                    ino: int | None = self._ino
+                else:
+                    ino = self._identity()
                 if ino is None:
                     return None
                 return ino, os.pread(self._fd, length, offset), os.pread(self._fd, length2, offset2)

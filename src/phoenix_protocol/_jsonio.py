@@ -198,8 +198,13 @@ def dumps_indented_bytes(obj: dict[str, Any]) -> bytes:
             pass  # what orjson does not take (integers beyond 64 bits, deep nesting): the stdlib
     import json
 
+    def fragment(o: object) -> Any:  # pre-encoded parts (orjson.Fragment): their value
+        if fast and isinstance(o, fast.Fragment):
+            return loads_large(fast.dumps(o))
+        raise TypeError(f"Object of type {type(o).__name__} is not JSON serializable")
+
     try:
-        return json.dumps(obj, indent=2, ensure_ascii=False, allow_nan=False).encode("utf-8")
+        return json.dumps(obj, indent=2, ensure_ascii=False, allow_nan=False, default=fragment).encode("utf-8")
     except ValueError as exc:
         raise JSONError(str(exc)) from None
 

@@ -408,7 +408,7 @@ def phoenix_breakdown(store: CheckpointStore, reps: int) -> dict[str, tuple[floa
             reps,
             (
                 (CheckpointStore, "collect", "collect sections"),
-                (redact_mod, "redact_value", "redact secrets in the state"),
+                (cp_mod, "redact_sections", "redact secrets in the state (long lists: encoded, by slices)"),
                 (StateStore, "read_or_none", "read state.json (session metadata)"),
                 (FileLock, "acquire", "take the lock"),
                 (FileLock, "release", "release the lock"),
@@ -455,7 +455,10 @@ def codec_costs(state: dict[str, Any], lg: LangGraphThread, reps: int) -> dict[s
         "Phoenix: JSON encode (orjson, indented)": lambda: dumps_indented_bytes(state),
         "Phoenix: xxh3-128": lambda: xxhash.xxh3_128_hexdigest(text),
         "Phoenix: JSON decode (orjson)": lambda: loads_large(text),
-        "Phoenix: redact the state": lambda: redact_mod.redact_value(state),
+        "Phoenix: redact the state (redact_value)": lambda: redact_mod.redact_value(state),
+        "Phoenix: redact the sections as create() does (redact_sections)": lambda: cp_mod.redact_sections(
+            {"payload": state}
+        ),
         "LangGraph: serde dumps_typed (ormsgpack)": lambda: serde.dumps_typed(state),
         "LangGraph: serde loads_typed": lambda: serde.loads_typed(typed),
     }

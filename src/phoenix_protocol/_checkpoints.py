@@ -223,15 +223,31 @@ def redact_sections(sections: dict[str, Any]) -> dict[str, Any]:
     holding anything but dicts with string keys, lists, strings, numbers, booleans and null is
     walked every time. Raises what ``redact_value`` raises (NaN and the infinities).
     """
-    return _redact_long_lists(sections)  # type: ignore[return-value]
+    from phoenix_protocol._redact import redact_value
+
+    if not any(_holds_long_list(v) for v in sections.values()):
+        return redact_value(sections)  # type: ignore[return-value]  # the common, small case
+    return _redact_long_lists(sections, _DEPTH)  # type: ignore[return-value]
 
 
-def _redact_long_lists(value: object) -> object:
+_DEPTH = 4  # how deep below the sections long lists are looked for (deeper ones: the usual walk)
+
+
+def _holds_long_list(value: object) -> bool:
+    """A long list is the value or one of its dict's values (a quick look before the walk)."""
+    if type(value) is list:
+        return len(value) >= LONG_LIST
+    if type(value) is dict:
+        return any(type(v) is dict or (type(v) is list and len(v) >= LONG_LIST) for v in value.values())
+    return False
+
+
+def _redact_long_lists(value: object, depth: int) -> object:
     from phoenix_protocol._redact import redact_value
 
     if type(value) is list and len(value) >= LONG_LIST:
         return _redact_long_list(value)
-    if type(value) is not dict:
+    if type(value) is not dict or depth <= 0:
         return redact_value(value)
     nested = [k for k, v in value.items() if type(v) is dict or (type(v) is list and len(v) >= LONG_LIST)]
     if not nested:
@@ -241,7 +257,7 @@ def _redact_long_lists(value: object) -> object:
     rest: dict[Any, Any] = redact_value({k: v for k, v in value.items() if k not in skip})  # type: ignore[assignment]
     out.update(rest)  # keys and strings as usual
     for key in nested:
-        out[key] = _redact_long_lists(value[key])
+        out[key] = _redact_long_lists(value[key], depth - 1)
     return out
 
 

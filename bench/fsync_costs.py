@@ -55,31 +55,29 @@ def main(argv: list[str] | None = None) -> int:
             os.write(append, record)
             os.fdatasync(append)
 
-        def do_reuse() -> None:
+        def overwrite(fd: int) -> None:
             offset = (counter[0] * len(record)) % (region - len(record))
-            os.pwrite(reused, record, offset)
-            os.pwrite(reused, offset.to_bytes(8, "little"), 0)  # a header with the end, as a WAL keeps
-            os.fdatasync(reused)
+            os.pwrite(fd, record, offset)
+            os.pwrite(fd, offset.to_bytes(8, "little"), 0)  # a header with the end, as a WAL keeps
+            os.fdatasync(fd)
+
+        def timed_overwrite(fd: int) -> None:
+            start = time.perf_counter()
+            overwrite(fd)
+            timed_only[0] = (time.perf_counter() - start) * 1000
+
+        def do_reuse() -> None:
+            overwrite(reused)
 
         def do_reuse_beside_new_files() -> None:
             fd = os.open(os.path.join(work, f"named{counter[0]}"), os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
             os.write(fd, record)  # a named file written behind, without a flush
             os.close(fd)
-            offset = (counter[0] * len(record)) % (region - len(record))
-            start = time.perf_counter()
-            os.pwrite(beside, record, offset)
-            os.pwrite(beside, offset.to_bytes(8, "little"), 0)
-            os.fdatasync(beside)
-            timed_only[0] = (time.perf_counter() - start) * 1000
+            timed_overwrite(beside)
 
         def do_reuse_after_stat() -> None:
             os.fstat(queried)  # someone asked for the file's times (a reader polling its mtime)
-            offset = (counter[0] * len(record)) % (region - len(record))
-            start = time.perf_counter()
-            os.pwrite(queried, record, offset)
-            os.pwrite(queried, offset.to_bytes(8, "little"), 0)
-            os.fdatasync(queried)
-            timed_only[0] = (time.perf_counter() - start) * 1000
+            timed_overwrite(queried)
 
         def do_new_file() -> None:
             fd = os.open(os.path.join(work, f"f{counter[0]}"), os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)

@@ -463,8 +463,9 @@ class Catalog:
                     self._replay(view, seen[0], seen[2])
             else:
                 ino = log.identity()
-                if view is None or ino != view.log_ino or ino is not None:
-                    view = self._full_load(ino)  # no view yet, the log appeared, or one of another version
+                if view is None or ino is not None or view.log_ino is not None:
+                    # no view yet, or a log now or before (of another version, appeared, vanished)
+                    view = self._full_load(ino)
             if view.pending:
                 self._check_pending(view, writer=writer)
             if dir_mtime != view.dir_seen:

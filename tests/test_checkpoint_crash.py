@@ -119,7 +119,14 @@ elif point == "before-log":  # everything is on disk, the ops event not yet writ
     OpsLog.flush_later = die
 elif point == "large-before-file":  # a large checkpoint: the log reserved its seq, its file is not created
     index.atomic_create = die
+elif point.startswith("settle-"):  # the write finds the log full (3 records) and asks for a settle;
+    index.LOG_RECORDS = 3  # nothing runs in the worker thread: flush() below runs the settle behind
+    background.submit = lambda key, task, delay=0.0: None
 info = store.create("routine", summary="crash point")
+if point == "settle-before-snapshot":  # named files made durable, the snapshot not written
+    index.atomic_write = die
+elif point == "settle-before-header":  # the snapshot written, the log's header not yet rewritten
+    index.InPlaceFile.write = die
 store.flush()
 print(f"ack {info.seq} {info.name}", flush=True)
 """
@@ -345,6 +352,8 @@ def test_sigkilled_checkpoint_writers_never_leave_a_torn_latest(tmp_path: Path) 
         ("before-remove", 20_000, True, True, True),
         ("before-log", 20_000, True, True, False),
         ("large-before-file", INLINE_LIMIT + 200_000, False, False, False),
+        ("settle-before-snapshot", 20_000, True, True, False),
+        ("settle-before-header", 20_000, True, True, False),
     ],
 )
 def test_kill_at_each_step_of_create(
@@ -372,6 +381,8 @@ def test_kill_at_each_step_of_create(
     out, err = proc.communicate(timeout=60)
     assert proc.returncode == -signal.SIGKILL, (out, err)
     assert out == ""  # the create (and its flush) never returned
+    if point.startswith("settle-"):  # killed inside the settle: before or after the snapshot
+        assert os.path.exists(store.index_path) == (point == "settle-before-header")
     added = set(checkpoint_files(store)) - before
     assert len(added) == int(new_file)
     temps = temp_files(store)

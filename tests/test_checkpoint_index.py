@@ -240,17 +240,19 @@ def test_a_log_holds_several_frames_of_a_large_checkpoint(tmp_path: Path) -> Non
     store = open_store(tmp_path, size=1_000_000, keep_session_checkpoints=100)
     for _ in range(index_mod.LOG_FRAMES - 1):
         take(store)
+        store.flush()
     assert not Path(store.index_path).exists()  # never settled: no snapshot yet
     assert len(frames(store)) == index_mod.LOG_FRAMES - 1  # all in the log, which went past LOG_LIMIT
     assert os.stat(store.catalog.log_path).st_size > LOG_LIMIT
-    take(store)
-    take(store)
+    take(store)  # past LOG_FRAMES: asks the write-behind to settle
+    store.flush()
     assert Path(store.index_path).exists()  # settled once, started again from the header
     assert len(frames(store)) < index_mod.LOG_FRAMES
     size = os.stat(store.catalog.log_path).st_size
     for _ in range(10):
         take(store)
-    assert os.stat(store.catalog.log_path).st_size <= size + 1_200_000
+        store.flush()
+    assert os.stat(store.catalog.log_path).st_size <= size + 4096  # each generation about where the first went
 
 
 def test_another_process_sees_each_write(tmp_path: Path) -> None:
@@ -271,10 +273,12 @@ def test_the_log_is_reused_in_place(tmp_path: Path) -> None:
     reader = reopened(store)
     for _ in range(60):  # 12 MB: the 4 MB log wraps several times
         take(store)
+        store.flush()  # the settle the write past the capacity asked for, done at once
     first = os.stat(store.catalog.log_path)
-    assert first.st_size <= LOG_LIMIT
+    assert first.st_size <= LOG_LIMIT + 210_000  # the write that found it full went past, then it settled
     generation = header(store)["generation"]
     assert isinstance(generation, int) and generation >= 2
+    store.rebuild_index()  # a new generation: the next five frames are well within the file
     names = []
     for _ in range(5):
         names.append(take(store))
@@ -376,8 +380,10 @@ def test_settling_writes_the_snapshot_and_starts_a_new_generation(
 ) -> None:
     monkeypatch.setattr(index_mod, "LOG_RECORDS", 5)
     store = open_store(tmp_path, keep_routine=3)
-    names = [take(store, "routine") for _ in range(12)]
-    store.flush()
+    names = []
+    for _ in range(12):
+        names.append(take(store, "routine"))
+        store.flush()  # the write-behind, and the settle a write past the capacity asked for
     snapshot = loads(Path(store.index_path).read_bytes())
     assert snapshot["generation"] >= 2 and header(store)["generation"] == snapshot["generation"]
     assert {e["name"] for e in snapshot["entries"]} <= set(names)
@@ -388,14 +394,83 @@ def test_settling_writes_the_snapshot_and_starts_a_new_generation(
     assert on_disk == sorted(names[-3:])
 
 
+def test_a_write_past_the_capacity_asks_the_write_behind_to_settle(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The write that finds the log full is not the one that settles it: it writes its frame past
+    the capacity and asks the write-behind, which settles while writes go on."""
+    import phoenix_protocol._background as background
+
+    monkeypatch.setattr(index_mod, "LOG_RECORDS", 5)
+    asked: list[tuple[object, float]] = []
+    monkeypatch.setattr(background, "submit", lambda key, task, *, delay=0.0: asked.append((task, delay)))
+    store = open_store(tmp_path, keep_session_checkpoints=50)
+    names = [take(store) for _ in range(6)]
+    assert not Path(store.index_path).exists()  # the 6th write did not settle
+    assert len(frames(store)) == 6
+    assert any(delay == 0.0 for _task, delay in asked)  # ... it asked for it at once
+    assert [e.name for e in reopened(store).entries()] == names[::-1]
+    store.catalog.flush_deferred()  # what the worker thread runs
+    assert loads(Path(store.index_path).read_bytes())["generation"] == 1
+    assert frames(store) == []  # a new generation, from the header
+    assert sorted(n for n in os.listdir(store.dir) if n.endswith(".checkpoint")) == sorted(names)
+    for fresh in (store, reopened(store)):
+        assert [e.name for e in fresh.entries()] == names[::-1]
+
+
+def test_a_write_settles_itself_at_twice_the_capacity(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The write-behind never came (a worker starved, a process that never flushes): the log
+    stops at twice its capacity, where a write settles it before writing."""
+    import phoenix_protocol._background as background
+
+    monkeypatch.setattr(index_mod, "LOG_RECORDS", 5)
+    monkeypatch.setattr(background, "submit", lambda key, task, *, delay=0.0: None)
+    store = open_store(tmp_path, keep_session_checkpoints=50)
+    names = [take(store) for _ in range(10)]
+    assert not Path(store.index_path).exists() and len(frames(store)) == 10
+    names.append(take(store))
+    assert len(frames(store)) == 1  # settled, then written
+    assert [e["name"] for e in loads(Path(store.index_path).read_bytes())["entries"]] == names[:10]
+    assert [e.name for e in reopened(store).entries()] == names[::-1]
+
+
+def test_a_settle_behind_flushes_the_files_without_the_lock_first(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Writers wait only for the end of a settle behind: the named files the log holds are
+    flushed without the lock, and those are not flushed again under it."""
+    import phoenix_protocol._background as background
+
+    monkeypatch.setattr(background, "submit", lambda key, task, *, delay=0.0: None)
+    monkeypatch.setattr(index_mod, "LOG_RECORDS", 40)
+    store = open_store(tmp_path, keep_session_checkpoints=100)
+    names = [take(store) for _ in range(41)]
+    lock_path = store.index_path.rsplit("/", 1)[0]
+    calls: list[tuple[list[str], bool]] = []
+    real = durable_mod.fsync_files
+
+    def spy(paths: list[str]) -> list[str]:
+        locked = any(held.startswith(lock_path) for held in durable_mod._held)
+        calls.append(([os.path.basename(p) for p in paths], locked))
+        return real(paths)
+
+    monkeypatch.setattr(index_mod, "fsync_files", spy)
+    store.catalog.flush_deferred()
+    assert calls[0] == (names, False)  # all of them, without the lock
+    assert calls[-1] == ([], True)  # under the lock: none left
+    assert Path(store.index_path).exists() and frames(store) == []
+
+
 def test_the_log_stays_bounded(tmp_path: Path) -> None:
+    """Without waiting for anything: the write-behind settles the log once past its capacity
+    while writes go on, and a write settles it itself at twice the capacity."""
     store = open_store(tmp_path, size=20_000)
     for _ in range(600):
         take(store, "routine")
     store.flush()
     total = sum(p.stat().st_size for p in Path(store.dir).iterdir())
-    assert os.stat(store.catalog.log_path).st_size <= LOG_LIMIT
-    assert total < LOG_LIMIT + 200_000
+    assert os.stat(store.catalog.log_path).st_size <= 2 * LOG_LIMIT
+    assert total < 2 * LOG_LIMIT + 200_000
     assert len(store.entries()) == store.agent.config.keep_routine
 
 

@@ -38,12 +38,16 @@ How a checkpoint becomes durable (the writer holds the store's lock):
   is created with ``fsync`` of the file and of the directory. A record whose file never appeared
   (the writer was killed in between) is hidden from readers and dropped by the next writer.
 
-Settling (when the next frame would pass the log's capacity, ``LOG_LIMIT`` bytes or
-``LOG_FRAMES`` frames of its size if that is more, after ``LOG_RECORDS`` records,
-and on ``rebuild``): every named file the log holds is created if missing and fsynced, the files
-it dropped are removed, the snapshot is replaced (generation + 1), then the header is rewritten
-in place with that generation and a new salt. A crash between the two leaves a log older than the
-snapshot, which is then ignored (the snapshot has it all).
+Settling (once a frame passes the log's capacity, ``LOG_LIMIT`` bytes or ``LOG_FRAMES`` frames
+of its size if that is more, or ``LOG_RECORDS`` records; and on ``rebuild``): every named file
+the log holds is created if missing and fsynced, the files it dropped are removed, the snapshot is
+replaced (generation + 1), then the header is rewritten in place with that generation and a new
+salt. A crash between the two leaves a log older than the snapshot, which is then ignored (the
+snapshot has it all). The write that passes the capacity does not settle: it asks the
+write-behind (``_settle_behind``), which flushes the named files without the lock first, so that
+writers go on meanwhile and wait only for the snapshot and the header. A write that finds the log
+at twice its capacity (no settle came) settles it itself before writing. Either way nothing is
+durable sooner or later: until the new header is written, the log holds every checkpoint.
 
 Only writers (under the lock) create or remove files. Readers (any process, no lock) keep the view
 in memory; on each load they read the log's header and whatever frames follow the end they knew
@@ -119,6 +123,7 @@ _PROBE = 4096  # ... at first
 _FRAME_HEAD = 56  # a frame header is at most this long: "@" + length + 2 x (" " + 16 hex digits) + "\n"
 _V1 = -1  # the seed of a frame of the earlier format (crc32, no seed)
 _EPOCH_DAY = _date(1970, 1, 1).toordinal()
+_SETTLE_ROUNDS = 3  # rounds of flushing named files before a settle behind takes the lock
 _SETTLED_NS = 50_000_000  # a modification time older than this is past any timestamp granularity
 
 
@@ -431,6 +436,10 @@ class Catalog:
         self.deferred: dict[str, tuple[CheckpointInfo, bytes, int]] = {}  # named file not created yet
         self.unlink_later: set[str] = set()  # dropped checkpoints whose file may still be there
         self._behind_bytes = 0
+        # A settle this process's write asked the write-behind for: the log generation it was
+        # asked in (-1: none), and the named files of that generation flushed for it already.
+        self._settle_asked = -1
+        self._synced: set[str] = set()
 
     @property
     def log(self) -> InPlaceFile:
@@ -773,8 +782,15 @@ class Catalog:
         meta_line = _meta_bytes(meta)
         length = len(meta_line) + 1 + len(content)
         capacity = max(LOG_LIMIT, LOG_FRAMES * (_FRAME_HEAD + length))
-        if view.log_end + _FRAME_HEAD + length > capacity or view.log_records >= LOG_RECORDS:
-            self._settle(view)
+        end = view.log_end + _FRAME_HEAD + length
+        if end > 2 * capacity or view.log_records >= 2 * LOG_RECORDS:
+            self._settle(view)  # the settle asked for behind did not come in time: here, now
+        elif (end > capacity or view.log_records >= LOG_RECORDS) and self._settle_asked != view.log_generation:
+            self._settle_asked = view.log_generation
+            self._synced.clear()
+            from phoenix_protocol import _background
+
+            _background.submit(self, self.flush_deferred, delay=0.0)
         seed = view.chain
         hasher = xxhash.xxh3_64(meta_line, seed=seed)
         hasher.update(b"\n")
@@ -896,12 +912,18 @@ class Catalog:
         from phoenix_protocol import _background
 
         _background.wait(self)
-        if self.deferred or self.unlink_later:
+        if self.deferred or self.unlink_later or self._settle_asked >= 0:
             self.flush_deferred()
 
     def flush_deferred(self) -> None:
         """The write-behind itself (also run by ``flush`` of a process without a worker), a
-        chunk at a time: a writer waiting for the lock waits for one chunk, not the batch."""
+        chunk at a time: a writer waiting for the lock waits for one chunk, not the batch. Then
+        the settle a write of this process asked for, if any (``_settle_behind``)."""
+        self._create_deferred()
+        if self._settle_asked >= 0:
+            self._settle_behind()
+
+    def _create_deferred(self) -> None:
         while self.deferred or self.unlink_later:
             lock = self._lock() if self._lock is not None else contextlib.nullcontext()
             with lock:
@@ -909,6 +931,35 @@ class Catalog:
                 with self._mutex:
                     self._apply_deferred(view, BEHIND_CHUNK)
             time.sleep(0)  # let a writer in
+
+    def _settle_behind(self) -> None:
+        """Settle the log a write found past its capacity, while writers go on. The named files
+        the log holds are created and flushed first, without the lock (a named file never changes
+        once created), in a few rounds while writers add more; the lock is then taken for what
+        is left (the files written since, the snapshot, the new header): writers wait for that
+        part only. Nothing is durable sooner or later than with a settle in the write itself:
+        until the new header is written, the log holds every checkpoint."""
+        for _ in range(_SETTLE_ROUNDS):
+            self._create_deferred()
+            with self._mutex:
+                view = self._view
+                if view is None or view.log_generation != self._settle_asked:
+                    break
+                todo = [n for n in view.inline if n in view.entries and n not in self._synced]
+            if len(todo) <= BEHIND_CHUNK:
+                break
+            missing = {os.path.basename(p) for p in fsync_files([os.path.join(self.dir, n) for n in todo])}
+            with self._mutex:
+                if self._view is not None and self._view.log_generation == self._settle_asked:
+                    self._synced.update(n for n in todo if n not in missing)
+        lock = self._lock() if self._lock is not None else contextlib.nullcontext()
+        with lock:
+            view = self.load(writer=True)
+            with self._mutex:
+                if view.log_generation == self._settle_asked:
+                    self._settle(view)  # unless another writer (or the write itself) settled first
+                self._settle_asked = -1
+                self._synced.clear()
 
     def _apply_deferred(self, view: View, limit: int | None = None) -> None:
         """Create the named files this process wrote and remove the dropped ones (caller holds
@@ -937,7 +988,8 @@ class Catalog:
     def _settle(self, view: View) -> None:
         """Flush every file the log holds, write the snapshot, start a new generation."""
         self._apply_deferred(view)
-        live = [os.path.join(self.dir, name) for name in view.inline if name in view.entries]
+        synced = self._synced if self._settle_asked == view.log_generation else set()
+        live = [os.path.join(self.dir, name) for name in view.inline if name in view.entries and name not in synced]
         for path in fsync_files(live):  # made durable, all at once; those missing are created first
             self._materialize(view, os.path.basename(path))
             fsync_file(path)

@@ -923,10 +923,13 @@ class Catalog:
         if self._settle_asked >= 0:
             self._settle_behind()
 
+    def _store_lock(self) -> contextlib.AbstractContextManager[Any]:
+        """The store's write lock (none for a catalogue opened without one)."""
+        return self._lock() if self._lock is not None else contextlib.nullcontext()
+
     def _create_deferred(self) -> None:
         while self.deferred or self.unlink_later:
-            lock = self._lock() if self._lock is not None else contextlib.nullcontext()
-            with lock:
+            with self._store_lock():
                 view = self.load(writer=True)
                 with self._mutex:
                     self._apply_deferred(view, BEHIND_CHUNK)
@@ -934,10 +937,10 @@ class Catalog:
 
     def _settle_behind(self) -> None:
         """Settle the log a write found past its capacity, while writers go on. The named files
-        the log holds are created and flushed first, without the lock (a named file never changes
-        once created), in a few rounds while writers add more; the lock is then taken for what
-        is left (the files written since, the snapshot, the new header): writers wait for that
-        part only. Nothing is durable sooner or later than with a settle in the write itself:
+        the log holds are flushed first, without the lock (a named file never changes once
+        created; those this process had yet to write are created first), in a few rounds while
+        writers add more; the lock is then taken for what is left (the files written or created
+        since, the snapshot, the new header): writers wait for that part only. Nothing is durable sooner or later than with a settle in the write itself:
         until the new header is written, the log holds every checkpoint."""
         for _ in range(_SETTLE_ROUNDS):
             self._create_deferred()
@@ -952,8 +955,7 @@ class Catalog:
             with self._mutex:
                 if self._view is not None and self._view.log_generation == self._settle_asked:
                     self._synced.update(n for n in todo if n not in missing)
-        lock = self._lock() if self._lock is not None else contextlib.nullcontext()
-        with lock:
+        with self._store_lock():
             view = self.load(writer=True)
             with self._mutex:
                 if view.log_generation == self._settle_asked:

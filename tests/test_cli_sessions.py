@@ -107,3 +107,20 @@ def test_a_damaged_checkpoint_still_in_the_log_is_shown_with_a_warning(
     assert (source / name).read_bytes() == raw
     code, data = phx_json(capsys, "checkpoint", "show", name, "--agent", "a")
     assert code == 0 and data["problems"] == []
+
+
+def test_the_sessions_table_keeps_its_times_whole_in_80_columns(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("COLUMNS", "80")
+    cli(["restore", "--agent", "w", "--session", "5d234d65-b3b2-415c-8885-c505125beea2"])
+    cli(["checkpoint", "--agent", "w", "--summary", "Parser done; tests remain"])
+    capsys.readouterr()
+    assert cli(["sessions", "--agent", "w"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert max(len(line) for line in lines) <= 80
+    header, row = lines[0].split(), lines[1]
+    assert header == ["started", "ended", "duration", "session", "summary"]
+    _day, started, _day2, ended = row.split()[:4]
+    assert len(started) == len(ended) == 8 and started.count(":") == ended.count(":") == 2  # HH:MM:SS, not cut
+    assert "5d234d65" in row and "Parser" in row  # the id cut, if at all, after its start; the summary there

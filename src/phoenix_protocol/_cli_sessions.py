@@ -270,17 +270,21 @@ def _print_sessions(out: Output, agent_id: str, sessions: list[dict[str, Any]]) 
     from rich.markup import escape
     from rich.table import Table
 
+    # The times and the duration keep their width in a narrow terminal; the session id (whole in
+    # --json) is cut first, then the summary folds.
     table = Table(box=None, padding=(0, 1), header_style="bold")
-    for column in ("session", "started", "ended", "duration"):
-        table.add_column(column, no_wrap=True)
-    table.add_column("summary", overflow="fold")
+    table.add_column("started", no_wrap=True, min_width=19)
+    table.add_column("ended", no_wrap=True, min_width=19)
+    table.add_column("duration", no_wrap=True, min_width=8)
+    table.add_column("session", overflow="ellipsis", min_width=8)
+    table.add_column("summary", overflow="fold", min_width=12)
     for s in sessions:
         duration = s.get("duration_seconds")
         table.add_row(
-            escape(str(s["session_id"])),
             str(s.get("started_at") or "?")[:19].replace("T", " "),
             str(s.get("ended_at") or "open")[:19].replace("T", " "),
             f"{duration // 60}m{duration % 60:02d}s" if isinstance(duration, int) else "-",
+            escape(str(s["session_id"])),
             escape(str(s.get("summary") or "")),
         )
     out.console.print(table)

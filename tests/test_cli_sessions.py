@@ -124,3 +124,43 @@ def test_the_sessions_table_keeps_its_times_whole_in_80_columns(
     _day, started, _day2, ended = row.split()[:4]
     assert len(started) == len(ended) == 8 and started.count(":") == ended.count(":") == 2  # HH:MM:SS, not cut
     assert "5d234d65" in row and "Parser" in row  # the id cut, if at all, after its start; the summary there
+
+
+def test_show_prints_each_section_in_a_line_or_two(
+    capsys: pytest.CaptureFixture[str], project: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("COLUMNS", "200")
+    cli(["restore", "--agent", "s", "--session", "0c0ffee0-1111-4222-8333-444455556666"])
+    cli(["state", "working", "Implement the [parser]", "--agent", "s"])
+    cli(["note", "next-action", "Write the parser tests", "--agent", "s"])
+    cli(["note", "open-loop", "Is [the grammar] LL(1)?", "--agent", "s"])
+    agent = Agent.open("s", home=Home(str(project / ".phoenix")))
+    mailbox = {"last_processed_id": "msg-41", "pending_count": 2}
+    info = agent.checkpoints.create("session", summary="parser [half] done", extra={"mailbox": mailbox})
+    capsys.readouterr()
+    assert cli(["checkpoint", "show", info.name, "--agent", "s"]) == 0
+    text = capsys.readouterr().out
+    rows = {line.split("  ", 1)[0]: line.split("  ", 1)[1].strip() for line in text.splitlines()[1:] if "  " in line}
+    assert text.splitlines()[0].startswith(info.name) and "checksum ok" in text.splitlines()[0]
+    assert rows["summary"] == "parser [half] done"  # square brackets are text, not markup
+    assert rows["task"] == "Implement the [parser] (in_progress)"
+    assert rows["goals"] == "Implement the [parser]; Write the parser tests"
+    assert rows["mailbox"] == "last processed msg-41, 2 pending"
+    assert rows["context stack"] == "Implement the [parser] > Write the parser tests"
+    assert "Is [the grammar] LL(1)?" in text and rows["identity"].endswith("drift checks 0 passed, 0 failed")
+    assert rows["session"].startswith("0c0ffee0-1111-4222-8333-444455556666 (from ")
+
+
+def test_show_takes_sections_a_collector_shaped_its_own_way(
+    capsys: pytest.CaptureFixture[str], project: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("COLUMNS", "200")
+    agent = Agent.open("t", home=Home(str(project / ".phoenix")))
+    agent.checkpoints.register("current_task", collector=lambda ctx: "a plain string")
+    agent.checkpoints.register("working_memory", collector=lambda ctx: ["not", "a", "dict"])
+    agent.checkpoints.register("notes", collector=lambda ctx: {"n": 1})
+    info = agent.checkpoints.create("routine")
+    capsys.readouterr()
+    assert cli(["checkpoint", "show", info.name, "--agent", "t"]) == 0
+    text = capsys.readouterr().out
+    assert "extensions  notes" in text and "task " not in text

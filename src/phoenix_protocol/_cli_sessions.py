@@ -37,30 +37,131 @@ def _show_checkpoint(out: Output, agent: Agent, checkpoint: Checkpoint, problems
     if out.as_json:
         out.json({"agent": agent.id, "path": checkpoint.path, "checkpoint": checkpoint.data, "problems": problems})
         return
-    import json
-
     from rich.markup import escape
+    from rich.table import Table
 
     for problem in problems:
         out.console.print(f"[yellow]skipped:[/] {escape(problem)}")
     out.console.print(
-        f"[bold]{escape(checkpoint.name)}[/] ({checkpoint.checkpoint_type}, {checkpoint.timestamp}, checksum ok)"
+        f"[bold]{escape(checkpoint.name)}[/] ({escape(checkpoint.checkpoint_type)}, "
+        f"{escape(checkpoint.timestamp)}, checksum ok)"
     )
+    grid = Table.grid(padding=(0, 2))
+    grid.add_column(style="bold", no_wrap=True)
+    grid.add_column(overflow="fold")
+    for label, text in checkpoint_lines(checkpoint):
+        grid.add_row(label, escape(text))
+    out.console.print(grid)
+
+
+def _short(value: object, limit: int = 120) -> str:
+    import json
+
+    text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, default=str)
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[: limit - 1] + "\u2026"
+
+
+def _listed(items: list[Any], limit: int = 3) -> str:
+    shown = "; ".join(_short(item, 60) for item in items[:limit])
+    return f"{shown}; \u2026 ({len(items)} in all)" if len(items) > limit else shown
+
+
+def checkpoint_lines(checkpoint: Checkpoint) -> list[tuple[str, str]]:
+    """What ``phx checkpoint show`` prints for a checkpoint, as (label, text) rows: each seed
+    section in a line or two (``--json`` has them whole). Tolerant of sections a custom
+    collector shaped its own way (shown as compact JSON)."""
+
+    def part(name: str) -> dict[str, Any]:
+        value = checkpoint.section(name)
+        return value if isinstance(value, dict) else {}
+
+    rows: list[tuple[str, str]] = []
     if checkpoint.summary:
-        out.console.print(f"summary: {escape(checkpoint.summary)}")
-    task = checkpoint.section("current_task") or {}
-    out.console.print(
-        f"task: {escape(str((task.get('context') or {}).get('description') or '-'))} [{task.get('status')}]"
-    )
-    context = checkpoint.section("context") or {}
-    for item in context.get("pending_items") or []:
-        out.console.print(f"pending: {escape(str(item))}")
-    working = checkpoint.section("working_memory") or {}
-    if working.get("context_stack"):
-        out.console.print("context stack: " + escape(" > ".join(map(str, working["context_stack"]))))
-    updates = checkpoint.section("identity_updates") or {}
+        rows.append(("summary", checkpoint.summary))
+    operation = checkpoint.data.get("operation")
+    if isinstance(operation, dict):
+        rows.append(("operation", f"{operation.get('name') or '?'} ({operation.get('id') or '?'})"))
+    task = part("current_task")
+    context: dict[str, Any] = task["context"] if isinstance(task.get("context"), dict) else {}
+    if task:
+        progress = task.get("progress_percentage")
+        status = str(task.get("status") or "unknown") + (
+            f", {progress:g} %" if isinstance(progress, int | float) else ""
+        )
+        rows.append(("task", f"{context.get('description') or '-'} ({status})"))
+        for key, label in (("last_output", "last output"), ("error_message", "error"), ("last_tool", "last tool")):
+            if context.get(key):
+                rows.append((label, _short(context[key])))
+    meta = part("metadata")
+    if meta.get("session_id") or meta.get("started_at"):
+        seconds = meta.get("duration_seconds")
+        took = f", {seconds // 60}m{seconds % 60:02d}s" if isinstance(seconds, int) else ""
+        rows.append(
+            (
+                "session",
+                f"{meta.get('session_id') or '?'} (from {meta.get('started_at') or '?'} to {meta.get('ended_at') or '?'}{took})",
+            )
+        )
+    ops = part("operational_context")
+    for key in ("goals", "constraints", "decisions"):
+        items = ops.get(key)
+        if isinstance(items, list) and items:
+            shown = [d.get("resolved", d) if isinstance(d, dict) else d for d in items]
+            rows.append((key, _listed(shown if key != "decisions" else shown[::-1])))
+    for item in part("context").get("pending_items") or []:
+        rows.append(("pending", _short(item)))
+    mailbox = part("mailbox")
+    if mailbox.get("last_processed_id") or mailbox.get("pending_count"):
+        rows.append(
+            (
+                "mailbox",
+                f"last processed {mailbox.get('last_processed_id') or '-'}, {mailbox.get('pending_count') or 0} pending",
+            )
+        )
+    memories = part("recent_memories")
+    ids = memories.get("memory_ids")
+    if isinstance(ids, list) and ids:
+        rows.append(("memories", f"{len(ids)} stored this session: {_listed(ids)}"))
+    if memories.get("last_recall_query"):
+        rows.append(("last recall", _short(memories["last_recall_query"])))
+    working = part("working_memory")
+    stack = working.get("context_stack")
+    if isinstance(stack, list) and stack:
+        rows.append(("context stack", " > ".join(_short(item, 60) for item in stack)))
+    files = working.get("open_files")
+    if isinstance(files, list) and files:
+        rows.append(("open files", _listed(files, 5)))
+    if working.get("scratchpad"):
+        rows.append(("scratchpad", f"{len(str(working['scratchpad'])):,} characters (the brief)"))
+    updates = part("identity_updates")
     if updates:
-        out.console.print("identity updates: " + escape(json.dumps(updates, ensure_ascii=False)))
+        added = [
+            f"{len(updates.get(key) or [])} {word}"
+            for key, word in (
+                ("new_beliefs", "beliefs"),
+                ("new_skills", "skills"),
+                ("new_relationships", "relationships"),
+            )
+        ]
+        drift: dict[str, Any] = updates["drift_checks"] if isinstance(updates.get("drift_checks"), dict) else {}
+        rows.append(
+            (
+                "identity",
+                "new: "
+                + ", ".join(added)
+                + f"; drift checks {drift.get('passed', 0)} passed, {drift.get('failed', 0)} failed",
+            )
+        )
+    memory = part("memory")
+    if memory:
+        rows.append(
+            ("events", f"{len(memory.get('session') or [])} this session, {len(memory.get('short_term') or [])} recent")
+        )
+    extensions = checkpoint.data.get("extensions")
+    if isinstance(extensions, dict) and extensions:
+        rows.append(("extensions", ", ".join(sorted(map(str, extensions)))))
+    return rows
 
 
 @main_group.group("checkpoint", invoke_without_command=True)

@@ -49,9 +49,13 @@ def _show_checkpoint(out: Output, agent: Agent, checkpoint: Checkpoint, problems
     grid = Table.grid(padding=(0, 2))
     grid.add_column(style="bold", no_wrap=True)
     grid.add_column(overflow="fold")
-    for label, text in checkpoint_lines(checkpoint):
+    for label, text in _checkpoint_lines(checkpoint):
         grid.add_row(label, escape(text))
     out.console.print(grid)
+
+
+def _duration(seconds: int) -> str:
+    return f"{seconds // 60}m{seconds % 60:02d}s"
 
 
 def _short(value: object, limit: int = 120) -> str:
@@ -67,7 +71,7 @@ def _listed(items: list[Any], limit: int = 3) -> str:
     return f"{shown}; \u2026 ({len(items)} in all)" if len(items) > limit else shown
 
 
-def checkpoint_lines(checkpoint: Checkpoint) -> list[tuple[str, str]]:
+def _checkpoint_lines(checkpoint: Checkpoint) -> list[tuple[str, str]]:
     """What ``phx checkpoint show`` prints for a checkpoint, as (label, text) rows: each seed
     section in a line or two (``--json`` has them whole). Tolerant of sections a custom
     collector shaped its own way (shown as compact JSON)."""
@@ -96,7 +100,7 @@ def checkpoint_lines(checkpoint: Checkpoint) -> list[tuple[str, str]]:
     meta = part("metadata")
     if meta.get("session_id") or meta.get("started_at"):
         seconds = meta.get("duration_seconds")
-        took = f", {seconds // 60}m{seconds % 60:02d}s" if isinstance(seconds, int) else ""
+        took = f", {_duration(seconds)}" if isinstance(seconds, int) else ""
         rows.append(
             (
                 "session",
@@ -384,7 +388,7 @@ def _print_sessions(out: Output, agent_id: str, sessions: list[dict[str, Any]]) 
         table.add_row(
             str(s.get("started_at") or "?")[:19].replace("T", " "),
             str(s.get("ended_at") or "open")[:19].replace("T", " "),
-            f"{duration // 60}m{duration % 60:02d}s" if isinstance(duration, int) else "-",
+            _duration(duration) if isinstance(duration, int) else "-",
             escape(str(s["session_id"])),
             escape(str(s.get("summary") or "")),
         )

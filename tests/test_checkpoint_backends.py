@@ -234,13 +234,35 @@ def test_sessions_are_listed_and_carry_their_memories_on_either_store(backend: s
     elsewhere = another_process(agent)
     _sessions.begin(elsewhere, "s2")
     listed = _sessions.list_sessions(another_process(agent))
-    assert [(s["session_id"], s["summary"], s["checkpoint"]) for s in listed] == [
-        ("s1", "first", ended.name),
-        ("s2", None, None),
+    assert [(s["session_id"], s["status"], s["summary"], s["checkpoint"]) for s in listed] == [
+        ("s1", "ended", "first", ended.name),
+        ("s2", "open", None, None),
     ]
     assert listed[0]["duration_seconds"] is not None and listed[1]["restored_from"] == ended.name
     assert _sessions.read_current(agent)["session_id"] == "s2"  # type: ignore[index]
     assert os.path.exists(os.path.join(agent.dir, "sessions")) == (backend == "files")
+
+
+def test_a_session_that_never_ended_is_listed_as_interrupted_and_a_resumed_one_as_a_new_row(
+    backend: str, agent: Agent
+) -> None:
+    _sessions.begin(agent, "crashed")  # killed before SessionEnd: no end record
+    tick(agent, 60)
+    _sessions.begin(agent, "s2")
+    tick(agent, 60)
+    _sessions.end(agent, "s2", summary="first part")
+    tick(agent, 60)
+    _sessions.end(agent, "s2", summary="second checkpoint")  # a second end updates its row
+    tick(agent, 60)
+    _sessions.begin(agent, "s2")  # the same conversation resumed
+    listed = _sessions.list_sessions(another_process(agent))
+    assert [(s["session_id"], s["status"], s["summary"]) for s in listed] == [
+        ("crashed", "interrupted", None),
+        ("s2", "ended", "second checkpoint"),
+        ("s2", "open", None),
+    ]
+    assert listed[0]["ended_at"] is None and listed[1]["duration_seconds"] == 120
+    assert listed[2]["started_at"] > listed[1]["ended_at"]
 
 
 def test_a_damaged_row_on_postgresql_is_reported_and_skipped(

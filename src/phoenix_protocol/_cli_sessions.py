@@ -387,7 +387,7 @@ def _print_sessions(out: Output, agent_id: str, sessions: list[dict[str, Any]]) 
         duration = s.get("duration_seconds")
         table.add_row(
             str(s.get("started_at") or "?")[:19].replace("T", " "),
-            str(s.get("ended_at") or "open")[:19].replace("T", " "),
+            _session_end(s),
             _duration(duration) if isinstance(duration, int) else "-",
             escape(str(s["session_id"])),
             escape(str(s.get("summary") or "")),
@@ -395,6 +395,17 @@ def _print_sessions(out: Output, agent_id: str, sessions: list[dict[str, Any]]) 
     out.console.print(table)
     if not sessions:
         out.console.print("(no sessions yet)")
+
+
+def _session_end(session: dict[str, Any]) -> str:
+    """The "ended" cell: the end time, or why there is none (``open``, ``interrupted`` in yellow)."""
+    ended = session.get("ended_at")
+    if ended:
+        return str(ended)[:19].replace("T", " ")
+    status = session.get("status")
+    if status == "interrupted":
+        return "[yellow]interrupted[/]"
+    return str(status or "open")
 
 
 @main_group.group("identity")

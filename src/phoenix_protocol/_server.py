@@ -474,6 +474,9 @@ class RestoreResponse(BaseModel):
 
 class SessionModel(BaseModel):
     session_id: str
+    status: Literal["open", "ended", "interrupted"] = Field(
+        description="ended; open (the newest, not ended yet); interrupted (never ended, and a later session started)."
+    )
     started_at: str | None = None
     ended_at: str | None = None
     duration_seconds: int | None = None

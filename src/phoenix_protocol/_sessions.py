@@ -316,17 +316,19 @@ def end(
 
 
 def list_sessions(agent: Agent) -> list[dict[str, Any]]:
-    """Every session, oldest first: id, start, end, duration, checkpoint, summary."""
-    records = storage(agent).records()
-    sessions: dict[str, dict[str, Any]] = {}
-    order: list[str] = []
-    for record in records:
+    """Every session, oldest first: id, start, end, duration, checkpoint, summary and ``status``:
+    ``ended``; ``open`` (the newest, not ended yet); ``interrupted`` (never ended, and a later
+    session started: its process was killed or crashed before SessionEnd, or it ran alongside).
+    A session id started again after its end (a resumed conversation) is a row of its own; a
+    second end record of a session (a second ``phx checkpoint``) updates its row."""
+    rows: list[dict[str, Any]] = []
+    last: dict[str, dict[str, Any]] = {}
+    for record in storage(agent).records():
         sid = str(record.get("session_id"))
         if record.get("event") == "start":
-            if sid not in sessions:
-                order.append(sid)
-            sessions[sid] = {
+            started: dict[str, Any] = {
                 "session_id": sid,
+                "status": "open",
                 "started_at": record.get("at"),
                 "ended_at": None,
                 "duration_seconds": None,
@@ -334,18 +336,25 @@ def list_sessions(agent: Agent) -> list[dict[str, Any]]:
                 "summary": None,
                 "restored_from": record.get("restored_from"),
             }
+            rows.append(started)
+            last[sid] = started
         elif record.get("event") == "end":
-            entry = sessions.get(sid)
-            if entry is None:
-                order.append(sid)
-                entry = sessions[sid] = {"session_id": sid, "started_at": None, "restored_from": None}
-            entry.update(
+            ended = last.get(sid)
+            if ended is None:  # its start record is not kept (an import, a hand-edited log)
+                ended = {"session_id": sid, "started_at": None, "restored_from": None}
+                rows.append(ended)
+                last[sid] = ended
+            ended.update(
+                status="ended",
                 ended_at=record.get("at"),
                 duration_seconds=record.get("duration_seconds"),
                 checkpoint=record.get("checkpoint"),
                 summary=record.get("summary"),
             )
-    return [sessions[s] for s in order]
+    for row in rows[:-1]:
+        if row["status"] == "open":
+            row["status"] = "interrupted"
+    return rows
 
 
 def _update_current(agent: Agent, change: Callable[[dict[str, Any]], None]) -> dict[str, Any]:

@@ -92,6 +92,66 @@ def test_identity_commands(capsys: pytest.CaptureFixture[str], project: Path) ->
     assert code == 0
 
 
+def test_identity_set_keeps_text_as_typed_and_refuses_what_could_not_be_read_back(
+    capsys: pytest.CaptureFixture[str], project: Path
+) -> None:
+    def set_value(path: str, text: str) -> tuple[int, dict[str, Any]]:
+        capsys.readouterr()
+        code = cli(["identity", "set", "--json", path, "--", text])  # `--`: a value may start with "-"
+        return code, json.loads(capsys.readouterr().out)
+
+    for text in ("Port: the scheduler", "yes", "42", "- draft", "-1"):
+        code, data = set_value("state.current_focus", text)
+        assert code == 0 and data["identity"]["mutable"]["state"]["current_focus"] == text
+    values: dict[str, Any] = {
+        "a: b": "a: b",
+        "- x": "- x",
+        "2026-11-24": "2026-11-24",
+        "[1, 2]": [1, 2],
+        "{k: v}": {"k": "v"},
+    }
+    values |= {"3": 3, "0.5": 0.5, "true": True, "null": None}
+    for text, expected in values.items():
+        code, data = set_value("notes.value", text)
+        assert code == 0 and data["identity"]["mutable"]["notes"]["value"] == expected, text
+    path = project / ".phoenix/agents/default/identity.yaml"
+    before = path.read_bytes()
+    refused = [
+        ("state", "busy"),
+        ("accumulated_experience", "many"),
+        ("accumulated_experience", "-1"),
+        ("state.last_session_at", "5"),
+        ("beliefs", "[1, 2]"),
+        ("beliefs.0.subject", "x"),
+        ("skills", "[{level: expert}]"),
+        ("beliefs", "[{subject: x, confidence: 3}]"),
+        ("state.current_focus.deeper", "x"),
+    ]
+    for path_arg, text in refused:
+        code, data = set_value(path_arg, text)
+        assert code == 2 and data["error"]["type"] == "UsageError", (path_arg, text, data)
+    assert path.read_bytes() == before
+    code, data = phx_json(capsys, "identity", "set", "skills", "[{name: sql, level: expert}]")
+    assert code == 0 and data["identity"]["mutable"]["skills"] == [{"name": "sql", "level": "expert"}]
+    code, data = phx_json(capsys, "restore")
+    assert code == 0 and all(p.startswith("agent 'default' has no valid checkpoint") for p in data["problems"])
+
+
+def test_an_identity_edited_by_hand_into_a_wrong_shape_is_reported_and_sessions_still_start(
+    capsys: pytest.CaptureFixture[str], project: Path
+) -> None:
+    phx_json(capsys, "identity", "set", "state.current_focus", "x")
+    path = project / ".phoenix/agents/default/identity.yaml"
+    text = path.read_text()
+    for broken in ("accumulated_experience: many", "accumulated_experience: -3"):
+        path.write_text(text.replace("accumulated_experience: 0", broken))
+        code, data = phx_json(capsys, "identity", "show")
+        assert code == 3 and "accumulated_experience must be a non-negative integer" in data["error"]["message"]
+        code, data = phx_json(capsys, "restore")  # the session starts anyway, with the problem reported
+        assert code == 0 and any("accumulated_experience" in p for p in data["problems"])
+        assert path.read_text().count(broken) == 1  # nothing was reset
+
+
 def test_a_damaged_checkpoint_still_in_the_log_is_shown_with_a_warning(
     capsys: pytest.CaptureFixture[str], project: Path
 ) -> None:

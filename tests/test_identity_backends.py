@@ -12,7 +12,7 @@ import pytest
 from phoenix_protocol import _sessions
 from phoenix_protocol._agent import Agent
 from phoenix_protocol._clock import ManualClock
-from phoenix_protocol._errors import StorageError
+from phoenix_protocol._errors import StorageError, UsageError
 from phoenix_protocol._home import Home
 from phoenix_protocol._identity import IdentityCoreError
 
@@ -53,6 +53,30 @@ def test_the_core_is_sealed_on_either_store(backend: str, agent: Agent, tmp_path
     with pytest.raises(IdentityCoreError):
         agent.identity.set("immutable.role", "anything")
     assert elsewhere(agent, backend, tmp_path).identity.read().immutable["role"] == "release engineer"
+
+
+def test_a_value_phoenix_could_not_read_back_is_refused_on_either_store(
+    backend: str, agent: Agent, tmp_path: Path
+) -> None:
+    seeded(agent)
+    before = agent.identity.read().as_dict()
+    for path, value in (
+        ("state", "busy"),
+        ("state.current_focus", {"Port": "the scheduler"}),
+        ("accumulated_experience", -1),
+        ("accumulated_experience", True),
+        ("skills", [{"level": "expert"}]),
+        ("beliefs", [{"subject": "x", "confidence": 1.5}]),
+    ):
+        with pytest.raises(UsageError, match="nothing was written"):
+            agent.identity.set(path, value)
+    with pytest.raises(UsageError, match="not a mapping"):
+        agent.identity.set("state.current_focus.deeper", "x")
+    with pytest.raises(UsageError, match="must be a non-negative integer"):
+        agent.identity.update(lambda identity: identity.mutable.update(accumulated_experience="many"))
+    assert elsewhere(agent, backend, tmp_path).identity.read().as_dict() == before
+    agent.identity.set("beliefs", [])  # a whole list of valid entries (here: none) is taken
+    assert agent.identity.read().mutable["beliefs"] == []
 
 
 def test_an_edit_by_hand_is_treated_as_on_files(backend: str, agent: Agent, tmp_path: Path) -> None:

@@ -62,7 +62,6 @@ CHECKPOINT_SECTIONS = ("context", "working_memory", "identity_updates")
 _RESERVED_SECTIONS = frozenset(
     ("current_task", "mailbox", "operational_context", "memory", "recent_memories", "phoenix_state", "metadata")
 )
-_LIST_KEYS = ("beliefs", "skills", "relationships")
 
 
 class NotFoundError(_errors.NotFoundError):
@@ -281,29 +280,8 @@ def identity_get(agent: Agent) -> dict[str, Any]:
     return agent.identity.read().as_dict()
 
 
-def _check_identity_value(path: str, value: Any) -> None:
-    """Refuse values the rest of Phoenix could not read back (checked before anything is written)."""
-    parts = [p for p in path.split(".") if p]
-    if parts[:1] == ["mutable"]:
-        parts = parts[1:]
-    if not parts or parts[0] == "immutable":
-        return  # the library refuses these with its own message
-    head = parts[0]
-    if head in _LIST_KEYS:
-        raise UsageError(f"{head} is a list: add entries with the identity entries operation (`phx identity add`).")
-    if head == "accumulated_experience" and (
-        len(parts) > 1 or not isinstance(value, int) or isinstance(value, bool) or value < 0
-    ):
-        raise UsageError("accumulated_experience is a non-negative integer.")
-    if head == "state" and len(parts) == 1 and not isinstance(value, dict):
-        raise UsageError("state is a mapping: set one of its keys, e.g. state.current_focus.")
-    if parts == ["state", "last_session_at"] and value is not None and not isinstance(value, str):
-        raise UsageError("state.last_session_at is an ISO 8601 time or null.")
-
-
 def identity_set(agent: Agent, path: str, value: Any) -> dict[str, Any]:
     """Set a value in the mutable section (the immutable core is refused)."""
-    _check_identity_value(path, value)
     return agent.identity.set(path, value).as_dict()
 
 

@@ -187,7 +187,7 @@ def _identity_show(client: PhoenixClient, out: Output, agent_id: str) -> None:
 
 
 def _identity_set(client: PhoenixClient, out: Output, agent_id: str, path: str, value: str) -> None:
-    _print_identity(out, agent_id, client.identity_set(agent_id, path, _cli_sessions._parse_value(value)))
+    _print_identity(out, agent_id, client.identity_set(agent_id, path, _cli_sessions._parse_value(value, path)))
 
 
 def _identity_add(

@@ -436,13 +436,21 @@ def identity_show(agent: Agent, out: Output) -> None:
     _print_identity(out, agent, agent.identity.read())
 
 
-def _parse_value(raw: str) -> Any:
+def _parse_value(raw: str, path: str = "") -> Any:
+    """VALUE of `phx identity set`: YAML for numbers, booleans, null and flow collections
+    (``[a, b]``, ``{k: v}``); text as it was typed for ``state.current_focus`` and wherever YAML
+    would make a mapping or a list of plain text ("Port: the scheduler", "- draft")."""
     import yaml
 
+    if path.removeprefix("mutable.") == "state.current_focus":
+        return raw
     try:
-        return yaml.safe_load(raw)
+        value = yaml.safe_load(raw)
     except yaml.YAMLError:
         return raw
+    if isinstance(value, dict | list):
+        return value if raw.lstrip().startswith(("[", "{")) else raw
+    return value if value is None or isinstance(value, str | int | float) else raw  # a date stays text
 
 
 @identity_group.command("set")
@@ -450,11 +458,12 @@ def _parse_value(raw: str) -> Any:
 @click.argument("value")
 @common
 def identity_set(agent: Agent, out: Output, path: str, value: str) -> None:
-    """Set a value in the mutable section (VALUE is read as YAML); the core is refused.
+    """Set a value in the mutable section (VALUE is read as YAML: numbers, true/false, null,
+    [flow, lists]; state.current_focus and other plain text are kept as typed); the core is refused.
 
     Example: phx identity set state.current_focus "Port the scheduler"
     """
-    _print_identity(out, agent, agent.identity.set(path, _parse_value(value)))
+    _print_identity(out, agent, agent.identity.set(path, _parse_value(value, path)))
 
 
 @identity_group.command("add")

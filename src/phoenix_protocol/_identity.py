@@ -39,7 +39,7 @@ if TYPE_CHECKING:
     from phoenix_protocol._agent import Agent
     from phoenix_protocol._identity_pg import PgIdentity
 
-__all__ = ["IDENTITY_LISTS", "Identity", "IdentityCoreError", "IdentityStore"]
+__all__ = ["IDENTITY_LISTS", "Identity", "IdentityCoreError", "IdentityStore", "mutable_problem"]
 
 IDENTITY_LISTS = {
     "beliefs": ("subject", "confidence"),
@@ -47,6 +47,35 @@ IDENTITY_LISTS = {
     "relationships": ("entity", "type"),
 }
 """The mutable lists and the keys of their entries (seed 002)."""
+
+
+def mutable_problem(mutable: dict[str, Any]) -> str | None:
+    """What is wrong with a mutable section, for Phoenix to read it back (``None``: nothing).
+    The seed's fields have their types; keys of the user's own are free."""
+    state = mutable.get("state")
+    if not isinstance(state, dict):
+        return "mutable.state must be a mapping (set one of its keys, e.g. state.current_focus)"
+    focus = state.get("current_focus")
+    if focus is not None and not isinstance(focus, str):
+        return "mutable.state.current_focus must be text"
+    last = state.get("last_session_at")
+    if last is not None and not isinstance(last, str):
+        return "mutable.state.last_session_at must be an ISO 8601 time or null"
+    experience = mutable.get("accumulated_experience")
+    if not isinstance(experience, int) or isinstance(experience, bool) or experience < 0:
+        return "mutable.accumulated_experience must be a non-negative integer"
+    for key, (first, second) in IDENTITY_LISTS.items():
+        items = mutable.get(key)
+        if not isinstance(items, list):
+            return f"mutable.{key} must be a list"
+        for item in items:
+            if not isinstance(item, dict) or not isinstance(item.get(first), str) or not item[first]:
+                return f"each entry of mutable.{key} must be a mapping with a {first}"
+            if second == "confidence" and second in item:
+                value = item[second]
+                if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value <= 1:
+                    return f"the confidence of belief {item[first]!r} must be a number between 0 and 1"
+    return None
 
 
 class IdentityCoreError(RefusedError):
@@ -132,12 +161,11 @@ class IdentityStore:
             raise CorruptStateError(f"{self.path}: immutable and mutable must be mappings.", path=self.path)
         merged = _default_mutable()
         merged.update(mutable)
-        if not isinstance(merged.get("state"), dict):
-            raise CorruptStateError(f"{self.path}: mutable.state must be a mapping.", path=self.path)
-        merged["state"] = {**_default_mutable()["state"], **merged["state"]}
-        for key in IDENTITY_LISTS:
-            if not isinstance(merged.get(key), list):
-                raise CorruptStateError(f"{self.path}: mutable.{key} must be a list.", path=self.path)
+        if isinstance(merged.get("state"), dict):
+            merged["state"] = {**_default_mutable()["state"], **merged["state"]}
+        problem = mutable_problem(merged)
+        if problem is not None:
+            raise CorruptStateError(f"{self.path}: {problem}; fix it by hand.", path=self.path)
         return Identity(immutable, merged), header
 
     # -- where the document and its seal are ------------------------------------------------------
@@ -229,6 +257,9 @@ class IdentityStore:
                     "the immutable section of an identity cannot be changed by an update; "
                     "use `phx identity reset-core` (logged) to change the core."
                 )
+            problem = mutable_problem(identity.mutable)
+            if problem is not None:
+                raise UsageError(f"{problem}; nothing was written.")
             done.append((identity, sealed))
             return self._render(identity, header)
 
@@ -240,7 +271,8 @@ class IdentityStore:
 
     def set(self, path: str, value: Any) -> Identity:
         """Set a mutable value by dotted path (``state.current_focus``; a leading ``mutable.`` is
-        optional). Paths under ``immutable`` are refused."""
+        optional). Paths under ``immutable`` are refused (``IdentityCoreError``); a value Phoenix
+        could not read back (``mutable_problem``) is refused with ``UsageError``, nothing written."""
         parts = [p for p in path.split(".") if p]
         if parts[:1] == ["immutable"]:
             raise IdentityCoreError(
@@ -250,7 +282,7 @@ class IdentityStore:
             parts = parts[1:]
         if not parts:
             raise UsageError("give a path in the mutable section, e.g. state.current_focus.")
-        if parts[0] in IDENTITY_LISTS and len(parts) == 1 and not isinstance(value, list):
+        if parts[0] in IDENTITY_LISTS and (len(parts) > 1 or not isinstance(value, list)):
             raise UsageError(f"{parts[0]} is a list: use `phx identity add {parts[0][:-1]} …` to add to it.")
 
         def mutate(identity: Identity) -> None:

@@ -126,6 +126,19 @@ def test_doctor_checks_checkpoints_and_identity(agent: Agent) -> None:
     assert damaged.exists()  # reported, never deleted
 
 
+def test_a_store_never_settled_is_not_reported_as_a_damaged_index(agent: Agent) -> None:
+    """Before its first settle a store has no index.json: the log holds everything, nothing to
+    report. Once settled, a lost index.json is reported (and rebuilt)."""
+    for _ in range(3):
+        agent.checkpoints.create("session")
+    agent.checkpoints.flush()
+    assert not Path(agent.checkpoints.index_path).exists()
+    assert not [f for f in check_agent(agent) if "index" in f.message]
+    os.unlink(agent.checkpoints.index_path)  # written by the doctor's rebuild
+    [finding] = [f for f in check_agent(agent) if "index" in f.message]
+    assert finding.level == "warn" and "(3 entries); rebuilt" in finding.message
+
+
 def test_doctor_repairs_a_damaged_checkpoint_from_the_log(agent: Agent) -> None:
     info = agent.checkpoints.create("session", summary="kept in the log")
     agent.checkpoints.flush()
@@ -136,7 +149,8 @@ def test_doctor_repairs_a_damaged_checkpoint_from_the_log(agent: Agent) -> None:
     assert any(f.level == "error" and "checkpoint log" in f.message and not f.repaired for f in findings)
     assert path.read_bytes() != original  # --check changes nothing
     findings = check_agent(agent)
-    assert any(f.repaired and "Restored from the log" in f.message for f in findings)
+    [repaired] = [f for f in findings if f.repaired and "Restored from the log" in f.message]
+    assert repaired.path == str(path) and str(path) not in repaired.message  # named once
     assert path.read_bytes() == original
 
 

@@ -1060,11 +1060,15 @@ class Catalog:
 
     def rebuild(self) -> int:
         """Reconcile with the directory from scratch and settle (under the lock); returns how
-        many entries the snapshot and the log had wrong (all of them when the snapshot was lost)."""
+        many entries the snapshot and the log had wrong (all of them when the snapshot was lost;
+        a store never settled has none: its first log, generation 0, holds everything)."""
         with self._mutex:
             self.load(writer=True)  # files only the log holds are created
             view = self._full_load(self.log.identity())
-            before = {e.name for e in view.ordered()} if os.path.exists(self.index_path) else set()
+            complete = os.path.exists(self.index_path) or (
+                view.log_version == LOG_VERSION and view.log_generation == 0 and view.generation == 0
+            )
+            before = {e.name for e in view.ordered()} if complete else set()
             self._reconcile(view, None)
             self._settle(view)
             self._view = view

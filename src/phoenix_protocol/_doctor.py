@@ -46,7 +46,8 @@ class Finding:
         self, level: str, message: str, *, agent: str | None = None, path: str | None = None, repaired: bool = False
     ) -> None:
         self.level = level
-        self.message = message
+        # errors name their file; the finding names it already
+        self.message = message.removeprefix(f"{path}: ") if path else message
         self.agent = agent
         self.path = path
         self.repaired = repaired

@@ -33,8 +33,12 @@ def test_checkpoint_cycle(capsys: pytest.CaptureFixture[str]) -> None:
     assert code == 0 and data["checkpoint"]["checkpoint_type"] == "session"
     code, data = phx_json(capsys, "checkpoint", "list")
     assert [c["checkpoint_type"] for c in data["checkpoints"]] == ["session", "routine"]
+    newest = data["checkpoints"][0]["name"]
     code, data = phx_json(capsys, "checkpoint", "latest")
     assert data["checkpoint"]["summary"] == "Namespaces isolated" and data["problems"] == []
+    assert data["name"] == newest and data["path"].endswith(newest)  # the name, as `--server` gives it
+    code, shown = phx_json(capsys, "checkpoint", "show", newest)
+    assert code == 0 and shown["name"] == newest and shown["checkpoint"] == data["checkpoint"]
     name = data["checkpoint"]["state"]["current_task"]["id"]
     assert name and name.startswith("task-")
     code, data = phx_json(capsys, "sessions")

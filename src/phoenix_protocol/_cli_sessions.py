@@ -35,7 +35,15 @@ def _info_table(out: Output, infos: list[CheckpointInfo]) -> None:
 
 def _show_checkpoint(out: Output, agent: Agent, checkpoint: Checkpoint, problems: list[str]) -> None:
     if out.as_json:
-        out.json({"agent": agent.id, "path": checkpoint.path, "checkpoint": checkpoint.data, "problems": problems})
+        out.json(
+            {
+                "agent": agent.id,
+                "path": checkpoint.path,
+                "name": checkpoint.name,
+                "checkpoint": checkpoint.data,
+                "problems": problems,
+            }
+        )
         return
     from rich.markup import escape
     from rich.table import Table

@@ -69,6 +69,11 @@ def test_restore_and_its_refusals(capsys: pytest.CaptureFixture[str], project: P
     shutil.copy(source / name, target / planted)
     code, data = phx_json(capsys, "restore", "--agent", "b", "--checkpoint", planted)
     assert code == 4 and data["error"]["type"] == "CheckpointOwnershipError"
+    # So is one named by another agent's name: the name says whose it is.
+    code, data = phx_json(capsys, "restore", "--agent", "b", "--checkpoint", name)
+    assert (
+        code == 4 and data["error"]["type"] == "CheckpointOwnershipError" and "belongs to a" in data["error"]["message"]
+    )
     # A damaged checkpoint is a data problem (once the checkpoint log holds no copy of it).
     Agent.open("a", home=Home(str(project / ".phoenix"))).checkpoints.rebuild_index()
     raw = (source / name).read_bytes()

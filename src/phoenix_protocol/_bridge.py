@@ -189,7 +189,8 @@ def restore(
     if checkpoint is not None:
         from phoenix_protocol._checkpoints import parse_name
 
-        if parse_name(checkpoint) is None:  # shaped like a name, but no checkpoint can have it
+        parsed = parse_name(checkpoint)
+        if parsed is None or parsed[0] != agent.id:  # no checkpoint can have it, or another namespace's
             raise NotFoundError(f"no checkpoint {checkpoint!r} for agent {agent.id!r}.")
         result = agent.checkpoints.restore(checkpoint, force=force)  # ownership, checksum, version first
     sid = session_id or str(uuid.uuid4())

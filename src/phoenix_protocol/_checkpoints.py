@@ -962,6 +962,12 @@ class CheckpointStore:
                     + "."
                 )
         else:
+            parsed = parse_name(name)
+            if parsed is not None and parsed[0] != self.agent.id:  # the name says whose it is
+                raise CheckpointOwnershipError(
+                    f"checkpoint {name} belongs to {parsed[0]}, not {self.agent.id}; "
+                    "restoring another agent's checkpoint is refused."
+                )
             checkpoint = self.read(name)
         if checkpoint.agent_id != self.agent.id:
             raise CheckpointOwnershipError(

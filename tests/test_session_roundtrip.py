@@ -256,6 +256,11 @@ def test_a_damaged_checkpoint_is_refused_and_the_session_restores_the_previous(h
     started = _sessions.begin(agent, "s2")
     assert started.checkpoint is not None and started.checkpoint.name == good
     assert len(started.problems) == 1 and bad in started.problems[0]
+    # With no valid one left, the session starts from nothing and says why.
+    Path(agent.checkpoints.dir, good).write_bytes(b"{}")
+    started = _sessions.begin(agent, "s3")
+    assert started.checkpoint is None
+    assert len(started.problems) == 1 and "no valid checkpoint" in started.problems[0] and bad in started.problems[0]
 
 
 def test_a_damaged_checkpoint_still_in_the_log_is_read_from_it_and_repaired(home: Home, clock: ManualClock) -> None:

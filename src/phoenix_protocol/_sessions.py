@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from phoenix_protocol._clock import iso_from_ms, ms_from_iso
 from phoenix_protocol._durable import atomic_write, ensure_dir, read_bytes
-from phoenix_protocol._errors import PhoenixError
+from phoenix_protocol._errors import PhoenixError, UsageError
 from phoenix_protocol._jsonio import dumps_document, loads_object
 from phoenix_protocol._seqlog import SeqLog
 
@@ -194,7 +194,8 @@ def begin(
             checkpoint = result.checkpoint
             problems += result.problems
         except PhoenixError as exc:
-            problems.append(str(exc))
+            if not (isinstance(exc, UsageError) and not agent.checkpoints.entries(limit=1)):
+                problems.append(str(exc))  # none at all (a first session) is no problem
     if identity is not None:
 
         def stats(ident: Identity) -> None:

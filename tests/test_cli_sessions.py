@@ -195,6 +195,22 @@ def test_the_sessions_table_keeps_its_times_whole_in_80_columns(
     assert "5d234d65" in row and "Parser" in row  # the id cut, if at all, after its start; the summary there
 
 
+def test_lists_clip_a_long_summary_that_show_and_json_keep_whole(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("COLUMNS", "80")
+    summary = "Parser done; " + "then the long story of the day " * 60
+    cli(["restore", "--agent", "w"])
+    cli(["checkpoint", "--agent", "w", "--summary", summary])
+    for command in (["sessions"], ["checkpoint", "list"]):
+        capsys.readouterr()
+        assert cli([*command, "--agent", "w"]) == 0
+        lines = capsys.readouterr().out.splitlines()
+        assert len(lines) <= 10 and "Parser" in lines[1] and "\u2026" in "".join(lines), command
+    _code, data = phx_json(capsys, "checkpoint", "latest", "--agent", "w")
+    assert data["checkpoint"]["summary"] == summary.strip()
+
+
 def test_show_prints_each_section_in_a_line_or_two(
     capsys: pytest.CaptureFixture[str], project: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

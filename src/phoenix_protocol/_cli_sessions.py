@@ -27,7 +27,7 @@ def _info_table(out: Output, infos: list[CheckpointInfo]) -> None:
     table.add_column("size", justify="right", no_wrap=True)
     table.add_column("summary", overflow="fold")
     for info in infos:
-        table.add_row(escape(info.name), f"{info.size / 1024:.1f} KB", escape(info.label or ""))
+        table.add_row(escape(info.name), f"{info.size / 1024:.1f} KB", escape(_short(info.label or "", 80)))
     out.console.print(table)
     if not infos:
         out.console.print("(no checkpoints)")
@@ -398,7 +398,7 @@ def _print_sessions(out: Output, agent_id: str, sessions: list[dict[str, Any]]) 
             _session_end(s),
             _duration(duration) if isinstance(duration, int) else "-",
             escape(str(s["session_id"])),
-            escape(str(s.get("summary") or "")),
+            escape(_short(str(s.get("summary") or ""), 80)),
         )
     out.console.print(table)
     if not sessions:

@@ -76,6 +76,25 @@ def test_log_tail_and_json(capsys: pytest.CaptureFixture[str]) -> None:
     assert "task_started" in out
 
 
+@pytest.mark.parametrize("columns", [80, 160])
+def test_log_keeps_long_meta_readable_in_any_width(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, columns: int
+) -> None:
+    """A checkpoint's 55-character name stays on one line at 80 columns (meta under its event)
+    and at 160 (meta in its column); no line is wider than the terminal."""
+    monkeypatch.setenv("COLUMNS", str(columns))
+    phx(capsys, "state", "working", "task")
+    phx(capsys, "checkpoint", "--type", "routine")
+    _, data = phx_json(capsys, "checkpoint", "list")
+    name = data["checkpoints"][0]["name"]
+    _, out, _ = phx(capsys, "log")
+    lines = out.splitlines()
+    assert max(len(line.rstrip()) for line in lines) <= columns
+    assert any(f"name={name}" in line for line in lines)
+    created = next(i for i, line in enumerate(lines) if "checkpoint_created" in line)
+    assert (f"name={name}" in lines[created]) == (columns == 160)
+
+
 @pytest.mark.parametrize(
     ("args", "expected"),
     [

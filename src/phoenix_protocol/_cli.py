@@ -442,11 +442,31 @@ def _print_events(out: Output, events: list[dict[str, Any]]) -> None:
     from rich.markup import escape
     from rich.table import Table
 
+    colours = {"ok": "green", "warn": "yellow", "error": "red"}
+    if out.console.width < 110:
+        # Narrow terminal: a meta column would be a sliver; each event's meta goes on its own
+        # indented line(s) under it instead.
+        from rich.padding import Padding
+        from rich.text import Text
+
+        for event in events:
+            status = str(event.get("status", ""))
+            out.console.print(
+                f"[bold]{escape(str(event.get('seq', ''))):>5}[/]  "
+                f"{escape(str(event.get('ts', ''))[:23].replace('T', ' '))}  {escape(str(event.get('event', '')))}  "
+                f"[{colours.get(status, 'white')}]{escape(status)}[/]"
+            )
+            meta = event.get("meta")
+            if meta:
+                text = Text(_compact_meta(meta, 300), style="dim")
+                out.console.print(Padding(text, (0, 0, 0, 7)), soft_wrap=False)
+        if not events:
+            out.console.print("(no events yet)")
+        return
     table = Table(box=None, padding=(0, 1), header_style="bold")
     for column in ("seq", "time (UTC)", "event", "status"):
         table.add_column(column, no_wrap=True)
     table.add_column("meta", overflow="fold", ratio=1)
-    colours = {"ok": "green", "warn": "yellow", "error": "red"}
     for event in events:
         status = str(event.get("status", ""))
         meta = event.get("meta")

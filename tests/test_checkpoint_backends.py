@@ -265,6 +265,17 @@ def test_a_session_that_never_ended_is_listed_as_interrupted_and_a_resumed_one_a
     assert listed[2]["started_at"] > listed[1]["ended_at"]
 
 
+def test_session_checkpoints_taken_outside_any_session_are_rows_of_their_own(backend: str, agent: Agent) -> None:
+    _sessions.end(agent, summary="first, no session started")
+    tick(agent)
+    _sessions.end(agent, summary="second")
+    listed = _sessions.list_sessions(another_process(agent))
+    assert [(s["session_id"], s["status"], s["summary"]) for s in listed] == [
+        ("unknown", "ended", "first, no session started"),
+        ("unknown", "ended", "second"),
+    ]
+
+
 def test_a_damaged_row_on_postgresql_is_reported_and_skipped(
     home: Home, clock: ManualClock, pg_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -341,7 +341,7 @@ def list_sessions(agent: Agent) -> list[dict[str, Any]]:
             last[sid] = started
         elif record.get("event") == "end":
             ended = last.get(sid)
-            if ended is None:  # its start record is not kept (an import, a hand-edited log)
+            if ended is None or sid == "unknown":  # no start record kept; or a checkpoint taken outside any session
                 ended = {"session_id": sid, "started_at": None, "restored_from": None}
                 rows.append(ended)
                 last[sid] = ended

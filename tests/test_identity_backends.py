@@ -79,6 +79,17 @@ def test_a_value_phoenix_could_not_read_back_is_refused_on_either_store(
     assert agent.identity.read().mutable["beliefs"] == []
 
 
+def test_a_hand_written_time_without_quotes_is_read_as_text(backend: str, agent: Agent) -> None:
+    """YAML reads ``last_session_at: 2026-02-02T10:00:00.000Z`` (no quotes) as a datetime."""
+    agent.ensure()
+    Path(agent.identity.path).write_text(
+        "immutable:\n  name: zero\nmutable:\n  state:\n    last_session_at: 2026-02-02T10:00:00.000Z\n"
+    )
+    assert agent.identity.read().mutable["state"]["last_session_at"] == "2026-02-02T10:00:00.000Z"
+    agent.identity.set("state.current_focus", "x")  # and written back as text
+    assert "last_session_at: '2026-02-02T10:00:00.000Z'" in Path(agent.identity.path).read_text()
+
+
 def test_an_edit_by_hand_is_treated_as_on_files(backend: str, agent: Agent, tmp_path: Path) -> None:
     """The file in this home edited by hand: a mutable change is taken (and reaches elsewhere with
     the next change); a changed core is refused until reset-core, which seals it everywhere."""

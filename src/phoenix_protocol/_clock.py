@@ -11,6 +11,11 @@ from __future__ import annotations
 import os
 import time
 
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Callable
+    from typing import Any
+
 __all__ = ["Clock", "ManualClock", "SystemClock", "iso_from_ms", "ms_from_iso", "system_clock"]
 
 
@@ -30,11 +35,26 @@ class Clock:
         return iso_from_ms(self.now_ms())
 
 
+def _pin_reader() -> tuple[Callable[[Any], Any], object]:
+    """How to read ``PHOENIX_NOW_MS``: from the dict behind ``os.environ`` (encoded keys, kept in
+    step by every change made through ``os.environ``) where there is one; a lookup there costs
+    20 ns where ``os.environ.get`` of a missing key costs 1 µs, and the clock is read several
+    times by every event and checkpoint."""
+    data = getattr(os.environ, "_data", None)
+    encode = getattr(os.environ, "encodekey", None)
+    if isinstance(data, dict) and callable(encode):
+        return data.get, encode("PHOENIX_NOW_MS")
+    return os.environ.get, "PHOENIX_NOW_MS"  # pragma: no cover - not CPython's os.environ
+
+
+_read_pin, _PIN_KEY = _pin_reader()
+
+
 class SystemClock(Clock):
     """The real clock. ``PHOENIX_NOW_MS`` (an integer) pins it, for demos and subprocess tests."""
 
     def now_ms(self) -> int:
-        pinned = os.environ.get("PHOENIX_NOW_MS")
+        pinned = _read_pin(_PIN_KEY)
         if pinned:
             try:
                 return int(pinned)

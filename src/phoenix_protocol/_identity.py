@@ -26,6 +26,7 @@ The file is rewritten atomically; comment lines at its top are kept, other comme
 from __future__ import annotations
 
 import copy
+import datetime
 import hashlib
 import json
 import os
@@ -47,6 +48,16 @@ IDENTITY_LISTS = {
     "relationships": ("entity", "type"),
 }
 """The mutable lists and the keys of their entries (seed 002)."""
+
+
+def _iso(value: datetime.date) -> str:
+    """A date or time YAML read from an unquoted value, as the ISO 8601 text Phoenix writes."""
+    from phoenix_protocol._clock import iso_from_ms
+
+    if isinstance(value, datetime.datetime):
+        aware = value if value.tzinfo is not None else value.replace(tzinfo=datetime.UTC)
+        return iso_from_ms(int(aware.timestamp() * 1000))
+    return value.isoformat()
 
 
 def mutable_problem(mutable: dict[str, Any]) -> str | None:
@@ -163,6 +174,9 @@ class IdentityStore:
         merged.update(mutable)
         if isinstance(merged.get("state"), dict):
             merged["state"] = {**_default_mutable()["state"], **merged["state"]}
+            last = merged["state"]["last_session_at"]
+            if isinstance(last, datetime.date):  # written by hand without quotes: YAML made it a date
+                merged["state"]["last_session_at"] = _iso(last)
         problem = mutable_problem(merged)
         if problem is not None:
             raise CorruptStateError(f"{self.path}: {problem}; fix it by hand.", path=self.path)

@@ -553,3 +553,34 @@ try:
 except BlockingIOError:
     print("busy")
 """
+
+
+@pytest.mark.parametrize("size", [0, 1, 4095, 4096, 12_000, (1 << 20) - 1, 1 << 20, (1 << 20) + 1, 3 * (1 << 20) + 7])
+@pytest.mark.parametrize("offset", [0, 1, 5000])
+def test_read_range_reads_to_the_end_whatever_the_size(tmp_path: Path, size: int, offset: int) -> None:
+    data = os.urandom(size)
+    path = tmp_path / "f"
+    path.write_bytes(data)
+    assert _durable.read_range(str(path), offset) == data[offset:]
+    assert _durable.read_range(str(path), offset, 10) == data[offset : offset + 10]
+    if offset == 0:
+        assert _durable.read_bytes(str(path)) == data
+    assert _durable.read_bytes(str(tmp_path / "missing")) is None
+
+
+@pytest.mark.parametrize("seen", [0, 100, 12_000])
+def test_read_bytes_reads_what_was_appended_after_it_looked_at_the_size(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, seen: int
+) -> None:
+    """The size taken from ``fstat`` is a hint: a file that grew since is still read whole."""
+    data = os.urandom(12_000) + os.urandom(2 << 20)
+    path = tmp_path / "growing"
+    path.write_bytes(data)
+    real_fstat = os.fstat
+
+    class Shrunk:
+        def __init__(self, st: os.stat_result) -> None:
+            self.st_size = min(seen, st.st_size)
+
+    monkeypatch.setattr(os, "fstat", lambda fd: Shrunk(real_fstat(fd)))
+    assert _durable.read_bytes(str(path)) == data

@@ -437,11 +437,12 @@ class FileCheckpoints:
             delay=store.agent.config.checkpoint_files_delay,
         )
         self.operations_path = os.path.join(self.dir, "operations.jsonl")
+        self._prefix = os.path.join(self.dir, "")  # names are validated: a join is a concatenation
         self._ops_cache: tuple[tuple[int, int, int], set[str]] | None = None
         self._ensured = False
 
     def where(self, name: str) -> str:
-        return os.path.join(self.dir, name)
+        return self._prefix + name
 
     def lock(self, *, checked: bool = True) -> FileLock:
         """The store's write lock; its directory is made first (``checked=False``: only the
@@ -462,7 +463,7 @@ class FileCheckpoints:
 
     def read(self, name: str) -> bytes | None:
         written = self.catalog.deferred.get(name)  # this process wrote it; its file comes behind
-        return written[1] if written is not None else read_bytes(os.path.join(self.dir, name))
+        return written[1] if written is not None else read_bytes(self._prefix + name)
 
     def spare(self, name: str) -> bytes | None:
         if not os.path.isdir(self.dir):

@@ -203,7 +203,17 @@ def read_range(path: str, offset: int, length: int | None = None) -> bytes | Non
     if fd is None:
         return None
     try:
-        chunks = []
+        if length is None:
+            # Sized by the file: one read for a file that does not grow meanwhile (a short read
+            # is its end), instead of a 1 MiB buffer cut down, a read of nothing, and a join.
+            want = max(os.fstat(fd).st_size - offset, 0) + 1
+            first = os.pread(fd, want, offset)
+            if len(first) < want:
+                return first
+            offset += len(first)
+            chunks = [first]
+        else:
+            chunks = []
         while length is None or length > 0:
             chunk = os.pread(fd, 1 << 20 if length is None else min(length, 1 << 24), offset)
             if not chunk:

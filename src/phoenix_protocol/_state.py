@@ -362,10 +362,11 @@ class StateStore:
     def read_or_none(self) -> AgentState | None:
         """The current state, or ``None`` when it is missing, corrupt or newer (for readers
         that can do without it, such as checkpoint collectors)."""
-        if self.remote is None and not self.exists():
-            return None
         try:
-            return self.read()
+            if self.remote is not None:
+                return self.read()
+            data = read_bytes(self.path)  # one open, no stat first
+            return None if data is None else self.parse(data)
         except (CorruptStateError, SchemaVersionError):
             return None
 

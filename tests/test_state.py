@@ -130,7 +130,17 @@ def test_corrupt_state_is_reported_with_its_path_and_never_reset(agent: Agent, c
     assert "phx doctor" in str(info.value)
     with pytest.raises(CorruptStateError):
         agent.state.set_status("working", "overwrite?")
+    assert agent.state.read_or_none() is None  # for readers that can do without it
     assert Path(agent.state.path).read_text() == content
+
+
+def test_read_or_none_is_none_only_when_there_is_no_readable_state(agent: Agent) -> None:
+    assert agent.state.read_or_none() is None and not os.path.exists(agent.state.path)
+    agent.state.set_status("working", "parse logs")
+    state = agent.state.read_or_none()
+    assert state is not None and state.current_task == "parse logs"
+    Path(agent.state.path).write_text(json.dumps({"schema_version": SCHEMA_VERSION + 1}))
+    assert agent.state.read_or_none() is None
 
 
 def test_notes_open_resolve(agent: Agent) -> None:

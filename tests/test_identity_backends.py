@@ -4,6 +4,8 @@ on PostgreSQL another machine: another home on the same server, with its own cop
 
 from __future__ import annotations
 
+import datetime
+import json
 import os
 from pathlib import Path
 
@@ -14,7 +16,7 @@ from phoenix_protocol._agent import Agent
 from phoenix_protocol._clock import ManualClock
 from phoenix_protocol._errors import StorageError, UsageError
 from phoenix_protocol._home import Home
-from phoenix_protocol._identity import IdentityCoreError
+from phoenix_protocol._identity import IdentityCoreError, digest_of
 
 UNREACHABLE = "postgresql://postgres@127.0.0.1:5499/test"
 
@@ -88,6 +90,26 @@ def test_a_hand_written_time_without_quotes_is_read_as_text(backend: str, agent:
     assert agent.identity.read().mutable["state"]["last_session_at"] == "2026-02-02T10:00:00.000Z"
     agent.identity.set("state.current_focus", "x")  # and written back as text
     assert "last_session_at: '2026-02-02T10:00:00.000Z'" in Path(agent.identity.path).read_text()
+
+
+def test_dates_anywhere_in_a_hand_written_identity_are_text_and_the_seal_holds(backend: str, agent: Agent) -> None:
+    """Unquoted dates (YAML makes them date objects) in the core and in keys of the user's own:
+    read as text, so sessions, ``--json`` and the PostgreSQL store can take the document."""
+    agent.ensure()
+    Path(agent.identity.path).write_text(
+        "immutable:\n  name: zero\n  since: 2025-01-01\n  milestones: {2025-06-01: first release}\n"
+        "mutable:\n  notes:\n    when: 2026-01-01\n    at: 2026-01-01T12:00:00Z\n"
+    )
+    identity = agent.identity.read()
+    assert identity.immutable["since"] == "2025-01-01" and identity.immutable["milestones"] == {
+        "2025-06-01": "first release"
+    }
+    assert identity.mutable["notes"] == {"when": "2026-01-01", "at": "2026-01-01T12:00:00.000Z"}
+    json.dumps(identity.as_dict())
+    started = _sessions.begin(agent, "s-1")  # wrote current.json with the identity at the start
+    assert started.problems == [] and started.identity is not None
+    assert agent.identity.read().immutable == identity.immutable  # sealed as read: no core error
+    assert digest_of({"since": datetime.date(2025, 1, 1)}) == digest_of({"since": "2025-01-01"})
 
 
 def test_an_edit_by_hand_is_treated_as_on_files(backend: str, agent: Agent, tmp_path: Path) -> None:

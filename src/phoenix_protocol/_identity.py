@@ -51,13 +51,26 @@ IDENTITY_LISTS = {
 
 
 def _iso(value: datetime.date) -> str:
-    """A date or time YAML read from an unquoted value, as the ISO 8601 text Phoenix writes."""
+    """A time YAML read from an unquoted value, as the ISO 8601 text Phoenix writes (a date as
+    ``YYYY-MM-DD``)."""
     from phoenix_protocol._clock import iso_from_ms
 
     if isinstance(value, datetime.datetime):
         aware = value if value.tzinfo is not None else value.replace(tzinfo=datetime.UTC)
         return iso_from_ms(int(aware.timestamp() * 1000))
     return value.isoformat()
+
+
+def _texts(value: Any, as_text: Callable[[datetime.date], str] = str) -> Any:
+    """``value`` with the dates and times YAML reads from unquoted values (``2026-01-01``) as
+    text, so that the document stays JSON (sessions, ``--json``, the PostgreSQL store). The
+    core's as ``str`` gives them (as its digest saw them: seals stay valid); the mutable
+    section's as Phoenix writes times (``_iso``)."""
+    if isinstance(value, dict):
+        return {(as_text(k) if isinstance(k, datetime.date) else k): _texts(v, as_text) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_texts(v, as_text) for v in value]
+    return as_text(value) if isinstance(value, datetime.date) else value
 
 
 def mutable_problem(mutable: dict[str, Any]) -> str | None:
@@ -166,17 +179,14 @@ class IdentityStore:
             raise CorruptStateError(
                 f"{self.path} must hold a mapping with immutable and mutable sections.", path=self.path
             )
-        immutable = raw.get("immutable") or {}
-        mutable = raw.get("mutable") or {}
+        immutable = _texts(raw.get("immutable") or {})
+        mutable = _texts(raw.get("mutable") or {}, _iso)
         if not isinstance(immutable, dict) or not isinstance(mutable, dict):
             raise CorruptStateError(f"{self.path}: immutable and mutable must be mappings.", path=self.path)
         merged = _default_mutable()
         merged.update(mutable)
         if isinstance(merged.get("state"), dict):
             merged["state"] = {**_default_mutable()["state"], **merged["state"]}
-            last = merged["state"]["last_session_at"]
-            if isinstance(last, datetime.date):  # written by hand without quotes: YAML made it a date
-                merged["state"]["last_session_at"] = _iso(last)
         problem = mutable_problem(merged)
         if problem is not None:
             raise CorruptStateError(f"{self.path}: {problem}; fix it by hand.", path=self.path)

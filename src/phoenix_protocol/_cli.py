@@ -438,11 +438,24 @@ def _compact_meta(meta: Any, limit: int = 120) -> str:
     return joined if len(joined) <= limit else joined[: limit - 1] + "…"
 
 
+def _event_cells(event: dict[str, Any]) -> tuple[str, str, str, str]:
+    """An ops event's seq, time, name and coloured status, as rich markup."""
+    from rich.markup import escape
+
+    colours = {"ok": "green", "warn": "yellow", "error": "red"}
+    status = str(event.get("status", ""))
+    return (
+        escape(str(event.get("seq", ""))),
+        escape(str(event.get("ts", ""))[:23].replace("T", " ")),
+        escape(str(event.get("event", ""))),
+        f"[{colours.get(status, 'white')}]{escape(status)}[/]",
+    )
+
+
 def _print_events(out: Output, events: list[dict[str, Any]]) -> None:
     from rich.markup import escape
     from rich.table import Table
 
-    colours = {"ok": "green", "warn": "yellow", "error": "red"}
     if out.console.width < 110:
         # Narrow terminal: a meta column would be a sliver; each event's meta goes on its own
         # indented line(s) under it instead.
@@ -450,34 +463,21 @@ def _print_events(out: Output, events: list[dict[str, Any]]) -> None:
         from rich.text import Text
 
         for event in events:
-            status = str(event.get("status", ""))
-            out.console.print(
-                f"[bold]{escape(str(event.get('seq', ''))):>5}[/]  "
-                f"{escape(str(event.get('ts', ''))[:23].replace('T', ' '))}  {escape(str(event.get('event', '')))}  "
-                f"[{colours.get(status, 'white')}]{escape(status)}[/]"
-            )
+            seq, ts, name, status = _event_cells(event)
+            out.console.print(f"[bold]{seq:>5}[/]  {ts}  {name}  {status}")
             meta = event.get("meta")
             if meta:
                 text = Text(_compact_meta(meta, 300), style="dim")
                 out.console.print(Padding(text, (0, 0, 0, 7)), soft_wrap=False)
-        if not events:
-            out.console.print("(no events yet)")
-        return
-    table = Table(box=None, padding=(0, 1), header_style="bold")
-    for column in ("seq", "time (UTC)", "event", "status"):
-        table.add_column(column, no_wrap=True)
-    table.add_column("meta", overflow="fold", ratio=1)
-    for event in events:
-        status = str(event.get("status", ""))
-        meta = event.get("meta")
-        table.add_row(
-            str(event.get("seq", "")),
-            str(event.get("ts", ""))[:23].replace("T", " "),
-            escape(str(event.get("event", ""))),
-            f"[{colours.get(status, 'white')}]{escape(status)}[/]",
-            escape(_compact_meta(meta)) if meta else "",
-        )
-    out.console.print(table)
+    else:
+        table = Table(box=None, padding=(0, 1), header_style="bold")
+        for column in ("seq", "time (UTC)", "event", "status"):
+            table.add_column(column, no_wrap=True)
+        table.add_column("meta", overflow="fold", ratio=1)
+        for event in events:
+            meta = event.get("meta")
+            table.add_row(*_event_cells(event), escape(_compact_meta(meta)) if meta else "")
+        out.console.print(table)
     if not events:
         out.console.print("(no events yet)")
 

@@ -137,6 +137,25 @@ def test_restore_applies_the_sections(agent: Agent) -> None:
     assert result.checkpoint.section("current_task")["context"]["description"] == "the task before the crash"
 
 
+def test_a_checkpoint_is_found_by_its_number_as_well_as_by_its_name(agent: Agent) -> None:
+    store = store_of(agent)
+    first = store.create("routine", summary="one")
+    tick(agent)
+    second = store.create("session", summary="two")
+    store.end_operation(store.begin_operation("gone").id, success=True)  # its checkpoint's number is gone
+    fresh = another_process(agent).checkpoints
+    assert fresh.resolve(str(first.seq)) == first.name and fresh.resolve(f"#{second.seq}") == second.name
+    assert fresh.resolve(second.name) == second.name
+    assert fresh.read(f"#{first.seq}").summary == "one"
+    assert fresh.restore(str(second.seq)).checkpoint.name == second.name
+    for missing in ("0", "3", "#99"):
+        with pytest.raises(NotFoundError, match="no checkpoint #"):
+            fresh.read(missing)
+    for wrong in ("#", "-1", "1.0", "\u0661", "x1"):  # "\u0661": a digit, but not an ASCII one
+        with pytest.raises(UsageError, match="not a checkpoint name"):
+            fresh.resolve(wrong)
+
+
 def test_a_session_round_trip(agent: Agent) -> None:
     started = _sessions.begin(agent, "s1")
     assert started.checkpoint is None

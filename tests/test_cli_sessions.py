@@ -195,6 +195,30 @@ def test_the_sessions_table_keeps_its_times_whole_in_80_columns(
     assert "5d234d65" in row and "Parser" in row  # the id cut, if at all, after its start; the summary there
 
 
+def test_checkpoint_list_numbers_its_rows_and_show_and_restore_take_the_number(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    cli(["checkpoint", "--agent", "w", "--type", "routine"])
+    cli(["checkpoint", "--agent", "w", "--summary", "Parser done"])
+    _code, data = phx_json(capsys, "checkpoint", "list", "--agent", "w")
+    session, routine = data["checkpoints"]
+    monkeypatch.setenv("COLUMNS", "80")
+    assert cli(["checkpoint", "list", "--agent", "w"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert max(len(line) for line in lines) <= 80 and lines[0].split()[:3] == ["#", "type", "taken"]
+    assert lines[1].split()[:2] == [str(session["seq"]), "session"] and "Parser done" in lines[1]
+    assert session["name"] not in "".join(lines)  # no room for it: the number stands for it
+    monkeypatch.setenv("COLUMNS", "160")
+    cli(["checkpoint", "list", "--agent", "w"])
+    assert routine["name"] in capsys.readouterr().out
+    code, shown = phx_json(capsys, "checkpoint", "show", str(routine["seq"]), "--agent", "w")
+    assert code == 0 and shown["name"] == routine["name"]
+    code, restored = phx_json(capsys, "restore", "--agent", "w", "--checkpoint", f"#{routine['seq']}")
+    assert code == 0 and restored["checkpoint"] == routine["name"]
+    code, data = phx_json(capsys, "checkpoint", "show", "7", "--agent", "w")
+    assert code == 2 and data["error"]["type"] == "NotFoundError" and "#7" in data["error"]["message"]
+
+
 def test_lists_clip_a_long_summary_that_show_and_json_keep_whole(
     capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:

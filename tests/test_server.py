@@ -153,6 +153,10 @@ def test_restore_with_named_checkpoint_and_refusals(client: TestClient, served: 
     client.post("/checkpoint/zero", json={"summary": "first", "checkpoint_type": "routine"})
     name = client.get("/checkpoint/zero/latest").json()["name"]
     assert client.post("/restore/zero", json={"checkpoint": name, "force": True}).json()["checkpoint"] == name
+    seq = str(int(name.split("-")[1].split("_")[0]))
+    for ref in (seq, f"#{seq}"):  # its number, as `phx checkpoint list` shows it
+        assert client.post("/restore/zero", json={"checkpoint": ref}).json()["checkpoint"] == name
+    assert_problem(client.post("/restore/zero", json={"checkpoint": "99"}), 404)
     assert_problem(client.post("/restore/zero", json={"checkpoint": "nope.checkpoint"}), 422)
     missing = name.replace("_routine.", "_recovery.")
     assert_problem(client.post("/restore/zero", json={"checkpoint": missing}), 404)

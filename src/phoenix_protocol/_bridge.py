@@ -189,8 +189,10 @@ def restore(
     if checkpoint is not None:
         from phoenix_protocol._checkpoints import parse_name
 
+        number = checkpoint.removeprefix("#")
         parsed = parse_name(checkpoint)
-        if parsed is None or parsed[0] != agent.id:  # no checkpoint can have it, or another namespace's
+        if not (number.isascii() and number.isdecimal()) and (parsed is None or parsed[0] != agent.id):
+            # no checkpoint can have that name, or another namespace's (a number is the agent's own)
             raise NotFoundError(f"no checkpoint {checkpoint!r} for agent {agent.id!r}.")
         result = agent.checkpoints.restore(checkpoint, force=force)  # ownership, checksum, version first
     sid = session_id or str(uuid.uuid4())

@@ -660,12 +660,27 @@ class CheckpointStore:
             raise UsageError(f"{name!r} is not a checkpoint name (see `phx checkpoint list`).")
         return os.path.join(self.dir, name)
 
+    def resolve(self, ref: str) -> str:
+        """The name of the checkpoint ``ref`` designates: its file name (returned as it is, once
+        validated), or its number (``seq``: the ``#`` column of ``phx checkpoint list``) written
+        ``7`` or ``#7``. A number no checkpoint of this agent holds is a ``NotFoundError``."""
+        digits = ref[1:] if ref.startswith("#") else ref
+        if digits.isascii() and digits.isdecimal():
+            seq = int(digits)
+            for info in self.backend.newest(None, None):  # newest first: seqs go down
+                if info.seq <= seq:
+                    if info.seq == seq:
+                        return info.name
+                    break
+            raise NotFoundError(f"agent {self.agent.id!r} has no checkpoint #{seq} (see `phx checkpoint list`).")
+        self.path_of(ref)  # validates the name
+        return ref
+
     def read(self, name: str) -> Checkpoint:
-        """Read and verify one checkpoint by file name. A file that is missing or damaged while
-        the checkpoint log still holds its bytes is read from the log (for a damaged one,
-        ``recovered`` says so)."""
-        self.path_of(name)  # validates the name
-        return self._read(name)
+        """Read and verify one checkpoint by file name or number (see ``resolve``). A file that
+        is missing or damaged while the checkpoint log still holds its bytes is read from the log
+        (for a damaged one, ``recovered`` says so)."""
+        return self._read(self.resolve(name))
 
     def _read(self, name: str) -> Checkpoint:
         """``read`` of a name known to be well formed (from the catalogue)."""
@@ -947,7 +962,8 @@ class CheckpointStore:
     # -- restoring ----------------------------------------------------------------------------
 
     def restore(self, name: str | None = None, *, force: bool = False) -> RestoreResult:
-        """Restore from checkpoint ``name`` (default: the newest valid one).
+        """Restore from checkpoint ``name``, a file name or a number (see ``resolve``; default:
+        the newest valid one).
 
         Refuses another agent's checkpoint (``CheckpointOwnershipError``), a damaged one
         (``CorruptStateError``) and a newer one (``SchemaVersionError``). Each section with a
@@ -963,6 +979,7 @@ class CheckpointStore:
                     + "."
                 )
         else:
+            name = self.resolve(name)
             parsed = parse_name(name)
             if parsed is not None and parsed[0] != self.agent.id:  # the name says whose it is
                 raise CheckpointOwnershipError(

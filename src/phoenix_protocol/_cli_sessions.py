@@ -18,16 +18,34 @@ from phoenix_protocol._errors import UsageError
 __all__: list[str] = []
 
 
+_NAME_FROM_WIDTH = 130
+"""Terminal width from which ``phx checkpoint list`` shows each checkpoint's file name (narrower:
+its number, which ``show`` and ``restore --checkpoint`` take as well; ``--json`` always has both)."""
+
+
 def _info_table(out: Output, infos: list[CheckpointInfo]) -> None:
     from rich.markup import escape
     from rich.table import Table
 
+    named = out.console.width >= _NAME_FROM_WIDTH
     table = Table(box=None, padding=(0, 1), header_style="bold")
-    table.add_column("name", no_wrap=True)
+    table.add_column("#", justify="right", no_wrap=True)
+    table.add_column("type", no_wrap=True)
+    table.add_column("taken (UTC)", no_wrap=True, min_width=19)
     table.add_column("size", justify="right", no_wrap=True)
-    table.add_column("summary", overflow="fold")
+    if named:
+        table.add_column("name", no_wrap=True)
+    table.add_column("summary", overflow="fold", min_width=12)
     for info in infos:
-        table.add_row(escape(info.name), f"{info.size / 1024:.1f} KB", escape(_short(info.label or "", 80)))
+        cells = [
+            str(info.seq),
+            info.checkpoint_type,
+            info.timestamp[:19].replace("T", " "),
+            f"{info.size / 1024:.1f} KB",
+        ]
+        if named:
+            cells.append(escape(info.name))
+        table.add_row(*cells, escape(_short(info.label or "", 80)))
     out.console.print(table)
     if not infos:
         out.console.print("(no checkpoints)")
@@ -222,9 +240,10 @@ def checkpoint_list(agent: Agent, out: Output, checkpoint_type: str | None, limi
 @click.argument("name")
 @common
 def checkpoint_show(agent: Agent, out: Output, name: str) -> None:
-    """Show one checkpoint (checksum verified); NAME may be `latest`.
+    """Show one checkpoint (checksum verified). NAME is its file name, its number (the `#` of
+    `phx checkpoint list`), or `latest`.
 
-    Example: phx checkpoint show latest
+    Example: phx checkpoint show 12
     """
     problems: list[str] = []
     if name == "latest":
@@ -318,7 +337,11 @@ def checkpoint_end_op(agent: Agent, out: Output, operation_id: str, failed: bool
 
 @main_group.command("restore")
 @click.option(
-    "--checkpoint", "name", metavar="NAME", help="Restore from this checkpoint (default: the newest valid one)."
+    "--checkpoint",
+    "name",
+    metavar="NAME",
+    help="Restore from this checkpoint: its name or its number, the # of `phx checkpoint list` "
+    "(default: the newest valid one).",
 )
 @click.option("--force", is_flag=True, help="Overwrite the current task and notes with the checkpoint's.")
 @click.option("--session", metavar="ID", help="Session id (default: a new one).")

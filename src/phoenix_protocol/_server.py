@@ -102,8 +102,10 @@ PROBLEM_TYPE = "application/problem+json"
 MAX_JSON_DEPTH = 32
 ID_PATTERN = rf"^[A-Za-z0-9][A-Za-z0-9._-]{{0,{MAX_ID_LENGTH - 1}}}$"
 LONG_ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$"
-CHECKPOINT_NAME_PATTERN = (
-    rf"^{ID_PATTERN[1:-1]}_[0-9]{{17}}-[0-9]{{1,12}}_(routine|pre-operation|recovery|session)\.checkpoint$"
+# A checkpoint's file name, or its number (seq) as ``7`` or ``#7``.
+CHECKPOINT_REF_PATTERN = (
+    rf"^(?:{ID_PATTERN[1:-1]}_[0-9]{{17}}-[0-9]{{1,12}}_(routine|pre-operation|recovery|session)\.checkpoint"
+    r"|#?[0-9]{1,12})$"
 )
 _OPEN = TokenInfo("open", [ALL], [ALL], label="no tokens configured")
 
@@ -455,8 +457,9 @@ class LatestCheckpointResponse(BaseModel):
 class RestoreRequest(_Request):
     """``POST /restore/{agent_id}``: all optional."""
 
-    checkpoint: Annotated[str, Field(pattern=CHECKPOINT_NAME_PATTERN, max_length=255)] | None = Field(
-        default=None, description="A checkpoint name (default: the newest valid one)."
+    checkpoint: Annotated[str, Field(pattern=CHECKPOINT_REF_PATTERN, max_length=255)] | None = Field(
+        default=None,
+        description="A checkpoint name, or its number (seq) as `7` or `#7` (default: the newest valid one).",
     )
     force: bool = Field(default=False, description="Overwrite the current task and notes with the checkpoint's.")
     session_id: SessionId | None = Field(default=None, description="The new session's id (default: a new UUID).")

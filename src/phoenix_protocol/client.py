@@ -279,7 +279,8 @@ class PhoenixClient:
     def restore(
         self, agent_id: str, *, checkpoint: str | None = None, force: bool = False, session_id: str | None = None
     ) -> dict[str, Any]:
-        """Start a session from the newest (or the named) checkpoint; returns what was restored."""
+        """Start a session from the newest checkpoint, or the one ``checkpoint`` names (its name, or
+        its number as ``"7"`` or ``"#7"``); returns what was restored."""
         body: dict[str, Any] = {"force": force}
         if checkpoint is not None:
             body["checkpoint"] = checkpoint

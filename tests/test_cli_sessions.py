@@ -219,6 +219,18 @@ def test_checkpoint_list_numbers_its_rows_and_show_and_restore_take_the_number(
     assert code == 2 and data["error"]["type"] == "NotFoundError" and "#7" in data["error"]["message"]
 
 
+def test_a_session_checkpoint_with_no_session_started_says_so(capsys: pytest.CaptureFixture[str]) -> None:
+    capsys.readouterr()
+    assert cli(["checkpoint", "--agent", "n", "--summary", "before any session"]) == 0
+    assert "no session was started" in capsys.readouterr().out
+    cli(["restore", "--agent", "n"])
+    capsys.readouterr()
+    assert cli(["checkpoint", "--agent", "n", "--summary", "in a session"]) == 0
+    assert "no session was started" not in capsys.readouterr().out
+    _code, data = phx_json(capsys, "sessions", "--agent", "n")
+    assert [s["started_at"] is None for s in data["sessions"]] == [True, False]
+
+
 def test_lists_clip_a_long_summary_that_show_and_json_keep_whole(
     capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:

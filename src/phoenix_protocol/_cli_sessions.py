@@ -206,9 +206,11 @@ def checkpoint_group(ctx: click.Context, agent: Agent, out: Output, summary: str
     """
     if ctx.invoked_subcommand is not None:
         return
+    unstarted = False
     if checkpoint_type == "session":
-        from phoenix_protocol._sessions import end
+        from phoenix_protocol._sessions import end, ending_session
 
+        unstarted = ending_session(agent) is None
         info = end(agent, summary=summary)
     else:
         info = agent.checkpoints.create(checkpoint_type, summary=summary)
@@ -218,6 +220,11 @@ def checkpoint_group(ctx: click.Context, agent: Agent, out: Output, summary: str
         from rich.markup import escape
 
         out.console.print(f"[green]checkpoint[/] {escape(info.name)} ({info.size / 1024:.1f} KB)")
+        if unstarted:
+            out.console.print(
+                "[yellow]note:[/] no session was started for this agent, so this one has no start or duration "
+                "in `phx sessions`; `phx restore` (or the SessionStart hook) starts one."
+            )
 
 
 @checkpoint_group.command("list")

@@ -33,11 +33,13 @@ if TYPE_CHECKING:
     from phoenix_protocol._agent import Agent
     from phoenix_protocol._checkpoints import Checkpoint, CheckpointInfo, RestoreResult
     from phoenix_protocol._identity import Identity
+    from phoenix_protocol._state import AgentState
 
 __all__ = [
     "SessionStart",
     "begin",
     "end",
+    "ending_session",
     "identity_updates",
     "list_sessions",
     "read_current",
@@ -133,6 +135,18 @@ def storage(agent: Agent) -> SessionStorage:
 def read_current(agent: Agent) -> dict[str, Any] | None:
     """The open session's record, or ``None``."""
     return storage(agent).current()
+
+
+def ending_session(agent: Agent, current: dict[str, Any] | None = None, state: AgentState | None = None) -> str | None:
+    """The id of the session a session checkpoint taken now ends: the open session's, else the
+    last one state.json knows; ``None`` when the agent never started one (``phx restore`` and the
+    SessionStart hook start sessions). ``current`` and ``state``: already read by the caller."""
+    if current is None:
+        current = read_current(agent) or {}
+    if state is None:
+        state = agent.state.read_or_none()
+    sid = current.get("session_id") or (state.session_id if state else None)
+    return str(sid) if sid else None
 
 
 class SessionStart:
@@ -275,7 +289,7 @@ def end(
     """End a session (PAIF checkpoint): the session checkpoint, the end record, identity stats."""
     current = read_current(agent) or {}
     state = agent.state.read_or_none()
-    sid = session_id or current.get("session_id") or (state.session_id if state else None) or "unknown"
+    sid = session_id or ending_session(agent, current, state) or "unknown"
     if summary is None and state is not None:
         done = state.last_output or state.current_task or "no task recorded"
         remaining = len(state.open_loops) + len(state.next_actions)

@@ -149,6 +149,29 @@ def test_index_is_rebuilt_when_lost(agent: Agent, lost: str) -> None:
     assert [e.seq for e in store.entries()] == [4, 3, 2, 1]
 
 
+@pytest.mark.parametrize("settled", [False, True])
+def test_a_damaged_file_the_catalogue_lost_is_skipped_not_fatal(agent: Agent, settled: bool) -> None:
+    """With index.log gone (and index.json, or none yet), each file is read to describe it: a
+    damaged one used to send that read back into loading the catalogue, without end."""
+    store = agent.checkpoints
+    names = [store.create("session", summary=f"s{i}").name for i in (1, 2, 3)]
+    if settled:
+        store.rebuild_index()
+    store.flush()
+    path = Path(store.dir, names[2])
+    path.write_bytes(path.read_bytes().replace(b'"s3"', b'"X3"'))
+    for gone in ("index.log", "index.json"):
+        Path(store.dir, gone).unlink(missing_ok=True)
+    fresh = Agent.open(agent.id, home=agent.home, clock=agent.clock).checkpoints
+    assert [(e.name, e.label) for e in fresh.entries()] == [(names[2], None), (names[1], "s2"), (names[0], "s1")]
+    checkpoint, problems = fresh.latest()
+    assert checkpoint is not None and checkpoint.name == names[1]
+    assert len(problems) == 1 and "checksum mismatch" in problems[0]
+    with pytest.raises(CorruptStateError, match="checksum mismatch"):
+        fresh.read(names[2])
+    assert fresh.create("session").seq == 4
+
+
 # -- time-based checkpoints -------------------------------------------------------------------
 
 

@@ -624,10 +624,16 @@ class CheckpointStore:
     # -- reading ---------------------------------------------------------------------------
 
     def _describe(self, info: CheckpointInfo) -> CheckpointInfo:
-        """Add the label and operation of a file the index does not list (read from the file)."""
+        """Add the label and operation of a file the index does not list (read from the file).
+        Called while the catalogue loads: the file alone is read (a damaged one is described by
+        its name only, and reported when it is read), never the log, which would load the
+        catalogue again."""
         try:
-            checkpoint = self.read(info.name)
-        except (CorruptStateError, SchemaVersionError, UsageError, StorageError):
+            data = self.backend.read(info.name)
+            if data is None:
+                return info
+            checkpoint = Checkpoint(self.backend.where(info.name), decode(data, info.name))
+        except (CorruptStateError, SchemaVersionError, StorageError):
             return info
         op = checkpoint.data.get("operation")
         info.label = checkpoint.summary

@@ -76,3 +76,11 @@ def test_secrets_never_reach_the_brief() -> None:
     state.last_output = "used token ghp_" + "A1b2C3d4E5f6G7h8I9j0K1l2M3n4O5p6Q7r8"
     text = render_brief(state, agent_id="zero", generated_at="t")
     assert "A1b2C3d4E5f6G7h8I9j0" not in text
+
+
+def test_a_task_typed_in_another_encoding_still_gets_a_brief(tmp_path: Path) -> None:
+    agent = Agent.open("zero", home=Home(str(tmp_path / ".phoenix")))
+    agent.state.set_status("working", b"fix caf\xe9 parser".decode("utf-8", "surrogateescape"))  # as argv gives it
+    text = agent.write_brief(git_timeout=0.5)
+    assert "fix caf\ufffd parser" in text
+    assert "fix caf\ufffd parser" in Path(agent.brief_path).read_bytes().decode("utf-8")

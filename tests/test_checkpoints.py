@@ -172,6 +172,20 @@ def test_a_damaged_file_the_catalogue_lost_is_skipped_not_fatal(agent: Agent, se
     assert fresh.create("session").seq == 4
 
 
+def test_text_that_was_not_utf8_does_not_stop_checkpoints(agent: Agent) -> None:
+    """A task typed in Latin-1 reaches Python with lone surrogates (``surrogateescape``); state.json
+    and ops.jsonl keep it (as ``\\udce9``); every later checkpoint used to fail on it."""
+    typed = b"fix caf\xe9 parser".decode("utf-8", "surrogateescape")
+    agent.state.set_status("working", typed)
+    info = agent.checkpoints.create("session", summary=b"bad \xff".decode("utf-8", "surrogateescape"))
+    agent.checkpoints.flush()
+    checkpoint = agent.checkpoints.read(info.name)
+    assert checkpoint.summary == "bad \ufffd" and info.label == "bad \ufffd"
+    assert checkpoint.data["state"]["current_task"]["context"]["description"] == "fix caf\ufffd parser"
+    assert checkpoint.data["extensions"]["phoenix_state"]["current_task"] == "fix caf\ufffd parser"
+    Path(agent.checkpoints.dir, info.name).read_bytes().decode("utf-8")  # the file is UTF-8
+
+
 # -- time-based checkpoints -------------------------------------------------------------------
 
 

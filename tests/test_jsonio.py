@@ -8,7 +8,15 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from phoenix_protocol._jsonio import JSONError, dumps_canonical, dumps_document, dumps_line, loads
+from phoenix_protocol._jsonio import (
+    JSONError,
+    dumps_canonical,
+    dumps_document,
+    dumps_indented_bytes,
+    dumps_line,
+    loads,
+    valid_text,
+)
 
 json_values = st.recursive(
     st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False, allow_infinity=False) | st.text(),
@@ -38,3 +46,21 @@ def test_invalid_json_raises_jsonerror(text: str) -> None:
 def test_nan_is_not_written() -> None:
     with pytest.raises(JSONError):
         dumps_line(float("nan"))
+
+
+# Text as Python holds it, lone surrogates included (what `surrogateescape` makes of bytes that are
+# not UTF-8, e.g. a command-line argument typed in Latin-1).
+any_text = st.text(st.characters(codec=None, categories=None))
+
+
+@given(st.dictionaries(any_text, st.lists(any_text, max_size=3), max_size=4))
+def test_indented_bytes_are_utf8_whatever_the_text(value: dict[str, list[str]]) -> None:
+    encoded = dumps_indented_bytes(value)
+    decoded = json.loads(encoded.decode("utf-8"))  # strict UTF-8: would fail on a surrogate
+    assert decoded == {valid_text(k): [valid_text(t) for t in v] for k, v in value.items()}
+
+
+def test_valid_text_replaces_surrogates_only() -> None:
+    raw = b"caf\xe9 \xf0\x9f\x98\x80 \xc3\xa9".decode("utf-8", "surrogateescape")
+    assert valid_text(raw) == "caf\ufffd \U0001f600 \u00e9"
+    assert valid_text("plain") == "plain"

@@ -184,7 +184,9 @@ class Agent:
         self, state: AgentState | None = None, *, notices: list[str] | None = None, git_timeout: float = 3.0
     ) -> str:
         """Generate the brief and write it to ``brief.md`` atomically; returns the text."""
-        text = self.render_brief(state, notices=notices, git_timeout=git_timeout)
+        from phoenix_protocol._jsonio import valid_text
+
+        text = valid_text(self.render_brief(state, notices=notices, git_timeout=git_timeout))
         self.ensure()
         atomic_write(self.brief_path, text.encode("utf-8"))
         return text

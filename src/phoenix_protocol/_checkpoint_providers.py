@@ -68,7 +68,7 @@ def task_id(text: str) -> str | None:
     """A stable id for a task description (the same text gives the same id)."""
     if not text:
         return None
-    return "task-" + hashlib.sha256(text.encode("utf-8")).hexdigest()[:10]
+    return "task-" + hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()[:10]
 
 
 def collect_current_task(ctx: CollectContext) -> dict[str, Any]:

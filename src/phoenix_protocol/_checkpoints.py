@@ -68,7 +68,7 @@ from phoenix_protocol._errors import (
     UsageError,
 )
 from phoenix_protocol._ids import validate_id
-from phoenix_protocol._jsonio import JSONError, dumps_indented_bytes, dumps_line, loads, loads_large
+from phoenix_protocol._jsonio import JSONError, dumps_indented_bytes, dumps_line, loads, loads_large, valid_text
 
 if TYPE_CHECKING:
     from phoenix_protocol._agent import Agent
@@ -763,7 +763,7 @@ class CheckpointStore:
         if summary is not None:
             from phoenix_protocol._redact import redact
 
-            clean_summary = redact(" ".join(summary.split()))[:2000]
+            clean_summary = redact(" ".join(valid_text(summary).split()))[:2000]
         ctx = CollectContext(self.agent, checkpoint_type, clean_summary, dict(extra or {}))
         sections = self.collect(ctx)  # outside the lock: collectors may take their time
         sections = redact_sections(sections)

@@ -27,6 +27,7 @@ __all__ = [
     "loads",
     "loads_large",
     "loads_object",
+    "valid_text",
 ]
 
 
@@ -204,9 +205,24 @@ def dumps_indented_bytes(obj: dict[str, Any]) -> bytes:
         raise TypeError(f"Object of type {type(o).__name__} is not JSON serializable")
 
     try:
-        return json.dumps(obj, indent=2, ensure_ascii=False, allow_nan=False, default=fragment).encode("utf-8")
+        text = json.dumps(obj, indent=2, ensure_ascii=False, allow_nan=False, default=fragment)
     except ValueError as exc:
         raise JSONError(str(exc)) from None
+    try:
+        return text.encode("utf-8")
+    except UnicodeEncodeError:  # a lone surrogate: text that came from bytes that were not UTF-8
+        return valid_text(text).encode("utf-8")
+
+
+def valid_text(text: str) -> str:
+    """``text`` with every surrogate code point replaced by U+FFFD. A Python string holds one
+    only where it came from bytes that were not UTF-8 (a command-line argument, a file name, via
+    ``surrogateescape``) or from a JSON ``\\udXXX`` escape standing alone; UTF-8 cannot encode it."""
+    if text.isascii():
+        return text
+    import re
+
+    return re.sub("[\ud800-\udfff]", "\ufffd", text)
 
 
 def loads_large(data: bytes) -> Any:

@@ -264,10 +264,21 @@ def test_memories_of_the_session_reach_the_session_checkpoint(agent: Agent) -> N
     assert agent.checkpoints.read(info.name).section("metadata")["session_id"] == "s1"
 
 
-def test_a_section_json_cannot_hold_is_refused_and_nothing_is_written(agent: Agent) -> None:
-    from phoenix_protocol._jsonio import JSONError
-
-    agent.checkpoints.register("numbers", lambda ctx: {"ratio": float("nan")})
-    with pytest.raises(JSONError, match="nan"):
-        agent.checkpoints.create("session")
-    assert agent.checkpoints.entries() == []
+@pytest.mark.parametrize(
+    "bad",
+    [float("nan"), {"ratio": float("inf")}, {1, 2}, b"raw", object(), "cycle"],
+    ids=["nan", "inf", "set", "bytes", "object", "cycle"],
+)
+def test_a_section_json_cannot_hold_is_recorded_as_an_error_and_the_rest_is_written(agent: Agent, bad: Any) -> None:
+    if bad == "cycle":
+        bad = []
+        bad.append(bad)
+    agent.checkpoints.register("numbers", lambda ctx: {"values": bad})
+    agent.checkpoints.register("good", lambda ctx: {"kept": True})
+    agent.state.set_status("working", "keep going")
+    info = agent.checkpoints.create("session", summary="end of day")
+    checkpoint = agent.checkpoints.read(info.name)
+    assert checkpoint.section("good") == {"kept": True} and checkpoint.summary == "end of day"
+    assert set(checkpoint.section("numbers")) == {"error"}
+    assert "JSON cannot hold" in checkpoint.section("numbers")["error"]
+    assert checkpoint.data["extensions"]["phoenix_state"]["current_task"] == "keep going"

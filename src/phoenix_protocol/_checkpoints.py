@@ -234,6 +234,23 @@ def redact_sections(sections: dict[str, Any]) -> dict[str, Any]:
 _DEPTH = 4  # how deep below the sections long lists are looked for (deeper ones: the usual walk)
 
 
+def writable_sections(sections: dict[str, Any], *, redacted: bool) -> dict[str, Any]:
+    """``sections`` (redacted first unless ``redacted``) with each one JSON cannot hold (NaN or an
+    infinity, a set, bytes, an object, a cycle) replaced by ``{"error": ...}``, as a collector
+    that raised is: one provider's bad value does not cost the checkpoint the other sections."""
+    from phoenix_protocol._redact import redact
+
+    out: dict[str, Any] = {}
+    for key, value in sections.items():
+        try:
+            clean = value if redacted else redact_sections({key: value})[key]
+            dumps_indented_bytes({key: clean})
+        except (TypeError, ValueError, RecursionError) as exc:
+            clean = {"error": redact(f"{type(exc).__name__}: {exc} (the collector returned what JSON cannot hold)")}
+        out[key] = clean
+    return out
+
+
 def _apart(value: object) -> bool:
     """Walked on its own rather than by ``redact_value``: a dict (it may hold a long list) or a
     long list."""
@@ -765,14 +782,35 @@ class CheckpointStore:
 
             clean_summary = redact(" ".join(valid_text(summary).split()))[:2000]
         ctx = CollectContext(self.agent, checkpoint_type, clean_summary, dict(extra or {}))
-        sections = self.collect(ctx)  # outside the lock: collectors may take their time
-        sections = redact_sections(sections)
+        collected = self.collect(ctx)  # outside the lock: collectors may take their time
+        try:
+            sections = redact_sections(collected)
+        except (TypeError, ValueError, RecursionError):  # a section JSON cannot hold (NaN, a cycle)
+            sections = writable_sections(collected, redacted=False)
         state = self.agent.state.read_or_none()
 
         def build(view: View, completed: Callable[[], set[str]]) -> tuple[CheckpointInfo, bytes, list[CheckpointInfo]]:
+            nonlocal sections
             next_seq = view.next_seq
             ms = self.agent.clock.now_ms() if now_ms is None else now_ms
             name = make_name(self.agent.id, next_seq, ms, checkpoint_type)
+            try:
+                data = encode(envelope_of(next_seq, ms))
+            except (TypeError, ValueError, RecursionError):  # a section JSON cannot hold (a set, bytes...)
+                sections = writable_sections(sections, redacted=True)
+                data = encode(envelope_of(next_seq, ms))
+            info = CheckpointInfo(
+                name,
+                next_seq,
+                checkpoint_type,
+                ms,
+                label=clean_summary,
+                operation_id=(operation or {}).get("id"),
+                size=len(data),
+            )
+            return info, data, self._retain(view, completed, now_ms=ms, new=info)
+
+        def envelope_of(next_seq: int, ms: int) -> dict[str, Any]:
             envelope: dict[str, Any] = {
                 "kind": KIND,
                 "schema_version": SCHEMA_VERSION,
@@ -790,17 +828,7 @@ class CheckpointStore:
             for key in SESSION_SECTIONS:
                 envelope[key] = sections.get(key)
             envelope["extensions"] = {k: v for k, v in sections.items() if k not in SECTIONS}
-            data = encode(envelope)
-            info = CheckpointInfo(
-                name,
-                next_seq,
-                checkpoint_type,
-                ms,
-                label=clean_summary,
-                operation_id=(operation or {}).get("id"),
-                size=len(data),
-            )
-            return info, data, self._retain(view, completed, now_ms=ms, new=info)
+            return envelope
 
         queued: list[dict[str, Any]] = []
 

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
+import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -11,8 +14,17 @@ import pytest
 from phoenix_protocol._agent import Agent
 from phoenix_protocol._cli import cli
 from phoenix_protocol._clock import ManualClock
-from phoenix_protocol._doctor import check_agent, check_home, rebuild_state
+from phoenix_protocol._doctor import TEMP_UNKNOWN_WRITER_AGE_MS, abandoned_temp, check_agent, check_home, rebuild_state
 from phoenix_protocol._home import Home
+
+PHX = str(Path(sys.executable).parent / "phx")
+
+
+def _dead_pid() -> int:
+    """The pid of a process that has exited (and been reaped)."""
+    proc = subprocess.Popen([sys.executable, "-c", "pass"])
+    assert proc.wait(timeout=60) == 0
+    return proc.pid
 
 
 def _history(agent: Agent) -> None:
@@ -110,7 +122,7 @@ def test_doctor_checks_checkpoints_and_identity(agent: Agent) -> None:
     agent.checkpoints.rebuild_index()  # settled: the checkpoint log holds no copy to repair from
     damaged = Path(agent.checkpoints.dir, second.name)
     damaged.write_bytes(damaged.read_bytes()[:-20])
-    Path(agent.checkpoints.dir, f".{first.name}.99.1.tmp").write_text("partial")
+    Path(agent.checkpoints.dir, f".{first.name}.{_dead_pid()}.1.tmp").write_text("partial")
     os.unlink(agent.checkpoints.index_path)
     agent.identity.set("state.current_focus", "x")
     identity = Path(agent.identity.path)
@@ -188,3 +200,124 @@ def test_the_postgresql_store_is_checked_and_migrated(
     monkeypatch.setenv("PHOENIX_STORE", "postgresql://postgres@127.0.0.1:5499/test")
     unreachable = check_home(agent.home, [agent])
     assert any(f.level == "error" and "127.0.0.1:5499" in f.message for f in unreachable)
+
+
+@pytest.fixture
+def live_pid() -> Iterator[int]:
+    """A running process (it waits for its stdin to close)."""
+    proc = subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.read()"], stdin=subprocess.PIPE)
+    try:
+        yield proc.pid
+    finally:
+        assert proc.stdin is not None
+        proc.stdin.close()
+        proc.wait(timeout=60)
+
+
+def test_a_temp_file_of_a_running_writer_is_left_alone(agent: Agent, clock: ManualClock, live_pid: int) -> None:
+    """A temp file whose writer still runs is a write in progress, however old it looks."""
+    agent.state.set_status("working", "x")
+    agent.checkpoints.create("session")
+    in_state = Path(agent.dir, f".state.json.{live_pid}.7.tmp")
+    in_checkpoints = Path(agent.checkpoints.dir, f".identity.yaml.{live_pid}.8.tmp")
+    for path in (in_state, in_checkpoints):
+        path.write_text("half written")
+    clock.advance(seconds=30 * 86400)
+    findings = check_home(agent.home, [agent])
+    assert in_state.read_text() == "half written" and in_checkpoints.exists()
+    assert not [f for f in findings if "temporary file" in f.message]
+    assert not abandoned_temp(str(in_state), clock.now_ms())
+    # this very process (a server's doctor while another of its threads writes)
+    own = Path(agent.dir, f".state.json.{os.getpid()}.9.tmp")
+    own.write_text("half written")
+    check_agent(agent)
+    assert own.exists()
+
+
+def test_a_temp_file_of_a_writer_that_is_gone_is_removed(agent: Agent) -> None:
+    agent.state.set_status("working", "x")
+    agent.checkpoints.create("session")
+    dead = _dead_pid()
+    in_state = Path(agent.dir, f".state.json.{dead}.1.tmp")
+    in_checkpoints = Path(agent.checkpoints.dir, f".index.json.{dead}.2.tmp")
+    for path in (in_state, in_checkpoints):
+        path.write_text("half written")
+    report = check_agent(agent, repair=False)
+    assert {f.path for f in report if "temporary file" in f.message and not f.repaired} == {
+        str(in_state),
+        str(in_checkpoints),
+    }
+    assert in_state.exists()  # --check removes nothing
+    findings = check_agent(agent)
+    assert {f.path for f in findings if f.repaired and "temporary file" in f.message} == {
+        str(in_state),
+        str(in_checkpoints),
+    }
+    assert not in_state.exists() and not in_checkpoints.exists()
+
+
+def test_a_temp_file_whose_pid_now_names_a_later_process_is_removed(agent: Agent) -> None:
+    """The pid was reused: the process that has it started after the file was last written."""
+    agent.state.set_status("working", "x")
+    import psutil
+
+    started = psutil.Process(os.getpid()).create_time()
+    path = Path(agent.dir, f".state.json.{os.getpid()}.1.tmp")
+    path.write_text("half written")
+    os.utime(path, (started - 3600, started - 3600))
+    [finding] = [f for f in check_agent(agent) if "temporary file" in f.message]
+    assert finding.repaired and not path.exists()
+
+
+def test_a_temp_file_naming_no_writer_is_removed_only_once_old(agent: Agent, clock: ManualClock) -> None:
+    agent.state.set_status("working", "x")
+    path = Path(agent.dir, ".state.json.tmp")
+    path.write_text("half written")
+    written = clock.now_ms() - 1000
+    os.utime(path, ns=(written * 1_000_000, written * 1_000_000))
+    assert not [f for f in check_agent(agent) if "temporary file" in f.message]
+    assert path.exists()
+    clock.advance(ms=TEMP_UNKNOWN_WRITER_AGE_MS)
+    [finding] = [f for f in check_agent(agent) if "temporary file" in f.message]
+    assert finding.repaired and not path.exists()
+    assert not abandoned_temp(str(path), clock.now_ms())  # gone: nothing to remove
+
+
+@pytest.mark.slow
+def test_doctors_running_alongside_writers_break_no_write(tmp_path: Path) -> None:
+    """Real ``phx`` processes write (state, notes, identity, checkpoints) while ``phx doctor``
+    processes and this process's doctor repair the same home over and over: every command
+    exits 0. (A doctor used to remove the temporary files of writes in progress.)"""
+    root = str(tmp_path / "phoenix-home")
+    env = {**os.environ, "PHOENIX_HOME": root}
+    subprocess.run([PHX, "state", "idle"], env=env, check=True, capture_output=True, timeout=60)
+    agent = Agent.open("default", home=Home(root))
+    failures: list[str] = []
+    for round_ in range(3):
+        writers = [
+            [PHX, *args]
+            for i in range(2)
+            for args in (
+                ["state", "working", f"task {round_}.{i}"],
+                ["note", "open-loop", f"loop {round_}.{i}"],
+                ["identity", "set", "state.current_focus", f"focus {round_}.{i}"],
+                ["checkpoint", "--summary", f"round {round_}.{i}"],
+            )
+        ]
+        argvs = [*writers, [PHX, "doctor"], [PHX, "doctor"]]
+        procs = [
+            subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+            for argv in argvs
+        ]
+        while any(p.poll() is None for p in procs):
+            try:
+                check_home(agent.home, [agent])
+            except Exception as exc:  # a doctor that fails (the others' writes removed under it)
+                failures.append(f"this process's doctor: {exc!r}")
+        for argv, proc in zip(argvs, procs, strict=True):
+            assert proc.stderr is not None
+            if proc.wait() != 0:
+                failures.append(f"{argv[1:]} exited {proc.returncode}: {proc.stderr.read().strip()}")
+            proc.stderr.close()
+    assert failures == []
+    assert not [f for f in check_agent(agent) if f.level == "error"]

@@ -8,7 +8,8 @@ For every agent it checks, and with ``repair=True`` fixes:
   and from which events. A file written by a newer Phoenix is reported and left alone.
 - ``ops.jsonl`` with a torn last line (cut off under the log's lock) or unreadable lines
   (reported with file and line; readers already skip them, and they stay for forensics).
-- temporary files left by writers that were killed (``.state.json.<pid>.<n>.tmp``): removed.
+- temporary files left by writers that were killed (``.state.json.<pid>.<n>.tmp``): removed
+  once their writer is gone (see ``abandoned_temp``); a write still in progress is left alone.
 - permissions wider than 0700 (directories) or 0600 (files): tightened.
 
 Nothing is ever deleted that holds data; nothing is reset to defaults silently.
@@ -34,7 +35,10 @@ if TYPE_CHECKING:
     from phoenix_protocol._agent import Agent
     from phoenix_protocol._home import Home
 
-__all__ = ["Finding", "check_home", "rebuild_state"]
+__all__ = ["Finding", "abandoned_temp", "check_home", "rebuild_state"]
+
+TEMP_UNKNOWN_WRITER_AGE_MS = 3_600_000
+"""A temporary file whose name names no writer is abandoned once it is this old (1 hour)."""
 
 
 class Finding:
@@ -173,7 +177,10 @@ def _check_modes(root: str, repair: bool, findings: list[Finding]) -> None:
             if mode & ~wanted:
                 what = "directory" if is_dir else "file"
                 if repair:
-                    os.chmod(path, wanted)
+                    try:
+                        os.chmod(path, wanted)
+                    except FileNotFoundError:  # removed meanwhile (a temp file renamed, another doctor)
+                        continue
                 findings.append(
                     Finding("warn", f"{what} mode {mode:04o} is wider than {wanted:04o}", path=path, repaired=repair)
                 )
@@ -187,6 +194,59 @@ def _check_modes(root: str, repair: bool, findings: list[Finding]) -> None:
         pass
 
 
+def abandoned_temp(path: str, now_ms: int) -> bool:
+    """Whether ``path`` is a temporary file of an atomic write (``_durable``) that no writer
+    will ever finish: the temporary file of a write still in progress is not.
+
+    Its name carries its writer's pid (``.<name>.<pid>.<n>.tmp``): the write is abandoned when no
+    process has that pid any more, or the one that has it started after the file was last
+    written (the pid was reused: the writer is gone). A writer that cannot be inspected counts
+    as alive. A name without a pid is abandoned once it is ``TEMP_UNKNOWN_WRITER_AGE_MS`` old
+    (its modification time against ``now_ms``, the agent's clock). A file already gone is not.
+    """
+    name = os.path.basename(path)
+    if not (name.startswith(".") and name.endswith(".tmp")):
+        return False
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return False
+    if not stat.S_ISREG(st.st_mode):
+        return False
+    parts = name.rsplit(".", 3)
+    if len(parts) == 4 and parts[1].isascii() and parts[1].isdecimal() and parts[2].isdecimal():
+        return not _may_still_write(int(parts[1]), st.st_mtime)
+    return now_ms - st.st_mtime_ns // 1_000_000 >= TEMP_UNKNOWN_WRITER_AGE_MS
+
+
+def _may_still_write(pid: int, written_at: float) -> bool:
+    """Whether process ``pid`` may be the writer of a file last written at ``written_at``
+    (seconds since the epoch): it runs, and started no later than that (give or take the
+    second by which the kernel's start times may be off)."""
+    import psutil
+
+    if pid <= 0:
+        return False
+    try:
+        proc = psutil.Process(pid)
+        with proc.oneshot():
+            if proc.status() == psutil.STATUS_ZOMBIE:
+                return False
+            started = proc.create_time()
+    except (psutil.NoSuchProcess, psutil.ZombieProcess):
+        return False
+    except psutil.AccessDenied:  # it runs, but is not ours to inspect
+        return True
+    return started <= written_at + 1.0
+
+
+def _listdir(path: str) -> list[str]:
+    try:
+        return os.listdir(path)
+    except FileNotFoundError:
+        return []
+
+
 def check_agent(agent: Agent, *, repair: bool = True) -> list[Finding]:
     """Check (and repair) one agent; returns what was found."""
     findings: list[Finding] = []
@@ -197,13 +257,11 @@ def check_agent(agent: Agent, *, repair: bool = True) -> list[Finding]:
     except FileNotFoundError:
         return [Finding("ok", "no state yet", agent=aid, path=agent.dir)]
     for name in names:
-        if name.startswith(".") and name.endswith(".tmp"):
-            path = os.path.join(agent.dir, name)
+        path = os.path.join(agent.dir, name)
+        if abandoned_temp(path, agent.clock.now_ms()):
             if repair:
-                try:
+                with contextlib.suppress(FileNotFoundError):  # another doctor removed it first
                     os.unlink(path)
-                except FileNotFoundError:
-                    pass
             findings.append(
                 Finding("warn", "temporary file left by an interrupted write", agent=aid, path=path, repaired=repair)
             )
@@ -304,9 +362,9 @@ def _check_checkpoints(agent: Agent, repair: bool) -> list[Finding]:
         return []
     findings: list[Finding] = []
     aid = agent.id
-    for name in os.listdir(store_dir) if on_files else []:
-        if name.startswith(".") and name.endswith(".tmp"):
-            path = os.path.join(store_dir, name)
+    for name in _listdir(store_dir) if on_files else []:
+        path = os.path.join(store_dir, name)
+        if abandoned_temp(path, agent.clock.now_ms()):
             if repair:
                 with contextlib.suppress(FileNotFoundError):
                     os.unlink(path)

@@ -596,6 +596,7 @@ def test_a_log_of_the_earlier_format_is_read_and_converted(tmp_path: Path) -> No
     store.flush()
     logged = index_mod.make_name("cat", 2, BASE_MS + 9000, "session")
     donor = open_store(tmp_path / "donor")
+    take(donor)  # the donor's second checkpoint is a #2, as the log names it
     donor_name = take(donor, summary="only in the old log")
     donor.flush()
     content = Path(donor.dir, donor_name).read_bytes()

@@ -186,6 +186,23 @@ def test_text_that_was_not_utf8_does_not_stop_checkpoints(agent: Agent) -> None:
     Path(agent.checkpoints.dir, info.name).read_bytes().decode("utf-8")  # the file is UTF-8
 
 
+def test_a_checkpoint_copied_under_another_name_is_damage_not_that_checkpoint(agent: Agent) -> None:
+    store = agent.checkpoints
+    routine = store.create("routine", summary="the routine one")
+    session = store.create("session", summary="the session one")
+    store.flush()
+    forged = "tester_20991231000000000-00000050_session.checkpoint"
+    Path(store.dir, forged).write_bytes(Path(store.dir, routine.name).read_bytes())
+    fresh = Agent.open(agent.id, home=agent.home, clock=agent.clock).checkpoints
+    assert fresh.entries()[0].name == forged  # listed by its name
+    checkpoint, problems = fresh.latest("session")
+    assert checkpoint is not None and checkpoint.name == session.name
+    assert len(problems) == 1 and "is checkpoint #1 (routine), not the one its name says" in problems[0]
+    with pytest.raises(CorruptStateError, match="not the one its name says"):
+        fresh.restore(forged)
+    assert fresh.restore(session.name).checkpoint.summary == "the session one"
+
+
 # -- time-based checkpoints -------------------------------------------------------------------
 
 

@@ -51,6 +51,7 @@ import xxhash
 
 from phoenix_protocol._checkpoint_index import (
     CHECKPOINT_TYPES,
+    SUFFIX,
     Catalog,
     CheckpointInfo,
     View,
@@ -387,6 +388,23 @@ def decode(data: bytes, path: str) -> dict[str, Any]:
     return envelope
 
 
+def _named(name: str, path: str, envelope: dict[str, Any]) -> Checkpoint:
+    """The checkpoint read as ``name``, once its content is found to be that checkpoint: the number
+    and the type its name gives (the catalogue lists it by its name). A file renamed, or another
+    checkpoint of the same agent copied under this name, is damage; another agent's checkpoint is
+    refused as such by ``restore`` and ``latest``."""
+    seq, kind = envelope["seq"], envelope["checkpoint_type"]
+    if type(seq) is not int or not name.endswith(f"-{seq:08d}_{kind}{SUFFIX}"):
+        if not name.startswith(f"{envelope['agent_id']}_"):
+            return Checkpoint(path, envelope)  # another agent's: its owner is what is wrong
+        raise CorruptStateError(
+            f"{path}: its content is checkpoint #{seq} ({kind}), not the one its name says (renamed, or "
+            "copied over by hand).",
+            path=path,
+        )
+    return Checkpoint(path, envelope)
+
+
 Build = Callable[[View, Callable[[], set[str]]], tuple[CheckpointInfo, bytes, list[CheckpointInfo]]]
 """What ``create`` asks a backend to write: from the current view (and the operations that
 succeeded, asked for only when needed), the new checkpoint, its bytes and what retention drops."""
@@ -649,7 +667,8 @@ class CheckpointStore:
             data = self.backend.read(info.name)
             if data is None:
                 return info
-            checkpoint = Checkpoint(self.backend.where(info.name), decode(data, info.name))
+            path = self.backend.where(info.name)
+            checkpoint = _named(info.name, path, decode(data, path))
         except (CorruptStateError, SchemaVersionError, StorageError):
             return info
         op = checkpoint.data.get("operation")
@@ -713,14 +732,14 @@ class CheckpointStore:
             logged = self.backend.spare(name)
             if logged is None:
                 raise NotFoundError(f"no checkpoint {name!r} for agent {self.agent.id!r} (see `phx checkpoint list`).")
-            return Checkpoint(path, decode(logged, path))  # not linked yet: nothing is wrong
+            return _named(name, path, decode(logged, path))  # not linked yet: nothing is wrong
         try:
-            return Checkpoint(path, decode(data, path))
+            return _named(name, path, decode(data, path))
         except CorruptStateError as exc:
             logged = self.backend.spare(name)
             if logged is None or logged == data:
                 raise
-            checkpoint = Checkpoint(path, decode(logged, path))
+            checkpoint = _named(name, path, decode(logged, path))
             checkpoint.recovered = f"{exc} Read its copy in the checkpoint log (`phx doctor` restores the file)."
             return checkpoint
 

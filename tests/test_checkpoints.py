@@ -203,6 +203,18 @@ def test_a_checkpoint_copied_under_another_name_is_damage_not_that_checkpoint(ag
     assert fresh.restore(session.name).checkpoint.summary == "the session one"
 
 
+def test_a_summary_beyond_the_limit_is_cut_visibly(agent: Agent) -> None:
+    from phoenix_protocol._checkpoints import SUMMARY_LIMIT
+
+    whole = "word " * 5000
+    info = agent.checkpoints.create("session", summary=whole)
+    summary = agent.checkpoints.read(info.name).summary
+    assert summary is not None and len(summary) <= SUMMARY_LIMIT and summary == info.label
+    assert summary.startswith("word word") and summary.endswith("\u2026 [cut: 24,999 characters]")
+    exact = "x" * SUMMARY_LIMIT
+    assert agent.checkpoints.read(agent.checkpoints.create("session", summary=exact).name).summary == exact
+
+
 # -- time-based checkpoints -------------------------------------------------------------------
 
 

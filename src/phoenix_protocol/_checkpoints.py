@@ -235,6 +235,18 @@ def redact_sections(sections: dict[str, Any]) -> dict[str, Any]:
 _DEPTH = 4  # how deep below the sections long lists are looked for (deeper ones: the usual walk)
 
 
+SUMMARY_LIMIT = 2000
+"""Characters a checkpoint's summary keeps (what was done and what remains, not a transcript)."""
+
+
+def _cut(summary: str) -> str:
+    """``summary`` within ``SUMMARY_LIMIT`` characters, saying so when it was longer."""
+    if len(summary) <= SUMMARY_LIMIT:
+        return summary
+    marker = f" \u2026 [cut: {len(summary):,} characters]"
+    return summary[: SUMMARY_LIMIT - len(marker)].rstrip() + marker
+
+
 def writable_sections(sections: dict[str, Any], *, redacted: bool) -> dict[str, Any]:
     """``sections`` (redacted first unless ``redacted``) with each one JSON cannot hold (NaN or an
     infinity, a set, bytes, an object, a cycle) replaced by ``{"error": ...}``, as a collector
@@ -799,7 +811,7 @@ class CheckpointStore:
         if summary is not None:
             from phoenix_protocol._redact import redact
 
-            clean_summary = redact(" ".join(valid_text(summary).split()))[:2000]
+            clean_summary = _cut(redact(" ".join(valid_text(summary).split())))
         ctx = CollectContext(self.agent, checkpoint_type, clean_summary, dict(extra or {}))
         collected = self.collect(ctx)  # outside the lock: collectors may take their time
         try:

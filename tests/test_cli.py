@@ -175,3 +175,33 @@ def test_console_scripts_run_as_processes(project: Path) -> None:
         [str(bindir / "phx"), "hook", "post-tool-use"], input="garbage", capture_output=True, text=True, check=False
     )
     assert proc.returncode == 0 and proc.stderr.startswith("phoenix:")
+
+
+def test_control_characters_in_users_text_are_shown_not_sent_to_the_terminal(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("COLUMNS", "200")
+    nasty = "x\x1b[31mRED\x9b2J\x07\x7f"
+    phx(capsys, "state", "working", f"task {nasty}")
+    phx(capsys, "note", "open-loop", f"loop {nasty}")
+    phx(capsys, "restore", "--session", "s-1")
+    phx(capsys, "checkpoint", "--summary", f"summary {nasty}")
+    phx(capsys, "identity", "set", "state.current_focus", f"focus {nasty}")
+    for args in (
+        ["state", "show"],
+        ["checkpoint", "list"],
+        ["checkpoint", "show", "latest"],
+        ["checkpoint", "latest"],
+        ["sessions"],
+        ["note", "list"],
+        ["log"],
+        ["brief", "--no-write"],
+    ):
+        code, out, err = phx(capsys, *args)
+        assert code == 0, (args, err)
+        assert not any(c in out for c in "\x1b\x9b\x07\x7f"), args
+        assert "x\\x1b[31mRED\\x9b2J" in out, (args, out)
+    code, out, err = phx(capsys, "note", "resolve", nasty)  # an error quoting what was typed
+    assert code == 2 and "\x1b" not in err and "\\x1b" in err
+    code, out, _err = phx(capsys, "checkpoint", "latest", "--json")  # JSON escapes them itself
+    assert json.loads(out)["checkpoint"]["summary"] == f"summary {nasty}"

@@ -4,6 +4,8 @@ Every command takes ``--agent`` (default ``$PHOENIX_AGENT`` or ``default``), ``-
 (default ``$PHOENIX_HOME``, else ``.phoenix/`` at the git work tree root) and ``--json`` (a
 stable machine-readable answer on stdout). Errors are one line on stderr (or a JSON object
 with ``"ok": false`` under ``--json``), never a traceback.
+Text from users (summaries, tasks, names) is printed with its control characters made visible
+(``visible``): a stored ESC cannot drive the terminal.
 
 Exit codes:
 
@@ -38,7 +40,7 @@ from phoenix_protocol._errors import (
 from phoenix_protocol._home import Home
 from phoenix_protocol._state import AgentState
 
-__all__ = ["EXIT_CODES", "cli"]
+__all__ = ["EXIT_CODES", "cli", "visible"]
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_DATA, EXIT_REFUSED, EXIT_ATTENTION = 0, 1, 2, 3, 4, 5
 EXIT_CODES = {
@@ -52,6 +54,38 @@ EXIT_CODES = {
 }
 
 F = TypeVar("F", bound=Callable[..., Any])
+
+
+_CONTROLS = {c: f"\\x{c:02x}" for c in (*range(0x20), *range(0x7F, 0xA0))}
+_LAYOUT = {ord("\n"), ord("\t")}
+_VISIBLE = {c: text for c, text in _CONTROLS.items() if c not in _LAYOUT}
+
+
+def visible(text: str, *, layout: bool = True) -> str:
+    """``text`` safe to print on a terminal: each control character (C0, DEL, C1) shown as
+    ``\\xNN`` instead of acting on the terminal (an ESC would start an escape sequence, a CR
+    overwrite the line). ``layout``: newlines and tabs are kept. Every string the ``Output``
+    console prints goes through it; call it for text printed another way."""
+    return text.translate(_VISIBLE if layout else _CONTROLS)
+
+
+@functools.cache
+def _console_class() -> Any:
+    from rich.console import Console
+
+    class _Console(Console):
+        """Strings (markup, table cells, panels) pass through ``visible`` before rich renders
+        them: markup never holds a control character, so only users' text changes."""
+
+        def render_str(self, text: str, **kwargs: Any) -> Any:
+            return super().render_str(visible(text), **kwargs)
+
+    return _Console
+
+
+def _make_console(*, stderr: bool = False) -> Any:
+    """The rich console of ``phx``'s text output (stdout, or stderr for errors)."""
+    return _console_class()(stderr=stderr, highlight=False, soft_wrap=True)
 
 
 class _Exit(Exception):
@@ -79,9 +113,7 @@ class Output:
     @property
     def console(self) -> Any:
         if self._console is None:
-            from rich.console import Console
-
-            self._console = Console(highlight=False, soft_wrap=True)
+            self._console = _make_console()
         return self._console
 
     def json(self, data: dict[str, Any]) -> None:
@@ -97,10 +129,9 @@ class Output:
             payload = {"ok": False, "error": {"type": type(exc).__name__, "message": message, "exit_code": code}}
             sys.stdout.write(json.dumps(payload, indent=2) + "\n")
         else:
-            from rich.console import Console
             from rich.markup import escape
 
-            Console(stderr=True, highlight=False, soft_wrap=True).print(f"[bold red]error:[/] {escape(message)}")
+            _make_console(stderr=True).print(f"[bold red]error:[/] {escape(message)}")
 
 
 @contextlib.contextmanager
@@ -402,7 +433,7 @@ def brief_command(agent: Agent, out: Output, no_write: bool) -> None:
     else:
         from rich.markdown import Markdown
 
-        out.console.print(Markdown(text))
+        out.console.print(Markdown(visible(text)))
 
 
 @main_group.command("log")
@@ -429,12 +460,12 @@ def _compact_meta(meta: Any, limit: int = 120) -> str:
     import json
 
     if not isinstance(meta, dict):
-        return json.dumps(meta, ensure_ascii=False)[:limit]
+        return visible(json.dumps(meta, ensure_ascii=False), layout=False)[:limit]
     parts = []
     for key, value in meta.items():
         text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
         parts.append(f"{key}={' '.join(str(text).split())}")
-    joined = " ".join(parts)
+    joined = visible(" ".join(parts), layout=False)
     return joined if len(joined) <= limit else joined[: limit - 1] + "…"
 
 

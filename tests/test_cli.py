@@ -177,6 +177,62 @@ def test_console_scripts_run_as_processes(project: Path) -> None:
     assert proc.returncode == 0 and proc.stderr.startswith("phoenix:")
 
 
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["checkpoint", "--type", "bogus"],
+        ["checkpoint", "list", "--limit", "-1"],
+        ["checkpoint", "list", "--limit", "abc"],
+        ["checkpoint", "list", "--type", "bogus"],
+        ["checkpoint", "begin-op"],
+        ["checkpoint", "end-op"],
+        ["identity", "add", "bogus", "x"],
+        ["identity", "set"],
+        ["identity", "reset-core", "--from-file", "/nonexistent/core.yaml"],
+        ["state", "working"],
+        ["state", "show", "--bogus"],
+        ["log", "--tail", "0"],
+        ["note", "resolve", "one"],
+        ["team", "create", "x"],
+        ["memory", "recall"],
+        ["state", "fly"],
+    ],
+)
+def test_usage_errors_click_finds_are_one_json_document_under_json(
+    capsys: pytest.CaptureFixture[str], args: list[str]
+) -> None:
+    code, out, err = phx(capsys, *args, "--json")
+    data = json.loads(out)
+    assert code == 2 and err == ""
+    assert data["ok"] is False and data["error"]["type"] == "UsageError" and data["error"]["exit_code"] == 2
+    assert "--help" in data["error"]["message"]
+    code, out, err = phx(capsys, *args)  # without --json: one line on stderr, as before
+    assert code == 2 and out == "" and err.startswith("error:") and err.count("\n") == 1
+
+
+def test_json_after_a_double_dash_is_an_argument_not_the_option(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, err = phx(capsys, "state", "show", "--bogus", "--", "--json")
+    assert code == 2 and out == "" and err.startswith("error:")
+
+
+def test_a_bug_under_json_is_still_one_json_document(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from phoenix_protocol._agent import Agent
+
+    def broken(*_args: Any, **_kwargs: Any) -> Any:
+        raise ZeroDivisionError("division by zero")
+
+    monkeypatch.setattr(Agent, "open", broken)
+    code, out, err = phx(capsys, "state", "show", "--json")
+    data = json.loads(out)
+    assert code == 1 and data["ok"] is False and data["error"]["exit_code"] == 1
+    assert data["error"]["type"] == "ZeroDivisionError" and "a bug in Phoenix" in data["error"]["message"]
+    assert "Traceback" in err  # for the bug report
+    with pytest.raises(ZeroDivisionError):  # without --json: the traceback, as Python shows it
+        cli(["state", "show"])
+
+
 def test_control_characters_in_users_text_are_shown_not_sent_to_the_terminal(
     capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -410,4 +410,4 @@ def test_resume_and_probe_json_fast_path(capsys: pytest.CaptureFixture[str], tea
     assert code == 2 and bad["error"]["type"] == "InvalidIdError"
     capsys.readouterr()
     assert main(["team", "probe", team_id, "--json", "--session", "x"]) == 2  # probe has no --session
-    assert "No such option" in capsys.readouterr().err
+    assert "No such option" in json.loads(capsys.readouterr().out)["error"]["message"]  # as JSON too

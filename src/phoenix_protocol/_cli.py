@@ -2,8 +2,10 @@
 
 Every command takes ``--agent`` (default ``$PHOENIX_AGENT`` or ``default``), ``--home``
 (default ``$PHOENIX_HOME``, else ``.phoenix/`` at the git work tree root) and ``--json`` (a
-stable machine-readable answer on stdout). Errors are one line on stderr (or a JSON object
-with ``"ok": false`` under ``--json``), never a traceback.
+stable machine-readable answer on stdout). Errors are one line on stderr (or, under ``--json``,
+a JSON object with ``"ok": false`` on stdout, click's own usage errors included), never a
+traceback; a bug (an unexpected exception) has its traceback on stderr, and under ``--json`` that
+JSON object as well (exit 1).
 Text from users (summaries, tasks, names) is printed with its control characters made visible
 (``visible``): a stored ESC cannot drive the terminal.
 
@@ -32,6 +34,7 @@ import click
 from phoenix_protocol._agent import Agent
 from phoenix_protocol._errors import (
     CorruptStateError,
+    OperationError,
     PhoenixError,
     RefusedError,
     SchemaVersionError,
@@ -121,8 +124,8 @@ class Output:
 
         sys.stdout.write(json.dumps({"ok": True, **data}, indent=2, ensure_ascii=False) + "\n")
 
-    def error(self, exc: BaseException, code: int) -> None:
-        message = " ".join(str(exc).split()) or type(exc).__name__
+    def error(self, exc: BaseException, code: int, *, message: str | None = None) -> None:
+        message = " ".join((str(exc) if message is None else message).split()) or type(exc).__name__
         if self.as_json:
             import json
 
@@ -765,7 +768,15 @@ def _finish_behind() -> None:
         click.echo(f"warning: finishing a checkpoint's files: {exc}", err=True)
 
 
+def _wants_json(args: list[str]) -> bool:
+    """Whether the command line asks for ``--json`` (before a ``--``): errors met before a
+    command runs (click's parsing) are reported as JSON then too."""
+    end = args.index("--") if "--" in args else len(args)
+    return "--json" in args[:end]
+
+
 def _run(args: list[str]) -> int:
+    out = Output(_wants_json(args))
     try:
         main_group.main(args=args, prog_name="phx", standalone_mode=False)
     except _Exit as exc:
@@ -775,17 +786,36 @@ def _run(args: list[str]) -> int:
             click.echo(exc.ctx.get_help())
             return EXIT_OK
         hint = f" (see `{exc.ctx.command_path} --help`)" if exc.ctx else ""
-        click.echo(f"error: {exc.format_message()}{hint}", err=True)
+        _click_error(out, UsageError(f"{exc.format_message()}{hint}"), EXIT_USAGE)
         return EXIT_USAGE
     except click.Abort:
-        click.echo("aborted", err=True)
+        _click_error(out, OperationError("aborted"), EXIT_FAILED, prefix="")
         return EXIT_FAILED
     except click.exceptions.Exit as exc:
         return int(exc.exit_code)
     except click.ClickException as exc:
-        click.echo(f"error: {exc.format_message()}", err=True)
+        _click_error(out, OperationError(exc.format_message()), exc.exit_code)
         return exc.exit_code
+    except Exception as exc:
+        if not out.as_json:
+            raise  # a bug: its traceback, as Python shows it
+        # A bug under --json: the caller still gets one JSON document; the traceback, for the
+        # report, goes to stderr.
+        import traceback
+
+        traceback.print_exc()
+        out.error(exc, EXIT_FAILED, message=f"unexpected error, a bug in Phoenix (traceback on stderr): {exc}")
+        return EXIT_FAILED
     return EXIT_OK
+
+
+def _click_error(out: Output, exc: PhoenixError, code: int, *, prefix: str = "error: ") -> None:
+    """An error click met (parsing, an abort): one JSON document under ``--json``, else one line
+    on stderr as click would print it."""
+    if out.as_json:
+        out.error(exc, code)
+    else:
+        click.echo(prefix + visible(str(exc), layout=False), err=True)
 
 
 # The commands of seeds 003 and 002 live in their own module; importing it registers them.

@@ -285,3 +285,28 @@ def test_show_takes_sections_a_collector_shaped_its_own_way(
     assert cli(["checkpoint", "show", info.name, "--agent", "t"]) == 0
     text = capsys.readouterr().out
     assert "extensions  notes" in text and "task " not in text
+
+
+def test_last_session_at_must_be_a_time(capsys: pytest.CaptureFixture[str], project: Path) -> None:
+    for text in ("2026-02-02T10:00:00.000Z", "2026-02-02T12:00:00+02:00", "2026-11-24", "null"):
+        code, data = phx_json(capsys, "identity", "set", "state.last_session_at", text)
+        assert code == 0, (text, data)
+    path = project / ".phoenix/agents/default/identity.yaml"
+    before = path.read_bytes()
+    for text in ("notadate", "2026-13-45", "yesterday", "''"):
+        code, data = phx_json(capsys, "identity", "set", "state.last_session_at", text)
+        assert code == 2 and "ISO 8601" in data["error"]["message"], text
+    assert path.read_bytes() == before
+    code, data = phx_json(capsys, "identity", "set", "notes.when", "2026-13-45")  # elsewhere: text as typed
+    assert code == 0 and data["identity"]["mutable"]["notes"]["when"] == "2026-13-45"
+    text = path.read_text()
+    for broken, message in (
+        ("last_session_at: notadate", "last_session_at must be an ISO 8601 time"),
+        ("last_session_at: 2026-13-45", "not valid YAML"),  # YAML's date, and none
+    ):
+        path.write_text(text.replace("last_session_at: null", broken))
+        code, data = phx_json(capsys, "identity", "show")  # written by hand: reported as other wrong shapes
+        assert code == 3 and data["error"]["type"] == "CorruptStateError" and message in data["error"]["message"]
+        code, data = phx_json(capsys, "restore")
+        assert code == 0 and any(message in p for p in data["problems"]), data["problems"]
+        assert broken in path.read_text()  # left as it is

@@ -14,7 +14,7 @@ import pytest
 from phoenix_protocol import _sessions
 from phoenix_protocol._agent import Agent
 from phoenix_protocol._clock import ManualClock
-from phoenix_protocol._errors import StorageError, UsageError
+from phoenix_protocol._errors import CorruptStateError, StorageError, UsageError
 from phoenix_protocol._home import Home
 from phoenix_protocol._identity import IdentityCoreError, digest_of
 
@@ -67,6 +67,8 @@ def test_a_value_phoenix_could_not_read_back_is_refused_on_either_store(
         ("state.current_focus", {"Port": "the scheduler"}),
         ("accumulated_experience", -1),
         ("accumulated_experience", True),
+        ("state.last_session_at", "notadate"),
+        ("state.last_session_at", ""),
         ("skills", [{"level": "expert"}]),
         ("beliefs", [{"subject": "x", "confidence": 1.5}]),
     ):
@@ -90,6 +92,15 @@ def test_a_hand_written_time_without_quotes_is_read_as_text(backend: str, agent:
     assert agent.identity.read().mutable["state"]["last_session_at"] == "2026-02-02T10:00:00.000Z"
     agent.identity.set("state.current_focus", "x")  # and written back as text
     assert "last_session_at: '2026-02-02T10:00:00.000Z'" in Path(agent.identity.path).read_text()
+
+
+def test_last_session_at_takes_the_times_phoenix_writes_and_reads(backend: str, agent: Agent) -> None:
+    for value in ("2026-02-02T10:00:00.000Z", "2026-02-02T10:00:00+02:00", "2026-02-02T10:00:00", "2026-02-02", None):
+        assert agent.identity.set("state.last_session_at", value).mutable["state"]["last_session_at"] == value
+    agent.ensure()
+    Path(agent.identity.path).write_text("immutable:\n  name: zero\nmutable:\n  state:\n    last_session_at: soon\n")
+    with pytest.raises(CorruptStateError, match="last_session_at must be an ISO 8601 time"):
+        agent.identity.read()
 
 
 def test_dates_anywhere_in_a_hand_written_identity_are_text_and_the_seal_holds(backend: str, agent: Agent) -> None:

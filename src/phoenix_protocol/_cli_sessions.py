@@ -484,7 +484,7 @@ def _parse_value(raw: str, path: str = "") -> Any:
         return raw
     try:
         value = yaml.safe_load(raw)
-    except yaml.YAMLError:
+    except (yaml.YAMLError, ValueError):  # ValueError: a date that is none (2026-13-45)
         return raw
     if isinstance(value, dict | list):
         return value if raw.lstrip().startswith(("[", "{")) else raw

@@ -73,6 +73,18 @@ def _texts(value: Any, as_text: Callable[[datetime.date], str] = str) -> Any:
     return as_text(value) if isinstance(value, datetime.date) else value
 
 
+def _is_time(text: str) -> bool:
+    """Whether ``text`` is an ISO 8601 time Phoenix can read: as it writes them (``...Z``), with
+    an offset, naive (UTC), or a date (``YYYY-MM-DD``, how an unquoted date is read)."""
+    from phoenix_protocol._clock import ms_from_iso
+
+    try:
+        ms_from_iso(text)
+    except (ValueError, OverflowError):
+        return False
+    return True
+
+
 def mutable_problem(mutable: dict[str, Any]) -> str | None:
     """What is wrong with a mutable section, for Phoenix to read it back (``None``: nothing).
     The seed's fields have their types; keys of the user's own are free."""
@@ -83,8 +95,8 @@ def mutable_problem(mutable: dict[str, Any]) -> str | None:
     if focus is not None and not isinstance(focus, str):
         return "mutable.state.current_focus must be text"
     last = state.get("last_session_at")
-    if last is not None and not isinstance(last, str):
-        return "mutable.state.last_session_at must be an ISO 8601 time or null"
+    if last is not None and not (isinstance(last, str) and _is_time(last)):
+        return "mutable.state.last_session_at must be an ISO 8601 time (e.g. 2026-02-02T10:00:00.000Z) or null"
     experience = mutable.get("accumulated_experience")
     if not isinstance(experience, int) or isinstance(experience, bool) or experience < 0:
         return "mutable.accumulated_experience must be a non-negative integer"
@@ -173,7 +185,7 @@ class IdentityStore:
                 break
         try:
             raw = yaml.safe_load(data) or {}
-        except yaml.YAMLError as exc:
+        except (yaml.YAMLError, ValueError) as exc:  # ValueError: an unquoted date that is none (2026-13-45)
             raise CorruptStateError(f"{self.path} is not valid YAML ({exc}); fix it by hand.", path=self.path) from None
         if not isinstance(raw, dict):
             raise CorruptStateError(

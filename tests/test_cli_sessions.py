@@ -287,6 +287,47 @@ def test_show_takes_sections_a_collector_shaped_its_own_way(
     assert "extensions  notes" in text and "task " not in text
 
 
+@pytest.mark.parametrize(
+    "content",
+    [
+        ": : :\n",
+        "name: [unclosed\n",
+        "name: zero\nsince: 2026-13-45\n",  # a date that is none
+        b"\xff\xfe\xfa",
+        "",
+        "# nothing\n",
+        "- a list\n",
+        "plain text\n",
+        "immutable:\n",
+        "{}\n",
+    ],
+)
+def test_reset_core_from_a_file_that_holds_no_core_is_refused(
+    capsys: pytest.CaptureFixture[str], project: Path, tmp_path: Path, content: str | bytes
+) -> None:
+    phx_json(capsys, "identity", "set", "state.current_focus", "x")
+    identity = project / ".phoenix/agents/default/identity.yaml"
+    before = identity.read_bytes()
+    core = tmp_path / "core.yaml"
+    core.write_bytes(content if isinstance(content, bytes) else content.encode())
+    code, data = phx_json(capsys, "identity", "reset-core", "--from-file", str(core))
+    assert code == 2 and data["error"]["type"] == "UsageError" and str(core) in data["error"]["message"]
+    assert identity.read_bytes() == before
+    _code, log = phx_json(capsys, "log")
+    assert not any(e["event"] == "identity_core_reset" for e in log["events"])
+
+
+def test_reset_core_from_a_file_with_dates_seals_them_as_text(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    core = tmp_path / "core.yaml"
+    core.write_text("immutable:\n  name: zero\n  since: 2025-01-01\n")
+    code, data = phx_json(capsys, "identity", "reset-core", "--from-file", str(core))
+    assert code == 0 and data["identity"]["immutable"] == {"name": "zero", "since": "2025-01-01"}
+    code, data = phx_json(capsys, "identity", "show")
+    assert code == 0 and data["identity"]["immutable"]["since"] == "2025-01-01"
+
+
 def test_last_session_at_must_be_a_time(capsys: pytest.CaptureFixture[str], project: Path) -> None:
     for text in ("2026-02-02T10:00:00.000Z", "2026-02-02T12:00:00+02:00", "2026-11-24", "null"):
         code, data = phx_json(capsys, "identity", "set", "state.last_session_at", text)

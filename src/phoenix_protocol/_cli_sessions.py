@@ -541,12 +541,30 @@ def identity_reset_core(agent: Agent, out: Output, from_file: str | None) -> Non
 
     Example: phx identity reset-core
     """
-    immutable = None
-    if from_file is not None:
-        import yaml
-
-        with open(from_file, encoding="utf-8") as fh:
-            immutable = yaml.safe_load(fh)
-        if isinstance(immutable, dict) and "immutable" in immutable:
-            immutable = immutable["immutable"]
+    immutable = None if from_file is None else _core_from_file(from_file)
     _print_identity(out, agent, agent.identity.reset_core(immutable))
+
+
+def _core_from_file(path: str) -> dict[str, Any]:
+    """The immutable section in ``path`` (the section itself, or a document with it under
+    ``immutable``), dates as text as identity.yaml's are read; ``UsageError`` unless it is valid
+    YAML holding a mapping that is not empty."""
+    import yaml
+
+    from phoenix_protocol._identity import _texts
+
+    with open(path, "rb") as fh:
+        data = fh.read()
+    try:
+        core = yaml.safe_load(data)
+    except (yaml.YAMLError, ValueError) as exc:  # ValueError: a date that is none (2026-13-45)
+        raise UsageError(f"{path} is not valid YAML ({' '.join(str(exc).split())}); nothing was changed.") from None
+    if isinstance(core, dict) and "immutable" in core:
+        core = core["immutable"]
+    if not isinstance(core, dict) or not core:
+        raise UsageError(
+            f"{path} holds no immutable section: it must be a mapping (e.g. `name: zero`), or a document "
+            "with one under `immutable:`; nothing was changed."
+        )
+    result: dict[str, Any] = _texts(core)
+    return result

@@ -139,3 +139,59 @@ def test_two_hours_tell_the_model_once_and_refresh_the_next_session(
     context = _context(out)
     assert "forced refresh was requested" in context and "Long refactor" in context
     assert _agent(project).state.read().refresh_requested is None
+
+
+def test_with_restore_off_a_session_is_still_listed_with_its_start_and_duration(
+    project: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``restore_on_start = false`` skips the restore, not the session: its start is recorded, so
+    ``phx sessions`` shows a start, an end and the duration between them."""
+    from phoenix_protocol._clock import iso_from_ms
+    from phoenix_protocol._sessions import list_sessions
+
+    (project / ".phoenix").mkdir()
+    (project / ".phoenix" / "phoenix.toml").write_text("restore_on_start = false\n")
+    start = 1_767_225_600_000
+    monkeypatch.setenv("PHOENIX_NOW_MS", str(start))
+    run(["session-start"], _payload(project, "SessionStart", source="startup"))
+    _agent(project).state.set_status("working", "Write the parser", session_id="sess-1")
+    monkeypatch.setenv("PHOENIX_NOW_MS", str(start + 90_000))
+    assert run(["session-end"], _payload(project, "SessionEnd", reason="other")) == (0, "", "")
+    monkeypatch.setenv("PHOENIX_NOW_MS", str(start + 120_000))
+    code, out, err = run(["session-start"], _payload(project, "SessionStart", session="sess-2", source="startup"))
+    assert (code, err) == (0, "") and "Restored from checkpoint" not in out  # still no restore
+    first, second = list_sessions(_agent(project))
+    assert first["session_id"] == "sess-1" and first["status"] == "ended"
+    assert (first["started_at"], first["ended_at"], first["duration_seconds"]) == (
+        iso_from_ms(start),
+        iso_from_ms(start + 90_000),
+        90,
+    )
+    assert first["restored_from"] is None
+    assert (second["session_id"], second["status"], second["started_at"]) == (
+        "sess-2",
+        "open",
+        iso_from_ms(start + 120_000),
+    )
+    assert _agent(project).identity.read().mutable["accumulated_experience"] == 2
+
+
+def test_a_session_listed_without_a_start_has_no_duration(project: Path) -> None:
+    """An end record with no start record: the start the duration was measured from, when the
+    end record names it, is the row's start; a duration from a start nobody can show is dropped."""
+    from phoenix_protocol._sessions import list_sessions, storage
+
+    sessions = storage(_agent(project))
+    sessions.append({"event": "end", "session_id": "old", "at": "2026-01-01T00:01:30.000Z", "duration_seconds": 90})
+    sessions.append(
+        {
+            "event": "end",
+            "session_id": "new",
+            "at": "2026-01-01T00:03:30.000Z",
+            "started_at": "2026-01-01T00:02:00.000Z",
+            "duration_seconds": 90,
+        }
+    )
+    old, new = list_sessions(_agent(project))
+    assert (old["started_at"], old["duration_seconds"]) == (None, None)
+    assert (new["started_at"], new["duration_seconds"]) == ("2026-01-01T00:02:00.000Z", 90)

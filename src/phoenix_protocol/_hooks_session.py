@@ -244,8 +244,8 @@ def _session_start(payload: dict[str, Any], options: dict[str, str], session_id:
 
     new_session = is_new_session(before, session_id or "unknown", source)
     restored = None
-    if new_session and agent.config.restore_on_start:
-        restored = _paif_begin(agent, after.session_id, source)
+    if new_session:  # restore_on_start = false skips the restore, not the session's start
+        restored = _paif_begin(agent, after.session_id, source, restore=agent.config.restore_on_start)
     if before.refresh_requested:
         request = before.refresh_requested
         notices.append(
@@ -385,12 +385,13 @@ def _checkpoints_now(payload: dict[str, Any], options: dict[str, str], due: list
         agent.record("checkpoint_failed", "error", {"types": due, "error": f"{type(exc).__name__}: {exc}"[:300]})
 
 
-def _paif_begin(agent: Agent, session_id: str | None, source: str) -> Any:
-    """PAIF session start (identity, restore from the newest checkpoint); never fails the hook."""
+def _paif_begin(agent: Agent, session_id: str | None, source: str, *, restore: bool = True) -> Any:
+    """PAIF session start (identity, the start record, and with ``restore`` the restore from the
+    newest checkpoint); never fails the hook."""
     try:
         from phoenix_protocol._sessions import begin
 
-        return begin(agent, session_id, source=source)
+        return begin(agent, session_id, source=source, restore=restore)
     except Exception as exc:  # noqa: BLE001 - reported; the session starts without it
         agent.record("session_restore_failed", "error", {"error": f"{type(exc).__name__}: {exc}"[:300]})
         return None

@@ -304,12 +304,15 @@ def end(
         try:
             duration = max(0, (ms - ms_from_iso(started)) // 1000)
         except ValueError:
-            duration = None
+            started = None
+    else:
+        started = None
     storage(agent).append(
         {
             "event": "end",
             "session_id": sid,
             "at": iso_from_ms(ms),
+            "started_at": started,  # what the duration is measured from (a session without a start record shows it)
             "duration_seconds": duration,
             "checkpoint": info.name,
             "summary": info.label,
@@ -356,13 +359,14 @@ def list_sessions(agent: Agent) -> list[dict[str, Any]]:
         elif record.get("event") == "end":
             ended = last.get(sid)
             if ended is None or sid == "unknown":  # no start record kept; or a checkpoint taken outside any session
-                ended = {"session_id": sid, "started_at": None, "restored_from": None}
+                ended = {"session_id": sid, "started_at": record.get("started_at"), "restored_from": None}
                 rows.append(ended)
                 last[sid] = ended
             ended.update(
                 status="ended",
                 ended_at=record.get("at"),
-                duration_seconds=record.get("duration_seconds"),
+                # a duration measured from a start the row cannot show (older end records name none) is left out
+                duration_seconds=record.get("duration_seconds") if ended.get("started_at") else None,
                 checkpoint=record.get("checkpoint"),
                 summary=record.get("summary"),
             )

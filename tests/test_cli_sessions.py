@@ -287,6 +287,25 @@ def test_show_takes_sections_a_collector_shaped_its_own_way(
     assert "extensions  notes" in text and "task " not in text
 
 
+def test_end_op_with_an_error_is_a_failure_and_keeps_the_checkpoint(capsys: pytest.CaptureFixture[str]) -> None:
+    _code, data = phx_json(capsys, "checkpoint", "begin-op", "migrate db")
+    op = data["operation"]["id"]
+    code, data = phx_json(capsys, "checkpoint", "end-op", op, "--error", "lock timeout")  # no --failed
+    assert code == 0 and data["succeeded"] is False and data["removed"] == []
+    _code, data = phx_json(capsys, "checkpoint", "list", "--type", "pre-operation")
+    assert len(data["checkpoints"]) == 1
+    _code, data = phx_json(capsys, "log")
+    failed = [e for e in data["events"] if e["event"] == "operation_failed"]
+    assert len(failed) == 1 and failed[0]["meta"]["error"] == "lock timeout"
+
+
+def test_a_pre_operation_checkpoint_without_an_operation_is_refused(capsys: pytest.CaptureFixture[str]) -> None:
+    code, data = phx_json(capsys, "checkpoint", "--type", "pre-operation")
+    assert code == 2 and data["error"]["type"] == "UsageError" and "begin-op NAME" in data["error"]["message"]
+    _code, data = phx_json(capsys, "checkpoint", "list")
+    assert data["checkpoints"] == []
+
+
 @pytest.mark.parametrize(
     "content",
     [

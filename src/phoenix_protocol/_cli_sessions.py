@@ -206,6 +206,11 @@ def checkpoint_group(ctx: click.Context, agent: Agent, out: Output, summary: str
     """
     if ctx.invoked_subcommand is not None:
         return
+    if checkpoint_type == "pre-operation":  # one with no operation: no end-op or prune would remove it
+        raise UsageError(
+            "a pre-operation checkpoint belongs to an operation: take it with `phx checkpoint begin-op NAME` "
+            "(and release or keep it with `phx checkpoint end-op ID`)."
+        )
     unstarted = False
     if checkpoint_type == "session":
         from phoenix_protocol._sessions import end, ending_session
@@ -319,13 +324,14 @@ def checkpoint_begin_op(agent: Agent, out: Output, operation: str) -> None:
 @checkpoint_group.command("end-op")
 @click.argument("operation_id")
 @click.option("--failed", is_flag=True, help="The operation failed: keep its checkpoint.")
-@click.option("--error", "error", help="What went wrong (with --failed).")
+@click.option("--error", "error", metavar="MSG", help="What went wrong (implies --failed).")
 @common
 def checkpoint_end_op(agent: Agent, out: Output, operation_id: str, failed: bool, error: str | None) -> None:
-    """End an operation: success releases its checkpoint, --failed keeps it.
+    """End an operation: success releases its checkpoint, --failed (or --error MSG) keeps it.
 
     Example: phx checkpoint end-op op-1767225600000-4242-1
     """
+    failed = failed or error is not None
     removed = agent.checkpoints.end_operation(operation_id, success=not failed, error=error)
     if out.as_json:
         out.json(

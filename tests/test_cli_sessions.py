@@ -306,6 +306,25 @@ def test_a_pre_operation_checkpoint_without_an_operation_is_refused(capsys: pyte
     assert data["checkpoints"] == []
 
 
+def test_latest_when_every_checkpoint_is_damaged_is_corrupt_data(
+    capsys: pytest.CaptureFixture[str], project: Path
+) -> None:
+    for args in (["checkpoint", "latest"], ["checkpoint", "show", "latest"]):
+        code, data = phx_json(capsys, *args)  # none at all: a usage error, as before
+        assert code == 2 and data["error"]["type"] == "UsageError", args
+    cli(["checkpoint", "--type", "routine"])
+    agent = Agent.open(home=Home(str(project / ".phoenix")))
+    agent.checkpoints.rebuild_index()  # the checkpoint log holds no copy to fall back on
+    (path,) = (project / ".phoenix/agents/default/checkpoints").glob("*.checkpoint")
+    path.write_bytes(path.read_bytes().replace(b'"routine"', b'"session"'))
+    for args in (["checkpoint", "latest"], ["checkpoint", "show", "latest"]):
+        code, data = phx_json(capsys, *args)
+        assert code == 3 and data["error"]["type"] == "CorruptStateError", args
+        assert path.name in data["error"]["message"] and "phx doctor" in data["error"]["message"]
+    code, data = phx_json(capsys, "checkpoint", "latest", "--type", "session")  # none of that type
+    assert code == 2 and data["error"]["type"] == "UsageError"
+
+
 @pytest.mark.parametrize(
     "content",
     [

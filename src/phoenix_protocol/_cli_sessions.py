@@ -13,7 +13,7 @@ import click
 from phoenix_protocol._agent import Agent
 from phoenix_protocol._checkpoints import CHECKPOINT_TYPES, Checkpoint, CheckpointInfo
 from phoenix_protocol._cli import Output, common, main_group
-from phoenix_protocol._errors import UsageError
+from phoenix_protocol._errors import CorruptStateError, PhoenixError, UsageError
 
 __all__: list[str] = []
 
@@ -261,9 +261,7 @@ def checkpoint_show(agent: Agent, out: Output, name: str) -> None:
     if name == "latest":
         checkpoint, problems = agent.checkpoints.latest()
         if checkpoint is None:
-            raise UsageError(
-                f"agent {agent.id!r} has no valid checkpoint" + (f" ({'; '.join(problems)})" if problems else ".")
-            )
+            raise _no_valid_checkpoint(agent, problems)
     else:
         checkpoint = agent.checkpoints.read(name)
         if checkpoint.recovered:  # the file is damaged; its copy in the checkpoint log is shown
@@ -281,10 +279,19 @@ def checkpoint_latest(agent: Agent, out: Output, checkpoint_type: str | None) ->
     """
     checkpoint, problems = agent.checkpoints.latest(checkpoint_type)
     if checkpoint is None:
-        raise UsageError(
-            f"agent {agent.id!r} has no valid checkpoint" + (f" ({'; '.join(problems)})" if problems else ".")
-        )
+        raise _no_valid_checkpoint(agent, problems, checkpoint_type)
     _show_checkpoint(out, agent, checkpoint, problems)
+
+
+def _no_valid_checkpoint(agent: Agent, problems: list[str], checkpoint_type: str | None = None) -> PhoenixError:
+    """Why ``latest`` found nothing: no checkpoint at all is a usage error (exit 2); only damaged
+    ones (``problems``: skipped) is corrupt data (exit 3), as any other."""
+    missing = f"agent {agent.id!r} has no valid checkpoint" + (f" of type {checkpoint_type}" if checkpoint_type else "")
+    if not problems:
+        return UsageError(missing + ".")
+    return CorruptStateError(
+        f"{missing}: each one met is damaged ({'; '.join(problems)}); `phx doctor` repairs what it can."
+    )
 
 
 @checkpoint_group.command("prune")

@@ -152,6 +152,32 @@ def test_an_edit_by_hand_is_treated_as_on_files(backend: str, agent: Agent, tmp_
     assert [e["event"] for e in agent.ops.read()[0]].count("identity_core_reset") == 2
 
 
+def test_secrets_never_reach_the_identity_in_clear(backend: str, agent: Agent, tmp_path: Path) -> None:
+    token = "ghp_" + "a1B2c3D4e5" * 4
+    agent.identity.reset_core({"name": "zero", "notes": f"deploys with {token}"})
+    agent.identity.set("state.current_focus", f"push with {token}")
+    agent.identity.add("belief", {"subject": "my password=hunter2 works", "confidence": 0.5})
+    agent.identity.set("state.extra", {"keys": [f"token {token}"]})
+    stored = elsewhere(agent, backend, tmp_path).identity.read()
+    everything = json.dumps(stored.as_dict())
+    assert token not in everything and "hunter2" not in everything
+    assert "REDACTED" in stored.current_focus and "REDACTED" in stored.immutable["notes"]
+    assert token not in Path(agent.identity.path).read_text() and "hunter2" not in Path(agent.identity.path).read_text()
+
+
+def test_yaml_aliases_in_a_hand_written_identity_are_refused(backend: str, agent: Agent) -> None:
+    """Nested aliases make a few hundred bytes expand to gigabytes ("billion laughs")."""
+    seeded(agent)
+    agent.identity.read()
+    lines = ["immutable:", "  name: zero", "mutable:", "  a0: &a0 [x, x, x, x, x, x, x, x, x]"]
+    lines += [f"  a{i}: &a{i} [*a{i - 1}, *a{i - 1}, *a{i - 1}, *a{i - 1}, *a{i - 1}]" for i in range(1, 12)]
+    Path(agent.identity.path).write_text("\n".join(lines) + "\n")
+    with pytest.raises(CorruptStateError, match="aliases"):
+        agent.identity.read()
+    with pytest.raises(CorruptStateError, match="aliases"):
+        agent.identity.set("state.current_focus", "x")
+
+
 def test_a_session_started_elsewhere_carries_the_identity(backend: str, agent: Agent, tmp_path: Path) -> None:
     seeded(agent)
     _sessions.begin(agent, "s-1")

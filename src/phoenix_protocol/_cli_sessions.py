@@ -493,10 +493,12 @@ def _parse_value(raw: str, path: str = "") -> Any:
     would make a mapping or a list of plain text ("Port: the scheduler", "- draft")."""
     import yaml
 
+    from phoenix_protocol._identity import load_yaml
+
     if path.removeprefix("mutable.") == "state.current_focus":
         return raw
     try:
-        value = yaml.safe_load(raw)
+        value = load_yaml(raw)
     except (yaml.YAMLError, ValueError):  # ValueError: a date that is none (2026-13-45)
         return raw
     if isinstance(value, dict | list):
@@ -564,12 +566,12 @@ def _core_from_file(path: str) -> dict[str, Any]:
     YAML holding a mapping that is not empty."""
     import yaml
 
-    from phoenix_protocol._identity import _texts
+    from phoenix_protocol._identity import _texts, load_yaml
 
     with open(path, "rb") as fh:
         data = fh.read()
     try:
-        core = yaml.safe_load(data)
+        core = load_yaml(data)
     except (yaml.YAMLError, ValueError) as exc:  # ValueError: a date that is none (2026-13-45)
         raise UsageError(f"{path} is not valid YAML ({' '.join(str(exc).split())}); nothing was changed.") from None
     if isinstance(core, dict) and "immutable" in core:

@@ -21,12 +21,15 @@ immutable section no longer matches the digest (someone edited it by hand): the 
 change the core is the explicit, logged ``reset_core`` (``phx identity reset-core``).
 
 The file is rewritten atomically; comment lines at its top are kept, other comments are not.
+What ``set``, ``add`` and ``reset_core`` write is redacted first (secrets never reach the file in
+clear); YAML aliases are refused (``load_yaml``).
 """
 
 from __future__ import annotations
 
 import copy
 import datetime
+import functools
 import hashlib
 import json
 import os
@@ -48,6 +51,38 @@ IDENTITY_LISTS = {
     "relationships": ("entity", "type"),
 }
 """The mutable lists and the keys of their entries (seed 002)."""
+
+
+def load_yaml(data: str | bytes) -> Any:
+    """YAML as ``yaml.safe_load`` reads it, without aliases (``*name``): an identity written by
+    hand has no use for them, and nested ones make a few hundred bytes expand to gigabytes (a
+    "billion laughs"). Raises ``yaml.YAMLError`` for an alias as for any invalid YAML."""
+    loader = _no_aliases_loader()(data)
+    try:
+        return loader.get_single_data()
+    finally:
+        loader.dispose()
+
+
+def _redacted(value: Any) -> Any:
+    """``value`` with the secrets in its text redacted, as checkpoints and notes are."""
+    from phoenix_protocol._redact import redact_value
+
+    return redact_value(value)
+
+
+@functools.cache
+def _no_aliases_loader() -> Any:
+    import yaml
+
+    class NoAliases(yaml.SafeLoader):
+        def compose_node(self, parent: Any, index: Any) -> Any:
+            if self.check_event(yaml.AliasEvent):
+                mark = self.peek_event().start_mark  # type: ignore[no-untyped-call]
+                raise yaml.composer.ComposerError(None, None, "aliases (*name) are not accepted here", mark)
+            return super().compose_node(parent, index)
+
+    return NoAliases
 
 
 def _iso(value: datetime.date) -> str:
@@ -184,7 +219,7 @@ class IdentityStore:
             else:
                 break
         try:
-            raw = yaml.safe_load(data) or {}
+            raw = load_yaml(data) or {}
         except (yaml.YAMLError, ValueError) as exc:  # ValueError: an unquoted date that is none (2026-13-45)
             raise CorruptStateError(f"{self.path} is not valid YAML ({exc}); fix it by hand.", path=self.path) from None
         if not isinstance(raw, dict):
@@ -321,6 +356,8 @@ class IdentityStore:
         if parts[0] in IDENTITY_LISTS and (len(parts) > 1 or not isinstance(value, list)):
             raise UsageError(f"{parts[0]} is a list: use `phx identity add {parts[0][:-1]} …` to add to it.")
 
+        value = _redacted(value)
+
         def mutate(identity: Identity) -> None:
             node: Any = identity.mutable
             for key in parts[:-1]:
@@ -352,6 +389,7 @@ class IdentityStore:
             if not 0.0 <= confidence <= 1.0:
                 raise UsageError("confidence must be between 0 and 1.")
             entry = {**entry, second: confidence}
+        entry = _redacted(entry)
 
         def mutate(identity: Identity) -> None:
             items = identity.mutable[key]
@@ -370,6 +408,8 @@ class IdentityStore:
         the document, e.g. after an edit by hand) with a new digest. Logged with both digests."""
         if immutable is not None and not isinstance(immutable, dict):
             raise UsageError("the immutable section must be a mapping.")
+        if immutable is not None:
+            immutable = _redacted(immutable)
         done: list[tuple[Identity, str | None]] = []
 
         def work(data: bytes | None, stored: str | None) -> tuple[bytes, str]:

@@ -74,6 +74,22 @@ def test_torn_ops_tail_is_repaired(agent: Agent) -> None:
     assert agent.ops.read()[1] == []
 
 
+def test_torn_sessions_tail_is_reported_and_repaired(agent: Agent) -> None:
+    from phoenix_protocol import _sessions
+
+    _sessions.begin(agent, "s1")
+    sessions = Path(agent.dir, "sessions", "sessions.jsonl")
+    with open(sessions, "ab") as fh:
+        fh.write(b'{"seq": 2, "event": "start", "sess')
+    checked = check_agent(agent, repair=False)
+    assert any(f.path == str(sessions) and f.level == "warn" for f in checked)
+    assert sessions.read_bytes().endswith(b"sess")  # --check repairs nothing
+    findings = check_agent(agent)
+    assert any(f.path == str(sessions) and "torn last line cut off" in f.message for f in findings)
+    assert sessions.read_bytes().endswith(b"\n")
+    assert [s["session_id"] for s in _sessions.list_sessions(agent)] == ["s1"]
+
+
 def test_modes_are_tightened(agent: Agent) -> None:
     agent.state.set_status("working", "x")
     os.chmod(agent.state.path, 0o644)

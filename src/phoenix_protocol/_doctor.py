@@ -6,7 +6,7 @@ For every agent it checks, and with ``repair=True`` fixes:
   ``state.json.corrupt-<time>`` and a new one is rebuilt from ``ops.jsonl`` (all rotations),
   replaying every state transition, heartbeat and note; the report says what was recovered
   and from which events. A file written by a newer Phoenix is reported and left alone.
-- ``ops.jsonl`` with a torn last line (cut off under the log's lock) or unreadable lines
+- ``ops.jsonl`` and ``sessions/sessions.jsonl`` with a torn last line (cut off under the log's lock) or unreadable lines
   (reported with file and line; readers already skip them, and they stay for forensics).
 - temporary files left by writers that were killed (``.state.json.<pid>.<n>.tmp``): removed
   once their writer is gone (see ``abandoned_temp``); a write still in progress is left alone.
@@ -26,6 +26,7 @@ from phoenix_protocol._clock import iso_from_ms
 from phoenix_protocol._durable import DIR_MODE, FILE_MODE, atomic_write, read_bytes, repair_tail
 from phoenix_protocol._errors import CorruptStateError, SchemaVersionError, UsageError
 from phoenix_protocol._jsonio import dumps_document
+from phoenix_protocol._seqlog import SeqLog
 from phoenix_protocol._state import AgentState
 
 TYPE_CHECKING = False
@@ -247,6 +248,31 @@ def _listdir(path: str) -> list[str]:
         return []
 
 
+def _check_log(log: SeqLog, aid: str, repair: bool, findings: list[Finding]) -> list[dict[str, Any]]:
+    """Report (and with ``repair`` cut off) a JSON-lines log's torn last line, and report its
+    unreadable lines (readers skip them; they stay for forensics); returns its records."""
+    records, problems = log.read()
+    for problem in problems:
+        if problem.kind == "torn-tail" and problem.path == log.path:
+            if repair:
+                with log.lock():
+                    removed = repair_tail(log.path)
+                findings.append(
+                    Finding(
+                        "warn",
+                        f"torn last line cut off ({removed} bytes, never acknowledged)",
+                        agent=aid,
+                        path=problem.path,
+                        repaired=repair,
+                    )
+                )
+            else:
+                findings.append(Finding("warn", problem.message, agent=aid, path=problem.path))
+        else:
+            findings.append(Finding("warn", f"line {problem.line}: {problem.message}", agent=aid, path=problem.path))
+    return records
+
+
 def check_agent(agent: Agent, *, repair: bool = True) -> list[Finding]:
     """Check (and repair) one agent; returns what was found."""
     findings: list[Finding] = []
@@ -266,25 +292,10 @@ def check_agent(agent: Agent, *, repair: bool = True) -> list[Finding]:
                 Finding("warn", "temporary file left by an interrupted write", agent=aid, path=path, repaired=repair)
             )
     # The ops log (this home's file: on the PostgreSQL store, this machine's copy).
-    events, problems = agent.ops.log.read()
-    for problem in problems:
-        if problem.kind == "torn-tail" and problem.path == agent.ops.path:
-            if repair:
-                with agent.ops.log.lock():
-                    removed = repair_tail(agent.ops.path)
-                findings.append(
-                    Finding(
-                        "warn",
-                        f"torn last line cut off ({removed} bytes, never acknowledged)",
-                        agent=aid,
-                        path=problem.path,
-                        repaired=repair,
-                    )
-                )
-            else:
-                findings.append(Finding("warn", problem.message, agent=aid, path=problem.path))
-        else:
-            findings.append(Finding("warn", f"line {problem.line}: {problem.message}", agent=aid, path=problem.path))
+    events = _check_log(agent.ops.log, aid, repair, findings)
+    sessions = os.path.join(agent.dir, "sessions", "sessions.jsonl")
+    if os.path.exists(sessions):  # the sessions list (files store; PostgreSQL keeps it in tables)
+        _check_log(SeqLog(sessions, lock_timeout=agent.config.lock_timeout), aid, repair, findings)
     seqs = [e["seq"] for e in events]
     if seqs:
         gaps = sum(1 for a, b in pairwise(seqs) if b != a + 1)

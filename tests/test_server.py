@@ -149,6 +149,21 @@ def test_session_protocol_over_http(client: TestClient, served: Home) -> None:
     assert checkpoint is not None and checkpoint.name == info["name"]
 
 
+def test_latest_when_every_checkpoint_is_damaged_is_corrupt_state(client: TestClient, served: Home) -> None:
+    client.post("/checkpoint/zero", json={"summary": "only one", "checkpoint_type": "routine"})
+    store = Agent.open("zero", home=served).checkpoints
+    store.rebuild_index()  # settled: the file is the one copy
+    (name,) = [e.name for e in store.entries()]
+    path = os.path.join(store.dir, name)
+    with open(path, "rb") as fh:
+        raw = fh.read()
+    with open(path, "wb") as fh:
+        fh.write(raw.replace(b"only one", b"only two"))
+    answer = client.get("/checkpoint/zero/latest")
+    assert answer.status_code == 500 and answer.json()["error"] == "CorruptStateError"
+    assert "checksum mismatch" in answer.json()["detail"] and served.root not in answer.json()["detail"]
+
+
 def test_restore_with_named_checkpoint_and_refusals(client: TestClient, served: Home) -> None:
     client.post("/checkpoint/zero", json={"summary": "first", "checkpoint_type": "routine"})
     name = client.get("/checkpoint/zero/latest").json()["name"]

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from phoenix_protocol import _errors
 from phoenix_protocol._agent import Agent
-from phoenix_protocol._errors import UsageError
+from phoenix_protocol._errors import CorruptStateError, UsageError
 from phoenix_protocol._ids import validate_id
 
 if TYPE_CHECKING:
@@ -166,6 +166,12 @@ def latest_checkpoint(agent: Agent, checkpoint_type: str | None = None) -> dict[
     if not agent.exists():
         raise NotFoundError()
     checkpoint, problems = agent.checkpoints.latest(checkpoint_type)
+    if checkpoint is None and problems:  # every one met is damaged: as `phx checkpoint latest` says it
+        raise CorruptStateError(
+            f"agent {agent.id!r} has no valid checkpoint"
+            + (" of that type" if checkpoint_type else "")
+            + f": {'; '.join(scrub(p, agent.home) for p in problems)} (run `phx doctor` on the server)."
+        )
     if checkpoint is None:
         raise NotFoundError(
             f"agent {agent.id!r} has no valid checkpoint" + (" of that type." if checkpoint_type else ".")

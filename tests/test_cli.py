@@ -237,7 +237,7 @@ def test_control_characters_in_users_text_are_shown_not_sent_to_the_terminal(
     capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("COLUMNS", "200")
-    nasty = "x\x1b[31mRED\x9b2J\x07\x7f"
+    nasty = "x\x1b[31mRED\x9b2J\x07\x7f\u202egnp.exe"
     phx(capsys, "state", "working", f"task {nasty}")
     phx(capsys, "note", "open-loop", f"loop {nasty}")
     phx(capsys, "restore", "--session", "s-1")
@@ -255,8 +255,8 @@ def test_control_characters_in_users_text_are_shown_not_sent_to_the_terminal(
     ):
         code, out, err = phx(capsys, *args)
         assert code == 0, (args, err)
-        assert not any(c in out for c in "\x1b\x9b\x07\x7f"), args
-        assert "x\\x1b[31mRED\\x9b2J" in out, (args, out)
+        assert not any(c in out for c in "\x1b\x9b\x07\x7f\u202e"), args
+        assert "x\\x1b[31mRED\\x9b2J" in out and "\\u202egnp" in out, (args, out)
     code, out, err = phx(capsys, "note", "resolve", nasty)  # an error quoting what was typed
     assert code == 2 and "\x1b" not in err and "\\x1b" in err
     code, out, _err = phx(capsys, "checkpoint", "latest", "--json")  # JSON escapes them itself

@@ -60,6 +60,8 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 
 _CONTROLS = {c: f"\\x{c:02x}" for c in (*range(0x20), *range(0x7F, 0xA0))}
+# Bidirectional overrides and isolates reorder what follows them on screen ("Trojan Source").
+_CONTROLS.update({c: f"\\u{c:04x}" for c in (*range(0x202A, 0x202F), *range(0x2066, 0x206A))})
 _LAYOUT = {ord("\n"), ord("\t")}
 _VISIBLE = {c: text for c, text in _CONTROLS.items() if c not in _LAYOUT}
 
@@ -67,7 +69,8 @@ _VISIBLE = {c: text for c, text in _CONTROLS.items() if c not in _LAYOUT}
 def visible(text: str, *, layout: bool = True) -> str:
     """``text`` safe to print on a terminal: each control character (C0, DEL, C1) shown as
     ``\\xNN`` instead of acting on the terminal (an ESC would start an escape sequence, a CR
-    overwrite the line). ``layout``: newlines and tabs are kept. Every string the ``Output``
+    overwrite the line), and each bidirectional override or isolate as ``\\uNNNN`` (they would
+    reorder the text after them). ``layout``: newlines and tabs are kept. Every string the ``Output``
     console prints goes through it; call it for text printed another way."""
     return text.translate(_VISIBLE if layout else _CONTROLS)
 

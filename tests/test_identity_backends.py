@@ -165,6 +165,15 @@ def test_secrets_never_reach_the_identity_in_clear(backend: str, agent: Agent, t
     assert token not in Path(agent.identity.path).read_text() and "hunter2" not in Path(agent.identity.path).read_text()
 
 
+def test_text_that_was_not_utf8_is_stored_as_valid_text(backend: str, agent: Agent, tmp_path: Path) -> None:
+    typed = b"caf\xe9 \xff".decode("utf-8", "surrogateescape")  # as a Latin-1 terminal's argv gives it
+    agent.identity.set("state.current_focus", typed)
+    agent.identity.add("skill", {"name": typed, "level": "good"})
+    stored = elsewhere(agent, backend, tmp_path).identity.read()
+    assert stored.current_focus == "caf\ufffd \ufffd" and stored.mutable["skills"][0]["name"] == "caf\ufffd \ufffd"
+    json.dumps(stored.as_dict(), ensure_ascii=False).encode("utf-8")  # what the HTTP service sends
+
+
 def test_yaml_aliases_in_a_hand_written_identity_are_refused(backend: str, agent: Agent) -> None:
     """Nested aliases make a few hundred bytes expand to gigabytes ("billion laughs")."""
     seeded(agent)

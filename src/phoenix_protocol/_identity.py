@@ -65,10 +65,21 @@ def load_yaml(data: str | bytes) -> Any:
 
 
 def _redacted(value: Any) -> Any:
-    """``value`` with the secrets in its text redacted, as checkpoints and notes are."""
+    """``value`` with the secrets in its text redacted, as checkpoints and notes are, and text that
+    was not UTF-8 (lone surrogates, e.g. from a command-line argument) made valid: U+FFFD."""
+    from phoenix_protocol._jsonio import valid_text
     from phoenix_protocol._redact import redact_value
 
-    return redact_value(value)
+    def valid(item: Any) -> Any:
+        if isinstance(item, str):
+            return valid_text(item)
+        if isinstance(item, dict):
+            return {valid(k): valid(v) for k, v in item.items()}
+        if isinstance(item, list):
+            return [valid(v) for v in item]
+        return item
+
+    return redact_value(valid(value))
 
 
 @functools.cache

@@ -187,6 +187,26 @@ def test_yaml_aliases_in_a_hand_written_identity_are_refused(backend: str, agent
         agent.identity.set("state.current_focus", "x")
 
 
+def test_deleting_the_seal_does_not_lift_it(home: Home, clock: ManualClock) -> None:
+    agent = Agent.open("zero", home=home, clock=clock)  # files: the seal is identity.digest
+    seeded(agent)
+    digest = Path(agent.identity.digest_path)
+    digest.unlink()  # the core as sealed: nothing is wrong, the next write seals it again
+    assert agent.identity.read().immutable["role"] == "release engineer"
+    agent.identity.set("state.current_focus", "ship 1.3")
+    assert digest.exists()
+    path = Path(agent.identity.path)
+    path.write_text(path.read_text().replace("release engineer", "anything goes"))
+    digest.unlink()  # an edited core and no seal: refused, as with the seal there
+    with pytest.raises(IdentityCoreError, match="is missing"):
+        agent.identity.read()
+    with pytest.raises(IdentityCoreError, match="is missing"):
+        agent.identity.set("state.current_focus", "x")
+    assert not digest.exists()
+    agent.identity.reset_core()  # the explicit, logged way
+    assert agent.identity.read().immutable["role"] == "anything goes"
+
+
 def test_a_session_started_elsewhere_carries_the_identity(backend: str, agent: Agent, tmp_path: Path) -> None:
     seeded(agent)
     _sessions.begin(agent, "s-1")

@@ -37,7 +37,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from phoenix_protocol._durable import FileLock, atomic_write, read_bytes
-from phoenix_protocol._errors import CorruptStateError, RefusedError, UsageError
+from phoenix_protocol._errors import CorruptStateError, PhoenixError, RefusedError, UsageError
 
 if TYPE_CHECKING:
     from phoenix_protocol._agent import Agent
@@ -295,14 +295,38 @@ class IdentityStore:
 
     def _check_seal(self, identity: Identity, stored: str | None) -> bool:
         """Whether the document is sealed; raises ``IdentityCoreError`` when its core no longer
-        matches the seal (someone edited it by hand)."""
+        matches the seal (someone edited it by hand), or when the seal is gone and the core is not
+        the one the ops log says was last sealed (deleting ``identity.digest`` does not lift it)."""
         if stored is not None and stored != digest_of(identity.immutable):
             raise IdentityCoreError(
                 f"the immutable section of {self.path} was changed outside Phoenix (its digest no longer "
                 "matches); nothing was written. Review the change; to accept it run `phx identity reset-core`, "
                 "otherwise undo it."
             )
+        if stored is None and self.remote is None:
+            last = self._last_sealed()
+            if last is not None and last != digest_of(identity.immutable):
+                raise IdentityCoreError(
+                    f"{self.digest_path}, the seal of {self.path}, is missing, and the immutable section is not "
+                    "the one last sealed (the ops log says so); nothing was written. Review the change; to accept "
+                    "it run `phx identity reset-core`, otherwise undo it."
+                )
         return stored is not None
+
+    def _last_sealed(self) -> str | None:
+        """The digest the ops log says this core was last sealed with (``None``: never sealed, or
+        the record rotated away). Read only when ``identity.digest`` is missing: rare."""
+        try:
+            events, _problems = self.agent.ops.read()
+        except PhoenixError:
+            return None
+        for event in reversed(events):
+            meta = event.get("meta") or {}
+            if event.get("event") == "identity_sealed" and isinstance(meta.get("digest"), str):
+                return str(meta["digest"])
+            if event.get("event") == "identity_core_reset" and isinstance(meta.get("new_digest"), str):
+                return str(meta["new_digest"])
+        return None
 
     def _render(self, identity: Identity, header: list[str]) -> tuple[bytes, str]:
         import yaml

@@ -55,6 +55,32 @@ def test_pre_compact_and_session_end_take_checkpoints(project: Path) -> None:
     )
 
 
+@pytest.mark.parametrize("odd", [None, "../x", "s" * 300, "sessi\u00f3n-\u00e9", ""])
+def test_an_odd_or_missing_session_id_still_ends_its_session_with_a_checkpoint(project: Path, odd: Any) -> None:
+    from phoenix_protocol._sessions import list_sessions
+
+    def payload(event: str, **extra: Any) -> bytes:
+        body = json.loads(_payload(project, event, **extra))
+        if odd is None:
+            del body["session_id"]
+        else:
+            body["session_id"] = odd
+        return json.dumps(body).encode()
+
+    if odd is None:  # the start had one; the end payload lacks it
+        run(["session-start"], _payload(project, "SessionStart", session="abc-1", source="startup"))
+    else:
+        run(["session-start"], payload("SessionStart", source="startup"))
+    assert run(["session-end"], payload("SessionEnd", reason="other")) == (0, "", "")
+    assert _types(project) == ["session"]
+    [session] = list_sessions(_agent(project))
+    assert session["status"] == "ended" and session["started_at"] and session["duration_seconds"] is not None
+    if odd is None:
+        assert session["session_id"] == "abc-1"
+    else:
+        assert session["session_id"] != "unknown" and len(session["session_id"]) <= 128
+
+
 def test_session_start_restores_and_hands_over_the_last_session(project: Path) -> None:
     run(["session-start"], _payload(project, "SessionStart", source="startup"))
     agent = _agent(project)

@@ -65,11 +65,18 @@ def _plain(value: object, limit: int = 100, default: str = "unknown") -> str:
 
 
 def _session_id(payload: dict[str, Any]) -> str | None:
+    """The payload's session id; one Phoenix cannot use as it is (too long, a path, characters
+    outside ``[A-Za-z0-9._-]``) becomes ``sid-`` and a hash of it, the same in every hook of that
+    session, so its start, heartbeats and end still meet. ``None``: there is none."""
     from phoenix_protocol._ids import is_valid_id
 
     value = payload.get("session_id")
     if is_valid_id(value, max_length=128):
         return str(value)
+    if isinstance(value, str) and value:
+        import hashlib
+
+        return "sid-" + hashlib.sha256(value.encode("utf-8", "surrogatepass")).hexdigest()[:24]
     return None
 
 

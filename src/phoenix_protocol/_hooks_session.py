@@ -45,10 +45,11 @@ def handle_session_event(
     agent = _open_agent(payload, options, lock_timeout_cap=_SESSION_END_BUDGET)
     after = agent.state.end_session(session_id, reason=_plain(payload.get("reason"), default="other"))
     _write_brief_best_effort(agent, after, git_timeout=0.2)  # all SessionEnd hooks share about 1.5 s
-    if agent.config.checkpoint_on_exit and after.session_id == session_id:
+    # No session id in the payload: the session that ends is the one the state holds.
+    if agent.config.checkpoint_on_exit and (session_id is None or after.session_id == session_id):
         from phoenix_protocol._sessions import end
 
-        end(agent, session_id, git_timeout=0.2)
+        end(agent, session_id or after.session_id, git_timeout=0.2)
     _sync_best_effort(agent)
     return None
 
@@ -233,16 +234,20 @@ def _session_start(payload: dict[str, Any], options: dict[str, str], session_id:
             )
         elif alive is False:
             notices.append(f"the previous session's agent process (pid {previous.pid}) is gone")
+    if session_id is None:  # the payload has none: compact goes on with the session; others start one
+        import uuid
+
+        session_id = (source == "compact" and previous.session_id) or f"sid-{uuid.uuid4().hex[:24]}"
     proc = find_agent_process()
     before, after = agent.state.start_session(
-        session_id or "unknown",
+        session_id,
         source=source,
         process={"pid": proc.pid, "start_time": proc.start_time, "host": proc.host} if proc else None,
     )
     _export_env(agent, session_id)
     from phoenix_protocol._state import is_new_session
 
-    new_session = is_new_session(before, session_id or "unknown", source)
+    new_session = is_new_session(before, session_id, source)
     restored = None
     if new_session:  # restore_on_start = false skips the restore, not the session's start
         restored = _paif_begin(agent, after.session_id, source, restore=agent.config.restore_on_start)

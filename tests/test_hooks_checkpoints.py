@@ -81,6 +81,25 @@ def test_an_odd_or_missing_session_id_still_ends_its_session_with_a_checkpoint(p
         assert session["session_id"] != "unknown" and len(session["session_id"]) <= 128
 
 
+def test_a_cd_out_of_the_project_does_not_move_the_home(
+    project: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The payload's cwd follows the session's `cd`; CLAUDE_PROJECT_DIR stays the project."""
+    monkeypatch.delenv("PHOENIX_HOME", raising=False)
+    monkeypatch.setenv("CLAUDE_PROJECT_DIR", str(project))
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    run(["session-start"], _payload(project, "SessionStart", source="startup"))
+    moved = str(elsewhere)
+    bash = {"command": "cd /elsewhere"}
+    assert (
+        run(["post-tool-use"], _payload(project, "PostToolUse", cwd=moved, tool_name="Bash", tool_input=bash))[0] == 0
+    )
+    assert run(["session-end"], _payload(project, "SessionEnd", cwd=moved, reason="other"))[0] == 0
+    assert not (elsewhere / ".phoenix").exists()
+    assert _types(project) == ["session"]
+
+
 def test_session_start_restores_and_hands_over_the_last_session(project: Path) -> None:
     run(["session-start"], _payload(project, "SessionStart", source="startup"))
     agent = _agent(project)

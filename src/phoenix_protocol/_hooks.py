@@ -134,9 +134,13 @@ def _open_agent(payload: dict[str, Any], options: dict[str, str], *, lock_timeou
     from phoenix_protocol._agent import Agent
     from phoenix_protocol._home import Home
 
-    cwd = payload.get("cwd")
+    # The project Claude Code was started in, which a `cd` in the session does not change; the
+    # payload's cwd (where the session is now) only when Claude Code does not say.
+    cwd = os.environ.get("CLAUDE_PROJECT_DIR") or payload.get("cwd")
     if not isinstance(cwd, str) or not os.path.isabs(cwd) or not os.path.isdir(cwd):
-        cwd = os.environ.get("CLAUDE_PROJECT_DIR") or os.getcwd()
+        cwd = payload.get("cwd")
+        if not isinstance(cwd, str) or not os.path.isabs(cwd) or not os.path.isdir(cwd):
+            cwd = os.getcwd()
     home = Home(os.path.join(cwd, options["home"])) if "home" in options else Home.resolve(cwd)
     agent = Agent.open(options.get("agent"), home=home)
     timeout = agent.config.hook_lock_timeout

@@ -186,6 +186,31 @@ def test_two_hours_tell_the_model_once_and_refresh_the_next_session(
     assert _agent(project).state.read().refresh_requested is None
 
 
+def test_a_compaction_answers_the_forced_refresh(project: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PHOENIX_HOOK_INLINE", "1")
+    _work_for_hours(project, 2.0, monkeypatch)
+    code, out, _err = run(["session-start"], _payload(project, "SessionStart", source="compact"))
+    context = _context(out)
+    assert "FORCED REFRESH" in context and "RECOVERY DETECTED" not in context and "Long refactor" in context
+    state = _agent(project).state.read()
+    assert state.refresh_requested is None and state.session_id == "sess-1"  # the same session goes on
+    assert state.work_started_ms == state.last_active_ms  # two more hours before the next refresh
+    tool: dict[str, Any] = {"tool_name": "Edit", "tool_input": {"file_path": "b.py"}, "tool_response": {}}
+    assert run(["post-tool-use"], _payload(project, "PostToolUse", **tool))[1] == ""
+    assert _types(project) == ["recovery"]  # no second recovery checkpoint
+
+
+def test_a_refresh_after_a_clean_end_is_not_called_a_recovery(project: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PHOENIX_HOOK_INLINE", "1")
+    _work_for_hours(project, 2.0, monkeypatch)
+    run(["session-end"], _payload(project, "SessionEnd", reason="other"))
+    code, out, _err = run(["session-start"], _payload(project, "SessionStart", session="sess-2", source="startup"))
+    context = _context(out)
+    assert "FORCED REFRESH" in context and "RECOVERY DETECTED" not in context
+    assert "forced refresh was requested" in context
+    assert _agent(project).state.read().refresh_requested is None
+
+
 def test_with_restore_off_a_session_is_still_listed_with_its_start_and_duration(
     project: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -54,6 +54,7 @@ _NAME_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ012
 _SESSION_END_BUDGET = 1.0  # Claude Code gives all SessionEnd hooks about 1.5 s together
 _GIT_TIMEOUT = 1.0  # per git call of a brief, so that a hung git never eats a hook's budget
 RECOVERY_BANNER = "RECOVERY DETECTED"
+REFRESH_BANNER = "FORCED REFRESH"
 
 
 def _plain(value: object, limit: int = 100, default: str = "unknown") -> str:

@@ -15,6 +15,7 @@ from phoenix_protocol._hooks import (
     _GIT_TIMEOUT,
     _SESSION_END_BUDGET,
     RECOVERY_BANNER,
+    REFRESH_BANNER,
     _open_agent,
     _plain,
     _take_due_checkpoints,
@@ -101,17 +102,29 @@ def _recovery_context(
     notices: list[str],
     restored: Any = None,
     recovering: bool = True,
+    *,
+    crashed: bool = True,
 ) -> str:
+    """``recovering``: the previous session did not end cleanly (``crashed``) or a forced refresh
+    was requested (a long stretch of work; the session may have ended cleanly, or go on after a
+    compaction)."""
     from phoenix_protocol._jsonio import dumps_document
 
     header_lines = []
     if recovering:
-        header_lines.append(f"=== {RECOVERY_BANNER} (Phoenix Protocol) ===")
-        header_lines.append(
-            f"The previous session of agent '{agent.id}' ended while its status was "
-            f"'{before.status}'. Carry on from the state and brief below; they are authoritative, "
-            "the old transcript is not needed."
-        )
+        if crashed:
+            header_lines.append(f"=== {RECOVERY_BANNER} (Phoenix Protocol) ===")
+            header_lines.append(
+                f"The previous session of agent '{agent.id}' ended while its status was "
+                f"'{before.status}'. Carry on from the state and brief below; they are authoritative, "
+                "the old transcript is not needed."
+            )
+        else:
+            header_lines.append(f"=== {REFRESH_BANNER} (Phoenix Protocol) ===")
+            header_lines.append(
+                f"Agent '{agent.id}' worked for a long stretch without a fresh start; this session "
+                f"({source}) starts from the state and brief below. They are authoritative."
+            )
         header_lines.append(f"Status: {before.status}")
         header_lines.append(f"Last task: {before.current_task or '(none recorded)'}")
         if before.status == "error" and before.error_message:
@@ -257,16 +270,17 @@ def _session_start(payload: dict[str, Any], options: dict[str, str], session_id:
             f"a forced refresh was requested at {request.get('at')} ({request.get('reason')}; recovery checkpoint "
             f"{request.get('checkpoint')}): this session starts from the fresh brief below"
         )
-    recovering = (before.status in ("working", "error") and source in ("startup", "clear", "resume")) or bool(
-        before.refresh_requested
-    )
+    crashed = before.status in ("working", "error") and source in ("startup", "clear", "resume")
+    recovering = crashed or bool(before.refresh_requested)
     handover = restored is not None and restored.checkpoint is not None and _has_handover(restored)
     anchor = _reanchor(agent) if "persona_reanchor" in after.extra else None
     team = _team_context(agent)
     if not recovering and source not in ("compact", "resume") and not handover and not anchor and not team:
         _write_brief_best_effort(agent, after)
         return None
-    context = _recovery_context(agent, before, after, source, notices if recovering else [], restored, recovering)
+    context = _recovery_context(
+        agent, before, after, source, notices if recovering else [], restored, recovering, crashed=crashed
+    )
     for block in (team, anchor):
         if block:
             context = (block + "\n\n" + context)[: agent.config.brief_max_chars]

@@ -584,7 +584,9 @@ class StateStore:
         ``source`` is Claude Code's: ``startup``, ``resume``, ``clear`` or ``compact``. A new
         session id, or ``startup``/``clear``/``resume`` (``claude --resume`` keeps the id of the
         session it brings back), begins a new session: status working, set by the hook, which
-        also clears any verdict about the previous one. ``compact`` keeps the session as it is. ``process`` is ``{"pid", "start_time", "host"}`` of the agent.
+        also clears any verdict about the previous one. ``compact`` keeps the session as it is,
+        except that it answers a forced refresh (the flag is cleared, the work clock starts over).
+        ``process`` is ``{"pid", "start_time", "host"}`` of the agent.
         """
         before: list[AgentState] = []
 
@@ -617,6 +619,11 @@ class StateStore:
                 if previous != "working" or state.work_started_ms is None or state.refresh_requested:
                     state.work_started_ms = state.last_active_ms
                 state.refresh_requested = None  # this new session is the refresh
+            elif state.refresh_requested and source == "compact":
+                # The compacted conversation starts again from the fresh brief: that is the refresh
+                # (and the continuous work it interrupts starts over).
+                state.refresh_requested = None
+                state.work_started_ms = state.last_active_ms if state.status == "working" else None
             meta["task"] = state.current_task
             return [Transition("session_start", "warn" if recovered else "ok", meta, trusted=True)]
 

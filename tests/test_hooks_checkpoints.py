@@ -189,7 +189,7 @@ def test_two_hours_tell_the_model_once_and_refresh_the_next_session(
 def test_a_compaction_answers_the_forced_refresh(project: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("PHOENIX_HOOK_INLINE", "1")
     _work_for_hours(project, 2.0, monkeypatch)
-    code, out, _err = run(["session-start"], _payload(project, "SessionStart", source="compact"))
+    _code, out, _err = run(["session-start"], _payload(project, "SessionStart", source="compact"))
     context = _context(out)
     assert "FORCED REFRESH" in context and "RECOVERY DETECTED" not in context and "Long refactor" in context
     state = _agent(project).state.read()
@@ -204,7 +204,7 @@ def test_a_refresh_after_a_clean_end_is_not_called_a_recovery(project: Path, mon
     monkeypatch.setenv("PHOENIX_HOOK_INLINE", "1")
     _work_for_hours(project, 2.0, monkeypatch)
     run(["session-end"], _payload(project, "SessionEnd", reason="other"))
-    code, out, _err = run(["session-start"], _payload(project, "SessionStart", session="sess-2", source="startup"))
+    _code, out, _err = run(["session-start"], _payload(project, "SessionStart", session="sess-2", source="startup"))
     context = _context(out)
     assert "FORCED REFRESH" in context and "RECOVERY DETECTED" not in context
     assert "forced refresh was requested" in context

@@ -147,6 +147,18 @@ def test_help_lists_exit_codes(capsys: pytest.CaptureFixture[str]) -> None:
         assert f"  {number}  " in out
 
 
+@pytest.mark.parametrize("flag", ["--help", "-h"])
+def test_hook_help_is_help_not_an_unknown_event(flag: str) -> None:
+    done = subprocess.run(
+        [sys.executable, "-c", "import sys; from phoenix_protocol._entry import main; sys.exit(main())", "hook", flag],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=60,
+    )
+    assert done.returncode == 0 and "Run a Claude Code hook" in done.stdout and "unknown hook event" not in done.stderr
+
+
 def test_state_update_accepts_the_seed_flags(capsys: pytest.CaptureFixture[str], project: Path) -> None:
     assert state_update(["--working", "Test task"]) == 0
     state_file = project / ".phoenix/agents/default/state.json"

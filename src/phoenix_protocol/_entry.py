@@ -14,7 +14,7 @@ import sys
 def main(argv: list[str] | None = None) -> int:
     """Run ``phx``; returns the exit code (the console-script wrapper exits with it)."""
     args = sys.argv[1:] if argv is None else argv
-    if args[:1] == ["hook"]:
+    if args[:1] == ["hook"] and not {"--help", "-h"} & set(args[1:2]):  # help is the full CLI's
         from phoenix_protocol._hooks import main as hook_main
 
         hook_main(args[1:])  # raises SystemExit(0)

@@ -459,7 +459,7 @@ class RestoreRequest(_Request):
 
     checkpoint: Annotated[str, Field(pattern=CHECKPOINT_REF_PATTERN, max_length=255)] | None = Field(
         default=None,
-        description="A checkpoint name, or its number (seq) as `7` or `#7` (default: the newest valid one).",
+        description='A checkpoint name, or its number (seq) as the string "7" or "#7" (default: the newest valid one).',
     )
     force: bool = Field(default=False, description="Overwrite the current task and notes with the checkpoint's.")
     session_id: SessionId | None = Field(default=None, description="The new session's id (default: a new UUID).")

@@ -118,6 +118,20 @@ def test_session_start_restores_and_hands_over_the_last_session(project: Path) -
     assert identity.mutable["state"]["last_session_at"]
 
 
+def test_a_new_session_is_told_when_no_checkpoint_could_be_restored(project: Path) -> None:
+    run(["session-start"], _payload(project, "SessionStart", source="startup"))
+    run(["session-end"], _payload(project, "SessionEnd", reason="other"))
+    store = _agent(project).checkpoints
+    store.rebuild_index()  # settled: the file is the one copy
+    [only] = store.entries()
+    Path(store.dir, only.name).write_bytes(b"garbage")
+    code, out, err = run(["session-start"], _payload(project, "SessionStart", session="sess-2", source="startup"))
+    assert (code, err) == (0, "")
+    context = _context(out)
+    assert "Restore problem:" in context and "no checksum line" in context
+    assert "No checkpoint could be restored" in context
+
+
 def test_restore_on_start_can_be_switched_off(project: Path) -> None:
     (project / ".phoenix").mkdir()
     (project / ".phoenix" / "phoenix.toml").write_text("restore_on_start = false\ncheckpoint_on_exit = false\n")

@@ -162,9 +162,16 @@ def _recovery_context(
 
 
 def _restored_lines(restored: Any) -> list[str]:
-    """What the PAIF restore brought back: the checkpoint, its summary, pending items, stack."""
-    if restored is None or restored.checkpoint is None:
+    """What the PAIF restore brought back: the checkpoint, its summary, pending items, stack; or
+    why nothing could be (every checkpoint damaged)."""
+    if restored is None:
         return []
+    if restored.checkpoint is None:
+        if not restored.problems:
+            return []  # a first session: nothing to restore, nothing wrong
+        return [f"Restore problem: {problem}" for problem in restored.problems[:3]] + [
+            "No checkpoint could be restored; `phx doctor` repairs what it can. Carry on from the state below."
+        ]
     checkpoint = restored.checkpoint
     lines = [f"Restored from checkpoint {checkpoint.name} ({checkpoint.checkpoint_type}, {checkpoint.timestamp})."]
     context = checkpoint.section("context") or {}
@@ -272,7 +279,9 @@ def _session_start(payload: dict[str, Any], options: dict[str, str], session_id:
         )
     crashed = before.status in ("working", "error") and source in ("startup", "clear", "resume")
     recovering = crashed or bool(before.refresh_requested)
-    handover = restored is not None and restored.checkpoint is not None and _has_handover(restored)
+    handover = restored is not None and (
+        (restored.checkpoint is not None and _has_handover(restored)) or bool(restored.problems)
+    )
     anchor = _reanchor(agent) if "persona_reanchor" in after.extra else None
     team = _team_context(agent)
     if not recovering and source not in ("compact", "resume") and not handover and not anchor and not team:

@@ -223,22 +223,13 @@ def abandoned_temp(path: str, now_ms: int) -> bool:
 def _may_still_write(pid: int, written_at: float) -> bool:
     """Whether process ``pid`` may be the writer of a file last written at ``written_at``
     (seconds since the epoch): it runs, and started no later than that (give or take the
-    second by which the kernel's start times may be off)."""
-    import psutil
+    second by which the kernel's start times may be off). One not ours to inspect may."""
+    from phoenix_protocol._process import process_state
 
     if pid <= 0:
         return False
-    try:
-        proc = psutil.Process(pid)
-        with proc.oneshot():
-            if proc.status() == psutil.STATUS_ZOMBIE:
-                return False
-            started = proc.create_time()
-    except (psutil.NoSuchProcess, psutil.ZombieProcess):
-        return False
-    except psutil.AccessDenied:  # it runs, but is not ours to inspect
-        return True
-    return started <= written_at + 1.0
+    running, started = process_state(pid)
+    return running and (started is None or started <= written_at + 1.0)
 
 
 def _listdir(path: str) -> list[str]:

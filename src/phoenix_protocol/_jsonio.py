@@ -217,7 +217,8 @@ def dumps_indented_bytes(obj: dict[str, Any]) -> bytes:
 def valid_text(text: str) -> str:
     """``text`` with every surrogate code point replaced by U+FFFD. A Python string holds one
     only where it came from bytes that were not UTF-8 (a command-line argument, a file name, via
-    ``surrogateescape``) or from a JSON ``\\udXXX`` escape standing alone; UTF-8 cannot encode it."""
+    ``surrogateescape``) or from a JSON escape such as ``\\udce9`` standing alone; UTF-8 cannot
+    encode it."""
     if text.isascii():
         return text
     import re

@@ -20,7 +20,15 @@ if TYPE_CHECKING:
     from collections.abc import Mapping
     from typing import Any
 
-__all__ = ["WRAPPERS", "ProcessIdentity", "find_agent_process", "hostname", "identity_of", "liveness"]
+__all__ = [
+    "WRAPPERS",
+    "ProcessIdentity",
+    "find_agent_process",
+    "hostname",
+    "identity_of",
+    "liveness",
+    "process_state",
+]
 
 WRAPPERS = frozenset(
     {
@@ -111,18 +119,28 @@ def liveness(pid: int | None, start_time: float | None, host: str | None, *, tol
         return None
     if host != hostname():
         return None
+    running, started = process_state(pid)
+    if not running:
+        return False
+    if started is None:  # pragma: no cover - exists, but not ours to inspect
+        return True if start_time is None else None
+    if start_time is None:
+        return True
+    return abs(started - start_time) <= tolerance
+
+
+def process_state(pid: int) -> tuple[bool, float | None]:
+    """Whether process ``pid`` of this host runs (a zombie does not), and when it started
+    (``None``: it runs, but is not ours to inspect)."""
     import psutil
 
     try:
         proc = psutil.Process(pid)
         with proc.oneshot():
             if proc.status() == psutil.STATUS_ZOMBIE:
-                return False
-            started = proc.create_time()
+                return False, None
+            return True, proc.create_time()
     except (psutil.NoSuchProcess, psutil.ZombieProcess):
-        return False
+        return False, None
     except psutil.AccessDenied:  # pragma: no cover - exists, but not ours to inspect
-        return True if start_time is None else None
-    if start_time is None:
-        return True
-    return abs(started - start_time) <= tolerance
+        return True, None

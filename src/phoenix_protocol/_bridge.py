@@ -193,11 +193,10 @@ def restore(
         validate_id(session_id, "session id", max_length=128)  # before anything is written
     result = None
     if checkpoint is not None:
-        from phoenix_protocol._checkpoints import parse_name
+        from phoenix_protocol._checkpoints import checkpoint_number, parse_name
 
-        number = checkpoint.removeprefix("#")
         parsed = parse_name(checkpoint)
-        if not (number.isascii() and number.isdecimal()) and (parsed is None or parsed[0] != agent.id):
+        if checkpoint_number(checkpoint) is None and (parsed is None or parsed[0] != agent.id):
             # no checkpoint can have that name, or another namespace's (a number is the agent's own)
             raise NotFoundError(f"no checkpoint {checkpoint!r} for agent {agent.id!r}.")
         result = agent.checkpoints.restore(checkpoint, force=force)  # ownership, checksum, version first

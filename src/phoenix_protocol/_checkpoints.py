@@ -85,6 +85,7 @@ __all__ = [
     "CollectContext",
     "Operation",
     "RestoreResult",
+    "checkpoint_number",
     "make_name",
     "parse_name",
 ]
@@ -398,6 +399,13 @@ def decode(data: bytes, path: str) -> dict[str, Any]:
         if key not in envelope:
             raise CorruptStateError(f"{path}: missing {key!r}.", path=path)
     return envelope
+
+
+def checkpoint_number(ref: str) -> int | None:
+    """The number (seq) ``ref`` gives a checkpoint by, written ``7`` or ``#7``; ``None``: ``ref``
+    is not a number (a name, perhaps)."""
+    digits = ref.removeprefix("#")
+    return int(digits) if digits.isascii() and digits.isdecimal() else None
 
 
 def _named(name: str, path: str, envelope: dict[str, Any]) -> Checkpoint:
@@ -718,9 +726,8 @@ class CheckpointStore:
         """The name of the checkpoint ``ref`` designates: its file name (returned as it is, once
         validated), or its number (``seq``: the ``#`` column of ``phx checkpoint list``) written
         ``7`` or ``#7``. A number no checkpoint of this agent holds is a ``NotFoundError``."""
-        digits = ref[1:] if ref.startswith("#") else ref
-        if digits.isascii() and digits.isdecimal():
-            seq = int(digits)
+        seq = checkpoint_number(ref)
+        if seq is not None:
             for info in self.backend.newest(None, None):  # newest first: seqs go down
                 if info.seq <= seq:
                     if info.seq == seq:

@@ -135,3 +135,55 @@ def test_hook_warns_the_model_once_and_recovers(project: Path, monkeypatch: pyte
     # Progress clears it; the same loop later warns again.
     agent.state.add_note("open_loop", "alembic fails on the enum type")
     assert agent.state.read().drift is None
+
+
+def test_alternating_failures_warn_once_per_signal_and_recover_once(
+    project: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two failing calls taking turns give a new signature on nearly every call (the repetition of
+    A, of B, the cycle, the error rate): each is warned about once, and only the first warning of
+    the episode takes a recovery checkpoint (they used to warn on every other call, each with a
+    ~23 KB checkpoint kept for a week)."""
+    monkeypatch.setenv("PHOENIX_HOOK_INLINE", "1")
+    run(["session-start"], _payload(project, hook_event_name="SessionStart", source="startup"))
+    agent = Agent.open("default", home=Home(str(project / ".phoenix")))
+    agent.state.set_status("working", "Make the migration pass", session_id="s1")
+    outputs = []
+    for i in range(30):
+        command = "alembic upgrade head" if i % 2 else "pytest tests/test_db.py"
+        call = {"tool_name": "Bash", "tool_input": {"command": command}, "error": "boom"}
+        outputs.append(run(["post-tool-use-failure"], _payload(project, hook_event_name="PostToolUseFailure", **call)))
+    assert all(code == 0 for code, _out, _err in outputs)
+    warnings = [json.loads(out)["hookSpecificOutput"]["additionalContext"] for _code, out, _err in outputs if out]
+    events = agent.ops.read()[0]
+    detected = [e["meta"] for e in events if e["event"] == "drift_detected"]
+    assert len(warnings) == len(detected)
+    signatures = agent.state.read().drift["warned"]  # type: ignore[index]
+    assert len(signatures) == len(set(signatures)) == len(detected) <= 6, signatures
+    assert [d["episode_opened"] for d in detected] == [True] + [False] * (len(detected) - 1)
+    assert [e.checkpoint_type for e in agent.checkpoints.entries()] == ["recovery"]
+    assert sum(1 for e in events if e["event"] == "emergency_recovery") == 1
+    assert "A recovery checkpoint was taken." in warnings[0]
+    assert all("taken when this began" in w for w in warnings[1:])
+    # Progress ends the episode: the next loop opens a new one, with its own recovery checkpoint.
+    agent.state.add_note("open_loop", "alembic fails on the enum type")
+    assert agent.state.read().drift is None
+    for _ in range(5):
+        call = {"tool_name": "Bash", "tool_input": {"command": "make migrate"}, "error": "boom"}
+        run(["post-tool-use-failure"], _payload(project, hook_event_name="PostToolUseFailure", **call))
+    assert [e.checkpoint_type for e in agent.checkpoints.entries()] == ["recovery", "recovery"]
+
+
+def test_warn_once_remembers_the_episode() -> None:
+    from phoenix_protocol._drift import Signal, warn_once
+
+    a, b = Signal("repetition", "A", "repeat:a"), Signal("repetition", "B", "repeat:b")
+    first = warn_once([a], None, "t1")
+    assert first is not None and first[0] is a and first[2] is True
+    record = first[1]
+    assert warn_once([a], record, "t2") is None
+    second = warn_once([a, b], record, "t2")
+    assert second is not None and second[0] is b and second[2] is False
+    assert second[1]["warned"] == ["repeat:a", "repeat:b"] and second[1]["since"] == "t1"
+    # A record written before the list was kept still counts its one signature.
+    assert warn_once([a], {"signature": "repeat:a", "at": "t0"}, "t3") is None

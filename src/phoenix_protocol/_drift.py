@@ -29,7 +29,7 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any
 
-__all__ = ["EDIT_TOOLS", "Action", "DriftConfig", "Signal", "detect", "is_progress", "observe"]
+__all__ = ["EDIT_TOOLS", "Action", "DriftConfig", "Signal", "detect", "is_progress", "observe", "warn_once"]
 
 EDIT_TOOLS = frozenset(
     {"Edit", "Write", "MultiEdit", "NotebookEdit", "apply_patch", "write_file", "replace", "edit_file", "create_file"}
@@ -271,6 +271,40 @@ def detect(
         if found is not None:
             signals.append(found)
     return signals
+
+
+WARNED_KEEP = 16
+"""How many signatures an episode of drift remembers having warned about."""
+
+
+def warn_once(
+    signals: list[Signal], record: dict[str, Any] | None, at: str
+) -> tuple[Signal, dict[str, Any], bool] | None:
+    """The first of ``signals`` not warned about yet in this episode of drift, the record to keep
+    (``state.drift``), and whether it opens the episode.
+
+    An episode lasts from its first warning to the next progress (which clears the record). Its
+    record remembers every signature warned about (the newest ``WARNED_KEEP``), not only the
+    last: two alternating failing calls give a new signature on every call (``repeat:A``,
+    ``repeat:B``, the cycle, the error rate), and each would warn again. Only the signal that
+    opens an episode takes seed 003's emergency recovery; the later ones are only warnings.
+    ``None`` when every signal was warned about already.
+    """
+    previous = record if isinstance(record, dict) else None
+    warned: list[str] = []
+    if previous is not None:
+        kept = previous.get("warned")
+        if isinstance(kept, list):
+            warned = [item for item in kept if isinstance(item, str)]
+        elif isinstance(previous.get("signature"), str):
+            warned = [previous["signature"]]  # a record written before the list was kept
+    for signal in signals:
+        if signal.signature in warned:
+            continue
+        since = at if previous is None else str(previous.get("since") or previous.get("at") or at)
+        new = {**signal.as_dict(), "at": at, "since": since, "warned": [*warned, signal.signature][-WARNED_KEEP:]}
+        return signal, new, previous is None
+    return None
 
 
 def observe(

@@ -179,10 +179,11 @@ def handle(event: str, payload: dict[str, Any], options: dict[str, str]) -> str 
             drift=drift,
         )
         _share_heartbeat(agent, session_id)
-        if drift:
-            # Seed 003's emergency recovery replaces a plain recovery checkpoint due now.
-            due = [k for k in due if k != "recovery"] + ["emergency:" + drift[0].detail]
-        if not due and "persona_reanchor" not in state.extra:
+        if drift and drift[0][1]:
+            # Seed 003's emergency recovery (once per episode of drift) replaces a plain recovery
+            # checkpoint due now.
+            due = [k for k in due if k != "recovery"] + ["emergency:" + drift[0][0].detail]
+        if not due and not drift and "persona_reanchor" not in state.extra:
             return None  # the common case ends here: nothing more is imported
         from phoenix_protocol._hooks_session import after_tool
 

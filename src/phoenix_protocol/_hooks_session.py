@@ -73,14 +73,16 @@ def after_tool(
     take the checkpoints off the hot path and say what the model should hear, once."""
     from phoenix_protocol._jsonio import dumps_line
 
-    if not due:
+    if not due and not drift:
         block = _reanchor(agent)  # a persona check failed: re-anchor, once
         if not block:
             return None
         return dumps_line({"hookSpecificOutput": {"hookEventName": "PostToolUse", "additionalContext": block}})
-    _take_due_checkpoints(payload, options, due)
+    if due:
+        _take_due_checkpoints(payload, options, due)
     if drift:
-        message = _drift_message(state, drift[0])
+        signal, opens = drift[0]
+        message = _drift_message(state, signal, recovered=opens)
     elif "recovery" in due:
         hours = agent.config.refresh_after_minutes / 60
         message = (
@@ -383,16 +385,23 @@ def _reanchor(agent: Agent) -> str | None:
         return None
 
 
-def _drift_message(state: Any, signal: Any) -> str:
-    """What the model is told, once per drift: what it is doing, and what the brief says it was doing."""
+def _drift_message(state: Any, signal: Any, *, recovered: bool = True) -> str:
+    """What the model is told, once per drift signal: what it is doing, and what the brief says it
+    was doing. ``recovered``: this warning opened the episode and took the recovery checkpoint."""
     lines = [f"Phoenix Protocol: you may be going in circles: {signal.detail}."]
     if state.current_task:
         lines.append(f"Your brief says you are working on: {state.current_task}.")
     actions = [item["text"] for item in state.next_actions[:3]]
     if actions:
         lines.append("Next actions recorded: " + "; ".join(actions) + ".")
+    since = (state.drift or {}).get("since")
+    taken = (
+        "A recovery checkpoint was taken."
+        if recovered
+        else f"A recovery checkpoint was taken when this began ({since})."
+    )
     lines.append(
-        "A recovery checkpoint was taken. Step back: try a different approach, record what you learned "
+        f"{taken} Step back: try a different approach, record what you learned "
         '(`phx note open-loop "..."`), or start a fresh session (/clear), which starts from the brief.'
     )
     return " ".join(lines)

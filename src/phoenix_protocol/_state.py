@@ -658,9 +658,10 @@ class StateStore:
         The call joins ``recent_actions`` (the ring the drift detectors read: ``_drift``);
         ``progress`` says the tool is an editor: its success counts as progress unless the very
         same edit already succeeded recently (``_drift.is_progress``). If ``drift`` is a
-        list, a *new* drift signal (one not already reported) is recorded in ``state.drift``,
-        logged, and appended to it, so that the caller warns the model once and takes a recovery
-        checkpoint.
+        list, a *new* drift signal (one not already reported in this episode of drift:
+        ``_drift.warn_once``) is recorded in ``state.drift``, logged, and appended to it with
+        whether it opens the episode, so that the caller warns the model once per signal and takes
+        a recovery checkpoint once per episode.
         """
         # The tool's own output: sanitized, never refused (a heartbeat must always count). The
         # escape is \ufffd, not \N{...}: compiling a named escape imports unicodedata.
@@ -722,7 +723,7 @@ class StateStore:
         progress: bool,
         drift: list[Any] | None,
     ) -> list[Transition]:
-        from phoenix_protocol._drift import Action, DriftConfig, observe
+        from phoenix_protocol._drift import Action, DriftConfig, observe, warn_once
 
         config = DriftConfig.from_config(self.config)
         actions = []
@@ -750,13 +751,14 @@ class StateStore:
             return []
         if state.status != "working" or not signals:
             return []
-        signal = signals[0]
-        if state.drift is not None and state.drift.get("signature") == signal.signature:
-            return []  # already reported: warn once
-        state.drift = {**signal.as_dict(), "at": state.last_active}
+        found = warn_once(signals, state.drift, state.last_active or "")
+        if found is None:
+            return []  # already reported in this episode: warn once
+        signal, state.drift, opens = found
         if drift is not None:
-            drift.append(signal)
-        return [Transition("drift_detected", "warn", {"kind": signal.kind, "detail": signal.detail}, trusted=True)]
+            drift.append((signal, opens))
+        meta = {"kind": signal.kind, "detail": signal.detail, "episode_opened": opens}
+        return [Transition("drift_detected", "warn", meta, trusted=True)]
 
     def end_session(
         self, session_id: str | None, *, reason: str = "other", lock_timeout: float | None = None

@@ -198,7 +198,7 @@ def check_agent(agent: Agent, *, now_ms: int, act: bool = True, this_host: str |
 def _drift_check(agent: Agent, state: Any, verdict: AgentVerdict, *, now_ms: int, act: bool) -> AgentVerdict:
     """Operational drift of a live agent (e.g. calls without progress, which the heartbeat only
     sees when the next call comes): the same emergency recovery as the hook, once per drift."""
-    from phoenix_protocol._drift import Action, DriftConfig, detect
+    from phoenix_protocol._drift import Action, DriftConfig, detect, warn_once
 
     actions = []
     for item in state.recent_actions:
@@ -210,20 +210,26 @@ def _drift_check(agent: Agent, state: Any, verdict: AgentVerdict, *, now_ms: int
     signals = detect(actions, now_ms=now_ms, config=DriftConfig.from_config(agent.config), last_progress_ms=since)
     if not signals:
         return verdict
-    signal = signals[0]
-    verdict.drift = signal.detail
-    if not act or (state.drift or {}).get("signature") == signal.signature:
+    verdict.drift = signals[0].detail
+    if not act or warn_once(signals, state.drift, iso_from_ms(now_ms)) is None:
         return verdict
+    opened: list[bool] = []
 
     def mark(current: Any) -> list[Any]:
         from phoenix_protocol._state import Transition
 
-        current.drift = {**signal.as_dict(), "at": iso_from_ms(now_ms)}
-        return [Transition("drift_detected", "warn", {"kind": signal.kind, "detail": signal.detail, "by": "watchdog"})]
+        found = warn_once(signals, current.drift, iso_from_ms(now_ms))  # under the lock: the hook may have warned
+        if found is None:
+            return []
+        signal, current.drift, opens = found
+        opened.append(opens)
+        meta = {"kind": signal.kind, "detail": signal.detail, "by": "watchdog", "episode_opened": opens}
+        return [Transition("drift_detected", "warn", meta)]
 
     agent.state.change(mark)
-    agent.checkpoints.emergency_recovery(f"drift: {signal.detail}")
-    verdict.action = "emergency_recovery"
+    if opened and opened[0]:  # once per episode of drift, as the hook
+        agent.checkpoints.emergency_recovery(f"drift: {verdict.drift}")
+        verdict.action = "emergency_recovery"
     return verdict
 
 

@@ -9,7 +9,7 @@ import stat
 import pytest
 
 from phoenix_protocol._cli import cli
-from phoenix_protocol._clock import ManualClock
+from phoenix_protocol._clock import ManualClock, ms_from_iso
 from phoenix_protocol._errors import UsageError
 from phoenix_protocol._home import Home
 from phoenix_protocol._tokens import SCOPES, TokenStore, agent_namespace, parse_duration, team_namespace
@@ -120,6 +120,30 @@ def test_parse_duration_refuses(text: str) -> None:
         parse_duration(text)
 
 
+HUNDRED_YEARS = 36_525 * 86_400  # the longest lifetime a token can have
+
+
+@pytest.mark.parametrize("text", ["99999999d", "36526d", "5300w", "9" * 400])
+def test_parse_duration_refuses_more_than_100_years(text: str) -> None:
+    with pytest.raises(UsageError, match="at most 100 years"):
+        parse_duration(text)
+    assert parse_duration("36525d") == HUNDRED_YEARS
+
+
+@pytest.mark.parametrize("expires_in", [HUNDRED_YEARS + 1, 99_999_999 * 86_400.0, float("inf"), float("nan")])
+def test_create_refuses_a_lifetime_past_the_bound_and_writes_nothing(store: TokenStore, expires_in: float) -> None:
+    with pytest.raises(UsageError):
+        store.create(["agent:zero"], ["*"], expires_in=expires_in)
+    assert not os.path.exists(store.path)
+
+
+def test_longest_lifetime_has_an_iso_8601_expiry(store: TokenStore, clock: ManualClock) -> None:
+    _token, info = store.create(["agent:zero"], ["*"], expires_in=HUNDRED_YEARS)
+    expires_at = info.as_dict()["expires_at"]
+    assert ms_from_iso(expires_at) == clock.now_ms() + int(HUNDRED_YEARS * 1000)
+    assert len(expires_at.split("-", 1)[0]) == 4
+
+
 def test_cli_create_list_revoke(home: Home, capsys: pytest.CaptureFixture[str]) -> None:
     assert (
         cli(["token", "create", "--agent", "zero", "--scope", "memory:read", "--expires", "30d", "--home", home.root])
@@ -154,9 +178,16 @@ def test_cli_create_list_revoke(home: Home, capsys: pytest.CaptureFixture[str]) 
         ["token", "create", "--agent", "../etc"],
         ["token", "create", "--agent", "zero", "--scope", "root"],
         ["token", "create", "--agent", "zero", "--expires", "0"],
+        ["token", "create", "--agent", "zero", "--expires", "99999999d"],
+        ["token", "create", "--agent", "zero", "--expires", "99999999d", "--json"],
         ["token", "revoke", "abc"],
     ],
 )
 def test_cli_usage_errors_exit_2(home: Home, args: list[str], capsys: pytest.CaptureFixture[str]) -> None:
     assert cli([*args, "--home", home.root]) == 2
-    assert "error" in capsys.readouterr().err
+    captured = capsys.readouterr()
+    if "--json" in args:
+        assert json.loads(captured.out)["error"]["exit_code"] == 2
+    else:
+        assert "error" in captured.err
+    assert not os.path.exists(os.path.join(home.root, "tokens.json"))

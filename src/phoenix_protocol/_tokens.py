@@ -40,6 +40,7 @@ from phoenix_protocol._jsonio import JSONError, dumps_document, loads
 
 __all__ = [
     "ALL",
+    "MAX_LIFETIME",
     "SCOPES",
     "TokenInfo",
     "TokenStore",
@@ -63,6 +64,9 @@ _MAX_LABEL = 200
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhdw]?)\s*$")
 _Records = list[dict[str, Any]]
 _UNITS = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86_400, "w": 604_800}
+MAX_LIFETIME = 36_525 * 86_400.0
+"""The longest lifetime a token can have: 100 years (36525d). Without a bound an expiry could end
+past year 9999, which ISO 8601 and ``datetime`` cannot write; a token that never expires has none."""
 
 
 def agent_namespace(agent_id: str) -> str:
@@ -95,13 +99,23 @@ def _check_scope(value: str) -> str:
 
 
 def parse_duration(text: str) -> float:
-    """Seconds from ``3600``, ``90s``, ``45m``, ``12h``, ``30d`` or ``2w``; ``UsageError`` otherwise."""
+    """Seconds from ``3600``, ``90s``, ``45m``, ``12h``, ``30d`` or ``2w``; ``UsageError`` otherwise,
+    and for a lifetime of zero or longer than ``MAX_LIFETIME`` (100 years)."""
     match = _DURATION.match(str(text))
     if not match:
         raise UsageError(f"{text!r} is not a duration: use seconds (3600) or a number with s, m, h, d or w (30d).")
-    seconds = float(match.group(1)) * _UNITS[match.group(2)]
-    if seconds <= 0:
+    return _check_lifetime(float(match.group(1)) * _UNITS[match.group(2)])
+
+
+def _check_lifetime(seconds: float) -> float:
+    """``seconds`` when it is a lifetime a token can have (more than zero, at most ``MAX_LIFETIME``)."""
+    if not seconds > 0:
         raise UsageError("a token's lifetime must be longer than zero.")
+    if not seconds <= MAX_LIFETIME:
+        raise UsageError(
+            "a token's lifetime must be at most 100 years (36525d); "
+            "leave the expiry out (no --expires) for a token that never expires."
+        )
     return seconds
 
 
@@ -293,8 +307,8 @@ class TokenStore:
         clean_scopes = sorted({_check_scope(s) for s in scopes})
         if not clean_scopes:
             raise UsageError(f"a token needs at least one scope; scopes: {', '.join(SCOPES)}, <area>:* or *.")
-        if expires_in is not None and not expires_in > 0:
-            raise UsageError("a token's lifetime must be longer than zero.")
+        if expires_in is not None:
+            _check_lifetime(expires_in)
         if label is not None:
             label = " ".join(label.split())[:_MAX_LABEL] or None
         self.home.ensure()

@@ -156,7 +156,8 @@ class Agent:
         git_timeout: float = 3.0,
     ) -> str:
         """Generate the brief from the current state, recent events and git (not written).
-        ``git_timeout`` bounds each git call (hooks with a short budget pass less)."""
+        ``git_timeout`` bounds git's answer, all its calls together (hooks with a short budget
+        pass less)."""
         from phoenix_protocol._brief import render_brief
         from phoenix_protocol._git import git_context
 

@@ -1,15 +1,20 @@
 """Read-only git context for the brief: branch, HEAD and changed files.
 
 Git is asked with ``GIT_OPTIONAL_LOCKS=0`` (``git status`` then never takes the index lock the
-user's own git commands need), without a pager or prompts, and with a short timeout. Nothing
+user's own git commands need), without a pager or prompts, and within a short deadline shared by
+all the calls of one context (a git that does not answer is killed with its process group, and
+not asked again by the same process for a while). Nothing
 here writes to the repository or to any git configuration. Outside a work tree, or when git is
 not installed, the context is ``None``.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
+import signal
 import subprocess
+import time
 
 __all__ = ["GitContext", "git_context"]
 
@@ -49,36 +54,76 @@ class GitContext:
         }
 
 
-def _git(root: str, *args: str, timeout: float = _TIMEOUT) -> str | None:
+_unanswered: dict[str, float] = {}
+"""Work trees whose git did not answer in time, in this process, and until when (monotonic) they
+are not asked again: a hook that builds a brief and takes a checkpoint would otherwise wait for
+each; a long-running process (the service, the watchdog) asks again after ``_RETRY_AFTER``."""
+
+_RETRY_AFTER = 300.0
+
+
+class _NoAnswer(Exception):
+    """Git did not answer before the deadline."""
+
+
+def _git(root: str, *args: str, deadline: float) -> str | None:
+    left = deadline - time.monotonic()
+    if left <= 0:
+        raise _NoAnswer
     env = dict(os.environ, GIT_OPTIONAL_LOCKS="0", GIT_TERMINAL_PROMPT="0", GIT_PAGER="cat", LC_ALL="C")
     try:
-        proc = subprocess.run(
+        # Its own process group: a git that hangs is killed with what it started (hooks, helpers).
+        proc = subprocess.Popen(
             ["git", "-C", root, *args],
-            capture_output=True,
-            timeout=timeout,
-            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
             stdin=subprocess.DEVNULL,
-            check=False,
+            env=env,
+            start_new_session=True,
         )
-    except (OSError, subprocess.SubprocessError):
+    except OSError:
         return None
+    with proc:
+        try:
+            out, _ = proc.communicate(timeout=left)
+        except subprocess.TimeoutExpired:
+            with contextlib.suppress(OSError):
+                os.killpg(proc.pid, signal.SIGKILL)
+            proc.kill()
+            proc.wait()
+            raise _NoAnswer from None
     if proc.returncode != 0:
         return None
-    return proc.stdout.decode("utf-8", "replace")
+    return out.decode("utf-8", "replace")
 
 
 def git_context(root: str, *, max_files: int = 200, timeout: float = _TIMEOUT) -> GitContext | None:
-    """The git context of the work tree at ``root``, or ``None`` when there is none (or when git
-    does not answer within ``timeout`` seconds per call)."""
-    top = _git(root, "rev-parse", "--show-toplevel", timeout=timeout)
+    """The git context of the work tree at ``root``, or ``None`` when there is none, or when git
+    does not answer within ``timeout`` seconds in all (its four calls share it). A work tree whose
+    git did not answer is not asked again by this process."""
+    key = os.path.abspath(root)
+    now = time.monotonic()
+    if _unanswered.get(key, now) > now:
+        return None
+    try:
+        found = _context(root, max_files, now + timeout)
+    except _NoAnswer:
+        _unanswered[key] = time.monotonic() + _RETRY_AFTER
+        return None
+    _unanswered.pop(key, None)
+    return found
+
+
+def _context(root: str, max_files: int, deadline: float) -> GitContext | None:
+    top = _git(root, "rev-parse", "--show-toplevel", deadline=deadline)
     if top is None:
         return None
-    branch = _git(root, "symbolic-ref", "--quiet", "--short", "HEAD", timeout=timeout)
-    head_line = _git(root, "log", "-1", "--format=%h%x00%s", timeout=timeout)
+    branch = _git(root, "symbolic-ref", "--quiet", "--short", "HEAD", deadline=deadline)
+    head_line = _git(root, "log", "-1", "--format=%h%x00%s", deadline=deadline)
     head = subject = None
     if head_line:
         head, _, subject = head_line.rstrip("\n").partition("\x00")
-    status = _git(root, "status", "--porcelain=v1", "-z", "--untracked-files=normal", timeout=timeout) or ""
+    status = _git(root, "status", "--porcelain=v1", "-z", "--untracked-files=normal", deadline=deadline) or ""
     changed: list[tuple[str, str]] = []
     total = 0
     entries = status.split("\x00")

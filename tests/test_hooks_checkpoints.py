@@ -279,3 +279,76 @@ def test_a_session_listed_without_a_start_has_no_duration(project: Path) -> None
     old, new = list_sessions(_agent(project))
     assert (old["started_at"], old["duration_seconds"]) == (None, None)
     assert (new["started_at"], new["duration_seconds"]) == ("2026-01-01T00:02:00.000Z", 90)
+
+
+_READ_ONLY = """
+import errno, os
+_DIR = {directory!r}
+def _inside(path):
+    try:
+        return os.path.dirname(os.path.abspath(os.fsdecode(path))) == _DIR
+    except TypeError:
+        return False
+def _refuse(path):
+    raise PermissionError(errno.EACCES, os.strerror(errno.EACCES), os.fsdecode(path))
+_open, _link, _replace, _rename, _unlink = os.open, os.link, os.replace, os.rename, os.unlink
+def _os_open(path, flags, mode=0o777, *, dir_fd=None):
+    if flags & os.O_CREAT and _inside(path) and not os.path.exists(path):
+        _refuse(path)
+    return _open(path, flags, mode, dir_fd=dir_fd)
+def _guard(real):
+    def guarded(src, dst=None, *args, **kwargs):
+        for path in (src, dst):
+            if path is not None and _inside(path):
+                _refuse(path)
+        return real(src, dst, *args, **kwargs) if dst is not None else real(src, *args, **kwargs)
+    return guarded
+os.open = _os_open
+os.link, os.replace, os.rename, os.unlink = _guard(_link), _guard(_replace), _guard(_rename), _guard(_unlink)
+"""
+
+
+def test_a_checkpoint_directory_that_takes_no_new_file(project: Path, tmp_path: Path) -> None:
+    """The checkpoints directory stops taking new files (its permissions changed, as with
+    ``chmod a-w``; index.log can still be written). The checkpoints are durable in the log: the
+    hooks say so on stderr and in the ops log, later writes (the session's end) still succeed, the
+    checkpoints are read from the log, and their files appear once the directory takes them again.
+    PreCompact used to exit without a word, and every later checkpoint failed."""
+    from conftest import run_hook
+
+    run(["session-start"], _payload(project, "SessionStart", source="startup"))
+    agent = _agent(project)
+    agent.state.set_status("working", "Write the parser", session_id="sess-1")
+    agent.checkpoints.create("routine", summary="before")
+    agent.checkpoints.flush()
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "sitecustomize.py").write_text(_READ_ONLY.format(directory=agent.checkpoints.dir))
+    read_only = {"PYTHONPATH": str(site), "CLAUDE_PROJECT_DIR": str(project)}
+
+    compact = run_hook(project, "pre-compact", "PreCompact", read_only, trigger="auto")
+    assert compact.returncode == 0
+    [line] = compact.stderr.decode().splitlines()
+    assert "kept in index.log" in line and "Permission denied" in line, line
+    ended = run_hook(project, "session-end", "SessionEnd", read_only, reason="other")
+    assert ended.returncode == 0
+    assert "kept in index.log" in ended.stderr.decode()
+
+    fresh = _agent(project)
+    names = {e.name for e in fresh.checkpoints.entries()}
+    missing = {n for n in names if not (Path(fresh.checkpoints.dir) / n).exists()}
+    assert [e.checkpoint_type for e in fresh.checkpoints.entries()] == ["session", "routine", "routine"]
+    assert len(missing) == 2  # the two the hooks took: only in the log
+    latest, problems = fresh.checkpoints.latest()
+    assert latest is not None and not problems
+    assert latest.checkpoint_type == "session" and latest.name in missing
+    events = [e["event"] for e in fresh.ops.read()[0]]
+    assert "checkpoint_files_failed" in events and events.count("hook_failed") == 2
+
+    # The directory takes files again: the next writer creates them from the log.
+    fresh.checkpoints.create("routine", summary="after")
+    fresh.checkpoints.flush()
+    assert all((Path(fresh.checkpoints.dir) / n).exists() for n in names)
+    from phoenix_protocol._doctor import check_agent
+
+    assert [f.level for f in check_agent(fresh) if "checkpoints" in (f.path or "")] == ["ok"]

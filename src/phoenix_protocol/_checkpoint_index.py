@@ -421,8 +421,12 @@ class Catalog:
         describe: Callable[[CheckpointInfo], CheckpointInfo],
         lock: Callable[[], contextlib.AbstractContextManager[Any]] | None = None,
         delay: float = 0.0,
+        on_behind_error: Callable[[StorageError], None] | None = None,
     ) -> None:
         self.dir = directory
+        self.on_behind_error = on_behind_error
+        """Told when a named file cannot be created from the log (a write-behind, or a writer's
+        repair): the checkpoint stays durable in the log, readable from it, until it can be."""
         self.agent_id = agent_id
         self.index_path = os.path.join(directory, INDEX_NAME)
         self.log_path = os.path.join(directory, LOG_NAME)
@@ -725,8 +729,14 @@ class Catalog:
         if view.unchecked:  # logged by a writer that may have died before creating the file
             for name in list(view.unchecked):
                 if name in view.entries and not os.path.exists(os.path.join(self.dir, name)):
-                    self._materialize(view, name)
-            view.unchecked.clear()
+                    try:
+                        self._materialize(view, name)
+                    except StorageError as exc:
+                        # The directory takes no new file (permissions, a full disk): the log
+                        # holds the checkpoint, and this writer's own record can still go there.
+                        self._behind_failed(exc)
+                        continue  # the next writer tries again
+                view.unchecked.discard(name)
             self.note_own_change()
         if view.log_boot != boot_id():
             # A reboot since the log started: files written without a flush may be lost or
@@ -919,9 +929,18 @@ class Catalog:
         """The write-behind itself (also run by ``flush`` of a process without a worker), a
         chunk at a time: a writer waiting for the lock waits for one chunk, not the batch. Then
         the settle a write of this process asked for, if any (``_settle_behind``)."""
-        self._create_deferred()
-        if self._settle_asked >= 0:
-            self._settle_behind()
+        try:
+            self._create_deferred()
+            if self._settle_asked >= 0:
+                self._settle_behind()
+        except StorageError as exc:
+            self._behind_failed(exc)
+            raise
+
+    def _behind_failed(self, exc: StorageError) -> None:
+        if self.on_behind_error is not None:
+            with contextlib.suppress(Exception):  # reporting must not hide the failure itself
+                self.on_behind_error(exc)
 
     def _store_lock(self) -> contextlib.AbstractContextManager[Any]:
         """The store's write lock (none for a catalogue opened without one)."""

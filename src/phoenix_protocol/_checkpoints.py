@@ -490,7 +490,9 @@ class FileCheckpoints:
             store._describe,
             lock=self.lock,
             delay=store.agent.config.checkpoint_files_delay,
+            on_behind_error=self._files_failed,
         )
+        self._failures_told: set[tuple[str, int | None]] = set()
         self.operations_path = os.path.join(self.dir, "operations.jsonl")
         self._prefix = os.path.join(self.dir, "")  # names are validated: a join is a concatenation
         self._ops_cache: tuple[tuple[int, int, int], set[str]] | None = None
@@ -498,6 +500,22 @@ class FileCheckpoints:
 
     def where(self, name: str) -> str:
         return self._prefix + name
+
+    def _files_failed(self, exc: StorageError) -> None:
+        """A named file could not be created from the log: one ``checkpoint_files_failed`` event
+        per kind of failure and process (each write-behind would otherwise log it again). The
+        checkpoints stay durable in ``index.log`` and readable from it."""
+        cause = exc.__cause__
+        key = (type(cause or exc).__name__, getattr(cause, "errno", None))
+        if key in self._failures_told:
+            return
+        self._failures_told.add(key)
+        self.store.agent.record(
+            "checkpoint_files_failed",
+            "error",
+            {"dir": self.dir, "error": str(exc)[:500], "kept_in": "index.log"},
+            trusted=True,
+        )
 
     def lock(self, *, checked: bool = True) -> FileLock:
         """The store's write lock; its directory is made first (``checked=False``: only the

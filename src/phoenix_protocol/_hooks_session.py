@@ -42,6 +42,7 @@ def handle_session_event(
         )
         agent.checkpoints.create("routine", summary="before context compaction", extra={"git_timeout": _GIT_TIMEOUT})
         _sync_best_effort(agent)
+        _files_written(agent)
         return None
     agent = _open_agent(payload, options, lock_timeout_cap=_SESSION_END_BUDGET)
     after = agent.state.end_session(session_id, reason=_plain(payload.get("reason"), default="other"))
@@ -52,7 +53,24 @@ def handle_session_event(
 
         end(agent, session_id or after.session_id, git_timeout=0.2)
     _sync_best_effort(agent)
+    _files_written(agent)
     return None
+
+
+def _files_written(agent: Agent) -> None:
+    """Finish the checkpoint's write-behind now (the process ends next, which would do it without
+    telling anyone), so that a failure reaches the hook's stderr line: the checkpoint itself is
+    durable in the checkpoint log."""
+    from phoenix_protocol._errors import StorageError
+
+    try:
+        agent.checkpoints.flush()
+    except StorageError as exc:
+        cause = exc.__cause__
+        reason = getattr(cause, "strerror", None) or type(cause or exc).__name__
+        raise StorageError(
+            f"checkpoint file not written ({reason}); the checkpoint is kept in index.log until it can be: {exc}"
+        ) from exc
 
 
 def _sync_best_effort(agent: Agent) -> None:

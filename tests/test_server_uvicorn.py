@@ -20,11 +20,12 @@ from typing import Any
 import pytest
 import uvicorn
 
+from phoenix_protocol._agent import Agent
 from phoenix_protocol._cli import cli
 from phoenix_protocol._errors import InvalidIdError, RefusedError, UsageError
 from phoenix_protocol._home import Home
 from phoenix_protocol._identity import IdentityCoreError
-from phoenix_protocol._server import create_app
+from phoenix_protocol._server import Answer, create_app, problem
 from phoenix_protocol._teams import ClaimConflictError, Team
 from phoenix_protocol._tokens import TokenStore
 from phoenix_protocol.client import AuthenticationError, NotFoundError, PhoenixClient, ServerError
@@ -296,6 +297,60 @@ def test_cli_uses_the_server(
     capsys.readouterr()
     assert cli(["sessions", "--home", str(tmp_path / "local"), "--json"]) == 0  # an explicit home wins
     assert json.loads(capsys.readouterr().out)["sessions"] == []
+
+
+def _hand_edit(path: Path | str, old: str, new: str) -> None:
+    """Edit a file as a person would: ``new`` may hold a JSON/YAML escape like ``\\udce9``."""
+    text = Path(path).read_text(encoding="utf-8")
+    assert old in text, (path, text)
+    Path(path).write_text(text.replace(old, new), encoding="utf-8")
+
+
+def test_lone_surrogates_in_hand_written_files_are_answered(
+    url: str,
+    admin: str,
+    served: Home,
+    team: Team,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """A ``\\udXXX`` escape standing alone in identity.yaml, state.json or a team's files reads as
+    a lone surrogate, which UTF-8 cannot encode: the answers hold U+FFFD instead (they were 500)."""
+    agent = Agent.open("zero", home=served)
+    agent.state.set_status("working", "task")
+    agent.identity.set("state.current_focus", "focus")
+    _hand_edit(agent.identity.path, "current_focus: focus", 'current_focus: "bad \\udce9 focus"')
+    _hand_edit(agent.state.path, '"current_task": "task"', '"current_task": "bad \\udce9 task"')
+    team.send("alice", "bob", type="info", subject="Found it", body="line 427")
+    team_dir = Path(served.root, "teams", "release-1")
+    _hand_edit(team_dir / "metadata.json", "Write the parser", "Write the \\udce9 parser")
+    _hand_edit(team_dir / "mailbox.jsonl", "line 427", "line \\udce9 427")
+
+    with PhoenixClient(url, admin) as phx:
+        assert phx.identity_get("zero")["mutable"]["state"]["current_focus"] == "bad \ufffd focus"
+        started = phx.restore("zero", session_id="s-1")
+        assert started["identity"]["mutable"]["state"]["current_focus"] == "bad \ufffd focus"
+        assert phx.team_tasks("release-1")[0]["title"] == "Write the \ufffd parser"
+        assert [m["body"] for m in phx.team_inbox("release-1", "bob")] == ["line \ufffd 427"]
+        assert phx.team_claim("release-1", "task-0001", "alice")["title"] == "Write the \ufffd parser"
+        phx.checkpoint("zero", "done")  # collects the state and the identity
+        latest = phx.latest_checkpoint("zero")["checkpoint"]
+        assert latest["state"]["current_task"]["context"]["description"] == "bad \ufffd task"
+
+    # The same data through the CLI's --server and --json: valid UTF-8 as well.
+    monkeypatch.setenv("PHOENIX_SERVER", url)
+    monkeypatch.setenv("PHOENIX_TOKEN", admin)
+    monkeypatch.chdir(served.root)
+    shown = _run(capsys, "identity", "show", "--agent", "zero")
+    assert shown["identity"]["mutable"]["state"]["current_focus"] == "bad \ufffd focus"
+    assert _run(capsys, "team", "tasks", "release-1")["tasks"][0]["title"] == "Write the \ufffd parser"
+
+
+def test_answer_makes_lone_surrogates_valid() -> None:
+    body = bytes(problem(500, "bad \udce9 detail", instance="/x", error="CorruptStateError").body)
+    assert json.loads(body)["detail"] == "bad \ufffd detail"
+    assert bytes(Answer({"k\udce9": ["v\udce9", 1]}).body).decode("utf-8") == '{"k\ufffd":["v\ufffd",1]}'
+    assert bytes(Answer({"plain": "caf\u00e9"}).body) == '{"plain":"caf\u00e9"}'.encode()
 
 
 def _free_port() -> int:

@@ -41,6 +41,7 @@ from phoenix_protocol._errors import (
     UsageError,
 )
 from phoenix_protocol._home import Home
+from phoenix_protocol._jsonio import valid_text
 from phoenix_protocol._state import AgentState
 
 __all__ = ["EXIT_CODES", "cli", "visible"]
@@ -70,9 +71,10 @@ def visible(text: str, *, layout: bool = True) -> str:
     """``text`` safe to print on a terminal: each control character (C0, DEL, C1) shown as
     ``\\xNN`` instead of acting on the terminal (an ESC would start an escape sequence, a CR
     overwrite the line), and each bidirectional override or isolate as ``\\uNNNN`` (they would
-    reorder the text after them). ``layout``: newlines and tabs are kept. Every string the ``Output``
-    console prints goes through it; call it for text printed another way."""
-    return text.translate(_VISIBLE if layout else _CONTROLS)
+    reorder the text after them), and each lone surrogate (UTF-8 cannot write one: a ``\\udXXX``
+    escape in a file written by hand) as U+FFFD. ``layout``: newlines and tabs are kept. Every
+    string the ``Output`` console prints goes through it; call it for text printed another way."""
+    return valid_text(text).translate(_VISIBLE if layout else _CONTROLS)
 
 
 @functools.cache
@@ -125,7 +127,8 @@ class Output:
     def json(self, data: dict[str, Any]) -> None:
         import json
 
-        sys.stdout.write(json.dumps({"ok": True, **data}, indent=2, ensure_ascii=False) + "\n")
+        # valid_text: a lone surrogate (from a file written by hand) cannot be written as UTF-8
+        sys.stdout.write(valid_text(json.dumps({"ok": True, **data}, indent=2, ensure_ascii=False)) + "\n")
 
     def error(self, exc: BaseException, code: int, *, message: str | None = None) -> None:
         message = " ".join((str(exc) if message is None else message).split()) or type(exc).__name__

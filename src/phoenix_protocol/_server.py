@@ -35,6 +35,7 @@ Every error is an RFC 9457 problem (``application/problem+json``: ``type``, ``ti
 ``status``, ``detail``, ``instance``, plus ``error``, the Phoenix error class, and for 422 the
 ``errors``). Library errors map to statuses: usage 400, not found 404, refused 409, a lock held
 too long 503 (``Retry-After``), corrupt or newer state and storage failures 500.
+Answers are valid UTF-8 (``Answer``): a lone surrogate read from a file written by hand is U+FFFD.
 
 Needs the ``[server]`` extra (FastAPI and uvicorn).
 """
@@ -86,12 +87,13 @@ from phoenix_protocol._errors import (
 )
 from phoenix_protocol._home import Home
 from phoenix_protocol._ids import MAX_ID_LENGTH, validate_id
+from phoenix_protocol._jsonio import valid_text
 from phoenix_protocol._memory import MAX_TEXT, MEMORY_ID_REGEX, open_memory_store
 from phoenix_protocol._teams import TeamNotFoundError
 from phoenix_protocol._tokens import ALL, TokenInfo, TokenStore, agent_namespace, team_namespace
 from phoenix_protocol._version import __version__
 
-__all__ = ["PUBLIC_PATHS", "check_bind", "create_app", "is_loopback", "serve"]
+__all__ = ["PUBLIC_PATHS", "Answer", "check_bind", "create_app", "is_loopback", "serve"]
 
 log = logging.getLogger("phoenix_protocol.server")
 
@@ -113,6 +115,22 @@ _OPEN = TokenInfo("open", [ALL], [ALL], label="no tokens configured")
 # -- problem details -------------------------------------------------------------------------
 
 
+class Answer(JSONResponse):
+    """Every JSON answer of the service, problems included: Starlette's ``JSONResponse``, except
+    that text UTF-8 cannot encode is answered with U+FFFD (``valid_text``) instead of failing with
+    500. Only a lone surrogate is such text, and only a file written by hand holds one (a
+    ``\\udXXX`` escape in ``identity.yaml``, ``state.json``, a team's files): requests refuse it."""
+
+    def render(self, content: Any) -> bytes:
+        try:
+            return super().render(content)
+        except UnicodeEncodeError:
+            import json
+
+            text = json.dumps(content, ensure_ascii=False, allow_nan=False, indent=None, separators=(",", ":"))
+            return valid_text(text).encode("utf-8")
+
+
 def problem(
     status: int,
     detail: str,
@@ -121,7 +139,7 @@ def problem(
     error: str,
     headers: dict[str, str] | None = None,
     **extra: Any,
-) -> JSONResponse:
+) -> Answer:
     """An RFC 9457 problem response. ``type`` is ``about:blank``: the status says what kind of
     problem it is, ``error`` names the Phoenix error class."""
     body = {
@@ -133,7 +151,7 @@ def problem(
         "error": error,
         **extra,
     }
-    return JSONResponse(body, status_code=status, headers=headers, media_type=PROBLEM_TYPE)
+    return Answer(body, status_code=status, headers=headers, media_type=PROBLEM_TYPE)
 
 
 def status_for(exc: PhoenixError) -> int:
@@ -153,7 +171,7 @@ def status_for(exc: PhoenixError) -> int:
     return 500
 
 
-def _unauthorized(instance: str, *, presented: bool) -> JSONResponse:
+def _unauthorized(instance: str, *, presented: bool) -> Answer:
     challenge = 'Bearer realm="phoenix"' + (', error="invalid_token"' if presented else "")
     return problem(
         401,
@@ -822,6 +840,7 @@ def create_app(
             "Checkpoints, sessions, namespaced memory, identity and team operations of one Phoenix "
             "home (seed 002's memory-bridge). Errors are RFC 9457 problem details."
         ),
+        default_response_class=Answer,
     )
     app.add_middleware(BodyLimit, max_bytes=limit)
     app.add_middleware(Authentication, tokens=tokens, require=require_tokens, home=home)

@@ -153,6 +153,19 @@ def test_watchdog_finds_drift_the_heartbeat_left(
     events, _ = agent.ops.read()
     assert any(e["event"] == "emergency_recovery" for e in events)
     assert run_pass(home, clock=clock).verdicts[0].action is None  # once per drift
+    # Another signal in the same episode (another call repeated now): reported, no second recovery.
+    agent.state.change(
+        lambda s: setattr(
+            s, "recent_actions", [*s.recent_actions, *[[clock.now_ms(), "Read", "x", False, None, False]] * 4]
+        )
+    )
+    [verdict] = run_pass(home, clock=clock).verdicts
+    assert verdict.action is None and verdict.drift == "the same Read call 4 times without progress"
+    events, _ = agent.ops.read()
+    detected = [e["meta"] for e in events if e["event"] == "drift_detected"]
+    assert [d["episode_opened"] for d in detected] == [True, False]
+    assert sum(1 for e in events if e["event"] == "emergency_recovery") == 1
+    assert [e.checkpoint_type for e in agent.checkpoints.entries()] == ["recovery"]
 
 
 def test_cli_once_json_and_exit_codes(home: Home, capsys: pytest.CaptureFixture[str]) -> None:

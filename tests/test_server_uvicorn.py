@@ -21,6 +21,7 @@ import pytest
 import uvicorn
 
 from phoenix_protocol._agent import Agent
+from phoenix_protocol._checkpoints import CheckpointOwnershipError
 from phoenix_protocol._cli import cli
 from phoenix_protocol._errors import InvalidIdError, RefusedError, UsageError
 from phoenix_protocol._home import Home
@@ -297,6 +298,31 @@ def test_cli_uses_the_server(
     capsys.readouterr()
     assert cli(["sessions", "--home", str(tmp_path / "local"), "--json"]) == 0  # an explicit home wins
     assert json.loads(capsys.readouterr().out)["sessions"] == []
+
+
+def test_restoring_another_agents_checkpoint(url: str, admin: str, served: Home) -> None:
+    """As docs/server.md says: another agent's checkpoint name is 404, as an unknown name (nothing
+    outside the namespace is told apart); 409 CheckpointOwnershipError only for a file planted in
+    the agent's own directory under its own name, which a restore without a name skips."""
+    zero, bob = Agent.open("zero", home=served), Agent.open("bob", home=served)
+    own = zero.checkpoints.create("routine", summary="zero's")
+    bobs = bob.checkpoints.create("routine", summary="bob's")
+    zero.checkpoints.flush()
+    bob.checkpoints.flush()
+    with PhoenixClient(url, admin) as phx:
+        for name in (bobs.name, "bob_20260101000000000-00000099_routine.checkpoint"):
+            with pytest.raises(NotFoundError) as hidden:
+                phx.restore("zero", checkpoint=name)
+            assert hidden.value.problem["error"] == "NotFoundError"  # type: ignore[attr-defined]
+        planted = "zero_20260101000000000-00000007_routine.checkpoint"
+        Path(zero.dir, "checkpoints", planted).write_bytes(Path(bob.dir, "checkpoints", bobs.name).read_bytes())
+        for ref in (planted, "7", "#7"):
+            with pytest.raises(CheckpointOwnershipError) as refused:
+                phx.restore("zero", checkpoint=ref)
+            assert refused.value.status == 409  # type: ignore[attr-defined]
+        started = phx.restore("zero")
+        assert started["checkpoint"] == own.name
+        assert any(planted in p and "'bob'" in p for p in started["problems"])
 
 
 def _hand_edit(path: Path | str, old: str, new: str) -> None:

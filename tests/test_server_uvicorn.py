@@ -325,6 +325,30 @@ def test_restoring_another_agents_checkpoint(url: str, admin: str, served: Home)
         assert any(planted in p and "'bob'" in p for p in started["problems"])
 
 
+@pytest.mark.parametrize("as_json", [False, True])
+def test_remote_pre_operation_checkpoint_is_refused_as_locally(
+    url: str,
+    admin: str,
+    served: Home,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    as_json: bool,
+) -> None:
+    """`phx checkpoint --type pre-operation` over --server: the local refusal, exit code and hint
+    (`phx checkpoint begin-op`), before any request (it was the server's 422 without the hint)."""
+    json_flag = ["--json"] if as_json else []
+    args = ["checkpoint", "--type", "pre-operation", "--summary", "s", "--agent", "zero", *json_flag]
+    assert cli([*args, "--home", str(tmp_path / "local")]) == 2
+    local = capsys.readouterr()
+    assert "phx checkpoint begin-op" in local.out + local.err
+    monkeypatch.setenv("PHOENIX_TOKEN", admin)
+    for extra in ([], ["--summary", ""]):  # with or without a summary, the type is what is wrong
+        assert cli([*args, *extra, "--server", url]) == 2
+        assert capsys.readouterr() == local
+    assert not Agent.open("zero", home=served).exists()  # nothing reached the server
+
+
 def _hand_edit(path: Path | str, old: str, new: str) -> None:
     """Edit a file as a person would: ``new`` may hold a JSON/YAML escape like ``\\udce9``."""
     text = Path(path).read_text(encoding="utf-8")

@@ -119,6 +119,7 @@ def _escape(text: object) -> str:
 
 
 def _checkpoint(client: PhoenixClient, out: Output, agent_id: str, summary: str | None, checkpoint_type: str) -> None:
+    _cli_sessions.check_checkpoint_type(checkpoint_type)  # the local command's refusal and hint, before a request
     if not summary:
         raise UsageError("--summary is required with --server (the server does not guess what was done).")
     info = client.checkpoint(agent_id, summary, checkpoint_type=checkpoint_type)

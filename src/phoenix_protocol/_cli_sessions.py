@@ -15,7 +15,7 @@ from phoenix_protocol._checkpoints import CHECKPOINT_TYPES, Checkpoint, Checkpoi
 from phoenix_protocol._cli import Output, common, main_group
 from phoenix_protocol._errors import CorruptStateError, PhoenixError, UsageError
 
-__all__: list[str] = []
+__all__ = ["check_checkpoint_type"]
 
 
 _NAME_FROM_WIDTH = 130
@@ -194,6 +194,17 @@ def _checkpoint_lines(checkpoint: Checkpoint) -> list[tuple[str, str]]:
     return rows
 
 
+def check_checkpoint_type(checkpoint_type: str) -> None:
+    """Refuse (``UsageError``) a type `phx checkpoint` does not take: a pre-operation checkpoint,
+    which would have no operation (no end-op or prune would remove it). The local command and its
+    ``--server`` form (``_cli_remote``) both ask here, before anything is written or sent."""
+    if checkpoint_type == "pre-operation":
+        raise UsageError(
+            "a pre-operation checkpoint belongs to an operation: take it with `phx checkpoint begin-op NAME` "
+            "(and release or keep it with `phx checkpoint end-op ID`)."
+        )
+
+
 @main_group.group("checkpoint", invoke_without_command=True)
 @click.option("--summary", help="What was done and what remains (stored with the checkpoint).")
 @click.option("--type", "checkpoint_type", type=click.Choice(CHECKPOINT_TYPES), default="session", show_default=True)
@@ -206,11 +217,7 @@ def checkpoint_group(ctx: click.Context, agent: Agent, out: Output, summary: str
     """
     if ctx.invoked_subcommand is not None:
         return
-    if checkpoint_type == "pre-operation":  # one with no operation: no end-op or prune would remove it
-        raise UsageError(
-            "a pre-operation checkpoint belongs to an operation: take it with `phx checkpoint begin-op NAME` "
-            "(and release or keep it with `phx checkpoint end-op ID`)."
-        )
+    check_checkpoint_type(checkpoint_type)
     unstarted = False
     if checkpoint_type == "session":
         from phoenix_protocol._sessions import end, ending_session

@@ -62,3 +62,22 @@ def test_a_strict_utf8_stdout_gets_an_answer(surrogates: Home, as_json: bool) ->
 
 def test_visible_replaces_lone_surrogates() -> None:
     assert visible("a\udce9b\x1b[2J") == "a\ufffdb\\x1b[2J"
+
+
+def test_serve_banner_shows_control_characters(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`phx serve` says where it serves on stderr through the CLI's console: a control character
+    in the home's path is shown as \\xNN, not sent to the terminal."""
+    pytest.importorskip("fastapi")
+    from phoenix_protocol import _server
+
+    served: list[str] = []
+    monkeypatch.setattr(_server, "serve", lambda home, **kwargs: served.append(home.root))
+    root = tmp_path / "home\x1b]0;pwned\x07\u202e"
+    assert cli(["serve", "--home", str(root), "--port", "8765"]) == 0
+    assert served == [str(root)]
+    err = capsys.readouterr().err
+    assert "memory bridge for" in err and "http://127.0.0.1:8765" in err
+    assert "\x1b" not in err and "\x07" not in err and "\u202e" not in err
+    assert "home\\x1b]0;pwned\\x07\\u202e" in err

@@ -411,3 +411,24 @@ def test_resume_and_probe_json_fast_path(capsys: pytest.CaptureFixture[str], tea
     capsys.readouterr()
     assert main(["team", "probe", team_id, "--json", "--session", "x"]) == 2  # probe has no --session
     assert "No such option" in json.loads(capsys.readouterr().out)["error"]["message"]  # as JSON too
+
+
+def test_inspected_diff_shows_control_characters(
+    capsys: pytest.CaptureFixture[str], team_id: str, project: Path
+) -> None:
+    """`phx team consolidate --resolve inspect` prints teammates' staged changes: an ESC or a
+    bidi override in them is shown (visible), not sent to the terminal; --json has the text as it is."""
+    phx(capsys, "team", "task", "add", team_id, "Ship")
+    phx(capsys, "team", "claim", team_id, "task-0001", "--as", "alice")
+    phx(capsys, "team", "done", team_id, "task-0001", "--as", "alice")
+    assert phx(capsys, "team", "consolidate", team_id)[0] == 0
+    (project / "evil.py").write_text("x = '\x1b]0;pwned\x07\x1b[2J'  # \u202eevil\n\tindented\n")
+    git(project, "add", "evil.py")
+    capsys.readouterr()
+    assert cli(["team", "consolidate", team_id, "--resolve", "inspect"]) == 0
+    out = capsys.readouterr().out
+    assert "\x1b" not in out and "\x07" not in out and "\u202e" not in out
+    assert "\\x1b]0;pwned\\x07\\x1b[2J" in out and "\\u202eevil" in out
+    assert "\n+\tindented\n" in out  # the layout stays
+    code, data = phx(capsys, "team", "consolidate", team_id, "--resolve", "inspect")
+    assert code == 0 and "+x = '\x1b]0;pwned\x07\x1b[2J'  # \u202eevil" in data["consolidation"]["diff"]

@@ -13,7 +13,7 @@ from typing import Any, TypeVar
 
 import click
 
-from phoenix_protocol._cli import Output, _Exit, _exit_code_for, home_common, main_group
+from phoenix_protocol._cli import Output, _Exit, _exit_code_for, _make_console, home_common, main_group
 from phoenix_protocol._errors import PhoenixError, UsageError
 from phoenix_protocol._home import Home
 
@@ -60,10 +60,9 @@ def serve_command(host: str | None, port: int | None, log_level: str, home_path:
             if TokenStore(home).configured() or not is_loopback(address)
             else "no tokens in this home: open to this machine (`phx token create` turns authentication on)"
         )
-        from rich.console import Console
         from rich.markup import escape
 
-        Console(stderr=True, highlight=False, soft_wrap=True).print(
+        _make_console(stderr=True).print(
             f"memory bridge for {escape(home.root)} on http://{escape(address)}:{number} ({escape(auth)}); "
             "OpenAPI at /openapi.json"
         )

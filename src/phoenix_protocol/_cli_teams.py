@@ -15,7 +15,7 @@ from typing import Any, TypeVar
 
 import click
 
-from phoenix_protocol._cli import Output, _Exit, home_common, main_group
+from phoenix_protocol._cli import Output, _Exit, home_common, main_group, visible
 from phoenix_protocol._errors import PhoenixError
 from phoenix_protocol._home import Home
 
@@ -460,8 +460,8 @@ def team_consolidate(home: Home, out: Output, team_id: str, resolve: str | None)
     if out.as_json:
         out.json({"team_id": team_id, "consolidation": result})
         return
-    if "diff" in result:
-        sys.stdout.write(result["diff"])
+    if "diff" in result:  # the staged changes as git shows them: teammates' text, made visible
+        sys.stdout.write(visible(result["diff"]))
         return
     if result.get("green"):
         out.console.print("[green]check green[/]: commit the work, then `phx team complete " + team_id + "`")

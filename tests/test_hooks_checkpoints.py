@@ -352,3 +352,31 @@ def test_a_checkpoint_directory_that_takes_no_new_file(project: Path, tmp_path: 
     from phoenix_protocol._doctor import check_agent
 
     assert [f.level for f in check_agent(fresh) if "checkpoints" in (f.path or "")] == ["ok"]
+
+
+def test_the_cli_says_when_a_checkpoint_file_was_not_written(project: Path, tmp_path: Path) -> None:
+    """``phx checkpoint`` in a directory that takes no new file: the checkpoint is taken (exit 0),
+    with a warning that its file is kept in the log; the next one is taken too."""
+    import os
+    import subprocess
+    import sys
+
+    agent = _agent(project)
+    agent.checkpoints.create("routine", summary="before")
+    agent.checkpoints.flush()
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "sitecustomize.py").write_text(_READ_ONLY.format(directory=agent.checkpoints.dir))
+    env = {**os.environ, "PYTHONPATH": str(site), "PHOENIX_HOME": str(project / ".phoenix")}
+    for summary in ("one", "two"):
+        proc = subprocess.run(
+            [sys.executable, "-m", "phoenix_protocol", "checkpoint", "--type", "routine", "--summary", summary],
+            capture_output=True,
+            text=True,
+            env=env,
+            cwd=project,
+            check=False,
+        )
+        assert proc.returncode == 0, proc.stderr
+        assert "kept in index.log" in proc.stderr and "Permission denied" in proc.stderr
+    assert [e.label for e in _agent(project).checkpoints.entries()] == ["two", "one", "before"]

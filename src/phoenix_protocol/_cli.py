@@ -771,7 +771,11 @@ def _finish_behind() -> None:
     try:
         behind.wait()
     except Exception as exc:  # noqa: BLE001 - the command's own outcome stands
-        click.echo(f"warning: finishing a checkpoint's files: {exc}", err=True)
+        path = str(getattr(exc, "path", None) or "")
+        what = "a checkpoint's file was not written (the checkpoint is kept in index.log)"
+        if f"{os.sep}checkpoints{os.sep}" not in path:
+            what = "finishing what this command wrote behind"
+        click.echo(visible(f"warning: {what}: {exc}"), err=True)
 
 
 def _wants_json(args: list[str]) -> bool:

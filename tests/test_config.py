@@ -54,3 +54,33 @@ def test_bad_values_name_their_source(tmp_path: Path, text: str, message: str) -
 def test_bad_environment_value() -> None:
     with pytest.raises(ConfigError, match="PHOENIX_LOCK_TIMEOUT"):
         load_config(None, env={"PHOENIX_LOCK_TIMEOUT": "soon"})
+
+
+@pytest.mark.parametrize("literal", ["inf", "-inf", "nan", "+inf"])
+@pytest.mark.parametrize("name", ["recovery_retention_days", "refresh_after_minutes", "checkpoint_interval_minutes"])
+def test_non_finite_numbers_are_refused_from_every_source(tmp_path: Path, name: str, literal: str) -> None:
+    # TOML has inf and nan, and nan passes every bound (nan < 0 is false): checkpoint writes then
+    # crashed converting them to milliseconds (OverflowError, ValueError).
+    (tmp_path / "phoenix.toml").write_text(f"{name} = {literal}\n")
+    with pytest.raises(ConfigError, match=f"{name} in .*phoenix.toml must be a finite number"):
+        load_config(str(tmp_path), env={})
+    (tmp_path / "pyproject.toml").write_text(f"[tool.phoenix]\n{name} = {literal}\n")
+    with pytest.raises(ConfigError, match=r"pyproject.toml \[tool.phoenix\] must be a finite number"):
+        load_config(None, project_root=str(tmp_path), env={})
+    with pytest.raises(ConfigError, match=f"PHOENIX_{name.upper()} must be a finite number"):
+        load_config(None, env={f"PHOENIX_{name.upper()}": literal})
+    with pytest.raises(ConfigError, match=f"{name} in argument must be a finite number"):
+        load_config(None, env={}, overrides={name: float(literal)})
+    with pytest.raises(ConfigError, match="finite"):
+        Config({name: float(literal)})
+
+
+def test_a_large_finite_number_stands_for_no_limit(tmp_path: Path) -> None:
+    from phoenix_protocol import Agent, Home
+
+    (tmp_path / "phoenix.toml").write_text("recovery_retention_days = 36500\ncheckpoint_interval_minutes = 1e9\n")
+    agent = Agent.open("cfg", home=Home(str(tmp_path)))
+    agent.state.set_status("working", "t")
+    assert agent.checkpoints.maybe_checkpoint() == []
+    assert agent.checkpoints.create("recovery").checkpoint_type == "recovery"
+    agent.checkpoints.flush()

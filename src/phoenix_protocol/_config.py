@@ -8,7 +8,8 @@ Each setting is looked up in this order, later sources winning:
 4. the environment variable ``PHOENIX_<NAME>`` (upper case), e.g. ``PHOENIX_LOCK_TIMEOUT=2``;
 5. explicit overrides (CLI flags, keyword arguments).
 
-Values are checked against the setting's type and bounds; a bad value is a ``ConfigError``
+Values are checked against the setting's type and bounds (numbers must be finite: no ``inf`` or
+``nan``, which TOML and ``float()`` accept); a bad value is a ``ConfigError``
 naming where it came from. ``Config.sources`` tells where each value was found.
 
 Hot path: TOML is parsed only when a file exists (``pyproject.toml`` only when it mentions
@@ -209,6 +210,7 @@ class Config:
 
 _TRUE = ("1", "true", "yes", "on")
 _FALSE = ("0", "false", "no", "off")
+_INF = float("inf")
 
 
 def _coerce(name: str, value: Any, source: str) -> Any:
@@ -232,6 +234,10 @@ def _coerce(name: str, value: Any, source: str) -> Any:
         converted = kind(value)
     except (TypeError, ValueError):
         raise ConfigError(f"setting {name} in {source} must be a {kind.__name__}, got {value!r}.") from None
+    if kind is float and not -_INF < converted < _INF:  # TOML and float() read inf and nan; nan passes any bound
+        raise ConfigError(
+            f"setting {name} in {source} must be a finite number, got {value!r}; for no limit write a large one."
+        )
     if minimum is not None and converted < minimum:
         raise ConfigError(f"setting {name} in {source} must be at least {minimum:g}, got {value!r}.")
     return converted

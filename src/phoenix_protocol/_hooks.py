@@ -20,6 +20,11 @@ event, a locked, corrupt or newer state file, a full disk) it exits 0 with one l
 and, where it still can, an ops event with status warn or error. It never exits 2 and never
 rewrites a state file it could not read.
 
+A payload over ``_MAX_STDIN`` (64 MiB: a tool's whole output) is still read to its end, so that
+Claude Code never waits on a full pipe, but in pieces and with its values over ``_MAX_VALUE``
+(1 MiB) left out (``_jsonio.loads_skimmed``): the hook still runs on the ids, names and flags,
+and logs ``hook_payload_oversized``.
+
 Hot path: the PostToolUse handler imports only ``os``, ``sys``, ``time``, ``fcntl``, ``_json``
 and Phoenix's own primitives. ``phx install`` registers it as
 ``<python> -P -c 'from phoenix_protocol._hooks import main; main()' post-tool-use``, which
@@ -33,8 +38,8 @@ import sys
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from collections.abc import Callable
-    from typing import Any
+    from collections.abc import Callable, Iterator
+    from typing import Any, BinaryIO
 
     from phoenix_protocol._agent import Agent
 
@@ -50,6 +55,13 @@ EVENTS = {
 }
 _BY_CLAUDE_NAME = {v: k for k, v in EVENTS.items()}
 _MAX_STDIN = 64 * 1024 * 1024
+"""A payload up to this size is read whole; a larger one in pieces, its large values left out."""
+_MAX_VALUE = 1024 * 1024
+"""In a payload over ``_MAX_STDIN``: the largest value kept (others become ``"<N characters left out>"``)."""
+_PIECE = 1024 * 1024
+_OVERSIZED_BUDGET = 2.0
+"""Seconds to decode a payload over ``_MAX_STDIN`` (about 0.2 s for 70 MB of tool output); past
+them the hook goes on with the members decoded so far, and the rest of stdin is only read."""
 _NAME_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_.:-")
 _SESSION_END_BUDGET = 1.0  # Claude Code gives all SessionEnd hooks about 1.5 s together
 _GIT_TIMEOUT = 1.0  # per git call of a brief, so that a hung git never eats a hook's budget
@@ -324,24 +336,31 @@ def _normalize_event(event: str, payload: dict[str, Any]) -> str:
     return name
 
 
-def run(argv: list[str], stdin: bytes) -> tuple[int, str, str]:
+def run(argv: list[str], stdin: bytes, rest: BinaryIO | None = None) -> tuple[int, str, str]:
     """Run a hook from its arguments and stdin; returns ``(exit_code, stdout, stderr)``.
+
+    ``rest``: the payload is over ``_MAX_STDIN``; ``stdin`` holds its first bytes and ``rest``
+    is the stream of the others, read here to its end.
 
     The exit code is always 0. Nothing here raises.
     """
     event = "?"
     payload: dict[str, Any] = {}
     options: dict[str, str] = {}
+    oversized: dict[str, Any] | None = None
     try:
         event, options = _parse_args(argv)
         from phoenix_protocol._jsonio import JSONError, loads
 
         problem = None
-        if not stdin.strip():
+        if rest is None and not stdin.strip():
             problem = "empty stdin (expected the hook's JSON)"
         else:
             try:
-                decoded = loads(stdin)
+                if rest is None:
+                    decoded = loads(stdin)
+                else:
+                    decoded, oversized = _read_oversized(stdin, rest)
             except JSONError as exc:
                 problem = f"stdin is not JSON ({exc})"
             else:
@@ -354,6 +373,8 @@ def run(argv: list[str], stdin: bytes) -> tuple[int, str, str]:
             raise ValueError(f"unknown hook event {event or '(none)'!r}; expected one of {', '.join(EVENTS)}")
         if problem is not None:
             raise ValueError(problem)
+        if oversized is not None:
+            _log_oversized(event, payload, options, oversized)
         out = handle(event, payload, options)
         return 0, (out + "\n") if out else "", ""
     except BaseException as exc:  # noqa: BLE001 - a hook must never break the agent
@@ -364,6 +385,67 @@ def run(argv: list[str], stdin: bytes) -> tuple[int, str, str]:
         line = f"phoenix: {event} hook: {message[:300]} (the agent is unaffected)"
         _log_failure(event, payload, options, message)
         return 0, "", line + "\n"
+
+
+def _read_oversized(head: bytes, rest: BinaryIO) -> tuple[Any, dict[str, Any]]:
+    """A payload over ``_MAX_STDIN``, ``head`` then ``rest``, read in pieces with its values over
+    ``_MAX_VALUE`` left out; and what to log about it. ``rest`` is read to its end whatever
+    happens (after ``_OVERSIZED_BUDGET`` without decoding). Raises ``JSONError``."""
+    import time
+
+    from phoenix_protocol._jsonio import loads_skimmed
+
+    size = 0
+
+    def read() -> Iterator[bytes | memoryview]:
+        nonlocal size
+        view = memoryview(head)
+        for start in range(0, len(view), _PIECE):
+            size += len(view[start : start + _PIECE])
+            yield view[start : start + _PIECE]
+        while piece := rest.read(_PIECE):
+            size += len(piece)
+            yield piece
+
+    pieces = read()
+    try:
+        value, left_out, complete = loads_skimmed(
+            pieces, max_value=_MAX_VALUE, deadline=time.monotonic() + _OVERSIZED_BUDGET
+        )
+    finally:
+        try:
+            for _ in pieces:  # the rest, only counted
+                pass
+        except (OSError, ValueError):
+            pass  # stdin broke: main() reports nothing more about it
+    largest = sorted(left_out.items(), key=lambda item: -item[1])[:10]
+    note: dict[str, Any] = {
+        "bytes": size,
+        "limit": _MAX_STDIN,
+        "left_out": {_plain(path, 200): chars for path, chars in largest},
+    }
+    if not complete:
+        note["complete"] = False  # out of time: the members after those decoded were not seen
+    return value, note
+
+
+def _log_oversized(event: str, payload: dict[str, Any], options: dict[str, str], note: dict[str, Any]) -> None:
+    """Best effort: the ops event ``hook_payload_oversized``. Never raises."""
+    try:
+        agent = _open_agent(payload, options, lock_timeout_cap=0.5)
+        agent.record("hook_payload_oversized", "warn", {"hook": event, **note})
+    except BaseException:  # noqa: BLE001, S110 - the hook goes on; this is only a note
+        pass
+
+
+def _drain(stream: BinaryIO) -> None:
+    """Read what is left of stdin, so that its writer is never left blocked on a full pipe (or
+    told the pipe broke)."""
+    try:
+        while stream.read(_PIECE):
+            pass
+    except (OSError, ValueError):
+        pass
 
 
 def _log_failure(event: str, payload: dict[str, Any], options: dict[str, str], message: str) -> None:
@@ -378,11 +460,16 @@ def _log_failure(event: str, payload: dict[str, Any], options: dict[str, str], m
 def main(argv: list[str] | None = None) -> None:
     """Entry point used by the installed hook commands. Always exits 0."""
     args = sys.argv[1:] if argv is None else argv
+    stream = sys.stdin.buffer if sys.stdin is not None else None
     try:
-        data = sys.stdin.buffer.read(_MAX_STDIN) if sys.stdin is not None else b""
+        data = stream.read(_MAX_STDIN + 1) if stream is not None else b""
     except (OSError, ValueError):
         data = b""
-    code, out, err = run(args, data)
+    rest = stream if stream is not None and len(data) > _MAX_STDIN else None
+    code, out, err = run(args, data, rest)
+    if rest is not None:
+        del data
+        _drain(rest)
     try:
         if out:
             sys.stdout.write(out)

@@ -95,10 +95,101 @@ def test_a_failing_collector_does_not_cost_the_checkpoint(agent: Agent) -> None:
     def broken(ctx: CollectContext) -> Any:
         raise RuntimeError("provider bug")
 
-    agent.checkpoints.register("fragile", broken)
+    restored: list[Any] = []
+    agent.checkpoints.register("fragile", broken, lambda value, a, force: restored.append(value))
     info = agent.checkpoints.create("routine")
     checkpoint = agent.checkpoints.read(info.name)
-    assert checkpoint.section("fragile") == {"error": "RuntimeError: provider bug"}
+    assert checkpoint.section("fragile") == {"error": "RuntimeError: provider bug", "collector_failed": True}
+    agent.checkpoints.flush()
+    [event] = [e for e in agent.ops.read()[0] if e["event"] == "checkpoint_created"]
+    assert event["status"] == "warn" and event["meta"]["failed_sections"] == ["fragile"]
+    # The error is not data: its restorer is not handed it (a cautious restorer would have
+    # emptied its queue), and the restore says so.
+    result = agent.checkpoints.restore(info.name)
+    assert restored == [] and "fragile" not in result.applied
+    assert result.problems == [
+        "fragile: not restored, its collector failed when the checkpoint was taken: RuntimeError: provider bug"
+    ]
+
+
+def test_a_section_that_looks_like_an_error_is_still_data(agent: Agent) -> None:
+    restored: list[Any] = []
+    agent.checkpoints.register("last_call", lambda ctx: {"error": "timeout"}, lambda v, a, f: restored.append(v))
+    agent.checkpoints.restore(agent.checkpoints.create("routine").name)
+    assert restored == [{"error": "timeout"}]
+
+
+@pytest.mark.parametrize("name", ["metadata", "summary", "extensions", "checksum", "state", "kind"])
+def test_a_section_cannot_take_a_field_of_the_envelope(agent: Agent, name: str) -> None:
+    """``metadata`` was accepted, stored under ``extensions`` and read back as the envelope's own
+    metadata: its restorer got the session's metadata instead of its data."""
+    with pytest.raises(UsageError, match="field of the checkpoint itself"):
+        agent.checkpoints.register(name, lambda ctx: {"run_id": "r-42"})
+
+
+def test_unregister_removes_a_section(agent: Agent) -> None:
+    agent.checkpoints.register("planner", lambda ctx: {"queue": [1]}, lambda v, a, f: None)
+    agent.checkpoints.unregister("planner")
+    agent.checkpoints.unregister("never-registered")
+    assert "planner" not in agent.checkpoints.sections()
+    info = agent.checkpoints.create("routine")
+    assert agent.checkpoints.read(info.name).section("planner") is None
+
+
+def test_registering_while_another_thread_takes_checkpoints(agent: Agent) -> None:
+    """``collect`` went over the providers' dict while ``register`` changed it: RuntimeError."""
+    import threading
+
+    errors: list[BaseException] = []
+    stop = threading.Event()
+
+    def take() -> None:
+        try:
+            while not stop.is_set():
+                agent.checkpoints.create("routine")
+        except BaseException as exc:
+            errors.append(exc)
+
+    worker = threading.Thread(target=take)
+    worker.start()
+    try:
+        for i in range(300):
+            agent.checkpoints.register(f"extra-{i}", lambda ctx: {"n": 1})
+    finally:
+        stop.set()
+        worker.join()
+    assert errors == []
+
+
+def test_threads_number_checkpoints_in_the_order_they_collected(agent: Agent) -> None:
+    """A slow collector in one thread: the checkpoint another thread started later used to get the
+    lower number, so ``latest()`` returned the older data."""
+    import threading
+
+    value = {"n": 1}
+    entered = threading.Event()
+    release = threading.Event()
+
+    def progress(ctx: CollectContext) -> Any:
+        seen = dict(value)
+        if ctx.summary == "slow":
+            entered.set()
+            release.wait(5)
+        return seen
+
+    agent.checkpoints.register("progress", progress)
+    slow = threading.Thread(target=lambda: agent.checkpoints.create("routine", summary="slow"))
+    slow.start()
+    assert entered.wait(5)
+    value["n"] = 2
+    fast = threading.Thread(target=lambda: agent.checkpoints.create("routine", summary="fast"))
+    fast.start()
+    fast.join(1.0)  # before the fix the fast one got through first (now it waits for the slow one)
+    release.set()
+    slow.join()
+    fast.join()
+    latest, _ = agent.checkpoints.latest()
+    assert latest is not None and latest.summary == "fast" and latest.section("progress") == {"n": 2}
 
 
 def test_restore_fills_an_empty_state_and_force_overwrites(agent: Agent, home: Home, clock: ManualClock) -> None:
@@ -257,6 +348,82 @@ def test_two_hours_of_work_force_a_refresh(agent: Agent, clock: ManualClock) -> 
     assert after.work_started_ms == clock.now_ms()
 
 
+def test_a_due_checkpoint_is_taken_once_by_threads_and_processes(agent: Agent, clock: ManualClock) -> None:
+    """``maybe_checkpoint`` claims what is due under the state lock, as the hook does: eight
+    threads, then several processes, used to take one routine checkpoint each for the same due
+    interval (and eight forced refreshes), pushing older snapshots out of the three kept."""
+    import subprocess
+    import sys
+    import threading
+
+    _working(agent)
+    clock.advance(31 * 60)
+    start = threading.Barrier(8)
+    taken: list[list[Any]] = []
+
+    def loop() -> None:
+        start.wait()
+        taken.append(agent.checkpoints.maybe_checkpoint())
+
+    threads = [threading.Thread(target=loop) for _ in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert sorted(len(t) for t in taken) == [0] * 7 + [1]
+    # Processes, with the clock pinned (PHOENIX_NOW_MS) past the next interval.
+    code = (
+        "import sys; from phoenix_protocol._agent import Agent; from phoenix_protocol._home import Home; "
+        "a = Agent.open('tester', home=Home(sys.argv[1])); print(len(a.checkpoints.maybe_checkpoint()))"
+    )
+    env = {**os.environ, "PHOENIX_NOW_MS": str(clock.now_ms() + 31 * 60_000)}
+    procs = [
+        subprocess.Popen([sys.executable, "-c", code, agent.home.root], env=env, stdout=subprocess.PIPE, text=True)
+        for _ in range(5)
+    ]
+    counts = sorted(int(p.communicate()[0]) for p in procs)
+    assert counts == [0, 0, 0, 0, 1]
+    assert [e.checkpoint_type for e in agent.checkpoints.entries()] == ["routine", "routine"]
+
+
+def test_a_clock_set_back_does_not_stop_time_based_checkpoints(agent: Agent, clock: ManualClock) -> None:
+    _working(agent)
+    clock.advance(31 * 60)
+    assert [t.checkpoint_type for t in agent.checkpoints.maybe_checkpoint()] == ["routine"]
+    clock.set(clock.now_ms() - 24 * 3_600_000)  # the clock steps back a day
+    assert agent.checkpoints.maybe_checkpoint() == []  # the recorded times are brought back to now
+    state = agent.state.read()
+    assert state.work_started_ms == clock.now_ms() and state.last_checkpoint_ms == clock.now_ms()
+    clock.advance(31 * 60)
+    assert [t.checkpoint_type for t in agent.checkpoints.maybe_checkpoint()] == ["routine"]
+
+
+def test_pre_operation_keeps_the_blocks_outcome_when_bookkeeping_fails(
+    agent: Agent, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Recording the outcome fails (here: a lock held too long): a migration that succeeded used to
+    come out of the ``with`` as a LockTimeoutError, and a failed one had its own exception replaced."""
+    from phoenix_protocol._errors import LockTimeoutError
+
+    def stuck(*args: Any, **kwargs: Any) -> Any:
+        raise LockTimeoutError("could not lock index.json within 0.3 s")
+
+    with agent.checkpoints.pre_operation("migrate db") as op:
+        monkeypatch.setattr(agent.checkpoints, "end_operation", stuck)
+    monkeypatch.undo()
+    assert [e.operation_id for e in agent.checkpoints.entries("pre-operation")] == [op.id]  # kept, not lost
+    events = [e for e in agent.ops.read()[0] if e["event"] == "operation_not_released"]
+    assert events and events[0]["meta"]["id"] == op.id and "LockTimeoutError" in events[0]["meta"]["error"]
+
+    class MigrationError(Exception):
+        pass
+
+    with pytest.raises(MigrationError) as raised, agent.checkpoints.pre_operation("migrate again"):
+        monkeypatch.setattr(agent.checkpoints, "end_operation", stuck)
+        raise MigrationError("column exists")
+    assert any("could not record" in note for note in raised.value.__notes__)
+
+
 def test_intervals_are_configurable(home: Home, clock: ManualClock) -> None:
     agent = Agent.open("fast", home=home, clock=clock, config_overrides={"checkpoint_interval_minutes": 5})
     _working(agent)
@@ -308,6 +475,6 @@ def test_a_section_json_cannot_hold_is_recorded_as_an_error_and_the_rest_is_writ
     info = agent.checkpoints.create("session", summary="end of day")
     checkpoint = agent.checkpoints.read(info.name)
     assert checkpoint.section("good") == {"kept": True} and checkpoint.summary == "end of day"
-    assert set(checkpoint.section("numbers")) == {"error"}
+    assert set(checkpoint.section("numbers")) == {"error", "collector_failed"}
     assert "JSON cannot hold" in checkpoint.section("numbers")["error"]
     assert checkpoint.data["extensions"]["phoenix_state"]["current_task"] == "keep going"

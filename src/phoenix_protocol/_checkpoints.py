@@ -44,6 +44,7 @@ import contextlib
 import hashlib
 import itertools
 import os
+import threading
 from collections.abc import Callable, Iterable, Iterator
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -63,6 +64,7 @@ from phoenix_protocol._durable import FileLock, ensure_dir, read_bytes
 from phoenix_protocol._errors import (
     CorruptStateError,
     NotFoundError,
+    PhoenixError,
     RefusedError,
     SchemaVersionError,
     StorageError,
@@ -98,6 +100,30 @@ STATE_SECTIONS = ("current_task", "mailbox", "operational_context", "memory")
 SESSION_SECTIONS = ("context", "recent_memories", "identity_updates", "working_memory")
 """Seed 002's (PAIF) sections, stored at the top level (``metadata`` is written by the store)."""
 SECTIONS = STATE_SECTIONS + SESSION_SECTIONS
+RESERVED_NAMES = frozenset(
+    {
+        "kind",
+        "schema_version",
+        "agent_id",
+        "seq",
+        "timestamp",
+        "timestamp_ms",
+        "checkpoint_type",
+        "version",
+        "summary",
+        "operation",
+        "state",
+        "metadata",
+        "extensions",
+        "checksum",
+    }
+)
+"""The envelope's own fields: no section may take one of these names (``metadata`` would be
+stored under ``extensions`` and read back as the envelope's)."""
+SECTION_FAILED = "collector_failed"
+"""The key that marks a section's content as the error its collector met, not its data:
+``{"error": "...", "collector_failed": true}``. ``restore`` does not hand such a section to its
+restorer (it reports it); ``create`` reports it in its ops event."""
 _CHECKSUM_MARK = b'\n  "checksum": "'
 
 
@@ -248,6 +274,11 @@ def _cut(summary: str) -> str:
     return summary[: SUMMARY_LIMIT - len(marker)].rstrip() + marker
 
 
+def failed_section(value: object) -> bool:
+    """Whether a section's content is the error its collector met (``SECTION_FAILED``)."""
+    return type(value) is dict and value.get(SECTION_FAILED) is True and "error" in value
+
+
 def writable_sections(sections: dict[str, Any], *, redacted: bool) -> dict[str, Any]:
     """``sections`` (redacted first unless ``redacted``) with each one JSON cannot hold (NaN or an
     infinity, a set, bytes, an object, a cycle) replaced by ``{"error": ...}``, as a collector
@@ -260,7 +291,8 @@ def writable_sections(sections: dict[str, Any], *, redacted: bool) -> dict[str, 
             clean = value if redacted else redact_sections({key: value})[key]
             dumps_indented_bytes({key: clean})
         except (TypeError, ValueError, RecursionError) as exc:
-            clean = {"error": redact(f"{type(exc).__name__}: {exc} (the collector returned what JSON cannot hold)")}
+            message = f"{type(exc).__name__}: {exc} (the collector returned what JSON cannot hold)"
+            clean = {"error": redact(message), SECTION_FAILED: True}
         out[key] = clean
     return out
 
@@ -643,6 +675,7 @@ class CheckpointStore:
         self.dir = os.path.join(agent.dir, "checkpoints")
         self._collectors: dict[str, Collector] = {}
         self._restorers: dict[str, Restorer] = {}
+        self._taking = threading.RLock()  # one checkpoint at a time per process (see ``create``)
         self.backend: CheckpointBackend
         self.files: FileCheckpoints | None = None
         from phoenix_protocol._pg import is_postgres_url
@@ -685,10 +718,23 @@ class CheckpointStore:
         state). Sections other than the seed's are stored under ``extensions``.
         """
         validate_id(section, "section name")
+        if section in RESERVED_NAMES:
+            raise UsageError(
+                f"{section!r} is a field of the checkpoint itself, not a section: choose another name "
+                f"(reserved: {', '.join(sorted(RESERVED_NAMES))})."
+            )
+        # Copied, not changed in place: a checkpoint being taken in another thread goes on with
+        # the providers it started with.
         if collector is not None:
-            self._collectors[section] = collector
+            self._collectors = {**self._collectors, section: collector}
         if restorer is not None:
-            self._restorers[section] = restorer
+            self._restorers = {**self._restorers, section: restorer}
+
+    def unregister(self, section: str) -> None:
+        """Remove the collector and the restorer of a section (the default ones too); checkpoints
+        taken from then on do not hold it. Unknown sections are ignored."""
+        self._collectors = {k: v for k, v in self._collectors.items() if k != section}
+        self._restorers = {k: v for k, v in self._restorers.items() if k != section}
 
     def sections(self) -> list[str]:
         """Every section with a collector."""
@@ -813,11 +859,11 @@ class CheckpointStore:
     def collect(self, ctx: CollectContext) -> dict[str, Any]:
         """Run every collector; a failing collector is recorded in the section, not fatal."""
         out: dict[str, Any] = {}
-        for section, collector in self._collectors.items():
+        for section, collector in self._collectors.items():  # a dict registration replaces, never changes
             try:
                 out[section] = collector(ctx)
             except Exception as exc:  # noqa: BLE001 - a provider's bug must not cost the checkpoint
-                out[section] = {"error": f"{type(exc).__name__}: {exc}"}
+                out[section] = {"error": f"{type(exc).__name__}: {exc}", SECTION_FAILED: True}
         return out
 
     def create(
@@ -829,9 +875,24 @@ class CheckpointStore:
         extra: dict[str, Any] | None = None,
         now_ms: int | None = None,
     ) -> CheckpointInfo:
-        """Take a checkpoint now; enforce retention; return what was written."""
+        """Take a checkpoint now; enforce retention; return what was written.
+
+        The threads of a process take their checkpoints one at a time (collecting included), so
+        that a checkpoint's number and time follow the order in which its sections were
+        collected: a slow collector in one thread cannot give older data a newer number."""
         if checkpoint_type not in CHECKPOINT_TYPES:
             raise UsageError(f"checkpoint type must be one of {', '.join(CHECKPOINT_TYPES)}, not {checkpoint_type!r}.")
+        with self._taking:
+            return self._create(checkpoint_type, summary, operation, extra, now_ms)
+
+    def _create(
+        self,
+        checkpoint_type: str,
+        summary: str | None,
+        operation: dict[str, Any] | None,
+        extra: dict[str, Any] | None,
+        now_ms: int | None,
+    ) -> CheckpointInfo:
         clean_summary = None
         if summary is not None:
             from phoenix_protocol._redact import redact
@@ -889,19 +950,21 @@ class CheckpointStore:
         queued: list[dict[str, Any]] = []
 
         def written(info: CheckpointInfo, drop: list[CheckpointInfo]) -> None:
+            failed = sorted(k for k, v in sections.items() if failed_section(v))
             # The event about the checkpoint is written behind (the checkpoint log is the record);
             # it is queued while the checkpoint is being flushed, and taken back if that fails.
             self.agent.ensure()
             queued.append(
                 self.agent.ops.record_later(
                     "checkpoint_created",
-                    "ok",
+                    "warn" if failed else "ok",
                     {
                         "name": info.name,
                         "type": checkpoint_type,
                         "seq": info.seq,
                         "size": info.size,
                         "pruned": len(drop),
+                        **({"failed_sections": failed} if failed else {}),
                     },
                     trusted=True,
                     delay=self.agent.config.checkpoint_files_delay,
@@ -947,7 +1010,6 @@ class CheckpointStore:
             return
         if (current.last_checkpoint_ms or 0) >= ms:
             return  # the heartbeat that asked for this checkpoint already set it
-        from phoenix_protocol._errors import PhoenixError
 
         def mutate(state: Any) -> None:
             state.last_checkpoint_ms = ms
@@ -1045,9 +1107,23 @@ class CheckpointStore:
         try:
             yield op
         except BaseException as exc:
-            self.end_operation(op.id, success=False, error=f"{type(exc).__name__}: {exc}")
+            try:
+                self.end_operation(op.id, success=False, error=f"{type(exc).__name__}: {exc}")
+            except (PhoenixError, OSError) as bookkeeping:
+                # The block's own exception is what the caller must see; its checkpoint is kept.
+                exc.add_note(f"Phoenix could not record that operation {op.id} failed: {bookkeeping}")
             raise
-        self.end_operation(op.id, success=True)
+        try:
+            self.end_operation(op.id, success=True)
+        except (PhoenixError, OSError) as exc:
+            # The operation succeeded; only releasing its checkpoint did not (a lock held too long,
+            # a full disk): the checkpoint is kept, as for a failed one, and the success stands.
+            with contextlib.suppress(PhoenixError, OSError):
+                self.agent.record(
+                    "operation_not_released",
+                    "warn",
+                    {"id": op.id, "checkpoint": op.checkpoint.name, "error": f"{type(exc).__name__}: {exc}"[:500]},
+                )
 
     # -- restoring ----------------------------------------------------------------------------
 
@@ -1087,6 +1163,11 @@ class CheckpointStore:
             value = checkpoint.section(section)
             if value is None:
                 continue
+            if failed_section(value):
+                problems.append(
+                    f"{section}: not restored, its collector failed when the checkpoint was taken: {value['error']}"
+                )
+                continue
             try:
                 applied[section] = restorer(value, self.agent, force)
             except Exception as exc:  # noqa: BLE001 - a restorer's bug: report, go on with the others
@@ -1113,9 +1194,25 @@ class CheckpointStore:
         return due_checkpoints(state, self.agent.config, self.agent.clock.now_ms() if now_ms is None else now_ms)
 
     def maybe_checkpoint(self, now_ms: int | None = None) -> list[CheckpointInfo]:
-        """Take whatever time-based checkpoint is due (call it from an agent's loop)."""
+        """Take whatever time-based checkpoint is due (call it from an agent's loop). A due
+        checkpoint is claimed under the state's lock first, as the PostToolUse hook does, so that
+        of several threads or processes working for the agent one takes it. Cheap when nothing
+        is due: one read of ``state.json``."""
+        from phoenix_protocol._state import Transition, claim_due_checkpoints, clock_stepped_back, due_checkpoints
+
+        now = self.agent.clock.now_ms() if now_ms is None else now_ms
+        state = self.agent.state.read_or_none()
+        if state is None or not (due_checkpoints(state, self.agent.config, now) or clock_stepped_back(state, now)):
+            return []
+        claimed: list[str] = []
+
+        def claim(current: Any) -> list[Any]:
+            claimed.extend(claim_due_checkpoints(current, self.agent.config, now))
+            return [Transition("checkpoint_due", "ok", {"types": claimed}, trusted=True)] if claimed else []
+
+        self.agent.state.change(claim)
         taken = []
-        for kind in self.due(now_ms):
+        for kind in claimed:
             if kind == "recovery":
                 taken.append(self.force_refresh("continuous work limit reached", now_ms=now_ms))
             else:

@@ -45,6 +45,8 @@ __all__ = [
     "AgentState",
     "StateStore",
     "Transition",
+    "claim_due_checkpoints",
+    "clock_stepped_back",
     "due_checkpoints",
     "is_new_session",
 ]
@@ -271,6 +273,29 @@ def _track_work(state: AgentState, previous: str) -> None:
         state.work_started_ms = state.last_active_ms
     elif state.status != "working":
         state.work_started_ms = None
+
+
+def claim_due_checkpoints(state: AgentState, config: Config, now_ms: int) -> list[str]:
+    """The time-based checkpoints due for ``state``, claimed: marked as taken in ``state``
+    (``last_checkpoint_ms``; a recovery also starts a new stretch of work), so that of the
+    processes and threads that look at the same state under its lock, one takes them. Times a
+    clock stepped back left in the future are brought back to ``now_ms`` first (otherwise nothing
+    would be due until the clock caught up with them)."""
+    if state.work_started_ms is not None and state.work_started_ms > now_ms:
+        state.work_started_ms = now_ms
+    if state.last_checkpoint_ms is not None and state.last_checkpoint_ms > now_ms:
+        state.last_checkpoint_ms = now_ms
+    kinds = due_checkpoints(state, config, now_ms)
+    if kinds:
+        state.last_checkpoint_ms = now_ms
+        if "recovery" in kinds:
+            state.work_started_ms = now_ms
+    return kinds
+
+
+def clock_stepped_back(state: AgentState, now_ms: int) -> bool:
+    """Whether ``state`` holds work times after ``now_ms`` (the clock was set back since)."""
+    return (state.work_started_ms or 0) > now_ms or (state.last_checkpoint_ms or 0) > now_ms
 
 
 def due_checkpoints(state: AgentState, config: Config, now_ms: int) -> list[str]:
@@ -700,11 +725,8 @@ class StateStore:
             if tool is not None:
                 out += self._track_actions(state, now, tool, input_digest, ok, duration_ms, progress, drift)
             if due is not None:
-                kinds = due_checkpoints(state, self.config, now)
+                kinds = claim_due_checkpoints(state, self.config, now)
                 if kinds:
-                    state.last_checkpoint_ms = now
-                    if "recovery" in kinds:
-                        state.work_started_ms = now
                     due.extend(kinds)
                     out.append(Transition("checkpoint_due", "ok", {"types": kinds}, trusted=True))
             return out

@@ -22,7 +22,7 @@ rewrites a state file it could not read.
 
 A payload over ``_MAX_STDIN`` (64 MiB: a tool's whole output) is still read to its end, so that
 Claude Code never waits on a full pipe, but in pieces and with its values over ``_MAX_VALUE``
-(1 MiB) left out (``_jsonio.loads_skimmed``): the hook still runs on the ids, names and flags,
+(1 MiB) left out (``_jsonskim.loads_skimmed``): the hook still runs on the ids, names and flags,
 and logs ``hook_payload_oversized``.
 
 Hot path: the PostToolUse handler imports only ``os``, ``sys``, ``time``, ``fcntl``, ``_json``
@@ -393,7 +393,7 @@ def _read_oversized(head: bytes, rest: BinaryIO) -> tuple[Any, dict[str, Any]]:
     happens (after ``_OVERSIZED_BUDGET`` without decoding). Raises ``JSONError``."""
     import time
 
-    from phoenix_protocol._jsonio import loads_skimmed
+    from phoenix_protocol._jsonskim import loads_skimmed
 
     size = 0
 

@@ -12,8 +12,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from phoenix_protocol import _jsonio
-from phoenix_protocol._jsonio import JSONError, loads_skimmed
+from phoenix_protocol import _jsonskim
+from phoenix_protocol._jsonio import JSONError
+from phoenix_protocol._jsonskim import loads_skimmed
 
 scalars = (
     st.none()
@@ -80,7 +81,7 @@ def test_skimmed_is_the_rule_whatever_the_pieces(
     # A window of 128 characters past a value's start (the longest key here is 98): containers
     # larger than it are passed over piece by piece (skip_container), not refused by the C
     # scanner in one go.
-    with mock.patch.object(_jsonio, "_MIN_LOOKAHEAD", 128):
+    with mock.patch.object(_jsonskim, "_MIN_LOOKAHEAD", 128):
         skimmed, left, complete = loads_skimmed(_pieces(data, sizes), max_value=max_value, keep_depth=keep_depth)
     assert complete and (skimmed, left) == expected
 

@@ -5,6 +5,7 @@ on PostgreSQL another machine: another home on the same server, with its own cop
 from __future__ import annotations
 
 import datetime
+import decimal
 import json
 import os
 from pathlib import Path
@@ -241,3 +242,94 @@ def test_hooks_read_the_copy_and_others_fail_clearly(home: Home, clock: ManualCl
         gone.identity.read()
     gone.store_fallback = True  # as in a hook
     assert gone.identity.read().current_focus == "ship 1.2"
+
+
+class _Text(str):
+    """A str subclass: YAML's safe dumper cannot write it."""
+
+
+@pytest.mark.parametrize(
+    ("value", "named"),
+    [
+        (b"\x00\xff", "mutable.fingerprint is of type bytes"),
+        ({"a", "b"}, "mutable.fingerprint is of type set"),
+        (("a", "b"), "mutable.fingerprint is of type tuple"),
+        (decimal.Decimal("1.5"), "mutable.fingerprint is of type Decimal"),
+        (object(), "mutable.fingerprint is of type object"),
+        (_Text("x"), "mutable.fingerprint is of type _Text"),
+        (float("nan"), "mutable.fingerprint is nan"),
+        (float("inf"), "mutable.fingerprint is inf"),
+        ({"ok": [1, {"deep": b"x"}]}, r"mutable.fingerprint.ok\[1\].deep is of type bytes"),
+        ({1: "one"}, "mutable.fingerprint has the key 1, which is not text"),
+    ],
+)
+def test_values_json_cannot_hold_are_refused_naming_the_key(
+    backend: str, agent: Agent, tmp_path: Path, value: object, named: str
+) -> None:
+    """identity.yaml took bytes and sets (as !!binary, !!set), and every later session start then
+    crashed; Decimal, other objects and NaN leaked yaml's and _jsonio's own errors."""
+    seeded(agent)
+    before = agent.identity.read().as_dict()
+    with pytest.raises(UsageError, match=f"{named}.*nothing was written"):
+        agent.identity.set("fingerprint", value)
+    with pytest.raises(UsageError, match=named.replace("mutable.fingerprint", "skill.level")):
+        agent.identity.add("skill", {"name": "python", "level": value})
+    with pytest.raises(UsageError, match=named.replace("mutable.fingerprint", "immutable.seal")):
+        agent.identity.reset_core({"name": "zero", "seal": value})
+    with pytest.raises(UsageError, match=named):
+        agent.identity.update(lambda identity: identity.mutable.update(fingerprint=value))
+    assert elsewhere(agent, backend, tmp_path).identity.read().as_dict() == before
+    started = _sessions.begin(agent, "s-1")
+    assert started.problems == [] and agent.identity.read().mutable["accumulated_experience"] == 1
+
+
+@pytest.mark.parametrize(
+    ("written", "named"),
+    [
+        ("  fingerprint: !!binary AP8=", "mutable.fingerprint is of type bytes"),
+        ("  fingerprint: !!set {a: null}", "mutable.fingerprint is of type set"),
+        ("  fingerprint: !!omap [{a: 1}]", r"mutable.fingerprint\[0\] is of type tuple"),
+        ("  fingerprint: .nan", "mutable.fingerprint is nan"),
+        ("  fingerprint: {1: one}", "mutable.fingerprint has the key 1"),
+    ],
+)
+def test_a_hand_written_value_json_cannot_hold_is_reported_and_sessions_still_start(
+    backend: str, agent: Agent, written: str, named: str
+) -> None:
+    """The session starts with the problem in its report, and is recorded; the identity is left as
+    it is (no count of a session that did not start: it was incremented before the start crashed)."""
+    seeded(agent)
+    agent.identity.read()  # the PostgreSQL store refreshes this machine's copy
+    path = Path(agent.identity.path)
+    path.write_text(path.read_text() + written + "\n")
+    text = path.read_text()
+    with pytest.raises(CorruptStateError, match=f"{named}.*fix it by hand"):
+        agent.identity.read()
+    for n in (1, 2):
+        started = _sessions.begin(agent, f"s-{n}")
+        assert started.identity is None and any(named.replace("\\", "") in p for p in started.problems)
+        assert started.as_dict()["session_id"] == f"s-{n}"
+    assert [row["session_id"] for row in _sessions.list_sessions(agent)] == ["s-1", "s-2"]
+    assert path.read_text() == text and "accumulated_experience: 0" in text
+    _sessions.end(agent, "s-2", summary="done")
+    assert _sessions.list_sessions(agent)[-1]["status"] == "ended"
+
+
+def test_a_session_start_that_fails_is_not_counted(
+    home: Home, clock: ManualClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The start is recorded before accumulated_experience counts it: a start that cannot be
+    recorded (here the disk refuses current.json) leaves the count as it was."""
+    agent = Agent.open("zero", home=home, clock=clock)
+    seeded(agent)
+
+    def refuse(self: object, record: object) -> None:
+        raise StorageError("disk full")
+
+    monkeypatch.setattr(_sessions.FileSessions, "set_current", refuse)
+    with pytest.raises(StorageError):
+        _sessions.begin(agent, "s-1")
+    assert agent.identity.read().mutable["accumulated_experience"] == 0
+    monkeypatch.undo()
+    _sessions.begin(agent, "s-1")
+    assert agent.identity.read().mutable["accumulated_experience"] == 1

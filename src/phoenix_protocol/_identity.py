@@ -43,7 +43,7 @@ if TYPE_CHECKING:
     from phoenix_protocol._agent import Agent
     from phoenix_protocol._identity_pg import PgIdentity
 
-__all__ = ["IDENTITY_LISTS", "Identity", "IdentityCoreError", "IdentityStore", "mutable_problem"]
+__all__ = ["IDENTITY_LISTS", "Identity", "IdentityCoreError", "IdentityStore", "json_problem", "mutable_problem"]
 
 IDENTITY_LISTS = {
     "beliefs": ("subject", "confidence"),
@@ -129,6 +129,45 @@ def _is_time(text: str) -> bool:
     except (ValueError, OverflowError):
         return False
     return True
+
+
+def json_problem(value: Any, where: str) -> str | None:
+    """What in ``value`` is not a plain JSON value (``None``: nothing): text, an integer, a finite
+    number, true/false, null, a list, or a mapping with text keys, all the way down (exact types,
+    as YAML writes them back and JSON holds them). ``where`` names ``value`` in the answer.
+
+    YAML reads more (``!!binary`` bytes, ``!!set``, ``!!omap`` pairs, ``.nan``, ``.inf``) and
+    Python callers can pass anything; an identity travels as JSON (the session's record, ``--json``,
+    checkpoints), so such a value is refused when written and reported when read."""
+    t = type(value)
+    if t is str or t is int or t is bool or value is None:
+        return None
+    if t is float:
+        return None if value - value == 0 else f"{where} is {value!r}, which JSON cannot hold (a finite number is)"
+    if t is list:
+        for i, item in enumerate(value):
+            problem = json_problem(item, f"{where}[{i}]")
+            if problem is not None:
+                return problem
+        return None
+    if t is dict:
+        for key, item in value.items():
+            if type(key) is not str:
+                return f"{where} has the key {key!r}, which is not text (keys must be text)"
+            problem = json_problem(item, f"{where}.{key}")
+            if problem is not None:
+                return problem
+        return None
+    return (
+        f"{where} is of type {t.__name__}, which JSON cannot hold (use text, a number, true/false, null, "
+        "a list or a mapping with text keys)"
+    )
+
+
+def _refuse_non_json(value: Any, where: str) -> None:
+    problem = json_problem(value, where)
+    if problem is not None:
+        raise UsageError(f"{problem}; nothing was written.")
 
 
 def mutable_problem(mutable: dict[str, Any]) -> str | None:
@@ -245,7 +284,7 @@ class IdentityStore:
         merged.update(mutable)
         if isinstance(merged.get("state"), dict):
             merged["state"] = {**_default_mutable()["state"], **merged["state"]}
-        problem = mutable_problem(merged)
+        problem = mutable_problem(merged) or json_problem(immutable, "immutable") or json_problem(merged, "mutable")
         if problem is not None:
             raise CorruptStateError(f"{self.path}: {problem}; fix it by hand.", path=self.path)
         return Identity(immutable, merged), header
@@ -363,7 +402,7 @@ class IdentityStore:
                     "the immutable section of an identity cannot be changed by an update; "
                     "use `phx identity reset-core` (logged) to change the core."
                 )
-            problem = mutable_problem(identity.mutable)
+            problem = mutable_problem(identity.mutable) or json_problem(identity.mutable, "mutable")
             if problem is not None:
                 raise UsageError(f"{problem}; nothing was written.")
             done.append((identity, sealed))
@@ -378,7 +417,8 @@ class IdentityStore:
     def set(self, path: str, value: Any) -> Identity:
         """Set a mutable value by dotted path (``state.current_focus``; a leading ``mutable.`` is
         optional). Paths under ``immutable`` are refused (``IdentityCoreError``); a value Phoenix
-        could not read back (``mutable_problem``) is refused with ``UsageError``, nothing written."""
+        could not read back (``mutable_problem``) or that is not a plain JSON value
+        (``json_problem``: bytes, a set, NaN...) is refused with ``UsageError``, nothing written."""
         parts = [p for p in path.split(".") if p]
         if parts[:1] == ["immutable"]:
             raise IdentityCoreError(
@@ -390,7 +430,7 @@ class IdentityStore:
             raise UsageError("give a path in the mutable section, e.g. state.current_focus.")
         if parts[0] in IDENTITY_LISTS and (len(parts) > 1 or not isinstance(value, list)):
             raise UsageError(f"{parts[0]} is a list: use `phx identity add {parts[0][:-1]} …` to add to it.")
-
+        _refuse_non_json(value, "mutable." + ".".join(parts))
         value = _redacted(value)
 
         def mutate(identity: Identity) -> None:
@@ -409,10 +449,13 @@ class IdentityStore:
         return identity
 
     def add(self, kind: str, entry: dict[str, Any]) -> Identity:
-        """Add (or update, by its first key) a belief, skill or relationship."""
+        """Add (or update, by its first key) a belief, skill or relationship. Its values must be
+        plain JSON values (``json_problem``), else ``UsageError`` and nothing is written."""
         key = {"belief": "beliefs", "skill": "skills", "relationship": "relationships"}.get(kind, kind)
         if key not in IDENTITY_LISTS:
             raise UsageError(f"kind must be belief, skill or relationship, not {kind!r}.")
+        if not isinstance(entry, dict):
+            raise UsageError(f"a {kind} must be a mapping, e.g. {{{IDENTITY_LISTS[key][0]!r}: ...}}.")
         first, second = IDENTITY_LISTS[key]
         if not entry.get(first):
             raise UsageError(f"a {kind} needs a {first}.")
@@ -424,6 +467,7 @@ class IdentityStore:
             if not 0.0 <= confidence <= 1.0:
                 raise UsageError("confidence must be between 0 and 1.")
             entry = {**entry, second: confidence}
+        _refuse_non_json(dict(entry), kind)
         entry = _redacted(entry)
 
         def mutate(identity: Identity) -> None:
@@ -440,10 +484,12 @@ class IdentityStore:
 
     def reset_core(self, immutable: dict[str, Any] | None = None) -> Identity:
         """Change the core on purpose: seal ``immutable`` (default: the section as it now is in
-        the document, e.g. after an edit by hand) with a new digest. Logged with both digests."""
+        the document, e.g. after an edit by hand) with a new digest. Logged with both digests.
+        Its values must be plain JSON values (``json_problem``), else ``UsageError``."""
         if immutable is not None and not isinstance(immutable, dict):
             raise UsageError("the immutable section must be a mapping.")
         if immutable is not None:
+            _refuse_non_json(dict(immutable), "immutable")
             immutable = _redacted(immutable)
         done: list[tuple[Identity, str | None]] = []
 

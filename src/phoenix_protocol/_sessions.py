@@ -188,7 +188,9 @@ def begin(
     force: bool = False,
 ) -> SessionStart:
     """Start a session (PAIF restore). Problems (a damaged checkpoint, an identity whose core was
-    edited by hand) are reported in the result and the ops log; the session starts anyway."""
+    edited by hand or that holds what JSON cannot) are reported in the result and the ops log;
+    the session starts anyway. The start is recorded before the identity's
+    ``accumulated_experience`` is incremented, so that no failure counts a session never started."""
     from phoenix_protocol._ids import validate_id
 
     sid = validate_id(session_id, "session id", max_length=128) if session_id else str(uuid.uuid4())
@@ -210,16 +212,8 @@ def begin(
         except PhoenixError as exc:
             if not (isinstance(exc, UsageError) and not agent.checkpoints.entries(limit=1)):
                 problems.append(str(exc))  # none at all (a first session) is no problem
-    if identity is not None:
-
-        def stats(ident: Identity) -> None:
-            ident.mutable["state"]["last_session_at"] = now
-            ident.mutable["accumulated_experience"] = int(ident.mutable.get("accumulated_experience") or 0) + 1
-
-        try:
-            identity = agent.identity.update(stats)
-        except PhoenixError as exc:
-            problems.append(str(exc))
+    # The start is recorded before the identity counts it: a session that fails to start is
+    # never counted (a count without a recorded start was a session that never existed).
     sessions = storage(agent)
     sessions.set_current(
         {
@@ -242,6 +236,16 @@ def begin(
             "restored_from": checkpoint.name if checkpoint else None,
         }
     )
+    if identity is not None:
+
+        def stats(ident: Identity) -> None:
+            ident.mutable["state"]["last_session_at"] = now
+            ident.mutable["accumulated_experience"] = int(ident.mutable.get("accumulated_experience") or 0) + 1
+
+        try:
+            identity = agent.identity.update(stats)
+        except PhoenixError as exc:
+            problems.append(str(exc))
     agent.record(
         "session_restored" if checkpoint else "session_begun",
         "warn" if problems else "ok",

@@ -478,3 +478,33 @@ def test_a_section_json_cannot_hold_is_recorded_as_an_error_and_the_rest_is_writ
     assert set(checkpoint.section("numbers")) == {"error", "collector_failed"}
     assert "JSON cannot hold" in checkpoint.section("numbers")["error"]
     assert checkpoint.data["extensions"]["phoenix_state"]["current_task"] == "keep going"
+
+
+def test_sections_each_encoder_takes_alone_are_written_together(agent: Agent) -> None:
+    """A datetime (which the fast encoder takes) in one section, an integer beyond 64 bits (which
+    only the standard library takes) in another: the checkpoint was lost with a TypeError."""
+    import datetime as dt
+
+    agent.checkpoints.register("clock", lambda ctx: {"at": dt.datetime(2026, 11, 24, 12, 0, tzinfo=dt.UTC)})
+    agent.checkpoints.register("ledger", lambda ctx: {"total_wei": 2**64})
+    info = agent.checkpoints.create("routine")
+    checkpoint = agent.checkpoints.read(info.name)
+    assert checkpoint.section("clock") == {"at": "2026-11-24T12:00:00+00:00"}
+    assert checkpoint.section("ledger") == {"total_wei": 2**64}
+
+
+@pytest.mark.parametrize("number", [2**64, -(2**63) - 1, 24197857161011715162171839636988778104])
+def test_integers_beyond_64_bits_come_back_exact(agent: Agent, number: int) -> None:
+    """They were written exactly and read back as floats (2.4197857161011713e+37)."""
+    restored: list[Any] = []
+    agent.checkpoints.register("ids", lambda ctx: {"id": number}, lambda v, a, f: restored.append(v))
+    info = agent.checkpoints.create("routine")
+    agent.checkpoints.flush()
+    fresh = Agent.open(agent.id, home=agent.home)
+    fresh.checkpoints.register("ids", None, lambda v, a, f: restored.append(v))
+    fresh.checkpoints.restore(info.name)
+    assert restored == [{"id": number}] and type(restored[0]["id"]) is int
+    assert fresh.checkpoints.read(info.name).data["exact_numbers"] is True
+    # An ordinary checkpoint does not carry the mark (and is read by the fast reader).
+    agent.checkpoints.unregister("ids")
+    assert "exact_numbers" not in agent.checkpoints.read(agent.checkpoints.create("routine").name).data

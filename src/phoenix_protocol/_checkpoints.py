@@ -71,7 +71,15 @@ from phoenix_protocol._errors import (
     UsageError,
 )
 from phoenix_protocol._ids import validate_id
-from phoenix_protocol._jsonio import JSONError, dumps_indented_bytes, dumps_line, loads, loads_large, valid_text
+from phoenix_protocol._jsonio import (
+    JSONError,
+    dumps_indented_bytes,
+    dumps_indented_exact,
+    dumps_line,
+    loads,
+    loads_large,
+    valid_text,
+)
 
 if TYPE_CHECKING:
     from phoenix_protocol._agent import Agent
@@ -116,10 +124,14 @@ RESERVED_NAMES = frozenset(
         "metadata",
         "extensions",
         "checksum",
+        "exact_numbers",
     }
 )
 """The envelope's own fields: no section may take one of these names (``metadata`` would be
 stored under ``extensions`` and read back as the envelope's)."""
+EXACT_NUMBERS = "exact_numbers"
+"""Envelope key set (``true``) when the file holds numbers the fast JSON reader would not read
+exactly (integers beyond 64 bits): such a file is read with the standard library's reader."""
 SECTION_FAILED = "collector_failed"
 """The key that marks a section's content as the error its collector met, not its data:
 ``{"error": "...", "collector_failed": true}``. ``restore`` does not hand such a section to its
@@ -375,7 +387,11 @@ def encode(envelope: dict[str, Any]) -> bytes:
     """The file bytes for ``envelope``: the document, then a checksum line over every byte before it."""
     if "checksum" in envelope:
         envelope = {k: v for k, v in envelope.items() if k != "checksum"}
-    body = dumps_indented_bytes(envelope)
+    body, exact = dumps_indented_exact(envelope)
+    if exact and envelope.get(EXACT_NUMBERS) is not True:
+        # Written by the standard library (an integer beyond 64 bits, say): readers are told to
+        # read it with it too (the fast reader would turn such an integer into a float).
+        body, _ = dumps_indented_exact({**envelope, EXACT_NUMBERS: True})
     # The document ends with "\n}": reopen the object to append the checksum as its last key.
     head = memoryview(body)[: -len(b"\n}")]
     digest = xxhash.xxh3_128(head)
@@ -416,6 +432,10 @@ def decode(data: bytes, path: str) -> dict[str, Any]:
         raise CorruptStateError(f"{path}: not valid JSON ({exc}).", path=path) from None
     if not isinstance(envelope, dict) or envelope.get("kind") != KIND:
         raise CorruptStateError(f"{path}: not a Phoenix checkpoint.", path=path)
+    if envelope.get(EXACT_NUMBERS) is True:
+        exact = loads(data)  # integers beyond 64 bits, read exactly (see ``encode``)
+        if isinstance(exact, dict):
+            envelope = exact
     version = envelope.get("schema_version")
     if not isinstance(version, int) or version < 1:
         raise CorruptStateError(f"{path}: schema_version {version!r} is not a version number.", path=path)

@@ -23,6 +23,7 @@ __all__ = [
     "dumps_canonical",
     "dumps_document",
     "dumps_indented_bytes",
+    "dumps_indented_exact",
     "dumps_line",
     "loads",
     "loads_large",
@@ -210,28 +211,40 @@ def _fast() -> Any:
 def dumps_indented_bytes(obj: dict[str, Any]) -> bytes:
     """``obj`` as JSON indented by two spaces (keys in insertion order, UTF-8), ending with its
     closing ``"\\n}"`` and no newline: each top-level key starts a line with exactly two spaces."""
+    return dumps_indented_exact(obj)[0]
+
+
+def dumps_indented_exact(obj: dict[str, Any]) -> tuple[bytes, bool]:
+    """``dumps_indented_bytes``, and whether reading the document back needs ``loads`` to be
+    exact: ``True`` when orjson refused it (an integer beyond 64 bits, which ``loads_large``
+    would read back as a float; or nesting too deep) and the standard library wrote it. Values
+    orjson takes and the standard library does not (datetimes, UUIDs, enums, dataclasses) are
+    written as orjson writes them, also then: one section of each kind does not fail both."""
     fast = _fast()
     if fast:
         try:
             encoded: bytes = fast.dumps(obj, option=fast.OPT_NON_STR_KEYS | fast.OPT_INDENT_2)
-            return encoded
+            return encoded, False
         except (TypeError, fast.JSONEncodeError):
             pass  # what orjson does not take (integers beyond 64 bits, deep nesting): the stdlib
     import json
 
-    def fragment(o: object) -> Any:  # pre-encoded parts (orjson.Fragment): their value
-        if fast and isinstance(o, fast.Fragment):
-            return loads_large(fast.dumps(o))
+    def default(o: object) -> Any:  # what the stdlib does not take: its value as orjson writes it
+        if fast:
+            try:
+                return loads_large(fast.dumps(o))
+            except (TypeError, fast.JSONEncodeError):
+                pass
         raise TypeError(f"Object of type {type(o).__name__} is not JSON serializable")
 
     try:
-        text = json.dumps(obj, indent=2, ensure_ascii=False, allow_nan=False, default=fragment)
+        text = json.dumps(obj, indent=2, ensure_ascii=False, allow_nan=False, default=default)
     except ValueError as exc:
         raise JSONError(str(exc)) from None
     try:
-        return text.encode("utf-8")
+        return text.encode("utf-8"), True
     except UnicodeEncodeError:  # a lone surrogate: text that came from bytes that were not UTF-8
-        return valid_text(text).encode("utf-8")
+        return valid_text(text).encode("utf-8"), True
 
 
 def valid_text(text: str) -> str:

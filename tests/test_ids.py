@@ -19,7 +19,7 @@ def test_accepts_safe_ids(value: str) -> None:
 @pytest.mark.parametrize(
     ("value", "reason"),
     [
-        ("..", "must start with a letter or a digit"),
+        ("..", "must start with an ASCII letter"),
         (".", "must start"),
         ("a/b", "path separator"),
         ("/etc/passwd", "path separator"),
@@ -58,3 +58,10 @@ def test_agent_ids_go_through_the_validator(home: Home) -> None:
     assert resolve_agent_id(None, {}) == "default"
     assert resolve_agent_id(None, {"PHOENIX_AGENT": "zero"}) == "zero"
     assert resolve_agent_id("one", {"PHOENIX_AGENT": "zero"}) == "one"
+
+
+def test_messages_read_well_for_odd_values() -> None:
+    with pytest.raises(InvalidIdError, match=r"^invalid agent id 'éa': it must start with an ASCII letter"):
+        validate_id("éa", "agent id")
+    with pytest.raises(InvalidIdError, match=r"^invalid agent id: it is 81 characters long"):
+        validate_id("a" * 81, "agent id", max_length=64)

@@ -50,12 +50,12 @@ def validate_id(value: object, kind: str = "id", *, max_length: int = MAX_ID_LEN
     elif "/" in value or "\\" in value:
         reason = "contains a path separator"
     elif value[0] not in _FIRST:
-        reason = "must start with a letter or a digit"
+        reason = "must start with an ASCII letter (A-Z, a-z) or a digit"
     else:
         bad = sorted({ch for ch in value if ch not in _REST})
         reason = "contains " + ", ".join(repr(ch) for ch in bad)
-    shown = repr(value) if isinstance(value, str) and len(value) <= 80 else "the value given"
+    shown = f" {value!r}" if isinstance(value, str) and len(value) <= 80 else ""
     raise InvalidIdError(
-        f"invalid {kind} {shown}: it {reason}. Use 1-{max_length} characters from "
+        f"invalid {kind}{shown}: it {reason}. Use 1-{max_length} characters from "
         "A-Z a-z 0-9 . _ - starting with a letter or digit."
     )

@@ -219,6 +219,8 @@ def test_secrets_are_redacted_in_checkpoints(agent: Agent) -> None:
 def test_bad_type_and_name_are_usage_errors(agent: Agent) -> None:
     with pytest.raises(UsageError):
         agent.checkpoints.create("hourly")
+    with pytest.raises(UsageError, match="summary must be text, not int"):
+        agent.checkpoints.create("routine", summary=123)  # type: ignore[arg-type]
     with pytest.raises(UsageError):
         agent.checkpoints.read("../state.json")
     with pytest.raises(UsageError, match="no valid checkpoint"):

@@ -902,6 +902,8 @@ class CheckpointStore:
         collected: a slow collector in one thread cannot give older data a newer number."""
         if checkpoint_type not in CHECKPOINT_TYPES:
             raise UsageError(f"checkpoint type must be one of {', '.join(CHECKPOINT_TYPES)}, not {checkpoint_type!r}.")
+        if summary is not None and not isinstance(summary, str):
+            raise UsageError(f"a checkpoint's summary must be text, not {type(summary).__name__}.")
         with self._taking:
             return self._create(checkpoint_type, summary, operation, extra, now_ms)
 

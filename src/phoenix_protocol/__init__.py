@@ -15,6 +15,15 @@ from phoenix_protocol._version import __version__
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from phoenix_protocol._agent import Agent
+    from phoenix_protocol._checkpoints import (
+        Checkpoint,
+        CheckpointInfo,
+        CheckpointOwnershipError,
+        CheckpointStore,
+        CollectContext,
+        Operation,
+        RestoreResult,
+    )
     from phoenix_protocol._clock import Clock, ManualClock, SystemClock
     from phoenix_protocol._config import Config, load_config
     from phoenix_protocol._errors import (
@@ -32,28 +41,42 @@ if TYPE_CHECKING:
         UsageError,
     )
     from phoenix_protocol._home import Home
+    from phoenix_protocol._identity import Identity, IdentityCoreError, IdentityStore
     from phoenix_protocol._ids import validate_id
     from phoenix_protocol._ops import OpsLog
     from phoenix_protocol._redact import redact
+    from phoenix_protocol._sessions import SessionStart, SessionStore
     from phoenix_protocol._state import AgentState, StateStore
 
 __all__ = [
     "Agent",
     "AgentState",
+    "Checkpoint",
+    "CheckpointInfo",
+    "CheckpointOwnershipError",
+    "CheckpointStore",
     "Clock",
+    "CollectContext",
     "Config",
     "ConfigError",
     "CorruptStateError",
     "Home",
+    "Identity",
+    "IdentityCoreError",
+    "IdentityStore",
     "InvalidIdError",
     "LockTimeoutError",
     "ManualClock",
     "NotFoundError",
+    "Operation",
     "OperationError",
     "OpsLog",
     "PhoenixError",
     "RefusedError",
+    "RestoreResult",
     "SchemaVersionError",
+    "SessionStart",
+    "SessionStore",
     "StateStore",
     "StatusRefusedError",
     "StorageError",
@@ -68,20 +91,32 @@ __all__ = [
 _LOCATIONS = {
     "Agent": "_agent",
     "AgentState": "_state",
+    "Checkpoint": "_checkpoints",
+    "CheckpointInfo": "_checkpoints",
+    "CheckpointOwnershipError": "_checkpoints",
+    "CheckpointStore": "_checkpoints",
     "Clock": "_clock",
+    "CollectContext": "_checkpoints",
     "Config": "_config",
     "ConfigError": "_errors",
     "CorruptStateError": "_errors",
     "Home": "_home",
+    "Identity": "_identity",
+    "IdentityCoreError": "_identity",
+    "IdentityStore": "_identity",
     "InvalidIdError": "_errors",
     "LockTimeoutError": "_errors",
-    "NotFoundError": "_errors",
     "ManualClock": "_clock",
+    "NotFoundError": "_errors",
+    "Operation": "_checkpoints",
     "OperationError": "_errors",
     "OpsLog": "_ops",
     "PhoenixError": "_errors",
     "RefusedError": "_errors",
+    "RestoreResult": "_checkpoints",
     "SchemaVersionError": "_errors",
+    "SessionStart": "_sessions",
+    "SessionStore": "_sessions",
     "StateStore": "_state",
     "StatusRefusedError": "_errors",
     "StorageError": "_errors",

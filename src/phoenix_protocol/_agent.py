@@ -26,10 +26,12 @@ from phoenix_protocol._state import AgentState, StateStore
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Mapping
+    from contextlib import AbstractContextManager
     from typing import Any
 
     from phoenix_protocol._checkpoints import CheckpointStore
     from phoenix_protocol._identity import IdentityStore
+    from phoenix_protocol._sessions import SessionStart, SessionStore
     from phoenix_protocol._state_pg import PgAgentRecord
 
 __all__ = ["Agent"]
@@ -66,6 +68,7 @@ class Agent:
         self._ensured = False
         self._checkpoints: CheckpointStore | None = None
         self._identity: IdentityStore | None = None
+        self._sessions: SessionStore | None = None
         self._record: PgAgentRecord | None = None
         self.store_fallback = False
         """On the PostgreSQL store: when the server cannot be reached, change this machine's copy
@@ -107,6 +110,35 @@ class Agent:
 
             self._identity = IdentityStore(self)
         return self._identity
+
+    @property
+    def sessions(self) -> SessionStore:
+        """This agent's sessions: ``begin``, ``end``, ``entries`` (see ``session`` for a block)."""
+        if self._sessions is None:
+            from phoenix_protocol._sessions import SessionStore
+
+            self._sessions = SessionStore(self)
+        return self._sessions
+
+    def session(
+        self,
+        session_id: str | None = None,
+        *,
+        restore: bool | None = None,
+        force: bool = False,
+        summary: str | None = None,
+        checkpoint: bool | None = None,
+    ) -> AbstractContextManager[SessionStart]:
+        """``with agent.session() as started:`` — a session for the block: begun as
+        ``agent.sessions.begin`` does (restored per ``restore``, default ``restore_on_start``;
+        ``started`` says from what), ended when the block ends, also when it raises, as
+        ``agent.sessions.end`` does (the session checkpoint per ``checkpoint``, default
+        ``checkpoint_on_exit``, with ``started.summary`` if the block set it, else ``summary``)."""
+        from phoenix_protocol._sessions import session_scope
+
+        return session_scope(
+            self.sessions, session_id, restore=restore, force=force, summary=summary, checkpoint=checkpoint
+        )
 
     @classmethod
     def open(

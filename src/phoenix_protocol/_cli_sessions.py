@@ -378,21 +378,11 @@ def restore_command(agent: Agent, out: Output, name: str | None, force: bool, se
 
     Example: phx restore --agent zero
     """
-    import uuid
-
-    from phoenix_protocol._process import find_agent_process
-    from phoenix_protocol._sessions import begin
+    from phoenix_protocol._sessions import start_session
 
     if name is not None:
         result = agent.checkpoints.restore(name, force=force)  # validates ownership, checksum, version first
-    session_id = session or str(uuid.uuid4())
-    proc = find_agent_process()
-    agent.state.start_session(
-        session_id,
-        source="startup",
-        process={"pid": proc.pid, "start_time": proc.start_time, "host": proc.host} if proc else None,
-    )
-    started = begin(agent, session_id, source="restore", restore=name is None, force=force)
+    started = start_session(agent, session, source="restore", restore=name is None, force=force)
     checkpoint = result.checkpoint if name is not None else started.checkpoint
     data = started.as_dict()
     if name is not None:

@@ -1,5 +1,9 @@
 """Sessions (seed 002, PAIF): restore at session start, checkpoint at session end.
 
+Python agents use ``agent.sessions`` (``SessionStore``: ``begin``, ``end``, ``entries``) or
+``with agent.session() as started:``; they do what ``phx restore`` and the Claude Code hooks do
+(``start_session`` and ``end_session`` below, the state's session around the PAIF halves).
+
 Session start (``begin``), per the seed: load ``identity.yaml``; load the newest valid checkpoint
 and restore from it (working memory and context are handed back to the caller); set
 ``mutable.state.last_session_at``; increment ``accumulated_experience``; log it.
@@ -18,9 +22,10 @@ session that ends on one machine is listed and restored on another.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any, Protocol
 
 from phoenix_protocol._clock import iso_from_ms, ms_from_iso
@@ -37,14 +42,18 @@ if TYPE_CHECKING:
 
 __all__ = [
     "SessionStart",
+    "SessionStore",
     "begin",
     "end",
+    "end_session",
     "ending_session",
     "identity_updates",
     "list_sessions",
     "read_current",
     "record_memory",
     "record_recall",
+    "session_scope",
+    "start_session",
 ]
 
 
@@ -150,7 +159,13 @@ def ending_session(agent: Agent, current: dict[str, Any] | None = None, state: A
 
 
 class SessionStart:
-    """What ``begin`` did: the session, the identity, the checkpoint restored from, problems."""
+    """What a session start did: the session (``session_id``, ``started_at``), the ``identity``
+    (``None`` when it could not be read), the ``checkpoint`` restored from and the ``restore``
+    result (``restore.applied``, ``restore.checkpoint.data``: working memory and context), and
+    ``problems`` (the session started anyway).
+
+    ``summary``: what the session's end stores as its summary when ``Agent.session`` ends it
+    (set it inside the block; default: from the state, as ``end`` makes it)."""
 
     def __init__(
         self,
@@ -167,6 +182,7 @@ class SessionStart:
         self.checkpoint = checkpoint
         self.restore = restore
         self.problems = problems
+        self.summary: str | None = None
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -257,6 +273,130 @@ def begin(
         },
     )
     return SessionStart(sid, now, identity, checkpoint, result, problems)
+
+
+def start_session(
+    agent: Agent,
+    session_id: str | None = None,
+    *,
+    source: str = "startup",
+    restore: bool | None = None,
+    force: bool = False,
+    process_from: int | None = None,
+) -> SessionStart:
+    """Start a session as ``phx restore`` does: the session in the state (status working, the
+    agent's process: found upwards from ``process_from``, default this process's parent, as for
+    ``phx``), then ``begin`` (restore per ``restore``, default the ``restore_on_start`` setting;
+    identity; start record). ``session_id``: default a new one."""
+    from phoenix_protocol._ids import validate_id
+    from phoenix_protocol._process import find_agent_process
+
+    sid = validate_id(session_id, "session id", max_length=128) if session_id else str(uuid.uuid4())
+    proc = find_agent_process(process_from)
+    agent.state.start_session(
+        sid,
+        source="startup",
+        process={"pid": proc.pid, "start_time": proc.start_time, "host": proc.host} if proc else None,
+    )
+    wanted = agent.config.restore_on_start if restore is None else restore
+    return begin(agent, sid, source=source, restore=wanted, force=force)
+
+
+def end_session(
+    agent: Agent,
+    session_id: str | None = None,
+    *,
+    summary: str | None = None,
+    checkpoint: bool | None = None,
+    reason: str = "other",
+    git_timeout: float = 1.0,
+) -> CheckpointInfo | None:
+    """End a session as the SessionEnd hook does: the state's session ends (status idle),
+    ``brief.md`` is written (a failure is an ops event: the session has ended), then, per
+    ``checkpoint`` (default: the ``checkpoint_on_exit`` setting), ``end``: the session checkpoint
+    with its summary and duration, and the end record. ``session_id``: default the state's; a
+    session the state no longer holds (a newer one started) is not checkpointed. Returns the
+    checkpoint, or ``None`` when none was taken."""
+    after = agent.state.end_session(session_id, reason=reason)
+    try:
+        agent.write_brief(after, git_timeout=git_timeout)
+    except (PhoenixError, OSError) as exc:
+        agent.record("brief_failed", "warn", {"error": str(exc)[:300]})
+    take = agent.config.checkpoint_on_exit if checkpoint is None else checkpoint
+    if not take or (session_id is not None and after.session_id != session_id):
+        return None
+    return end(agent, session_id or after.session_id, summary=summary, git_timeout=git_timeout)
+
+
+class SessionStore:
+    """One agent's sessions (seed 002's PAIF protocol). Get it as ``agent.sessions``; or
+    ``with agent.session() as started:`` (``session_scope``), which begins one and ends it.
+
+    ``begin`` and ``end`` do what the Claude Code hooks and ``phx restore`` do, for an agent
+    written in Python: the session in the state (status, process, work clock: the session
+    checkpoint's ``session_id``, ``started_at`` and ``duration_seconds`` come from it), the
+    restore, the identity's session count, the start and end records."""
+
+    def __init__(self, agent: Agent) -> None:
+        self.agent = agent
+
+    def begin(self, session_id: str | None = None, *, restore: bool | None = None, force: bool = False) -> SessionStart:
+        """Start a session (``session_id``: default a new one) and, per ``restore`` (default:
+        the ``restore_on_start`` setting), restore from the newest valid checkpoint (``force``:
+        its task and notes replace the state's). Problems (a damaged checkpoint, an unreadable
+        identity) are in the result's ``problems``; the session starts anyway. The agent's
+        process is this one (or ``$PHOENIX_AGENT_PID``)."""
+        return start_session(
+            self.agent, session_id, source="python", restore=restore, force=force, process_from=os.getpid()
+        )
+
+    def end(
+        self,
+        session_id: str | None = None,
+        *,
+        summary: str | None = None,
+        checkpoint: bool | None = None,
+        reason: str = "other",
+    ) -> CheckpointInfo | None:
+        """End the session (``session_id``: default the open one): status idle, ``brief.md``,
+        and, per ``checkpoint`` (default: the ``checkpoint_on_exit`` setting), the session
+        checkpoint with ``summary`` (default: the state's last output or task and what
+        remains), its duration and the end record. Returns the checkpoint (``None``: none)."""
+        return end_session(self.agent, session_id, summary=summary, checkpoint=checkpoint, reason=reason)
+
+    def entries(self) -> list[dict[str, Any]]:
+        """Every session, oldest first (see ``list_sessions``): what ``phx sessions`` lists."""
+        return list_sessions(self.agent)
+
+    def current(self) -> dict[str, Any] | None:
+        """The open session's record (id, start, identity at the start, memory ids), or ``None``."""
+        return read_current(self.agent)
+
+
+@contextlib.contextmanager
+def session_scope(
+    store: SessionStore,
+    session_id: str | None = None,
+    *,
+    restore: bool | None = None,
+    force: bool = False,
+    summary: str | None = None,
+    checkpoint: bool | None = None,
+) -> Iterator[SessionStart]:
+    """``with agent.session() as started:`` begins a session (``SessionStore.begin``) and ends it
+    when the block ends (``SessionStore.end``, with ``started.summary`` or ``summary``), also when
+    it raises: then the block's exception is what the caller sees (a failure to end the session
+    is added to it as a note)."""
+    started = store.begin(session_id, restore=restore, force=force)
+    try:
+        yield started
+    except BaseException as exc:
+        try:
+            store.end(started.session_id, summary=started.summary or summary, checkpoint=checkpoint, reason="exception")
+        except (PhoenixError, OSError) as failed:
+            exc.add_note(f"Phoenix could not end session {started.session_id}: {failed}")
+        raise
+    store.end(started.session_id, summary=started.summary or summary, checkpoint=checkpoint)
 
 
 def identity_updates(agent: Agent, session_events: list[dict[str, Any]]) -> dict[str, Any]:

@@ -1,0 +1,143 @@
+"""Sessions from Python: ``agent.sessions.begin``/``end`` and ``with agent.session()`` do what
+``phx restore`` and the Claude Code hooks do (the session in the state, ``restore_on_start``,
+the identity, the start record; the session checkpoint per ``checkpoint_on_exit``, its summary
+and duration, the end record)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+import phoenix_protocol
+from phoenix_protocol import Agent, Home, ManualClock, SessionStart, SessionStore, StorageError, _sessions
+
+
+def opened(home: Home, clock: ManualClock, toml: str = "") -> Agent:
+    if toml:
+        os.makedirs(home.root, exist_ok=True)
+        Path(home.root, "phoenix.toml").write_text(toml)
+    return Agent.open("py", home=home, clock=clock)
+
+
+def test_the_names_a_typed_user_needs_are_public() -> None:
+    for name in (
+        "SessionStore",
+        "SessionStart",
+        "CheckpointStore",
+        "CheckpointInfo",
+        "CheckpointOwnershipError",
+        "CollectContext",
+        "IdentityCoreError",
+        "IdentityStore",
+    ):
+        assert name in phoenix_protocol.__all__ and getattr(phoenix_protocol, name).__doc__
+
+
+def test_a_session_begun_and_ended_from_python_is_a_whole_session(home: Home, clock: ManualClock) -> None:
+    agent = opened(home, clock)
+    assert isinstance(agent.sessions, SessionStore)
+    agent.identity.set("state.current_focus", "ship 1.2")
+    started = agent.sessions.begin("s-1")
+    state = agent.state.read()
+    assert isinstance(started, SessionStart) and started.session_id == "s-1" and started.problems == []
+    assert state.session_id == "s-1" and state.status == "working" and state.pid == os.getpid()
+    assert agent.identity.read().mutable["accumulated_experience"] == 1
+    assert agent.sessions.current()["session_id"] == "s-1"  # type: ignore[index]
+    agent.state.set_status("working", "Port the scheduler")
+    clock.advance(seconds=600)
+    info = agent.sessions.end(summary="scheduler ported")
+    assert info is not None
+    meta = agent.checkpoints.read(info.name).data["metadata"]
+    # without the state's session these were None (begin() alone did not start it)
+    assert (meta["session_id"], meta["started_at"], meta["duration_seconds"]) == ("s-1", started.started_at, 600)
+    assert agent.state.read().status == "idle" and agent.read_brief()
+    [row] = agent.sessions.entries()
+    assert row["status"] == "ended" and row["duration_seconds"] == 600 and row["summary"] == "scheduler ported"
+
+
+def test_begin_follows_restore_on_start(home: Home, clock: ManualClock) -> None:
+    agent = opened(home, clock, "[paif_config.session_protocol]\nrestore_on_start = false\n")
+    agent.checkpoints.create("session", summary="yesterday")
+    started = agent.sessions.begin()
+    assert started.checkpoint is None and started.restore is None  # restored anyway before
+    assert agent.ops.read()[0][-1]["event"] == "session_begun"
+    assert agent.sessions.begin(restore=True).checkpoint is not None  # asked for: restored
+    on = opened(Home(home.root + "-on"), clock)
+    on.checkpoints.create("session", summary="yesterday")
+    assert on.sessions.begin().checkpoint is not None  # the default setting restores
+
+
+def test_end_follows_checkpoint_on_exit(home: Home, clock: ManualClock) -> None:
+    agent = opened(home, clock, "checkpoint_on_exit = false\n")
+    agent.sessions.begin("s-1")
+    assert agent.sessions.end() is None
+    assert agent.checkpoints.entries("session") == [] and agent.state.read().status == "idle"
+    agent.sessions.begin("s-2")
+    assert agent.sessions.end(checkpoint=True) is not None  # asked for: taken
+
+
+def test_ending_a_session_the_state_no_longer_holds_takes_no_checkpoint(home: Home, clock: ManualClock) -> None:
+    agent = opened(home, clock)
+    agent.sessions.begin("s-1")
+    agent.sessions.begin("s-2")
+    assert agent.sessions.end("s-1") is None  # as the SessionEnd hook of a stale session
+    assert agent.state.read().status == "working"
+
+
+def test_the_session_block_ends_the_session_with_its_summary(home: Home, clock: ManualClock) -> None:
+    agent = opened(home, clock)
+    agent.checkpoints.create("session", summary="yesterday")
+    with agent.session() as started:
+        assert started.checkpoint is not None and agent.state.read().status == "working"
+        clock.advance(seconds=30)
+        started.summary = "did the thing"
+    [row] = agent.sessions.entries()
+    assert row["session_id"] == started.session_id and row["status"] == "ended"
+    assert row["summary"] == "did the thing" and row["duration_seconds"] == 30
+
+
+def test_the_session_block_ends_the_session_when_it_raises(home: Home, clock: ManualClock) -> None:
+    agent = opened(home, clock)
+    with pytest.raises(RuntimeError, match="boom"), agent.session(summary="stopped half-way") as started:
+        raise RuntimeError("boom")
+    [row] = agent.sessions.entries()
+    assert row["session_id"] == started.session_id and row["status"] == "ended"
+    assert row["summary"] == "stopped half-way" and agent.state.read().status == "idle"
+    ends = [e for e in agent.ops.read()[0] if e["event"] == "session_end"]
+    assert ends[-1]["meta"]["reason"] == "exception"
+
+
+def test_a_failure_to_end_the_session_is_a_note_on_the_blocks_exception(
+    home: Home, clock: ManualClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    agent = opened(home, clock)
+
+    def refuse(*args: object, **kwargs: object) -> None:
+        raise StorageError("disk full")
+
+    monkeypatch.setattr(_sessions, "end_session", refuse)
+    with pytest.raises(RuntimeError) as info, agent.session():
+        raise RuntimeError("boom")
+    assert "could not end session" in "".join(info.value.__notes__) and "disk full" in info.value.__notes__[0]
+    with pytest.raises(StorageError), agent.session():  # a block that succeeded: the failure is raised
+        pass
+
+
+def test_an_invalid_session_id_is_refused_before_anything_is_written(
+    home: Home, clock: ManualClock, project: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``phx restore --session`` went through the same start: it wrote the bad id into
+    state.json before begin() refused it."""
+    from phoenix_protocol import InvalidIdError
+    from phoenix_protocol._cli import cli
+
+    agent = opened(home, clock)
+    with pytest.raises(InvalidIdError):
+        agent.sessions.begin("bad id!")
+    assert not os.path.exists(agent.state.path)
+    monkeypatch.chdir(project)
+    assert cli(["restore", "--session", "bad id!", "--json"]) == 2
+    assert "InvalidIdError" in capsys.readouterr().out
+    assert not (project / ".phoenix/agents/default/state.json").exists()

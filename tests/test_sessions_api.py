@@ -141,3 +141,14 @@ def test_an_invalid_session_id_is_refused_before_anything_is_written(
     assert cli(["restore", "--session", "bad id!", "--json"]) == 2
     assert "InvalidIdError" in capsys.readouterr().out
     assert not (project / ".phoenix/agents/default/state.json").exists()
+
+
+def test_the_default_summary_counts_what_remains(home: Home, clock: ManualClock) -> None:
+    for notes, remains in ((0, "0 open items remain"), (1, "1 open item remains"), (2, "2 open items remain")):
+        agent = Agent.open(f"py{notes}", home=home, clock=clock)
+        agent.sessions.begin()
+        agent.state.set_status("working", "Port the scheduler")
+        for i in range(notes):
+            agent.state.add_note("next_action", f"step {i}")
+        info = agent.sessions.end()
+        assert info is not None and info.label == f"Port the scheduler ({remains})"

@@ -437,7 +437,7 @@ def end(
     if summary is None and state is not None:
         done = state.last_output or state.current_task or "no task recorded"
         remaining = len(state.open_loops) + len(state.next_actions)
-        summary = f"{done} ({remaining} open item{'s' if remaining != 1 else ''} remain)"
+        summary = f"{done} ({remaining} open item{' remains' if remaining == 1 else 's remain'})"
     info = agent.checkpoints.create("session", summary=summary, extra={"git_timeout": git_timeout})
     ms = info.timestamp_ms
     started = current.get("started_at") if current.get("session_id") == sid else None

@@ -45,13 +45,12 @@ def handle_session_event(
         _files_written(agent)
         return None
     agent = _open_agent(payload, options, lock_timeout_cap=_SESSION_END_BUDGET)
-    after = agent.state.end_session(session_id, reason=_plain(payload.get("reason"), default="other"))
-    _write_brief_best_effort(agent, after, git_timeout=0.2)  # all SessionEnd hooks share about 1.5 s
-    # No session id in the payload: the session that ends is the one the state holds.
-    if agent.config.checkpoint_on_exit and (session_id is None or after.session_id == session_id):
-        from phoenix_protocol._sessions import end
+    from phoenix_protocol._sessions import end_session
 
-        end(agent, session_id or after.session_id, git_timeout=0.2)
+    # The state's session ends, brief.md, the session checkpoint (checkpoint_on_exit); no session
+    # id in the payload: the session that ends is the one the state holds. All SessionEnd hooks
+    # share about 1.5 s: git gets 0.2 s.
+    end_session(agent, session_id, reason=_plain(payload.get("reason"), default="other"), git_timeout=0.2)
     _sync_best_effort(agent)
     _files_written(agent)
     return None

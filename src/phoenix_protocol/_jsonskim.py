@@ -199,6 +199,17 @@ class _Skimmer:
         self.pos += 1
         return name
 
+    def next_piece(self, unterminated: str) -> str:
+        """Move past the current piece to the next one (its text); at the end, the error
+        ``unterminated`` (what was being passed over never closed)."""
+        self.base += len(self.text)
+        piece = self.pull()
+        if piece is None:
+            self.text, self.pos = "", 0
+            raise self.error(unterminated)
+        self.text = piece
+        return piece
+
     def skip_string(self) -> None:
         """Pass over the string at ``pos``, however long, piece by piece (its text unchecked)."""
         text, i = self.text, self.pos + 1
@@ -209,12 +220,7 @@ class _Skimmer:
                 self.pos = i + quote + 1
                 return
             escaped = masked.endswith("\\")  # a backslash escapes the next piece's first character
-            self.base += len(text)
-            piece = self.pull()
-            if piece is None:
-                self.text, self.pos = "", 0
-                raise self.error("unterminated string")
-            self.text = text = piece
+            text = self.next_piece("unterminated string")
             i = 1 if escaped else 0
 
     def skip(self) -> None:
@@ -264,12 +270,7 @@ class _Skimmer:
             if len(parts) % 2 == 0:
                 in_string = not in_string
             escaped = in_string and masked.endswith("\\")  # as in skip_string
-            self.base += len(text)
-            piece = self.pull()
-            if piece is None:
-                self.text, self.pos = "", 0
-                raise self.error("unterminated array or object")
-            self.text = text = piece
+            text = self.next_piece("unterminated array or object")
             i = 1 if escaped else 0
 
     def member(self, into: dict[str, Any], key: str, path: str, depth: int) -> None:

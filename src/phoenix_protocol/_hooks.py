@@ -374,7 +374,7 @@ def run(argv: list[str], stdin: bytes, rest: BinaryIO | None = None) -> tuple[in
         if problem is not None:
             raise ValueError(problem)
         if oversized is not None:
-            _log_oversized(event, payload, options, oversized)
+            _log_best_effort("hook_payload_oversized", "warn", event, payload, options, oversized)
         out = handle(event, payload, options)
         return 0, (out + "\n") if out else "", ""
     except BaseException as exc:  # noqa: BLE001 - a hook must never break the agent
@@ -383,7 +383,7 @@ def run(argv: list[str], stdin: bytes, rest: BinaryIO | None = None) -> tuple[in
         else:
             message = " ".join(str(exc).split()) or type(exc).__name__
         line = f"phoenix: {event} hook: {message[:300]} (the agent is unaffected)"
-        _log_failure(event, payload, options, message)
+        _log_best_effort("hook_failed", "error", event, payload, options, {"error": message[:500]})
         return 0, "", line + "\n"
 
 
@@ -429,15 +429,6 @@ def _read_oversized(head: bytes, rest: BinaryIO) -> tuple[Any, dict[str, Any]]:
     return value, note
 
 
-def _log_oversized(event: str, payload: dict[str, Any], options: dict[str, str], note: dict[str, Any]) -> None:
-    """Best effort: the ops event ``hook_payload_oversized``. Never raises."""
-    try:
-        agent = _open_agent(payload, options, lock_timeout_cap=0.5)
-        agent.record("hook_payload_oversized", "warn", {"hook": event, **note})
-    except BaseException:  # noqa: BLE001, S110 - the hook goes on; this is only a note
-        pass
-
-
 def _drain(stream: BinaryIO) -> None:
     """Read what is left of stdin, so that its writer is never left blocked on a full pipe (or
     told the pipe broke)."""
@@ -448,12 +439,15 @@ def _drain(stream: BinaryIO) -> None:
         pass
 
 
-def _log_failure(event: str, payload: dict[str, Any], options: dict[str, str], message: str) -> None:
-    """Best effort: an ops event about the failed hook. Never raises."""
+def _log_best_effort(
+    name: str, status: str, event: str, payload: dict[str, Any], options: dict[str, str], meta: dict[str, Any]
+) -> None:
+    """Best effort: an ops event about the hook itself (``hook_failed``, whose stderr line already
+    reports it; ``hook_payload_oversized``, only a note). Never raises."""
     try:
         agent = _open_agent(payload, options, lock_timeout_cap=0.5)
-        agent.record("hook_failed", "error", {"hook": _plain(event), "error": message[:500]})
-    except BaseException:  # noqa: BLE001, S110 - the stderr line already reports the failure
+        agent.record(name, status, {"hook": _plain(event), **meta})
+    except BaseException:  # noqa: BLE001, S110 - the hook goes on either way
         pass
 
 

@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 from fastapi.testclient import TestClient
 
+from phoenix_protocol import _background
 from phoenix_protocol._bridge import NOT_FOUND
 from phoenix_protocol._clock import ManualClock
 from phoenix_protocol._home import Home
@@ -46,6 +47,9 @@ def world(home: Home, clock: ManualClock) -> dict[str, Any]:
     tokens.revoke(info.id)
     expired, _ = tokens.create(["agent:bob", "team:release-1"], ["*"], expires_in=60)
     clock.advance(120)
+    # The checkpoint's named file and its ops event are written behind (half a second later):
+    # done now, so that a test's snapshots before and after see a settled world.
+    _background.wait()
     return {
         "memory_id": memory["id"],
         "seq": message.seq,

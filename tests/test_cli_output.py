@@ -81,3 +81,20 @@ def test_serve_banner_shows_control_characters(
     assert "memory bridge for" in err and "http://127.0.0.1:8765" in err
     assert "\x1b" not in err and "\x07" not in err and "\u202e" not in err
     assert "home\\x1b]0;pwned\\x07\\u202e" in err
+
+
+def test_json_error_document_is_utf8_text_like_the_answer(home: Home, capsys: pytest.CaptureFixture[str]) -> None:
+    """The ``--json`` error document treats text as the answer does: "é" as itself, a lone
+    surrogate (here from a path that was not UTF-8) as U+FFFD, not the escapes ``\\u00e9`` and
+    ``\\udce9`` (the second read back as a lone surrogate, which UTF-8 cannot write)."""
+    Path(home.root).parent.mkdir(parents=True, exist_ok=True)
+    not_a_dir = os.path.join(os.path.dirname(home.root), "fé\udce9")
+    Path(not_a_dir).write_bytes(b"")  # a file where the home should be: every command fails
+    assert cli(["state", "show", "--json", "--home", not_a_dir]) == 2
+    out = capsys.readouterr().out
+    out.encode("utf-8")  # valid UTF-8
+    assert "\\u00e9" not in out and "\\udce9" not in out
+    data = json.loads(out)
+    assert data["ok"] is False and data["error"]["exit_code"] == 2
+    assert "fé\ufffd" in data["error"]["message"]
+    assert "fé\ufffd" in out

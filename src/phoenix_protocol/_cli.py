@@ -124,19 +124,25 @@ class Output:
             self._console = _make_console()
         return self._console
 
-    def json(self, data: dict[str, Any]) -> None:
+    @staticmethod
+    def _write_document(document: dict[str, Any]) -> None:
+        """One ``--json`` document on stdout, answer or error alike: UTF-8 text as itself
+        (``ensure_ascii=False``), each lone surrogate (from a file written by hand, a path that
+        was not UTF-8) as U+FFFD (``valid_text``): UTF-8 cannot write one, and a ``\\udce9``
+        escape would hand the reader one back."""
         import json
 
-        # valid_text: a lone surrogate (from a file written by hand) cannot be written as UTF-8
-        sys.stdout.write(valid_text(json.dumps({"ok": True, **data}, indent=2, ensure_ascii=False)) + "\n")
+        sys.stdout.write(valid_text(json.dumps(document, indent=2, ensure_ascii=False)) + "\n")
+
+    def json(self, data: dict[str, Any]) -> None:
+        self._write_document({"ok": True, **data})
 
     def error(self, exc: BaseException, code: int, *, message: str | None = None) -> None:
         message = " ".join((str(exc) if message is None else message).split()) or type(exc).__name__
         if self.as_json:
-            import json
-
-            payload = {"ok": False, "error": {"type": type(exc).__name__, "message": message, "exit_code": code}}
-            sys.stdout.write(json.dumps(payload, indent=2) + "\n")
+            self._write_document(
+                {"ok": False, "error": {"type": type(exc).__name__, "message": message, "exit_code": code}}
+            )
         else:
             from rich.markup import escape
 

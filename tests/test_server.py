@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -462,3 +463,30 @@ def test_non_loopback_needs_an_active_token(
     tokens.revoke(info.id)
     with pytest.raises(UsageError):
         check_bind(served, "10.0.0.5")
+
+
+def test_restore_409_is_described_as_a_planted_checkpoint(client: TestClient, served: Home) -> None:
+    """POST /restore answers 409 only for a planted checkpoint (a file named as the agent's own,
+    or found by its number, holding another agent's checkpoint): its OpenAPI description says so,
+    as docs/server.md does, rather than the generic claim/identity/team refusals."""
+    spec = client.get("/openapi.json").json()
+    described = spec["paths"]["/restore/{agent_id}"]["post"]["responses"]["409"]
+    assert list(described["content"]) == [PROBLEM]
+    text = described["description"]
+    assert "planted" in text and "CheckpointOwnershipError" in text and "another agent's checkpoint" in text
+    assert "claim conflict" not in text  # the other endpoints' refusals do not happen here
+    claim = spec["paths"]["/teams/{team_id}/tasks/{task_id}/claim"]["post"]["responses"]["409"]
+    assert "claim conflict" in claim["description"]  # the others keep the generic description
+    docs = (Path(__file__).resolve().parents[1] / "docs" / "server.md").read_text(encoding="utf-8")
+    assert "409 `CheckpointOwnershipError`: a planted checkpoint" in docs
+
+    zero, bob = Agent.open("zero", home=served), Agent.open("bob", home=served)
+    zero.checkpoints.create("routine", summary="zero's")
+    bobs = bob.checkpoints.create("routine", summary="bob's")
+    zero.checkpoints.flush()
+    bob.checkpoints.flush()
+    planted = "zero_20260101000000000-00000007_routine.checkpoint"
+    Path(zero.dir, "checkpoints", planted).write_bytes(Path(bob.dir, "checkpoints", bobs.name).read_bytes())
+    for ref in (planted, "#7"):
+        body = assert_problem(client.post("/restore/zero", json={"checkpoint": ref}), 409)
+        assert body["error"] == "CheckpointOwnershipError"

@@ -768,6 +768,16 @@ _ERROR_RESPONSES = {
     "503": "The state was busy (a lock held too long): retry.",
 }
 
+_RESTORE_REFUSED = (
+    "Refused on purpose (CheckpointOwnershipError), only for a planted checkpoint: the checkpoint asked "
+    "for, by a name of this agent's own (`zero_…`) or by its number, is a file in the agent's "
+    "checkpoints directory whose content is another agent's checkpoint. It is never restored; a "
+    "restore without `checkpoint` skips it and lists it in `problems`. (Another agent's checkpoint "
+    "name is 404, as an unknown one; a file whose content is another checkpoint of this agent is "
+    "damage: 500.)"
+)
+"""The only 409 of ``POST /restore/{agent_id}`` (``_ERROR_RESPONSES``' cases do not arise there)."""
+
 
 def _allowed_methods(app: FastAPI, request: Request) -> str:
     """Every method some route serves at the request's path (Starlette names only the first
@@ -796,8 +806,16 @@ def _customize_openapi(app: FastAPI) -> Callable[[], dict[str, Any]]:
             "bearerAuth": {"type": "http", "scheme": "bearer", "description": "A token from `phx token create`."}
         }
         problem_content = {PROBLEM_TYPE: {"schema": {"$ref": "#/components/schemas/Problem"}}}
+        # An error response a route declares itself (``responses=``) says what it means there.
+        declared: dict[tuple[str, str], dict[int | str, dict[str, Any]]] = {
+            (route.path_format, method.lower()): route.responses
+            for route in app.routes
+            if isinstance(route, APIRoute)
+            for method in route.methods or ()
+        }
         for path, operations in schema.get("paths", {}).items():
             for method, operation in operations.items():
+                own = declared.get((path, method), {})
                 responses = operation.setdefault("responses", {})
                 codes = ["500"]
                 if path not in PUBLIC_PATHS:
@@ -808,7 +826,8 @@ def _customize_openapi(app: FastAPI) -> Callable[[], dict[str, Any]]:
                 elif path == "/readyz":
                     codes.append("503")
                 for code in codes:
-                    responses[code] = {"description": _ERROR_RESPONSES[code], "content": problem_content}
+                    description = own.get(int(code), {}).get("description") or _ERROR_RESPONSES[code]
+                    responses[code] = {"description": description, "content": problem_content}
         app.openapi_schema = schema
         return schema
 
@@ -950,7 +969,12 @@ def create_app(
         """The newest valid checkpoint; damaged newer ones are skipped and listed in ``problems``."""
         return {"agent_id": agent_id, **_bridge.latest_checkpoint(agent(agent_id), checkpoint_type)}
 
-    @app.post("/restore/{agent_id}", response_model=RestoreResponse, tags=["checkpoints"])
+    @app.post(
+        "/restore/{agent_id}",
+        response_model=RestoreResponse,
+        tags=["checkpoints"],
+        responses={409: {"description": _RESTORE_REFUSED}},
+    )
     def post_restore(
         agent_id: Annotated[str, Depends(agent_access("checkpoint:write"))], body: RestoreRequest | None = None
     ) -> dict[str, Any]:

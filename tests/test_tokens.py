@@ -191,3 +191,100 @@ def test_cli_usage_errors_exit_2(home: Home, args: list[str], capsys: pytest.Cap
     else:
         assert "error" in captured.err
     assert not os.path.exists(os.path.join(home.root, "tokens.json"))
+
+
+# -- records stored by hand or by an older version: checked on read ----------------------------
+
+YEAR_275817_MS = 8_640_000_000_000_000  # what `--expires 99999999d` stored before the 100-year bound
+
+
+def _tamper(store: TokenStore, position: int, **fields: object) -> None:
+    """Change fields of the stored record at ``position`` (0-based), as a hand edit would."""
+    with open(store.path, encoding="ascii") as fh:
+        doc = json.load(fh)
+    doc["tokens"][position].update(fields)
+    with open(store.path, "w", encoding="ascii") as fh:
+        json.dump(doc, fh)
+
+
+@pytest.mark.parametrize(
+    ("fields", "said"),
+    [
+        ({"expires_ms": YEAR_275817_MS}, "at most 100 years"),
+        ({"expires_ms": "never"}, "expires_ms 'never'"),
+        ({"expires_ms": 1.5e12}, "expires_ms 1500000000000.0"),
+        ({"expires_ms": True}, "expires_ms True"),
+        ({"created_ms": "yesterday"}, "created_ms 'yesterday'"),
+        ({"revoked_ms": "no"}, "revoked_ms 'no'"),
+        ({"namespaces": "agent:zero"}, "namespaces 'agent:zero'"),
+        ({"namespaces": ["agent:../etc"]}, "namespaces"),
+        ({"scopes": ["root"]}, "scopes"),
+        ({"scopes": []}, "scopes [] is not a non-empty list"),
+        ({"label": 7}, "label 7"),
+        ({"hash": None}, "hash"),
+    ],
+)
+def test_a_bad_stored_record_is_invalid_and_never_authenticates(
+    store: TokenStore, clock: ManualClock, fields: dict[str, object], said: str
+) -> None:
+    token, info = store.create(["agent:zero"], ["*"], expires_in=3600)
+    good, good_info = store.create(["agent:zero"], ["*"])
+    _tamper(store, 0, **fields)
+    with open(store.path, "rb") as fh:
+        stored = fh.read()
+    reader = TokenStore(store.home, clock=clock)  # a server's view, reading the file afresh
+    assert reader.verify(token) is None  # the secret matches, but the record is not one Phoenix wrote
+    assert reader.verify(good) is not None
+    listed = {i.id: i for i in reader.list()}
+    assert listed[info.id].status(clock.now_ms()) == "invalid" and not listed[info.id].active(clock.now_ms())
+    problem = listed[info.id].problem
+    assert problem is not None and said in problem and info.id in problem and "tokens.json" in problem
+    assert listed[info.id].as_dict(clock.now_ms())["problem"] == problem  # as_dict never fails on it
+    assert listed[good_info.id].status(clock.now_ms()) == "active" and listed[good_info.id].problem is None
+    assert reader.problems() == [problem]
+    assert reader.configured() and reader.has_active()
+    with open(store.path, "rb") as fh:
+        assert fh.read() == stored  # reading never rewrites the file
+
+
+def test_an_absurd_expiry_is_listed_as_invalid_by_the_cli(
+    home: Home, clock: ManualClock, capsys: pytest.CaptureFixture[str]
+) -> None:
+    store = TokenStore(home, clock=clock)
+    token, info = store.create(["agent:zero"], ["*"], expires_in=3600)
+    _tamper(store, 0, expires_ms=YEAR_275817_MS)
+    assert TokenStore(home).verify(token) is None
+    assert not TokenStore(home).has_active()  # so `phx serve --host 0.0.0.0` stays refused
+    assert TokenStore(home).configured()  # and authentication stays on
+    assert cli(["token", "list", "--json", "--home", home.root]) == 0
+    (listed,) = json.loads(capsys.readouterr().out)["tokens"]
+    assert listed["id"] == info.id and listed["status"] == "invalid"
+    assert listed["expires_at"] is None and "at most 100 years" in listed["problem"]
+    assert cli(["token", "list", "--home", home.root]) == 0
+    out = capsys.readouterr().out
+    assert info.id in out and "invalid" in out and "275817" not in out
+
+
+def test_bad_records_are_kept_by_create_and_revoke(store: TokenStore, clock: ManualClock) -> None:
+    """Never silently dropped: a record that is not an object, or a repeated id, is listed as
+    invalid, and writing the file (create, revoke) keeps every record as it was."""
+    token, info = store.create(["agent:zero"], ["*"])
+    with open(store.path, encoding="ascii") as fh:
+        doc = json.load(fh)
+    planted = {**doc["tokens"][0], "hash": "0" * 64, "label": "a second record under the same id"}
+    doc["tokens"] += [42, planted, {"id": "not-hex", "expires_ms": "soon"}]
+    with open(store.path, "w", encoding="ascii") as fh:
+        json.dump(doc, fh)
+    statuses = [(i.id, i.status(clock.now_ms())) for i in store.list()]
+    assert statuses == [(info.id, "active"), ("record 2", "invalid"), (info.id, "invalid"), ("record 4", "invalid")]
+    problems = store.problems()
+    assert "record 2 is not an object" in problems[0] and "repeats the id" in problems[1]
+    assert "'not-hex'" in problems[2] and "expires_ms 'soon'" in problems[2]
+    assert store.verify(token) is not None  # the first record with the id is the one that counts
+
+    _token, other = store.create(["team:t1"], ["team:read"])
+    store.revoke("not-hex")  # an invalid record can be revoked by its stored id
+    with open(store.path, encoding="ascii") as fh:
+        kept = json.load(fh)["tokens"]
+    assert kept[:3] == doc["tokens"][:3] and kept[3]["id"] == "not-hex" and kept[3]["expires_ms"] == "soon"
+    assert kept[3]["revoked_ms"] == clock.now_ms() and kept[4]["id"] == other.id

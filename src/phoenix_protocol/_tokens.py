@@ -19,6 +19,13 @@ A token covers:
 
 Tokens are never deleted: a revoked one stays listed (with ``revoked_at``), so that a home which
 ever had tokens keeps requiring them (``configured``) even after the last one is revoked.
+
+Every stored record is checked when it is read (``_read_record``): the fields ``create`` writes,
+of their types and within their bounds (an expiry at most ``MAX_LIFETIME`` after the creation, as
+``create`` enforces; times that ISO 8601 can write). A record that fails (written by hand, or by an
+older version that let ``--expires 99999999d`` through) is listed with status ``invalid`` and its
+``problem``; it never authenticates anything and still counts for ``configured``. Reading never
+rewrites the file: ``create`` and ``revoke`` keep such records as they are.
 """
 
 from __future__ import annotations
@@ -28,7 +35,7 @@ import hmac
 import os
 import re
 import secrets
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from phoenix_protocol._clock import Clock, iso_from_ms, system_clock
@@ -61,6 +68,9 @@ _ID_HEX = 12
 _SECRET_BYTES = 32  # 256 bits
 _DUMMY_DIGEST = hashlib.sha256(b"phoenix: no such token").hexdigest()
 _MAX_LABEL = 200
+_MAX_MS = 253_402_300_799_999
+"""The last millisecond of year 9999, the last time ISO 8601 (and ``datetime``) can write."""
+_HEX = frozenset("0123456789abcdef")
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhdw]?)\s*$")
 _Records = list[dict[str, Any]]
 _UNITS = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86_400, "w": 604_800}
@@ -122,7 +132,7 @@ def _check_lifetime(seconds: float) -> float:
 class TokenInfo:
     """What is known of a token, never its secret: id, namespaces, scopes, label, times."""
 
-    __slots__ = ("created_ms", "expires_ms", "id", "label", "namespaces", "revoked_ms", "scopes")
+    __slots__ = ("created_ms", "expires_ms", "id", "label", "namespaces", "problem", "revoked_ms", "scopes")
 
     def __init__(
         self,
@@ -131,9 +141,10 @@ class TokenInfo:
         scopes: list[str],
         *,
         label: str | None = None,
-        created_ms: int = 0,
+        created_ms: int | None = 0,
         expires_ms: int | None = None,
         revoked_ms: int | None = None,
+        problem: str | None = None,
     ) -> None:
         self.id = token_id
         self.namespaces = list(namespaces)
@@ -142,6 +153,8 @@ class TokenInfo:
         self.created_ms = created_ms
         self.expires_ms = expires_ms
         self.revoked_ms = revoked_ms
+        self.problem = problem
+        """Why the stored record is invalid (then it is never active), else ``None``."""
 
     def covers_namespace(self, namespace: str) -> bool:
         """Whether the token may act in ``namespace`` (``agent:<id>`` or ``team:<id>``)."""
@@ -153,11 +166,16 @@ class TokenInfo:
         return ALL in self.scopes or scope in self.scopes or f"{area}:{ALL}" in self.scopes
 
     def active(self, now_ms: int) -> bool:
-        """Not revoked and not expired at ``now_ms``."""
-        return self.revoked_ms is None and (self.expires_ms is None or now_ms < self.expires_ms)
+        """Valid, not revoked and not expired at ``now_ms``."""
+        return (
+            self.problem is None and self.revoked_ms is None and (self.expires_ms is None or now_ms < self.expires_ms)
+        )
 
     def status(self, now_ms: int) -> str:
-        """``active``, ``expired`` or ``revoked``."""
+        """``active``, ``expired``, ``revoked``, or ``invalid`` (a stored record that is not one
+        Phoenix writes: see ``problem``)."""
+        if self.problem is not None:
+            return "invalid"
         if self.revoked_ms is not None:
             return "revoked"
         if self.expires_ms is not None and now_ms >= self.expires_ms:
@@ -170,9 +188,10 @@ class TokenInfo:
             "namespaces": self.namespaces,
             "scopes": self.scopes,
             "label": self.label,
-            "created_at": iso_from_ms(self.created_ms),
+            "created_at": iso_from_ms(self.created_ms) if self.created_ms is not None else None,
             "expires_at": iso_from_ms(self.expires_ms) if self.expires_ms is not None else None,
             "revoked_at": iso_from_ms(self.revoked_ms) if self.revoked_ms is not None else None,
+            "problem": self.problem,
         }
         if now_ms is not None:
             out["status"] = self.status(now_ms)
@@ -184,6 +203,90 @@ class TokenInfo:
 
 def _digest(secret: str) -> str:
     return hashlib.sha256(secret.encode("utf-8")).hexdigest()
+
+
+def _time_ms(value: Any) -> int | None:
+    """``value`` when it is a time Phoenix writes: whole milliseconds from 1970 to year 9999."""
+    return value if type(value) is int and 0 <= value <= _MAX_MS else None
+
+
+def _read_record(record: Any, position: int, path: str) -> TokenInfo:
+    """The token a stored record describes, every field checked. A record that is not one
+    ``create`` could have written comes back with ``problem`` set (status ``invalid``, never
+    active), keeping the fields that are sound; ``position`` (1-based) names it when its id cannot."""
+    if not isinstance(record, dict):
+        where = f"record {position}"
+        return TokenInfo(where, [], [], created_ms=None, problem=f"{path}: {where} is not an object.")
+    problems: list[str] = []
+    raw_id = record.get("id")
+    if isinstance(raw_id, str) and len(raw_id) == _ID_HEX and set(raw_id) <= _HEX:
+        token_id = raw_id
+    else:
+        token_id = f"record {position}"
+        problems.append(f"id {raw_id!r} is not {_ID_HEX} hex digits")
+    digest = record.get("hash")
+    if not (isinstance(digest, str) and len(digest) == 64 and set(digest) <= _HEX):
+        problems.append("hash is not a SHA-256 hex digest")
+
+    def names(key: str, check: Callable[[str], str]) -> list[str]:
+        values = record.get(key)
+        if not isinstance(values, list) or not values:
+            problems.append(f"{key} {values!r} is not a non-empty list")
+            return []
+        good = []
+        for value in values:
+            try:
+                if not isinstance(value, str):
+                    raise UsageError(f"{value!r} is not text")
+                good.append(check(value))
+            except UsageError as exc:
+                problems.append(f"{key}: {exc}".rstrip("."))
+        return good
+
+    namespaces = names("namespaces", _check_namespace)
+    scopes = names("scopes", _check_scope)
+    label = record.get("label")
+    if label is not None and not isinstance(label, str):
+        problems.append(f"label {label!r} is not text")
+        label = None
+    created = _time_ms(record.get("created_ms"))
+    if created is None:
+        problems.append(f"created_ms {record.get('created_ms')!r} is not a time from 1970 to year 9999")
+    raw_expires = record.get("expires_ms")
+    expires: int | None = None
+    if raw_expires is not None:
+        if type(raw_expires) is not int:
+            problems.append(f"expires_ms {raw_expires!r} is not a time in milliseconds")
+        elif created is not None and not 0 < raw_expires - created <= MAX_LIFETIME * 1000:
+            problems.append(
+                f"expires_ms {raw_expires!r} is not after created_ms and at most 100 years (36525d) later, "
+                "the longest lifetime `phx token create --expires` allows"
+            )
+        elif _time_ms(raw_expires) is None:
+            problems.append(f"expires_ms {raw_expires!r} is not a time from 1970 to year 9999")
+        else:
+            expires = raw_expires
+    raw_revoked = record.get("revoked_ms")
+    revoked = _time_ms(raw_revoked)
+    if raw_revoked is not None and revoked is None:
+        problems.append(f"revoked_ms {raw_revoked!r} is not a time in milliseconds")
+    problem = None
+    if problems:
+        fix = "revoke it (`phx token revoke ID`)" if token_id == raw_id else "remove it from the file by hand"
+        problem = (
+            f"{path}: token {token_id}: {'; '.join(problems)}. It authenticates nothing: {fix} "
+            "and create another (`phx token create`)."
+        )
+    return TokenInfo(
+        token_id,
+        namespaces,
+        scopes,
+        label=label,
+        created_ms=created,
+        expires_ms=expires,
+        revoked_ms=revoked,
+        problem=problem,
+    )
 
 
 def _split(token: str) -> tuple[str, str] | None:
@@ -204,30 +307,46 @@ class TokenStore:
         self.clock = clock
         self.lock_timeout = lock_timeout
         self.path = os.path.join(home.root, FILENAME)
-        self._cache: tuple[tuple[int, int, int], list[dict[str, Any]]] | None = None
+        self._cache: tuple[tuple[int, int, int], list[Any], list[TokenInfo]] | None = None
 
     # -- reading ---------------------------------------------------------------------------
 
-    def _records(self) -> list[dict[str, Any]]:
-        """Every record in the file (cached while the file is unchanged: revocation by another
-        process replaces the file, which changes its inode)."""
+    def _load(self) -> tuple[list[Any], list[TokenInfo]]:
+        """Every record in the file, as stored, and what each says, checked (``_read_record``;
+        cached while the file is unchanged: revocation by another process replaces the file,
+        which changes its inode). A later record with an id an earlier one has is invalid."""
         try:
             st = os.stat(self.path)
         except FileNotFoundError:
             self._cache = None
-            return []
+            return [], []
         except OSError:
             st = None
         key = (st.st_ino, st.st_size, st.st_mtime_ns) if st is not None else None
         if key is not None and self._cache is not None and self._cache[0] == key:
-            return self._cache[1]
+            return self._cache[1], self._cache[2]
         data = read_bytes(self.path)
         records = self._parse(data) if data is not None else []
+        infos: list[TokenInfo] = []
+        seen: set[str] = set()
+        for position, record in enumerate(records, 1):
+            info = _read_record(record, position, self.path)
+            if info.problem is None and info.id in seen:
+                info.problem = (
+                    f"{self.path}: token {info.id}: record {position} repeats the id of an earlier "
+                    "record. It authenticates nothing."
+                )
+            seen.add(info.id)
+            infos.append(info)
         if key is not None:
-            self._cache = (key, records)
-        return records
+            self._cache = (key, records, infos)
+        return records, infos
 
-    def _parse(self, data: bytes) -> list[dict[str, Any]]:
+    def _records(self) -> list[Any]:
+        """Every record in the file, as stored (what ``create`` and ``revoke`` write back)."""
+        return self._load()[0]
+
+    def _parse(self, data: bytes) -> list[Any]:
         try:
             doc = loads(data)
         except JSONError as exc:
@@ -242,32 +361,26 @@ class TokenStore:
                 found=version if isinstance(version, int) else 0,
                 supported=SCHEMA_VERSION,
             )
-        return [r for r in doc["tokens"] if isinstance(r, dict) and isinstance(r.get("id"), str)]
-
-    @staticmethod
-    def _info(record: dict[str, Any]) -> TokenInfo:
-        return TokenInfo(
-            str(record["id"]),
-            [str(n) for n in record.get("namespaces") or []],
-            [str(s) for s in record.get("scopes") or []],
-            label=record.get("label"),
-            created_ms=int(record.get("created_ms") or 0),
-            expires_ms=record.get("expires_ms"),
-            revoked_ms=record.get("revoked_ms"),
-        )
+        return list(doc["tokens"])
 
     def configured(self) -> bool:
-        """Whether this home has (or ever had) tokens: then every request must carry a valid one."""
+        """Whether this home has (or ever had) tokens: then every request must carry a valid one.
+        An invalid record counts: a damaged file never turns authentication off."""
         return bool(self._records())
 
     def has_active(self) -> bool:
-        """Whether at least one token is neither revoked nor expired."""
+        """Whether at least one token is valid and neither revoked nor expired."""
         now = self.clock.now_ms()
-        return any(self._info(r).active(now) for r in self._records())
+        return any(info.active(now) for info in self._load()[1])
+
+    def problems(self) -> list[str]:
+        """Why each invalid record is invalid (empty when every record is sound)."""
+        return [info.problem for info in self._load()[1] if info.problem is not None]
 
     def list(self) -> list[TokenInfo]:
-        """Every token, oldest first (revoked and expired ones included)."""
-        return [self._info(r) for r in self._records()]
+        """Every token, oldest first (revoked, expired and invalid ones included: an invalid one
+        has status ``invalid`` and says why in ``problem``)."""
+        return list(self._load()[1])
 
     def verify(self, token: str) -> TokenInfo | None:
         """The token's info when ``token`` is well formed, known, matches, is not revoked and has
@@ -276,14 +389,18 @@ class TokenStore:
         if parts is None:
             return None
         token_id, secret = parts
-        record = next((r for r in self._records() if r.get("id") == token_id), None)
-        stored = str(record.get("hash", "")) if record is not None else _DUMMY_DIGEST
+        records, infos = self._load()
+        found = next((i for i, info in enumerate(infos) if info.id == token_id), None)
+        record = records[found] if found is not None else None
+        stored = record.get("hash") if isinstance(record, dict) else None
+        if not isinstance(stored, str):
+            stored = _DUMMY_DIGEST  # unknown id, or no digest: compared all the same, matches nothing
         if not hmac.compare_digest(stored.encode("ascii", "replace"), _digest(secret).encode("ascii")):
             return None
-        if record is None:  # pragma: no cover - the dummy digest matches no secret
+        if found is None:  # pragma: no cover - the dummy digest matches no secret
             return None
-        info = self._info(record)
-        return info if info.active(self.clock.now_ms()) else None
+        info = infos[found]
+        return info if info.active(self.clock.now_ms()) else None  # an invalid record never is
 
     # -- writing ---------------------------------------------------------------------------
 
@@ -313,8 +430,8 @@ class TokenStore:
             label = " ".join(label.split())[:_MAX_LABEL] or None
         self.home.ensure()
         with FileLock(self.path, self.lock_timeout):
-            records = list(self._records())
-            known = {r["id"] for r in records}
+            records = list(self._records())  # invalid ones included, kept as they are
+            known = {r.get("id") for r in records if isinstance(r, dict)}
             token_id = secrets.token_hex(_ID_HEX // 2)
             while token_id in known:  # pragma: no cover - 48 random bits
                 token_id = secrets.token_hex(_ID_HEX // 2)
@@ -332,18 +449,18 @@ class TokenStore:
             }
             records.append(record)
             self._write(records)
-        return f"{PREFIX}{token_id}_{secret}", self._info(record)
+        return f"{PREFIX}{token_id}_{secret}", _read_record(record, len(records), self.path)
 
     def revoke(self, token_id: str) -> TokenInfo:
         """Revoke a token by id (idempotent); ``UsageError`` for an unknown id."""
         if not os.path.exists(self.path):
             raise UsageError(f"no token {token_id!r}: this home has no tokens (`phx token create`).")
         with FileLock(self.path, self.lock_timeout):
-            records = [dict(r) for r in self._records()]
-            for record in records:
-                if record["id"] == token_id:
-                    if record.get("revoked_ms") is None:
+            records = [dict(r) if isinstance(r, dict) else r for r in self._records()]
+            for position, record in enumerate(records, 1):
+                if isinstance(record, dict) and record.get("id") == token_id:
+                    if record.get("revoked_ms") is None:  # an invalid record too: it stays listed, revoked
                         record["revoked_ms"] = self.clock.now_ms()
                         self._write(records)
-                    return self._info(record)
+                    return _read_record(record, position, self.path)
         raise UsageError(f"no token {token_id!r} in {self.path} (`phx token list`).")

@@ -154,6 +154,66 @@ def test_doctor_checks_checkpoints_and_identity(agent: Agent) -> None:
     assert damaged.exists()  # reported, never deleted
 
 
+def test_a_damaged_identity_is_restored_from_the_newest_checkpoint(agent: Agent, clock: ManualClock) -> None:
+    from phoenix_protocol._sessions import start_session
+
+    start_session(agent, "s1", restore=False)
+    agent.identity.set("state.current_focus", "Port the scheduler")
+    agent.identity.add("belief", {"subject": "timers drift", "confidence": 0.7})
+    clock.advance(60)
+    taken = agent.checkpoints.create("session")
+    copy = agent.checkpoints.read(taken.name).section("identity")
+    assert copy["digest"] == Path(agent.identity.digest_path).read_text().strip()
+    clock.advance(60)
+    agent.identity.add("skill", {"name": "python", "level": "expert"})  # after the checkpoint
+    start_session(agent, "s2", restore=False)  # the session count goes on after it too
+    before = agent.identity.read()
+    assert before.mutable["accumulated_experience"] == 2
+    damaged = Path(agent.identity.path)
+    broken = damaged.read_bytes()[:-30] + b"\n  - [unclosed\n"
+    damaged.write_bytes(broken)
+
+    checked = check_agent(agent, repair=False)
+    assert any(f.level == "error" and not f.repaired and "not valid YAML" in f.message for f in checked)
+    assert damaged.read_bytes() == broken  # --check touches nothing
+
+    findings = check_agent(agent)
+    restored = [f for f in findings if f.path == agent.identity.path]
+    assert restored[0].level == "error" and restored[0].repaired
+    assert restored[1].level == "warn" and restored[1].repaired
+    assert taken.name in restored[1].message and "added skills python" in restored[1].message
+    after = agent.identity.read()  # reads, and its core matches the seal
+    assert after.immutable == before.immutable
+    assert after.current_focus == "Port the scheduler"
+    assert after.mutable["beliefs"] == [{"subject": "timers drift", "confidence": 0.7}]
+    assert after.mutable["skills"] == []  # added after the checkpoint: named in the report, not invented
+    assert after.mutable["accumulated_experience"] == 2  # from the ops log
+    assert after.mutable["state"]["last_session_at"] is not None
+    kept = [n for n in os.listdir(agent.dir) if n.startswith("identity.yaml.corrupt-")]
+    assert len(kept) == 1 and Path(agent.dir, kept[0]).read_bytes() == broken
+    events, _ = agent.ops.read()
+    assert events[-1]["event"] == "identity_repaired" and events[-1]["meta"]["checkpoint"] == taken.name
+    assert all(f.level != "error" or f.repaired for f in findings)
+    assert [f.level for f in check_agent(agent) if f.path == agent.identity.path] == ["ok"]
+
+
+def test_a_damaged_identity_without_a_copy_of_its_sealed_core_is_left_as_it_is(agent: Agent) -> None:
+    agent.identity.set("state.current_focus", "x")
+    agent.checkpoints.create("session")  # holds the old core
+    agent.identity.reset_core({"name": "tester", "role": "reviewer"})
+    agent.checkpoints.flush()
+    damaged = Path(agent.identity.path)
+    damaged.write_text("immutable: {name: tester, role: reviewer}\nmutable: [\n")
+    findings = [f for f in check_agent(agent) if f.path == agent.identity.path]
+    assert [(f.level, f.repaired) for f in findings] == [("error", False)]
+    assert "no valid checkpoint holds a copy of this identity with the sealed core" in findings[0].message
+    assert damaged.read_text() == "immutable: {name: tester, role: reviewer}\nmutable: [\n"
+    assert not [n for n in os.listdir(agent.dir) if n.startswith("identity.yaml.corrupt-")]
+    # A checkpoint taken while the identity is damaged is taken all the same, without a copy.
+    info = agent.checkpoints.create("session")
+    assert agent.checkpoints.read(info.name).section("identity") is None
+
+
 def test_a_store_never_settled_is_not_reported_as_a_damaged_index(agent: Agent) -> None:
     """Before its first settle a store has no index.json: the log holds everything, nothing to
     report. Once settled, a lost index.json is reported (and rebuilt)."""

@@ -41,7 +41,7 @@ if TYPE_CHECKING:
         UsageError,
     )
     from phoenix_protocol._home import Home
-    from phoenix_protocol._identity import Identity, IdentityCoreError, IdentityStore
+    from phoenix_protocol._identity import Identity, IdentityCoreError, IdentityRepair, IdentityStore
     from phoenix_protocol._ids import validate_id
     from phoenix_protocol._ops import OpsLog
     from phoenix_protocol._redact import redact
@@ -63,6 +63,7 @@ __all__ = [
     "Home",
     "Identity",
     "IdentityCoreError",
+    "IdentityRepair",
     "IdentityStore",
     "InvalidIdError",
     "LockTimeoutError",
@@ -103,6 +104,7 @@ _LOCATIONS = {
     "Home": "_home",
     "Identity": "_identity",
     "IdentityCoreError": "_identity",
+    "IdentityRepair": "_identity",
     "IdentityStore": "_identity",
     "InvalidIdError": "_errors",
     "LockTimeoutError": "_errors",

@@ -13,11 +13,14 @@ recent_memories        memory ids created this session and the last recall query
 identity_updates       beliefs, skills, relationships added since the session started; drift checks
 working_memory         scratchpad (brief.md), open files (git changes), context stack
 phoenix_state          the restorable part of state.json: task, notes, last output
+identity               a copy of identity.yaml and its seal, when the agent has one and it reads
+                       (``phx doctor`` restores a damaged identity.yaml from the newest copy)
 =====================  ==========================================================================
 
 Restorers: ``phoenix_state`` puts the task and notes back into state.json when state.json has none
 (or always with ``force``); ``context`` and ``working_memory`` are handed back to the caller (the
 SessionStart hook injects them), since they describe the agent's mind rather than a file.
+``identity`` has none: the identity file is the authority, and a restore never writes it.
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from phoenix_protocol._agent import Agent
     from phoenix_protocol._checkpoints import CheckpointStore, CollectContext
+    from phoenix_protocol._identity import Identity
     from phoenix_protocol._state import AgentState
 
 __all__ = ["register_defaults"]
@@ -140,14 +144,26 @@ def _current_session_file(agent: Agent) -> dict[str, Any]:
     return read_current(agent) or {}
 
 
+def _identity(ctx: CollectContext) -> Identity | None:
+    """The agent's identity, read once per checkpoint (``None``: there is none, or it does not read:
+    an identity problem is reported by the identity commands and ``phx doctor``, not here)."""
+
+    def read() -> Identity | None:
+        from phoenix_protocol._errors import PhoenixError
+
+        try:
+            return ctx.agent.identity.read() if ctx.agent.identity.exists() else None
+        except PhoenixError:
+            return None
+
+    found: Identity | None = ctx.cached("identity", read)
+    return found
+
+
 def collect_context(ctx: CollectContext) -> dict[str, Any]:
     state = _state(ctx)
-    from phoenix_protocol._errors import PhoenixError
-
-    try:
-        focus = ctx.agent.identity.read().current_focus
-    except PhoenixError:  # an identity problem is reported by the identity commands, not here
-        focus = ""
+    identity = _identity(ctx)
+    focus = identity.current_focus if identity is not None else ""
     git = _git(ctx)
     pending = []
     if state is not None:
@@ -247,6 +263,17 @@ def restore_state_snapshot(value: Any, agent: Agent, force: bool) -> dict[str, A
     return {"restored": restored}
 
 
+def collect_identity(ctx: CollectContext) -> dict[str, Any] | None:
+    """A copy of the identity as it reads now (its seal checked) and that seal: what ``phx doctor``
+    writes back when identity.yaml is damaged (``IdentityStore.repair``)."""
+    identity = _identity(ctx)
+    if identity is None:
+        return None
+    from phoenix_protocol._identity import digest_of
+
+    return {"document": identity.as_dict(), "digest": digest_of(identity.immutable)}
+
+
 def hand_back(value: Any, agent: Agent, force: bool) -> Any:
     """Sections that describe the agent's mind are returned to the caller to hand over."""
     return value
@@ -263,3 +290,4 @@ def register_defaults(store: CheckpointStore) -> None:
     store.register("identity_updates", collect_identity_updates)
     store.register("working_memory", collect_working_memory, hand_back)
     store.register("phoenix_state", collect_state_snapshot, restore_state_snapshot)
+    store.register("identity", collect_identity)

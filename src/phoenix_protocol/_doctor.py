@@ -10,6 +10,10 @@ For every agent it checks, and with ``repair=True`` fixes:
   (reported with file and line; readers already skip them, and they stay for forensics).
 - temporary files left by writers that were killed (``.state.json.<pid>.<n>.tmp``): removed
   once their writer is gone (see ``abandoned_temp``); a write still in progress is left alone.
+- ``identity.yaml`` that does not read (not YAML, not an identity): the bad file is kept as
+  ``identity.yaml.corrupt-<time>`` and the identity restored from the newest valid checkpoint
+  holding a copy with the sealed core; the report names the changes made after that checkpoint.
+  A core edited by hand is reported only (``phx identity reset-core`` accepts it).
 - permissions wider than 0700 (directories) or 0600 (files): tightened.
 
 Nothing is ever deleted that holds data; nothing is reset to defaults silently.
@@ -324,7 +328,7 @@ def check_agent(agent: Agent, *, repair: bool = True) -> list[Finding]:
     if agent.state.remote is not None and not any(f.level == "error" for f in findings):
         findings.append(_check_copy(agent, repair))
     findings += _check_checkpoints(agent, repair)
-    findings += _check_identity(agent)
+    findings += _check_identity(agent, repair)
     return findings
 
 
@@ -427,18 +431,46 @@ def _check_checkpoints(agent: Agent, repair: bool) -> list[Finding]:
     return findings
 
 
-def _check_identity(agent: Agent) -> list[Finding]:
+def _check_identity(agent: Agent, repair: bool) -> list[Finding]:
+    """The identity reads and its core matches its seal; a damaged file (``repair``) is restored
+    from the newest checkpoint holding a copy. A core edited by hand is reported, never undone."""
     if not agent.identity.exists():
         return []
     from phoenix_protocol._errors import PhoenixError
 
+    path = agent.identity.path
     try:
         agent.identity.read()
+    except CorruptStateError as exc:
+        damaged = Finding("error", str(exc), agent=agent.id, path=path)
+        if not repair:
+            return [damaged]
+        try:
+            done = agent.identity.repair()
+        except PhoenixError as failed:
+            return [Finding("error", str(failed), agent=agent.id, path=path)]
+        if done is None:  # changed meanwhile (fixed by hand, or the PostgreSQL store's row)
+            return _check_identity(agent, repair=False)
+        damaged.repaired = True
+        later = (
+            f"; {len(done.later_changes)} change(s) made after it are not in the copy: "
+            + "; ".join(done.later_changes[:5])
+            + (" ..." if len(done.later_changes) > 5 else "")
+            if done.later_changes
+            else "; no change was made after it"
+        )
+        restored = Finding(
+            "warn",
+            f"identity.yaml restored from checkpoint {done.checkpoint} (the damaged file kept as "
+            f"{os.path.basename(done.kept_as)}){later}",
+            agent=agent.id,
+            path=path,
+            repaired=True,
+        )
+        return [damaged, restored]
     except PhoenixError as exc:
-        return [Finding("error", str(exc), agent=agent.id, path=agent.identity.path)]
-    return [
-        Finding("ok", "identity.yaml is valid and its core matches its seal", agent=agent.id, path=agent.identity.path)
-    ]
+        return [Finding("error", str(exc), agent=agent.id, path=path)]
+    return [Finding("ok", "identity.yaml is valid and its core matches its seal", agent=agent.id, path=path)]
 
 
 def _rebuild(agent: Agent, events: list[dict[str, Any]]) -> Finding:

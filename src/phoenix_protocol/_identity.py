@@ -43,7 +43,17 @@ if TYPE_CHECKING:
     from phoenix_protocol._agent import Agent
     from phoenix_protocol._identity_pg import PgIdentity
 
-__all__ = ["IDENTITY_LISTS", "Identity", "IdentityCoreError", "IdentityStore", "json_problem", "mutable_problem"]
+__all__ = [
+    "IDENTITY_LISTS",
+    "Identity",
+    "IdentityCoreError",
+    "IdentityRepair",
+    "IdentityStore",
+    "json_problem",
+    "mutable_problem",
+]
+
+_REPAIR = "fix it by hand, or run `phx doctor` to restore it from the newest checkpoint."
 
 IDENTITY_LISTS = {
     "beliefs": ("subject", "confidence"),
@@ -203,6 +213,16 @@ class IdentityCoreError(RefusedError):
     """The immutable core would change, or was changed outside Phoenix. ``phx identity reset-core``."""
 
 
+class IdentityRepair:
+    """What ``IdentityStore.repair`` did: the checkpoint the identity came from, where the damaged
+    file was kept, and the changes made after that checkpoint (not in the copy)."""
+
+    def __init__(self, checkpoint: str, kept_as: str, later_changes: list[str]) -> None:
+        self.checkpoint = checkpoint
+        self.kept_as = kept_as
+        self.later_changes = later_changes
+
+
 def _default_mutable() -> dict[str, Any]:
     return {
         "state": {"current_focus": "", "last_session_at": None},
@@ -271,22 +291,22 @@ class IdentityStore:
         try:
             raw = load_yaml(data) or {}
         except (yaml.YAMLError, ValueError) as exc:  # ValueError: an unquoted date that is none (2026-13-45)
-            raise CorruptStateError(f"{self.path} is not valid YAML ({exc}); fix it by hand.", path=self.path) from None
+            raise CorruptStateError(f"{self.path} is not valid YAML ({exc}); {_REPAIR}", path=self.path) from None
         if not isinstance(raw, dict):
             raise CorruptStateError(
-                f"{self.path} must hold a mapping with immutable and mutable sections.", path=self.path
+                f"{self.path} must hold a mapping with immutable and mutable sections; {_REPAIR}", path=self.path
             )
         immutable = _texts(raw.get("immutable") or {})
         mutable = _texts(raw.get("mutable") or {}, _iso)
         if not isinstance(immutable, dict) or not isinstance(mutable, dict):
-            raise CorruptStateError(f"{self.path}: immutable and mutable must be mappings.", path=self.path)
+            raise CorruptStateError(f"{self.path}: immutable and mutable must be mappings; {_REPAIR}", path=self.path)
         merged = _default_mutable()
         merged.update(mutable)
         if isinstance(merged.get("state"), dict):
             merged["state"] = {**_default_mutable()["state"], **merged["state"]}
         problem = mutable_problem(merged) or json_problem(immutable, "immutable") or json_problem(merged, "mutable")
         if problem is not None:
-            raise CorruptStateError(f"{self.path}: {problem}; fix it by hand.", path=self.path)
+            raise CorruptStateError(f"{self.path}: {problem}; {_REPAIR}", path=self.path)
         return Identity(immutable, merged), header
 
     # -- where the document and its seal are ------------------------------------------------------
@@ -481,6 +501,124 @@ class IdentityStore:
         identity = self.update(mutate)
         self.agent.record("identity_updated", "ok", {"added": key, first: str(entry[first])[:200]})
         return identity
+
+    def repair(self) -> IdentityRepair | None:
+        """Restore a damaged ``identity.yaml`` (one that does not read: not YAML, not the shape of
+        an identity) from the newest valid checkpoint holding a copy whose core matches the seal
+        (``identity.digest``, else the core the ops log last sealed). The damaged file is kept
+        beside it as ``identity.yaml.corrupt-<time>``. The session count and the last session's
+        time are brought up to date from the ops log; other changes made after that checkpoint
+        (values set or added, core resets: the log names them, not their values) are named in the
+        result. Logged as ``identity_repaired``.
+
+        ``None``: nothing to repair (no file, or it reads; a core edited by hand is not damage:
+        it is refused by ``read`` until ``reset_core`` or an undo). Raises ``CorruptStateError``
+        when no checkpoint holds a usable copy (the file is left as it is). On the PostgreSQL
+        store the document is the server's row: nothing is done here."""
+        if self.remote is not None:
+            return None
+        self.agent.ensure()
+        with FileLock(self.path, self.agent.config.lock_timeout):
+            data, stored = self.read_files()
+            if data is None:
+                return None
+            try:
+                self._parse(data)
+            except CorruptStateError as exc:
+                damage = str(exc)
+            else:
+                return None
+            seal = stored if stored is not None else self._last_sealed()
+            found = self._copy_in_checkpoints(seal)
+            if found is None:
+                raise CorruptStateError(
+                    damage.replace(_REPAIR, "fix it by hand: no valid checkpoint holds a copy of this identity")
+                    + (" with the sealed core" if seal is not None else "")
+                    + " to restore it from.",
+                    path=self.path,
+                )
+            identity, checkpoint, taken_ms = found
+            later = self._replay_since(identity, taken_ms)
+            from phoenix_protocol._clock import iso_from_ms
+
+            stamp = iso_from_ms(self.agent.clock.now_ms()).replace(":", "").replace("-", "")
+            kept = f"{self.path}.corrupt-{stamp}"
+            atomic_write(kept, data)
+            header = [
+                f"# Restored by `phx doctor` from checkpoint {checkpoint} (damaged file: {os.path.basename(kept)})."
+            ]
+            rendered, digest = self._render(identity, header)
+            self.write_files(rendered, digest)
+        self.agent.record(
+            "identity_repaired",
+            "warn",
+            {"checkpoint": checkpoint, "kept_as": os.path.basename(kept), "later_changes": later[:50]},
+            trusted=True,
+        )
+        return IdentityRepair(checkpoint, kept, later)
+
+    def _copy_in_checkpoints(self, seal: str | None) -> tuple[Identity, str, int] | None:
+        """The newest usable identity copy in this agent's checkpoints: (identity, checkpoint
+        name, its time in ms)."""
+        store = self.agent.checkpoints
+        for info in store.entries():
+            try:
+                value = store.read(info.name).section("identity")
+            except PhoenixError:  # a damaged checkpoint: try an older one
+                continue
+            if not isinstance(value, dict) or not isinstance(value.get("document"), dict):
+                continue
+            document = value["document"]
+            immutable, mutable = document.get("immutable"), document.get("mutable")
+            if not isinstance(immutable, dict) or not isinstance(mutable, dict):
+                continue
+            if mutable_problem(mutable) or json_problem(immutable, "immutable") or json_problem(mutable, "mutable"):
+                continue
+            if seal is not None and digest_of(immutable) != seal:
+                continue  # a copy from before the core was last reset
+            return Identity(immutable, mutable), info.name, info.timestamp_ms
+        return None
+
+    def _replay_since(self, identity: Identity, ms: int) -> list[str]:
+        """Bring ``identity`` (a copy taken at ``ms``) up to date from the ops log where it can:
+        the session count and the last session's time (each session start logs its count).
+        Returns what it cannot replay, one line each: values set or added after ``ms`` (the log
+        names them, without their values) and core resets."""
+        from phoenix_protocol._clock import ms_from_iso
+
+        try:
+            events, _problems = self.agent.ops.read()
+        except PhoenixError:
+            return ["the ops log does not read: changes made after the checkpoint are unknown"]
+        state = identity.mutable.setdefault("state", {})
+        out = []
+        for event in events:
+            name = event.get("event")
+            if name not in ("identity_updated", "identity_core_reset", "session_restored", "session_begun"):
+                continue
+            ts = str(event.get("ts"))
+            try:
+                if ms_from_iso(ts) <= ms:
+                    continue
+            except ValueError:
+                pass  # a time that does not read: counted as later, to be safe
+            meta = event.get("meta") or {}
+            if name in ("session_restored", "session_begun"):
+                count = meta.get("experience")
+                if type(count) is int and count > int(identity.mutable.get("accumulated_experience") or 0):
+                    identity.mutable["accumulated_experience"] = count
+                    state["last_session_at"] = ts
+                continue
+            if name == "identity_core_reset":
+                what = "core reset"
+            elif "path" in meta:
+                what = f"set {meta['path']}"
+            elif "added" in meta:
+                what = " ".join(["added", str(meta["added"]), *(str(v) for k, v in meta.items() if k != "added")])
+            else:
+                what = "changed"
+            out.append(f"{ts} {what}")
+        return out
 
     def reset_core(self, immutable: dict[str, Any] | None = None) -> Identity:
         """Change the core on purpose: seal ``immutable`` (default: the section as it now is in

@@ -194,6 +194,26 @@ def test_interval_loop_stops_cleanly_on_sigterm(home: Home) -> None:
     proc.stdout.close()
 
 
+def test_loop_runs_a_pass_every_watchdog_interval(home: Home) -> None:
+    Agent.open("ok", home=home).state.set_status("idle", "fine")
+    phx = str(Path(sys.executable).parent / "phx")
+    env = {**os.environ, "PHOENIX_WATCHDOG_INTERVAL": "1"}
+    proc = subprocess.Popen(
+        [phx, "watchdog", "--loop", "--json", "--home", home.root], stdout=subprocess.PIPE, text=True, env=env
+    )
+    assert proc.stdout is not None
+    try:
+        # Two passes within the test's timeout: the setting (1 s), not the default (60 s), paces them.
+        started = time.monotonic()
+        passes = [json.loads(proc.stdout.readline()) for _ in range(2)]
+        assert all(p["ok"] is True for p in passes)
+        assert time.monotonic() - started < 30  # the default would take 60 s
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=10) == 0
+        proc.stdout.close()
+
+
 @pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux is not installed")
 def test_tmux_mode_finds_agent_processes_in_panes(home: Home, tmp_path: Path) -> None:
     socket = str(tmp_path / "tmux.sock")

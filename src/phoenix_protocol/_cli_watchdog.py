@@ -64,8 +64,13 @@ def _render(out: Output, report: Any) -> None:
 
 
 @main_group.command("watchdog")
-@click.option("--once", "once", is_flag=True, help="One pass, then exit (the default without --interval).")
-@click.option("--interval", type=click.FloatRange(min=1), help="Run a pass every SECONDS until SIGTERM/SIGINT.")
+@click.option("--once", "once", is_flag=True, help="One pass, then exit (the default without --loop or --interval).")
+@click.option("--loop", is_flag=True, help="Run a pass every `watchdog_interval` seconds (60) until SIGTERM/SIGINT.")
+@click.option(
+    "--interval",
+    type=click.FloatRange(min=1, max=365 * 86_400),
+    help="Run a pass every SECONDS until SIGTERM/SIGINT (instead of `watchdog_interval`).",
+)
 @click.option(
     "--grace",
     type=click.FloatRange(min=0),
@@ -75,7 +80,14 @@ def _render(out: Output, report: Any) -> None:
 @click.option("--dry-run", is_flag=True, help="Report only: mark nothing, take no checkpoint.")
 @common
 def watchdog_command(
-    agent: Agent, out: Output, once: bool, interval: float | None, grace: float | None, use_tmux: bool, dry_run: bool
+    agent: Agent,
+    out: Output,
+    once: bool,
+    loop: bool,
+    interval: float | None,
+    grace: float | None,
+    use_tmux: bool,
+    dry_run: bool,
 ) -> None:
     """Check every agent of the home against its real process; mark dead ones stalled.
 
@@ -83,10 +95,12 @@ def watchdog_command(
     """
     from phoenix_protocol._watchdog import run_pass
 
-    if once and interval is not None:
+    if once and (loop or interval is not None):
         from phoenix_protocol._errors import UsageError
 
-        raise UsageError("give --once or --interval, not both.")
+        raise UsageError("give --once, or --loop / --interval, not both.")
+    if loop and interval is None:
+        interval = agent.config.watchdog_interval
     overrides = {"watchdog_grace": grace} if grace is not None else None
     home: Home = agent.home
 

@@ -189,8 +189,9 @@ def _checkpoint_lines(checkpoint: Checkpoint) -> list[tuple[str, str]]:
             ("events", f"{len(memory.get('session') or [])} this session, {len(memory.get('short_term') or [])} recent")
         )
     extensions = checkpoint.data.get("extensions")
-    if isinstance(extensions, dict) and extensions:
-        rows.append(("extensions", ", ".join(sorted(map(str, extensions)))))
+    held = sorted(str(k) for k, v in extensions.items() if v is not None) if isinstance(extensions, dict) else []
+    if held:  # an extension with nothing in it (no identity yet, say) is not listed
+        rows.append(("extensions", ", ".join(held)))
     return rows
 
 

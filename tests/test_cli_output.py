@@ -7,12 +7,14 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from phoenix_protocol._agent import Agent
 from phoenix_protocol._cli import cli, visible
 from phoenix_protocol._home import Home
+from phoenix_protocol._jsonio import dumps_output
 
 
 def _hand_edit(path: str, old: str, new: str) -> None:
@@ -98,3 +100,131 @@ def test_json_error_document_is_utf8_text_like_the_answer(home: Home, capsys: py
     assert data["ok"] is False and data["error"]["exit_code"] == 2
     assert "fé\ufffd" in data["error"]["message"]
     assert "fé\ufffd" in out
+
+
+# -- every --json output through the one writer ----------------------------------------------------
+
+
+def _utf8_json(out: str) -> Any:
+    """The one document ``out`` holds, checked to be valid UTF-8 with "é" as itself."""
+    out.encode("utf-8")  # a lone surrogate would fail here
+    assert "é" in out and "\\u00e9" not in out and "\\udce9" not in out
+    return json.loads(out)
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        {},
+        [],
+        "é",
+        {"ok": True, "a": {}, "b": [], "c": [1, -2.5, 1e-07, 10**30, None, True, False, 'é\n"\\\x1b\u2028']},
+        {"nested": [{"x": [[], {}, [{"y": {"z": "ü"}}]]}], "t": (1, (2, "é"))},
+        {2: "int", True: "bool", None: "none", 1.5: "float", float("nan"): float("inf")},
+    ],
+)
+def test_dumps_output_is_json_dumps_with_text_as_itself(value: Any) -> None:
+    """``dumps_output`` (which does not import ``json``: the team resume fast path uses it)
+    writes exactly what ``json.dumps(ensure_ascii=False)`` writes, indented or on one line."""
+    assert dumps_output(value) == json.dumps(value, indent=2, ensure_ascii=False)
+    assert dumps_output(value, one_line=True) == json.dumps(value, ensure_ascii=False).replace("\u2028", "\\u2028")
+    assert dumps_output({"a": "b\udce9"}) == '{\n  "a": "b\ufffd"\n}'
+    with pytest.raises(TypeError):
+        dumps_output({"a": object()})
+    with pytest.raises(TypeError):
+        dumps_output({(1, 2): 1})
+
+
+@pytest.fixture
+def team_home(
+    project: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> str:
+    """A home whose path holds "é", with team ``rel-…`` (lead, alice, bob) and a message to bob
+    whose subject holds "é" and a line separator."""
+    monkeypatch.chdir(project)
+    root = str(tmp_path / "hé")
+    assert cli(["team", "create", "rel", "--lead", "lead", "--home", root, "--json"]) == 0
+    team_id = json.loads(capsys.readouterr().out)["team"]["team_id"]
+    for name in ("alice", "bob"):
+        assert cli(["team", "join", team_id, name, "--home", root]) == 0
+    send = ["team", "send", team_id, "--from", "alice", "--to", "bob", "--subject", "Sujet é\u2028", "--body", "b"]
+    assert cli([*send, "--home", root]) == 0
+    capsys.readouterr()
+    return root
+
+
+def _team_id(root: str) -> str:
+    (team_id,) = os.listdir(os.path.join(root, "teams"))
+    return team_id
+
+
+def test_team_resume_json_fast_path_writes_text_as_itself(team_home: str, capsys: pytest.CaptureFixture[str]) -> None:
+    """``phx team resume|probe --json``'s fast path (``_entry``, without the CLI) writes its
+    answers and its error documents as the CLI does: "é" as itself, a lone surrogate as U+FFFD."""
+    from phoenix_protocol._entry import main
+
+    team_id = _team_id(team_home)
+    assert main(["team", "probe", team_id, "--json", "--home", team_home]) == 0
+    data = _utf8_json(capsys.readouterr().out)
+    assert data["ok"] is True and "hé" in data["steps"][0]["detail"]
+    assert main(["team", "resume", team_id, "--json", "--session", "s1", "--home", team_home + "\udce9"]) == 2
+    data = _utf8_json(capsys.readouterr().out)
+    assert data["ok"] is False and "hé\ufffd" in data["steps"][0]["detail"]
+    # An error document (an exception the fast path reports itself): the full CLI's text exactly.
+    assert main(["team", "resume", "équipe", "--json", "--session", "s1", "--home", team_home]) == 2
+    fast = capsys.readouterr().out
+    assert _utf8_json(fast)["error"]["type"] == "InvalidIdError" and "'équipe'" in fast
+    assert cli(["team", "resume", "équipe", "--json", "--session", "s1", "--home", team_home]) == 2
+    assert capsys.readouterr().out == fast
+
+
+def test_team_resume_inbox_json_write_text_as_itself(team_home: str, capsys: pytest.CaptureFixture[str]) -> None:
+    """The full CLI's ``phx team resume --json`` and ``phx team inbox --json`` (one line per
+    delivery, which a line separator in a subject does not break)."""
+    team_id = _team_id(team_home)
+    assert cli(["team", "probe", team_id, "--json", "--home", team_home]) == 0
+    assert "hé" in _utf8_json(capsys.readouterr().out)["steps"][0]["detail"]
+    assert cli(["team", "inbox", team_id, "--as", "bob", "--json", "--home", team_home]) == 0
+    out = capsys.readouterr().out
+    assert len(out.splitlines()) == 1 and out.endswith("}\n")
+    (message,) = _utf8_json(out)["messages"]
+    assert message["subject"] == "Sujet é\u2028"
+
+
+def test_remote_inbox_json_writes_text_as_itself(capsys: pytest.CaptureFixture[str]) -> None:
+    """``phx team inbox --server URL --json``: the messages the server sent, as the local command writes them."""
+    from phoenix_protocol._cli import Output
+    from phoenix_protocol._cli_remote import _team_inbox
+
+    class Client:
+        def team_inbox(self, team_id: str, name: str, *, limit: int | None = None) -> list[dict[str, Any]]:
+            return [{"seq": 1, "subject": "Sujet é\udce9\u2029", "body": "b"}]
+
+    _team_inbox(Client(), Output(True), "rel-1", "bob", follow=False, limit=None)  # type: ignore[arg-type]
+    out = capsys.readouterr().out
+    assert len(out.splitlines()) == 1
+    assert _utf8_json(out) == {"ok": True, "messages": [{"seq": 1, "subject": "Sujet é\ufffd\u2029", "body": "b"}]}
+
+
+def test_watchdog_json_writes_text_as_itself(home: Home, capsys: pytest.CaptureFixture[str]) -> None:
+    """``phx watchdog --json``: one line per pass, "é" as itself."""
+    Agent.open("zero", home=home).state.set_status("error", "échec \udce9")
+    assert cli(["watchdog", "--once", "--json", "--home", home.root]) == 0
+    out = capsys.readouterr().out
+    assert len(out.splitlines()) == 1 and out.endswith("}\n")
+    (verdict,) = _utf8_json(out)["agents"]
+    assert verdict["detail"] == "échec \ufffd"
+
+
+def test_install_dry_run_shows_the_settings_as_written(project: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """``phx install --dry-run`` shows the settings file it would write as it would write it
+    (non-ASCII text as itself), as ``--json`` has them."""
+    settings = project / ".claude" / "settings.json"
+    settings.parent.mkdir()
+    settings.write_text(json.dumps({"permissions": {"allow": ["Bash(échec)"]}}), encoding="utf-8")
+    args = ["install", "claude-code", "--project-dir", str(project), "--dry-run"]
+    assert cli([*args, "--json"]) == 0
+    assert "Bash(échec)" in json.dumps(_utf8_json(capsys.readouterr().out), ensure_ascii=False)
+    assert cli(args) == 0
+    out = capsys.readouterr().out
+    assert '"Bash(échec)"' in out and "\\u00e9" not in out

@@ -288,3 +288,24 @@ def test_bad_records_are_kept_by_create_and_revoke(store: TokenStore, clock: Man
         kept = json.load(fh)["tokens"]
     assert kept[:3] == doc["tokens"][:3] and kept[3]["id"] == "not-hex" and kept[3]["expires_ms"] == "soon"
     assert kept[3]["revoked_ms"] == clock.now_ms() and kept[4]["id"] == other.id
+
+
+def test_cli_list_text_shows_why_a_record_is_invalid(
+    home: Home, clock: ManualClock, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The text table says why a token is invalid (its ``problem``, as ``--json`` has it), and an
+    expiry that is invalid is not shown as "never"; a sound token keeps its "never"."""
+    monkeypatch.setenv("COLUMNS", "400")
+    store = TokenStore(home, clock=clock)
+    _token, info = store.create(["agent:zero"], ["*"], expires_in=3600)
+    _never, sound = store.create(["agent:one"], ["*"])
+    _tamper(store, 0, expires_ms=YEAR_275817_MS)
+    assert cli(["token", "list", "--home", home.root]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    (bad_row,) = [line for line in lines if line.split()[:1] == [info.id]]
+    (good_row,) = [line for line in lines if line.split()[:1] == [sound.id]]
+    assert "invalid" in bad_row and "never" not in bad_row and "275817" not in bad_row
+    assert "active" in good_row and "never" in good_row
+    (note,) = [line for line in lines if "at most 100 years" in line]
+    (problem,) = TokenStore(home).problems()
+    assert note == f"invalid {info.id}: {problem}"

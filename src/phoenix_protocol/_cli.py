@@ -41,7 +41,7 @@ from phoenix_protocol._errors import (
     UsageError,
 )
 from phoenix_protocol._home import Home
-from phoenix_protocol._jsonio import valid_text
+from phoenix_protocol._jsonio import dumps_output, valid_text
 from phoenix_protocol._state import AgentState
 
 __all__ = ["EXIT_CODES", "cli", "visible"]
@@ -125,22 +125,24 @@ class Output:
         return self._console
 
     @staticmethod
-    def _write_document(document: dict[str, Any]) -> None:
-        """One ``--json`` document on stdout, answer or error alike: UTF-8 text as itself
-        (``ensure_ascii=False``), each lone surrogate (from a file written by hand, a path that
-        was not UTF-8) as U+FFFD (``valid_text``): UTF-8 cannot write one, and a ``\\udce9``
-        escape would hand the reader one back."""
-        import json
+    def write_document(document: dict[str, Any], *, one_line: bool = False) -> None:
+        """One ``--json`` document on stdout, answer or error alike, the only way one is
+        written (``phx team resume|probe``'s fast path in ``_entry`` writes the same text):
+        UTF-8 text as itself (``ensure_ascii=False``), each lone surrogate (from a file written
+        by hand, a path that was not UTF-8) as U+FFFD (``valid_text``): UTF-8 cannot write one,
+        and a ``\\udce9`` escape would hand the reader one back. Indented, or ``one_line`` for
+        a stream of documents, one a line (``phx watchdog --loop``, ``phx team inbox --follow``).
+        Use ``json`` for an answer (``"ok": true``); this for a document whose ``ok`` is its own."""
+        sys.stdout.write(dumps_output(document, one_line=one_line) + "\n")
 
-        sys.stdout.write(valid_text(json.dumps(document, indent=2, ensure_ascii=False)) + "\n")
-
-    def json(self, data: dict[str, Any]) -> None:
-        self._write_document({"ok": True, **data})
+    def json(self, data: dict[str, Any], *, one_line: bool = False) -> None:
+        """The answer ``{"ok": true, **data}`` (``write_document``)."""
+        self.write_document({"ok": True, **data}, one_line=one_line)
 
     def error(self, exc: BaseException, code: int, *, message: str | None = None) -> None:
         message = " ".join((str(exc) if message is None else message).split()) or type(exc).__name__
         if self.as_json:
-            self._write_document(
+            self.write_document(
                 {"ok": False, "error": {"type": type(exc).__name__, "message": message, "exit_code": code}}
             )
         else:
@@ -591,10 +593,9 @@ def _install_output(out: Output, result: Any, verb: str) -> None:
     from rich.markup import escape
 
     if result.dry_run:
-        import json
-
         out.console.print(f"[bold]dry run[/]: {escape(result.path)} would become:")
-        sys.stdout.write(json.dumps(result.settings, indent=2) + "\n")
+        # as the file is written: indented, non-ASCII text as itself (a lone surrogate as U+FFFD)
+        sys.stdout.write(dumps_output(result.settings) + "\n")
     if not result.changed:
         out.console.print(f"{escape(result.path)}: nothing to {verb}, already up to date")
         return

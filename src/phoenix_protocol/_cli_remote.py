@@ -235,13 +235,12 @@ def _team_send(
 
 
 def _team_inbox(client: PhoenixClient, out: Output, team_id: str, name: str, follow: bool, limit: int | None) -> None:
-    import json
     import sys
 
     def deliver() -> list[dict[str, Any]]:
         messages = client.team_inbox(team_id, name, limit=limit)
         if out.as_json:
-            sys.stdout.write(json.dumps({"ok": True, "messages": messages}) + "\n")
+            out.json({"messages": messages}, one_line=True)
         else:
             _cli_teams._print_messages(out, _messages(messages))
         sys.stdout.flush()

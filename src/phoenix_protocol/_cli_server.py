@@ -91,17 +91,24 @@ def _token_table(out: Output, infos: list[Any], now_ms: int) -> None:
     table.add_column("label", overflow="fold")
     for info in infos:
         data = info.as_dict(now_ms)
+        if data["expires_at"] is not None:
+            expires = data["expires_at"][:19].replace("T", " ")
+        else:  # an invalid record holds no sound expiry: it may have had a bad one, not none
+            expires = "never" if info.problem is None else "-"
         table.add_row(
-            info.id,
+            escape(info.id),
             data["status"],
             escape(", ".join(info.namespaces)),
             escape(", ".join(info.scopes)),
-            (data["expires_at"] or "never")[:19].replace("T", " "),
+            expires,
             escape(info.label or ""),
         )
     out.console.print(table)
     if not infos:
         out.console.print("(no tokens)")
+    for info in infos:  # why each invalid one is: the file, the record, what is wrong, what to do
+        if info.problem is not None:
+            out.console.print(f"[red]invalid[/] {escape(info.id)}: {escape(info.problem)}")
 
 
 @token_group.command("create")

@@ -318,9 +318,7 @@ def team_inbox(home: Home, out: Output, team_id: str, name: str, follow: bool, l
     def deliver() -> Any:
         messages = mailbox.fetch(name, limit=limit)
         if out.as_json:
-            import json
-
-            sys.stdout.write(json.dumps({"ok": True, "messages": [m.as_dict() for m in messages]}) + "\n")
+            out.json({"messages": [m.as_dict() for m in messages]}, one_line=True)
         else:
             _print_messages(out, messages)
         sys.stdout.flush()  # handed over: only now is it delivered
@@ -526,9 +524,7 @@ def team_list(home: Home, out: Output) -> None:
 
 def _resume_output(out: Output, result: Any) -> None:
     if out.as_json:
-        import json
-
-        sys.stdout.write(json.dumps({"ok": result.exit_code == 0, **result.as_dict()}, indent=2) + "\n")
+        out.write_document({"ok": result.exit_code == 0, **result.as_dict()})
         return
     marks = {"ok": "[green]✓[/]", "warn": "[yellow]![/]", "error": "[red]✗[/]"}
     from rich.markup import escape

@@ -107,9 +107,7 @@ def watchdog_command(
     def one_pass() -> Any:
         report = run_pass(home, clock=agent.clock, act=not dry_run, tmux=use_tmux, config_overrides=overrides)
         if out.as_json:
-            import json
-
-            sys.stdout.write(json.dumps({"ok": True, **report.as_dict()}) + "\n")
+            out.json(report.as_dict(), one_line=True)  # one line per pass, handed over at once
             sys.stdout.flush()
         else:
             _render(out, report)

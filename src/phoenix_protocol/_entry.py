@@ -50,11 +50,11 @@ def _team_resume_json(command: str, args: list[str]) -> int | None:
             i += 1
     if len(positional) != 1:
         return None
-    import json
     import uuid
 
     from phoenix_protocol._errors import PhoenixError
     from phoenix_protocol._home import Home
+    from phoenix_protocol._jsonio import dumps_output
     from phoenix_protocol._team_resume import resume
 
     try:
@@ -72,9 +72,10 @@ def _team_resume_json(command: str, args: list[str]) -> int | None:
         code = _exit_code(exc)
         message = " ".join(str(exc).split()) or type(exc).__name__
         error = {"type": type(exc).__name__, "message": message, "exit_code": code}
-        sys.stdout.write(json.dumps({"ok": False, "error": error}, indent=2) + "\n")
+        sys.stdout.write(dumps_output({"ok": False, "error": error}) + "\n")
         return code
-    sys.stdout.write(json.dumps({"ok": result.exit_code == 0, **result.as_dict()}, indent=2) + "\n")
+    # The text the full CLI writes (Output.write_document): é as itself, a lone surrogate as U+FFFD.
+    sys.stdout.write(dumps_output({"ok": result.exit_code == 0, **result.as_dict()}) + "\n")
     return result.exit_code
 
 

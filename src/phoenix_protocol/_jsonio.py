@@ -25,6 +25,7 @@ __all__ = [
     "dumps_indented_bytes",
     "dumps_indented_exact",
     "dumps_line",
+    "dumps_output",
     "loads",
     "loads_large",
     "loads_object",
@@ -69,6 +70,11 @@ try:
 
     _encoder = _json.make_encoder(None, _no_default, _encode_string, None, ":", ",", False, False, False)
     _sorted_encoder = _json.make_encoder(None, _no_default, _encode_string, None, ":", ",", True, False, False)
+    # dumps_output: json.dumps(ensure_ascii=False)'s encoder (text as itself, NaN allowed)
+    _encode_text: Callable[[str], str] = _json.encode_basestring
+    _output_encoder = _json.make_encoder(
+        None, _no_default, _json.encode_basestring, None, ": ", ", ", False, False, True
+    )
     _C = True
 except (ImportError, AttributeError):  # pragma: no cover - CPython always has _json
     _C = False
@@ -245,6 +251,67 @@ def dumps_indented_exact(obj: dict[str, Any]) -> tuple[bytes, bool]:
         return text.encode("utf-8"), True
     except UnicodeEncodeError:  # a lone surrogate: text that came from bytes that were not UTF-8
         return valid_text(text).encode("utf-8"), True
+
+
+def dumps_output(obj: Any, *, one_line: bool = False) -> str:
+    """The text of one ``phx --json`` document (no newline added): what
+    ``json.dumps(obj, indent=2, ensure_ascii=False)`` writes (``one_line``: without ``indent``),
+    non-ASCII text as itself (``é``, not ``\\u00e9``), each lone surrogate as U+FFFD
+    (``valid_text``: UTF-8 cannot write one, and a ``\\udce9`` escape would hand the reader one
+    back). ``one_line`` also escapes U+0085, U+2028 and U+2029, which ``str.splitlines`` takes
+    for line ends: a stream of such documents stays one per line. Without importing ``json``
+    (for ``phx team resume --json``'s fast path)."""
+    if not _C:  # pragma: no cover
+        import json
+
+        text = json.dumps(obj, indent=None if one_line else 2, ensure_ascii=False)
+    elif one_line:
+        text = "".join(_output_encoder(obj, 0))
+    else:
+        parts: list[str] = []
+        _indented(obj, "\n", parts)
+        text = "".join(parts)
+    text = valid_text(text)
+    if one_line and not text.isascii():
+        text = text.replace("\x85", "\\u0085").replace("\u2028", "\\u2028").replace("\u2029", "\\u2029")
+    return text
+
+
+def _indented(obj: Any, newline: str, parts: list[str]) -> None:
+    """``obj`` as ``json.dumps(indent=2, ensure_ascii=False)`` writes it at the depth whose line
+    start is ``newline``: containers here, every other value by the C encoder."""
+    if isinstance(obj, dict):
+        if not obj:
+            parts.append("{}")
+            return
+        inner = newline + "  "
+        separator = "{" + inner
+        for key, value in obj.items():
+            if isinstance(key, str):
+                name = key
+            elif key is None or isinstance(key, (int, float)):  # bool is an int
+                name = "".join(_output_encoder(key, 0))  # true, 1, 1.5, NaN, null
+            else:
+                raise TypeError(f"keys must be str, int, float, bool or None, not {type(key).__name__}")
+            parts.append(separator)
+            parts.append(_encode_text(name))
+            parts.append(": ")
+            _indented(value, inner, parts)
+            separator = "," + inner
+        parts.append(newline + "}")
+    elif isinstance(obj, (list, tuple)):
+        if not obj:
+            parts.append("[]")
+            return
+        inner = newline + "  "
+        separator = "[" + inner
+        for value in obj:
+            parts.append(separator)
+            _indented(value, inner, parts)
+            separator = "," + inner
+        parts.append(newline + "]")
+    else:
+        parts.extend(_output_encoder(obj, 0))
 
 
 def valid_text(text: str) -> str:

@@ -127,7 +127,7 @@ SETTINGS: dict[str, tuple[type, Any, float | None, float | None, str]] = {
         _YEAR_S,
         "Seconds without a heartbeat before an agent recorded on another host is marked stalled (its process cannot be checked here).",
     ),
-    "watchdog_interval": (float, 60.0, 1.0, _YEAR_S, "Seconds between passes of `phx watchdog --interval`."),
+    "watchdog_interval": (float, 60.0, 1.0, _YEAR_S, "Seconds between passes of `phx watchdog --loop`."),
     "watchdog_process_names": (
         str,
         "claude,gemini,codex",

@@ -70,11 +70,6 @@ try:
 
     _encoder = _json.make_encoder(None, _no_default, _encode_string, None, ":", ",", False, False, False)
     _sorted_encoder = _json.make_encoder(None, _no_default, _encode_string, None, ":", ",", True, False, False)
-    # dumps_output: json.dumps(ensure_ascii=False)'s encoder (text as itself, NaN allowed)
-    _encode_text: Callable[[str], str] = _json.encode_basestring
-    _output_encoder = _json.make_encoder(
-        None, _no_default, _json.encode_basestring, None, ": ", ", ", False, False, True
-    )
     _C = True
 except (ImportError, AttributeError):  # pragma: no cover - CPython always has _json
     _C = False
@@ -266,7 +261,7 @@ def dumps_output(obj: Any, *, one_line: bool = False) -> str:
 
         text = json.dumps(obj, indent=None if one_line else 2, ensure_ascii=False)
     elif one_line:
-        text = "".join(_output_encoder(obj, 0))
+        text = "".join(_output_encoder()(obj, 0))
     else:
         parts: list[str] = []
         _indented(obj, "\n", parts)
@@ -275,6 +270,19 @@ def dumps_output(obj: Any, *, one_line: bool = False) -> str:
     if one_line and not text.isascii():
         text = text.replace("\x85", "\\u0085").replace("\u2028", "\\u2028").replace("\u2029", "\\u2029")
     return text
+
+
+_output: list[Callable[[Any, int], list[str]]] = []
+
+
+def _output_encoder() -> Callable[[Any, int], list[str]]:
+    """``json.dumps(ensure_ascii=False)``'s C encoder (text as itself, NaN allowed), made on first
+    use: the hooks import this module and never write a ``--json`` document."""
+    if not _output:
+        _output.append(
+            _json.make_encoder(None, _no_default, _json.encode_basestring, None, ": ", ", ", False, False, True)
+        )
+    return _output[0]
 
 
 def _indented(obj: Any, newline: str, parts: list[str]) -> None:
@@ -290,11 +298,11 @@ def _indented(obj: Any, newline: str, parts: list[str]) -> None:
             if isinstance(key, str):
                 name = key
             elif key is None or isinstance(key, (int, float)):  # bool is an int
-                name = "".join(_output_encoder(key, 0))  # true, 1, 1.5, NaN, null
+                name = "".join(_output_encoder()(key, 0))  # true, 1, 1.5, NaN, null
             else:
                 raise TypeError(f"keys must be str, int, float, bool or None, not {type(key).__name__}")
             parts.append(separator)
-            parts.append(_encode_text(name))
+            parts.append(_json.encode_basestring(name))
             parts.append(": ")
             _indented(value, inner, parts)
             separator = "," + inner
@@ -311,7 +319,7 @@ def _indented(obj: Any, newline: str, parts: list[str]) -> None:
             separator = "," + inner
         parts.append(newline + "]")
     else:
-        parts.extend(_output_encoder(obj, 0))
+        parts.extend(_output_encoder()(obj, 0))
 
 
 def valid_text(text: str) -> str:

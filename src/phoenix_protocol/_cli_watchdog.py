@@ -15,6 +15,7 @@ import click
 
 from phoenix_protocol._agent import Agent
 from phoenix_protocol._cli import EXIT_ATTENTION, Output, _Exit, common, main_group
+from phoenix_protocol._config import SETTINGS
 from phoenix_protocol._home import Home
 
 __all__: list[str] = []
@@ -68,7 +69,7 @@ def _render(out: Output, report: Any) -> None:
 @click.option("--loop", is_flag=True, help="Run a pass every `watchdog_interval` seconds (60) until SIGTERM/SIGINT.")
 @click.option(
     "--interval",
-    type=click.FloatRange(min=1, max=365 * 86_400),
+    type=click.FloatRange(min=SETTINGS["watchdog_interval"][2], max=SETTINGS["watchdog_interval"][3]),
     help="Run a pass every SECONDS until SIGTERM/SIGINT (instead of `watchdog_interval`).",
 )
 @click.option(

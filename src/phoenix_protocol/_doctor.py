@@ -27,7 +27,7 @@ import stat
 from itertools import pairwise
 
 from phoenix_protocol._clock import iso_from_ms
-from phoenix_protocol._durable import DIR_MODE, FILE_MODE, atomic_write, read_bytes, repair_tail
+from phoenix_protocol._durable import DIR_MODE, FILE_MODE, keep_damaged, read_bytes, repair_tail
 from phoenix_protocol._errors import CorruptStateError, SchemaVersionError, UsageError
 from phoenix_protocol._jsonio import dumps_document
 from phoenix_protocol._seqlog import SeqLog
@@ -485,10 +485,7 @@ def _rebuild(agent: Agent, events: list[dict[str, Any]]) -> Finding:
                 )
         except (CorruptStateError, SchemaVersionError):
             pass
-        stamp = iso_from_ms(agent.clock.now_ms()).replace(":", "").replace("-", "")
-        kept = f"{agent.state.path}.corrupt-{stamp}"
-        if data is not None:
-            atomic_write(kept, data)
+        kept = keep_damaged(agent.state.path, data, agent.clock.now_ms()) if data is not None else ""
         state, used = rebuild_state(events)
         agent.state.write_locked(state)
     first = events[0]["seq"] if events else None

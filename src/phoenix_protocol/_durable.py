@@ -74,6 +74,7 @@ __all__ = [
     "fsync_files",
     "in_place_file",
     "iter_lines",
+    "keep_damaged",
     "read_bytes",
     "read_last_line",
     "read_range",
@@ -439,6 +440,17 @@ def _write_all(fd: int, data: bytes) -> None:
         if written <= 0:  # pragma: no cover - regular files never return 0 for a non-empty write
             raise OSError(errno.EIO, "write returned 0")
         view = view[written:]
+
+
+def keep_damaged(path: str, data: bytes, now_ms: int) -> str:
+    """Keep the bytes of a damaged ``path`` beside it, as ``<path>.corrupt-<time>`` (UTC, e.g.
+    ``20260124T101500.123Z``), atomically and durably, before a repair replaces it: damaged data
+    is kept for inspection, never deleted. Returns the copy's path."""
+    from phoenix_protocol._clock import iso_from_ms
+
+    kept = f"{path}.corrupt-{iso_from_ms(now_ms).replace(':', '').replace('-', '')}"
+    atomic_write(kept, data)
+    return kept
 
 
 def atomic_write(path: str, data: bytes, *, durable: bool = True) -> None:

@@ -36,7 +36,7 @@ import os
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from phoenix_protocol._durable import FileLock, atomic_write, read_bytes
+from phoenix_protocol._durable import FileLock, atomic_write, keep_damaged, read_bytes
 from phoenix_protocol._errors import CorruptStateError, PhoenixError, RefusedError, UsageError
 
 if TYPE_CHECKING:
@@ -539,11 +539,7 @@ class IdentityStore:
                 )
             identity, checkpoint, taken_ms = found
             later = self._replay_since(identity, taken_ms)
-            from phoenix_protocol._clock import iso_from_ms
-
-            stamp = iso_from_ms(self.agent.clock.now_ms()).replace(":", "").replace("-", "")
-            kept = f"{self.path}.corrupt-{stamp}"
-            atomic_write(kept, data)
+            kept = keep_damaged(self.path, data, self.agent.clock.now_ms())
             header = [
                 f"# Restored by `phx doctor` from checkpoint {checkpoint} (damaged file: {os.path.basename(kept)})."
             ]

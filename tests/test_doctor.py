@@ -154,8 +154,15 @@ def test_doctor_checks_checkpoints_and_identity(agent: Agent) -> None:
     assert damaged.exists()  # reported, never deleted
 
 
+def _damage(agent: Agent) -> bytes:
+    damaged = Path(agent.identity.path)
+    broken = damaged.read_bytes()[:-30] + b"\n  - [unclosed\n"
+    damaged.write_bytes(broken)
+    return broken
+
+
 def test_a_damaged_identity_is_restored_from_the_newest_checkpoint(agent: Agent, clock: ManualClock) -> None:
-    from phoenix_protocol._sessions import start_session
+    from phoenix_protocol._sessions import end_session, start_session
 
     start_session(agent, "s1", restore=False)
     agent.identity.set("state.current_focus", "Port the scheduler")
@@ -165,48 +172,110 @@ def test_a_damaged_identity_is_restored_from_the_newest_checkpoint(agent: Agent,
     copy = agent.checkpoints.read(taken.name).section("identity")
     assert copy["digest"] == Path(agent.identity.digest_path).read_text().strip()
     clock.advance(60)
-    agent.identity.add("skill", {"name": "python", "level": "expert"})  # after the checkpoint
+    # After the checkpoint: every kind of change the log carries, replayed over the copy.
+    agent.identity.add("skill", {"name": "python", "level": "expert"})
+    agent.identity.add("belief", {"subject": "timers drift", "confidence": 0.9})  # updates by subject
+    agent.identity.set("state.current_focus", "Review the port")
+    agent.identity.set("notes.owner", "ops team")  # a key of the user's own, nested
+    agent.identity.update(lambda ident: ident.mutable.update(mood="calm"))
     start_session(agent, "s2", restore=False)  # the session count goes on after it too
+    clock.advance(60)
+    end_session(agent, "s2", summary="done")
     before = agent.identity.read()
     assert before.mutable["accumulated_experience"] == 2
-    damaged = Path(agent.identity.path)
-    broken = damaged.read_bytes()[:-30] + b"\n  - [unclosed\n"
-    damaged.write_bytes(broken)
+    broken = _damage(agent)
 
     checked = check_agent(agent, repair=False)
     assert any(f.level == "error" and not f.repaired and "not valid YAML" in f.message for f in checked)
-    assert damaged.read_bytes() == broken  # --check touches nothing
+    assert Path(agent.identity.path).read_bytes() == broken  # --check touches nothing
 
     findings = check_agent(agent)
     restored = [f for f in findings if f.path == agent.identity.path]
     assert restored[0].level == "error" and restored[0].repaired
     assert restored[1].level == "warn" and restored[1].repaired
-    assert taken.name in restored[1].message and "added skills python" in restored[1].message
+    # The newest copy is the session checkpoint s2 ended with; the changes after `taken` are in it.
+    newest = agent.checkpoints.entries()[0].name
+    assert newest != taken.name and newest in restored[1].message
+    assert "without their value" not in restored[1].message
     after = agent.identity.read()  # reads, and its core matches the seal
-    assert after.immutable == before.immutable
-    assert after.current_focus == "Port the scheduler"
-    assert after.mutable["beliefs"] == [{"subject": "timers drift", "confidence": 0.7}]
-    assert after.mutable["skills"] == []  # added after the checkpoint: named in the report, not invented
-    assert after.mutable["accumulated_experience"] == 2  # from the ops log
-    assert after.mutable["state"]["last_session_at"] is not None
+    assert after.as_dict() == before.as_dict()  # everything, the session count and times included
     kept = [n for n in os.listdir(agent.dir) if n.startswith("identity.yaml.corrupt-")]
     assert len(kept) == 1 and Path(agent.dir, kept[0]).read_bytes() == broken
     events, _ = agent.ops.read()
-    assert events[-1]["event"] == "identity_repaired" and events[-1]["meta"]["checkpoint"] == taken.name
+    assert events[-1]["event"] == "identity_repaired" and events[-1]["meta"]["checkpoint"] == newest
     assert all(f.level != "error" or f.repaired for f in findings)
     assert [f.level for f in check_agent(agent) if f.path == agent.identity.path] == ["ok"]
 
 
+def test_a_damaged_identity_gets_the_changes_logged_after_its_copy(agent: Agent, clock: ManualClock) -> None:
+    """Values set, entries added, parts changed by ``update``, a core reset and session starts
+    after the last checkpoint are replayed from the ops log; a value logged by its size only (and
+    an event written by an earlier version, with the name alone) is named, not invented."""
+    from phoenix_protocol._identity import LOGGED_VALUE_MAX
+    from phoenix_protocol._sessions import start_session
+
+    start_session(agent, "s1", restore=False)
+    agent.identity.set("state.current_focus", "Port the scheduler")
+    agent.identity.update(lambda ident: ident.mutable.update(scratch="old", mood="tense"))
+    clock.advance(60)
+    taken = agent.checkpoints.create("routine")
+    clock.advance(60)
+    agent.identity.set("state.current_focus", "Review the port")
+    agent.identity.add("relationship", {"entity": "reviewer-bot", "type": "reviewer"})
+    agent.identity.update(lambda ident: (ident.mutable.pop("scratch"), ident.mutable.update(mood="calm")))
+    agent.identity.reset_core({"name": "tester", "role": "reviewer"})
+    start_session(agent, "s2", restore=False)
+    agent.identity.set("huge", "x" * (LOGGED_VALUE_MAX + 1))  # logged by its size only
+    agent.record("identity_updated", "ok", {"path": "legacy"}, trusted=True)  # as earlier versions logged
+    before = agent.identity.read()
+    _damage(agent)
+
+    done = agent.identity.repair()
+    assert done is not None and done.checkpoint == taken.name
+    assert [line.split(" ", 1)[1] for line in done.replayed] == [
+        "set state.current_focus",
+        "added relationships reviewer-bot",
+        "changed mood, scratch (removed)",
+        "core reset",
+    ]
+    assert [line.split(" ", 1)[1] for line in done.later_changes] == ["set huge", "set legacy"]
+    after = agent.identity.read()  # the core is the one sealed by the reset
+    assert after.immutable == {"name": "tester", "role": "reviewer"}
+    assert after.current_focus == "Review the port"
+    assert after.mutable["relationships"] == [{"entity": "reviewer-bot", "type": "reviewer"}]
+    assert after.mutable["mood"] == "calm" and "scratch" not in after.mutable
+    assert after.mutable["accumulated_experience"] == 2
+    assert after.mutable["state"]["last_session_at"] == before.mutable["state"]["last_session_at"]
+    assert "huge" not in after.mutable  # named above, never invented
+    events, _ = agent.ops.read()
+    assert events[-1]["meta"]["replayed"] == 4 and len(events[-1]["meta"]["later_changes"]) == 2
+
+
+def test_identity_events_carry_redacted_values(agent: Agent) -> None:
+    """What the log holds for a replay is what was written: redacted."""
+    secret = "ghp_" + "a1B2c3D4e5F6g7H8i9J0k1L2m3N4o5P6q7R8"
+    agent.identity.set("state.current_focus", f"token {secret}")
+    agent.identity.update(lambda ident: ident.mutable.update(creds=f"key {secret}"))
+    text = Path(agent.ops.path).read_text()
+    assert secret not in text and secret not in Path(agent.identity.path).read_text()
+    events = [e for e in agent.ops.read()[0] if e["event"] == "identity_updated"]
+    assert events[0]["meta"]["value"] == agent.identity.read().current_focus
+    assert events[1]["meta"]["changed"] == {"creds": agent.identity.read().mutable["creds"]}
+
+
 def test_a_damaged_identity_without_a_copy_of_its_sealed_core_is_left_as_it_is(agent: Agent) -> None:
+    from phoenix_protocol._identity import LOGGED_VALUE_MAX
+
     agent.identity.set("state.current_focus", "x")
     agent.checkpoints.create("session")  # holds the old core
-    agent.identity.reset_core({"name": "tester", "role": "reviewer"})
+    core = {"name": "tester", "role": "reviewer", "charter": "y" * (LOGGED_VALUE_MAX + 1)}
+    agent.identity.reset_core(core)  # logged by its size only: cannot be replayed
     agent.checkpoints.flush()
     damaged = Path(agent.identity.path)
     damaged.write_text("immutable: {name: tester, role: reviewer}\nmutable: [\n")
     findings = [f for f in check_agent(agent) if f.path == agent.identity.path]
     assert [(f.level, f.repaired) for f in findings] == [("error", False)]
-    assert "no valid checkpoint holds a copy of this identity with the sealed core" in findings[0].message
+    assert "no valid checkpoint holds a copy of this identity that gives the sealed core" in findings[0].message
     assert damaged.read_text() == "immutable: {name: tester, role: reviewer}\nmutable: [\n"
     assert not [n for n in os.listdir(agent.dir) if n.startswith("identity.yaml.corrupt-")]
     # A checkpoint taken while the identity is damaged is taken all the same, without a copy.

@@ -174,10 +174,14 @@ def test_heartbeat_checkpoint_runs_in_a_detached_child(project: Path, monkeypatc
     # The child leaves with os._exit, which skips atexit: it finished its write-behind first.
     agent = _agent(project)
     name = agent.checkpoints.entries()[0].name
-    while time.monotonic() < deadline and not (Path(agent.checkpoints.dir) / name).exists():
+
+    def finished() -> bool:  # the file and the event are written one after the other
+        logged = any(e["event"] == "checkpoint_created" and e["meta"]["name"] == name for e in agent.ops.read()[0])
+        return logged and (Path(agent.checkpoints.dir) / name).exists()
+
+    while time.monotonic() < deadline and not finished():
         time.sleep(0.05)
-    assert (Path(agent.checkpoints.dir) / name).exists()
-    assert any(e["event"] == "checkpoint_created" and e["meta"]["name"] == name for e in agent.ops.read()[0])
+    assert finished()
 
 
 def test_two_hours_tell_the_model_once_and_refresh_the_next_session(

@@ -376,6 +376,6 @@ def test_a_core_edited_by_hand_is_refused_until_reset(home: Home, clock: ManualC
     events, _ = agent.ops.read()
     resets = [e for e in events if e["event"] == "identity_core_reset"]
     assert len(resets) == 1
-    assert resets[0]["meta"] == {"old_digest": old_digest, "new_digest": new_digest}
+    assert resets[0]["meta"] == {"old_digest": old_digest, "new_digest": new_digest, "immutable": identity.immutable}
     agent.identity.set("state.current_focus", "migrations")  # writes work again
     assert agent.identity.read().current_focus == "migrations"

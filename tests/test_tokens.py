@@ -309,3 +309,19 @@ def test_cli_list_text_shows_why_a_record_is_invalid(
     (note,) = [line for line in lines if "at most 100 years" in line]
     (problem,) = TokenStore(home).problems()
     assert note == f"invalid {info.id}: {problem}"
+
+
+def test_cli_list_text_keeps_never_for_an_invalid_record_whose_expiry_is_sound(
+    home: Home, clock: ManualClock, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A record invalid for another reason (its scopes) and without an expiry shows "never":
+    only an expiry that does not read is shown as "-"."""
+    monkeypatch.setenv("COLUMNS", "400")
+    store = TokenStore(home, clock=clock)
+    _token, info = store.create(["agent:zero"], ["*"])
+    _tamper(store, 0, scopes="everything")
+    [listed] = store.list()
+    assert listed.problem is not None and "scopes" in listed.problem and listed.expiry_known
+    assert cli(["token", "list", "--home", home.root]) == 0
+    (row,) = [line for line in capsys.readouterr().out.splitlines() if line.split()[:1] == [info.id]]
+    assert "invalid" in row and "never" in row and " - " not in row

@@ -93,8 +93,8 @@ def _token_table(out: Output, infos: list[Any], now_ms: int) -> None:
         data = info.as_dict(now_ms)
         if data["expires_at"] is not None:
             expires = data["expires_at"][:19].replace("T", " ")
-        else:  # an invalid record holds no sound expiry: it may have had a bad one, not none
-            expires = "never" if info.problem is None else "-"
+        else:  # a record whose expiry does not read may have had one: not "never"
+            expires = "never" if info.expiry_known else "-"
         table.add_row(
             escape(info.id),
             data["status"],

@@ -11,8 +11,9 @@ For every agent it checks, and with ``repair=True`` fixes:
 - temporary files left by writers that were killed (``.state.json.<pid>.<n>.tmp``): removed
   once their writer is gone (see ``abandoned_temp``); a write still in progress is left alone.
 - ``identity.yaml`` that does not read (not YAML, not an identity): the bad file is kept as
-  ``identity.yaml.corrupt-<time>`` and the identity restored from the newest valid checkpoint
-  holding a copy with the sealed core; the report names the changes made after that checkpoint.
+  ``identity.yaml.corrupt-<time>`` and the identity restored from the newest valid checkpoint's
+  copy, with the changes logged since replayed over it, that gives the sealed core; the report
+  names the changes that could not be replayed (logged without their value).
   A core edited by hand is reported only (``phx identity reset-core`` accepts it).
 - permissions wider than 0700 (directories) or 0600 (files): tightened.
 
@@ -452,17 +453,22 @@ def _check_identity(agent: Agent, repair: bool) -> list[Finding]:
         if done is None:  # changed meanwhile (fixed by hand, or the PostgreSQL store's row)
             return _check_identity(agent, repair=False)
         damaged.repaired = True
+        replayed = (
+            f"; {len(done.replayed)} change(s) made after it replayed from the ops log"
+            if done.replayed
+            else "; no change made after it to replay"
+        )
         later = (
-            f"; {len(done.later_changes)} change(s) made after it are not in the copy: "
+            f"; {len(done.later_changes)} change(s) logged without their value are not in it: "
             + "; ".join(done.later_changes[:5])
             + (" ..." if len(done.later_changes) > 5 else "")
             if done.later_changes
-            else "; no change was made after it"
+            else ""
         )
         restored = Finding(
             "warn",
             f"identity.yaml restored from checkpoint {done.checkpoint} (the damaged file kept as "
-            f"{os.path.basename(done.kept_as)}){later}",
+            f"{os.path.basename(done.kept_as)}){replayed}{later}",
             agent=agent.id,
             path=path,
             repaired=True,

@@ -55,6 +55,11 @@ __all__ = [
 
 _REPAIR = "fix it by hand, or run `phx doctor` to restore it from the newest checkpoint."
 
+LOGGED_VALUE_MAX = 8 * 1024
+"""A value set, an entry added, a changed part of the mutable section or a new core whose JSON is
+at most this many bytes goes into its ops event whole (redacted, as written), so that
+``phx doctor`` can replay it over a checkpoint's copy; a larger one is logged by its size only."""
+
 IDENTITY_LISTS = {
     "beliefs": ("subject", "confidence"),
     "skills": ("name", "level"),
@@ -215,12 +220,33 @@ class IdentityCoreError(RefusedError):
 
 class IdentityRepair:
     """What ``IdentityStore.repair`` did: the checkpoint the identity came from, where the damaged
-    file was kept, and the changes made after that checkpoint (not in the copy)."""
+    file was kept, the changes made after that checkpoint that were replayed from the ops log
+    (``replayed``), and those that could not be (``later_changes``: not in the restored file)."""
 
-    def __init__(self, checkpoint: str, kept_as: str, later_changes: list[str]) -> None:
+    def __init__(
+        self, checkpoint: str, kept_as: str, later_changes: list[str], replayed: list[str] | None = None
+    ) -> None:
         self.checkpoint = checkpoint
         self.kept_as = kept_as
         self.later_changes = later_changes
+        self.replayed = replayed or []
+
+
+def _json_size(value: Any) -> int:
+    from phoenix_protocol._jsonio import dumps_line
+
+    return len(dumps_line(value).encode("utf-8"))
+
+
+def _logged(meta: dict[str, Any], key: str, value: Any) -> dict[str, Any]:
+    """``meta`` with ``value`` under ``key`` when its JSON is at most ``LOGGED_VALUE_MAX`` bytes,
+    else its size under ``<key>_bytes`` (the change is then named by a repair, not replayed)."""
+    size = _json_size(value)
+    if size <= LOGGED_VALUE_MAX:
+        meta[key] = value
+    else:
+        meta[key + "_bytes"] = size
+    return meta
 
 
 def _default_mutable() -> dict[str, Any]:
@@ -255,6 +281,103 @@ class Identity:
 
     def copy(self) -> Identity:
         return Identity(copy.deepcopy(self.immutable), copy.deepcopy(self.mutable))
+
+
+def _replay(identity: Identity, events: list[dict[str, Any]], ms: int) -> tuple[list[str], list[str]]:
+    """Replay over ``identity`` (a copy taken at ``ms``) the changes the ops log has from ``ms``
+    on, in the log's order. Every change sets values, so replaying one the copy already holds
+    (logged in the same millisecond) changes nothing. Returns the changes replayed and those that
+    cannot be (logged without their value), one line each; the session count and the last
+    session's time are brought up to date without a line."""
+    from phoenix_protocol._clock import ms_from_iso
+
+    replayed: list[str] = []
+    later: list[str] = []
+    for event in events:
+        name = event.get("event")
+        if name not in _REPLAYED_EVENTS:
+            continue
+        ts = str(event.get("ts"))
+        try:
+            if ms_from_iso(ts) < ms:
+                continue
+        except ValueError:
+            pass  # a time that does not read: taken as later, to be safe
+        meta = event.get("meta")
+        meta = meta if isinstance(meta, dict) else {}
+        state = identity.mutable.get("state")
+        state = state if isinstance(state, dict) else identity.mutable.setdefault("state", {})
+        if name in ("session_restored", "session_begun"):
+            count = meta.get("experience")
+            if type(count) is int and count > int(identity.mutable.get("accumulated_experience") or 0):
+                identity.mutable["accumulated_experience"] = count
+                state["last_session_at"] = meta.get("at") if isinstance(meta.get("at"), str) else ts
+            continue
+        if name == "session_checkpointed":
+            if isinstance(meta.get("at"), str):
+                state["last_session_at"] = meta["at"]
+            continue
+        for what, done in _replay_change(identity, name, meta):
+            (replayed if done else later).append(f"{ts} {what}")
+    return replayed, later
+
+
+_REPLAYED_EVENTS = frozenset(
+    ("identity_updated", "identity_core_reset", "session_restored", "session_begun", "session_checkpointed")
+)
+
+
+def _replay_change(identity: Identity, name: Any, meta: dict[str, Any]) -> list[tuple[str, bool]]:
+    """Apply one logged change (``identity_updated``, ``identity_core_reset``) to ``identity``:
+    what it changed, and whether that was applied, one pair per part."""
+    if name == "identity_core_reset":
+        core = meta.get("immutable")
+        if isinstance(core, dict) and json_problem(core, "immutable") is None:
+            identity.immutable = copy.deepcopy(core)
+            return [("core reset", True)]
+        return [("core reset", False)]
+    if isinstance(meta.get("path"), str):
+        path = meta["path"]
+        parts = [p for p in path.split(".") if p]
+        if "value" not in meta or not parts:
+            return [(f"set {path}", False)]
+        node: Any = identity.mutable
+        for key in parts[:-1]:
+            if not isinstance(node.get(key), dict):
+                if node.get(key) is not None:
+                    return [(f"set {path}", False)]
+                node[key] = {}
+            node = node[key]
+        node[parts[-1]] = copy.deepcopy(meta["value"])
+        return [(f"set {path}", True)]
+    if isinstance(meta.get("added"), str):
+        key = meta["added"]
+        named = (str(v) for k, v in meta.items() if k not in ("added", "entry", "entry_bytes"))
+        what = " ".join(["added", key, *named])
+        entry = meta.get("entry")
+        if key not in IDENTITY_LISTS or not isinstance(entry, dict) or not isinstance(identity.mutable.get(key), list):
+            return [(what, False)]
+        first = IDENTITY_LISTS[key][0]
+        items = identity.mutable[key]
+        for i, item in enumerate(items):
+            if isinstance(item, dict) and item.get(first) == entry.get(first):
+                items[i] = {**item, **copy.deepcopy(entry)}
+                return [(what, True)]
+        items.append(copy.deepcopy(entry))
+        return [(what, True)]
+    changed: dict[str, Any] = meta["changed"] if isinstance(meta.get("changed"), dict) else {}
+    removed: list[Any] = meta["removed"] if isinstance(meta.get("removed"), list) else []
+    too_big: dict[str, Any] = meta["changed_bytes"] if isinstance(meta.get("changed_bytes"), dict) else {}
+    out: list[tuple[str, bool]] = []
+    if changed or removed:
+        for key, value in changed.items():
+            identity.mutable[key] = copy.deepcopy(value)
+        for key in removed:
+            identity.mutable.pop(str(key), None)
+        out.append(("changed " + ", ".join([*map(str, changed), *(f"{k} (removed)" for k in removed)]), True))
+    if too_big:
+        out.append(("changed " + ", ".join(f"{k} ({v} bytes, not logged)" for k, v in too_big.items()), False))
+    return out or [("changed", False)]
 
 
 class IdentityStore:
@@ -406,16 +529,20 @@ class IdentityStore:
         identity, header = self._parse(data)
         return identity, header, True
 
-    def update(self, mutate: Callable[[Identity], Any]) -> Identity:
+    def update(self, mutate: Callable[[Identity], Any], *, log: bool = True) -> Identity:
         """Change the mutable section under the lock. ``mutate`` edits the identity in place; if
-        it touched the immutable section, nothing is written and ``IdentityCoreError`` is raised."""
-        done: list[tuple[Identity, bool]] = []
+        it touched the immutable section, nothing is written and ``IdentityCoreError`` is raised.
+        What is written is redacted. ``log``: record the top-level keys of the mutable section that
+        changed, with their new values (``identity_updated``, see ``LOGGED_VALUE_MAX``); callers
+        whose own event carries the change (``set``, ``add``, the session records) pass False."""
+        done: list[tuple[Identity, bool, dict[str, Any]]] = []
 
         def work(data: bytes | None, stored: str | None) -> tuple[bytes, str]:
             done.clear()  # the PostgreSQL store may run it again on a fresh connection
             identity, header, exists = self._load(data)
             sealed = self._check_seal(identity, stored) if exists else False
             before = digest_of(identity.immutable)
+            old = copy.deepcopy(identity.mutable) if log else {}
             mutate(identity)
             if digest_of(identity.immutable) != before:
                 raise IdentityCoreError(
@@ -425,13 +552,28 @@ class IdentityStore:
             problem = mutable_problem(identity.mutable) or json_problem(identity.mutable, "mutable")
             if problem is not None:
                 raise UsageError(f"{problem}; nothing was written.")
-            done.append((identity, sealed))
+            identity.mutable = _redacted(identity.mutable)
+            done.append((identity, sealed, old))
             return self._render(identity, header)
 
         self._change(work)
-        identity, sealed = done[0]
+        identity, sealed, old = done[0]
         if not sealed:
             self.agent.record("identity_sealed", "ok", {"digest": digest_of(identity.immutable)}, trusted=True)
+        if log:
+            meta: dict[str, Any] = {}
+            for key, value in identity.mutable.items():
+                if key not in old or old[key] != value:
+                    size = _json_size(value)
+                    if size <= LOGGED_VALUE_MAX:
+                        meta.setdefault("changed", {})[key] = value
+                    else:
+                        meta.setdefault("changed_bytes", {})[key] = size
+            removed = [key for key in old if key not in identity.mutable]
+            if removed:
+                meta["removed"] = removed
+            if meta:
+                self.agent.record("identity_updated", "ok", meta, trusted=True)
         return identity
 
     def set(self, path: str, value: Any) -> Identity:
@@ -464,8 +606,8 @@ class IdentityStore:
                 node = nxt
             node[parts[-1]] = value
 
-        identity = self.update(mutate)
-        self.agent.record("identity_updated", "ok", {"path": ".".join(parts)}, trusted=True)
+        identity = self.update(mutate, log=False)
+        self.agent.record("identity_updated", "ok", _logged({"path": ".".join(parts)}, "value", value), trusted=True)
         return identity
 
     def add(self, kind: str, entry: dict[str, Any]) -> Identity:
@@ -498,23 +640,28 @@ class IdentityStore:
                     return
             items.append(dict(entry))
 
-        identity = self.update(mutate)
-        self.agent.record("identity_updated", "ok", {"added": key, first: str(entry[first])[:200]})
+        identity = self.update(mutate, log=False)
+        meta = _logged({"added": key, first: str(entry[first])[:200]}, "entry", entry)
+        self.agent.record("identity_updated", "ok", meta, trusted=True)
         return identity
 
     def repair(self) -> IdentityRepair | None:
         """Restore a damaged ``identity.yaml`` (one that does not read: not YAML, not the shape of
-        an identity) from the newest valid checkpoint holding a copy whose core matches the seal
-        (``identity.digest``, else the core the ops log last sealed). The damaged file is kept
-        beside it as ``identity.yaml.corrupt-<time>``. The session count and the last session's
-        time are brought up to date from the ops log; other changes made after that checkpoint
-        (values set or added, core resets: the log names them, not their values) are named in the
+        an identity) from a copy in this agent's checkpoints, brought up to date from the ops log.
+        The damaged file is kept beside it as ``identity.yaml.corrupt-<time>``.
+
+        The copies are tried newest first: each gets the changes logged after its checkpoint
+        replayed over it (values set, entries added, parts of the mutable section changed by
+        ``update``, core resets, the session count and the last session's time), and the first
+        whose core then matches the seal (``identity.digest``, else the core the ops log last
+        sealed) is written back. A change logged by its size only (over ``LOGGED_VALUE_MAX``) or
+        by its name only (as earlier versions logged them) cannot be replayed: it is named in the
         result. Logged as ``identity_repaired``.
 
         ``None``: nothing to repair (no file, or it reads; a core edited by hand is not damage:
         it is refused by ``read`` until ``reset_core`` or an undo). Raises ``CorruptStateError``
-        when no checkpoint holds a usable copy (the file is left as it is). On the PostgreSQL
-        store the document is the server's row: nothing is done here."""
+        when no copy gives the sealed core (the file is left as it is). On the PostgreSQL store
+        the document is the server's row: nothing is done here."""
         if self.remote is not None:
             return None
         self.agent.ensure()
@@ -529,33 +676,42 @@ class IdentityStore:
             else:
                 return None
             seal = stored if stored is not None else self._last_sealed()
-            found = self._copy_in_checkpoints(seal)
+            found = self._rebuild(seal)
             if found is None:
                 raise CorruptStateError(
                     damage.replace(_REPAIR, "fix it by hand: no valid checkpoint holds a copy of this identity")
-                    + (" with the sealed core" if seal is not None else "")
+                    + (" that gives the sealed core" if seal is not None else "")
                     + " to restore it from.",
                     path=self.path,
                 )
-            identity, checkpoint, taken_ms = found
-            later = self._replay_since(identity, taken_ms)
+            identity, checkpoint, replayed, later = found
             kept = keep_damaged(self.path, data, self.agent.clock.now_ms())
             header = [
-                f"# Restored by `phx doctor` from checkpoint {checkpoint} (damaged file: {os.path.basename(kept)})."
+                f"# Restored by `phx doctor` from checkpoint {checkpoint} and the ops log "
+                f"(damaged file: {os.path.basename(kept)})."
             ]
             rendered, digest = self._render(identity, header)
             self.write_files(rendered, digest)
         self.agent.record(
             "identity_repaired",
             "warn",
-            {"checkpoint": checkpoint, "kept_as": os.path.basename(kept), "later_changes": later[:50]},
+            {
+                "checkpoint": checkpoint,
+                "kept_as": os.path.basename(kept),
+                "replayed": len(replayed),
+                "later_changes": later[:50],
+            },
             trusted=True,
         )
-        return IdentityRepair(checkpoint, kept, later)
+        return IdentityRepair(checkpoint, kept, later, replayed)
 
-    def _copy_in_checkpoints(self, seal: str | None) -> tuple[Identity, str, int] | None:
-        """The newest usable identity copy in this agent's checkpoints: (identity, checkpoint
-        name, its time in ms)."""
+    def _rebuild(self, seal: str | None) -> tuple[Identity, str, list[str], list[str]] | None:
+        """The newest copy in this agent's checkpoints that, with the logged changes replayed over
+        it, has the sealed core: (identity, checkpoint name, changes replayed, changes not)."""
+        try:
+            events: list[dict[str, Any]] | None = self.agent.ops.read()[0]
+        except PhoenixError:
+            events = None
         store = self.agent.checkpoints
         for info in store.entries():
             try:
@@ -570,51 +726,18 @@ class IdentityStore:
                 continue
             if mutable_problem(mutable) or json_problem(immutable, "immutable") or json_problem(mutable, "mutable"):
                 continue
-            if seal is not None and digest_of(immutable) != seal:
-                continue  # a copy from before the core was last reset
-            return Identity(immutable, mutable), info.name, info.timestamp_ms
-        return None
-
-    def _replay_since(self, identity: Identity, ms: int) -> list[str]:
-        """Bring ``identity`` (a copy taken at ``ms``) up to date from the ops log where it can:
-        the session count and the last session's time (each session start logs its count).
-        Returns what it cannot replay, one line each: values set or added after ``ms`` (the log
-        names them, without their values) and core resets."""
-        from phoenix_protocol._clock import ms_from_iso
-
-        try:
-            events, _problems = self.agent.ops.read()
-        except PhoenixError:
-            return ["the ops log does not read: changes made after the checkpoint are unknown"]
-        state = identity.mutable.setdefault("state", {})
-        out = []
-        for event in events:
-            name = event.get("event")
-            if name not in ("identity_updated", "identity_core_reset", "session_restored", "session_begun"):
-                continue
-            ts = str(event.get("ts"))
-            try:
-                if ms_from_iso(ts) <= ms:
-                    continue
-            except ValueError:
-                pass  # a time that does not read: counted as later, to be safe
-            meta = event.get("meta") or {}
-            if name in ("session_restored", "session_begun"):
-                count = meta.get("experience")
-                if type(count) is int and count > int(identity.mutable.get("accumulated_experience") or 0):
-                    identity.mutable["accumulated_experience"] = count
-                    state["last_session_at"] = ts
-                continue
-            if name == "identity_core_reset":
-                what = "core reset"
-            elif "path" in meta:
-                what = f"set {meta['path']}"
-            elif "added" in meta:
-                what = " ".join(["added", str(meta["added"]), *(str(v) for k, v in meta.items() if k != "added")])
+            identity = Identity(copy.deepcopy(immutable), copy.deepcopy(mutable))
+            replayed: list[str] = []
+            if events is None:
+                later = ["the ops log does not read: changes made after the checkpoint are unknown"]
             else:
-                what = "changed"
-            out.append(f"{ts} {what}")
-        return out
+                replayed, later = _replay(identity, events, info.timestamp_ms)
+            if mutable_problem(identity.mutable) or json_problem(identity.mutable, "mutable"):
+                continue  # a replay that does not give a valid identity: an older copy may
+            if seal is not None and digest_of(identity.immutable) != seal:
+                continue  # e.g. a copy from before a core reset logged by its size only
+            return identity, info.name, replayed, later
+        return None
 
     def reset_core(self, immutable: dict[str, Any] | None = None) -> Identity:
         """Change the core on purpose: seal ``immutable`` (default: the section as it now is in
@@ -638,5 +761,6 @@ class IdentityStore:
         self._change(work)
         identity, old = done[0]
         new = digest_of(identity.immutable)
-        self.agent.record("identity_core_reset", "warn", {"old_digest": old, "new_digest": new}, trusted=True)
+        meta = _logged({"old_digest": old, "new_digest": new}, "immutable", _redacted(identity.immutable))
+        self.agent.record("identity_core_reset", "warn", meta, trusted=True)
         return identity

@@ -259,7 +259,7 @@ def begin(
             ident.mutable["accumulated_experience"] = int(ident.mutable.get("accumulated_experience") or 0) + 1
 
         try:
-            identity = agent.identity.update(stats)
+            identity = agent.identity.update(stats, log=False)  # the session's event below carries it
         except PhoenixError as exc:
             problems.append(str(exc))
     agent.record(
@@ -269,6 +269,7 @@ def begin(
             "session_id": sid,
             "checkpoint": checkpoint.name if checkpoint else None,
             "experience": identity.mutable.get("accumulated_experience") if identity else None,
+            "at": now,
             "problems": problems[:5],
         },
     )
@@ -468,11 +469,13 @@ def end(
 
     try:
         if agent.identity.exists():
-            agent.identity.update(stats)
+            agent.identity.update(stats, log=False)  # the session's event below carries it
     except PhoenixError as exc:
         agent.record("identity_not_updated", "warn", {"error": str(exc)[:300]})
     agent.record(
-        "session_checkpointed", "ok", {"session_id": sid, "checkpoint": info.name, "duration_seconds": duration}
+        "session_checkpointed",
+        "ok",
+        {"session_id": sid, "checkpoint": info.name, "duration_seconds": duration, "at": iso_from_ms(ms)},
     )
     return info
 

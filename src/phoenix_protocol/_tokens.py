@@ -132,7 +132,17 @@ def _check_lifetime(seconds: float) -> float:
 class TokenInfo:
     """What is known of a token, never its secret: id, namespaces, scopes, label, times."""
 
-    __slots__ = ("created_ms", "expires_ms", "id", "label", "namespaces", "problem", "revoked_ms", "scopes")
+    __slots__ = (
+        "created_ms",
+        "expires_ms",
+        "expiry_known",
+        "id",
+        "label",
+        "namespaces",
+        "problem",
+        "revoked_ms",
+        "scopes",
+    )
 
     def __init__(
         self,
@@ -145,6 +155,7 @@ class TokenInfo:
         expires_ms: int | None = None,
         revoked_ms: int | None = None,
         problem: str | None = None,
+        expiry_known: bool = True,
     ) -> None:
         self.id = token_id
         self.namespaces = list(namespaces)
@@ -155,6 +166,9 @@ class TokenInfo:
         self.revoked_ms = revoked_ms
         self.problem = problem
         """Why the stored record is invalid (then it is never active), else ``None``."""
+        self.expiry_known = expiry_known
+        """False when the stored record's expiry does not read (``expires_ms`` is then ``None``
+        without meaning "never")."""
 
     def covers_namespace(self, namespace: str) -> bool:
         """Whether the token may act in ``namespace`` (``agent:<id>`` or ``team:<id>``)."""
@@ -216,7 +230,9 @@ def _read_record(record: Any, position: int, path: str) -> TokenInfo:
     active), keeping the fields that are sound; ``position`` (1-based) names it when its id cannot."""
     if not isinstance(record, dict):
         where = f"record {position}"
-        return TokenInfo(where, [], [], created_ms=None, problem=f"{path}: {where} is not an object.")
+        return TokenInfo(
+            where, [], [], created_ms=None, problem=f"{path}: {where} is not an object.", expiry_known=False
+        )
     problems: list[str] = []
     raw_id = record.get("id")
     if isinstance(raw_id, str) and len(raw_id) == _ID_HEX and set(raw_id) <= _HEX:
@@ -286,6 +302,7 @@ def _read_record(record: Any, position: int, path: str) -> TokenInfo:
         expires_ms=expires,
         revoked_ms=revoked,
         problem=problem,
+        expiry_known=raw_expires is None or expires is not None,
     )
 
 

@@ -400,6 +400,125 @@ def test_a_clock_set_back_does_not_stop_time_based_checkpoints(agent: Agent, clo
     assert [t.checkpoint_type for t in agent.checkpoints.maybe_checkpoint()] == ["routine"]
 
 
+def test_a_claimant_killed_before_its_checkpoint_is_taken_over_after_the_lease(
+    agent: Agent, clock: ManualClock
+) -> None:
+    """A process that claimed a due checkpoint and was SIGKILLed before writing it used to leave
+    the interval marked as taken: no checkpoint until the next one was due. The claim is recorded
+    until its checkpoint is written; held past the lease, the next caller takes it over."""
+    import signal
+    import subprocess
+    import sys
+
+    from phoenix_protocol._state import CHECKPOINT_CLAIM_LEASE_MS
+
+    _working(agent)
+    due_at = clock.now_ms() + 31 * 60_000
+    code = (
+        "import sys, time; from phoenix_protocol._agent import Agent; from phoenix_protocol._home import Home\n"
+        "a = Agent.open('tester', home=Home(sys.argv[1]))\n"
+        "def stuck(ctx):\n"
+        "    print('collecting', flush=True); time.sleep(600)\n"
+        "a.checkpoints.register('stuck', stuck)\n"
+        "a.checkpoints.maybe_checkpoint()\n"
+    )
+    env = {**os.environ, "PHOENIX_NOW_MS": str(due_at)}
+    proc = subprocess.Popen([sys.executable, "-c", code, agent.home.root], env=env, stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout is not None and proc.stdout.readline() == "collecting\n"
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+    claim = agent.state.read().checkpoint_claim
+    assert claim == {"kinds": ["routine"], "ms": due_at}
+    assert agent.checkpoints.entries() == []  # killed before its checkpoint was written
+    clock.set(due_at + CHECKPOINT_CLAIM_LEASE_MS - 1)
+    assert agent.checkpoints.maybe_checkpoint() == []  # within the lease: the claimant may be at work
+    clock.advance(0.001)
+    assert [t.checkpoint_type for t in agent.checkpoints.maybe_checkpoint()] == ["routine"]
+    [due] = [e for e in agent.ops.read()[0] if e["event"] == "checkpoint_due"][-1:]
+    assert due["meta"] == {"types": ["routine"], "taken_over_from": due_at}
+    assert agent.state.read().checkpoint_claim is None  # released once taken
+    clock.advance(CHECKPOINT_CLAIM_LEASE_MS / 1000)
+    assert agent.checkpoints.maybe_checkpoint() == []  # nothing left to take over
+
+
+def test_a_claim_whose_checkpoint_failed_is_taken_again_after_the_lease(
+    agent: Agent, clock: ManualClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from phoenix_protocol._errors import LockTimeoutError
+    from phoenix_protocol._state import CHECKPOINT_CLAIM_LEASE_MS
+
+    _working(agent)
+    clock.advance(31 * 60)
+
+    def failing(*args: Any, **kwargs: Any) -> Any:
+        raise LockTimeoutError("could not lock the checkpoint log within 0.3 s")
+
+    monkeypatch.setattr(agent.checkpoints, "create", failing)
+    with pytest.raises(LockTimeoutError):
+        agent.checkpoints.maybe_checkpoint()
+    monkeypatch.undo()
+    assert agent.checkpoints.maybe_checkpoint() == []
+    clock.advance(CHECKPOINT_CLAIM_LEASE_MS / 1000)
+    assert [t.checkpoint_type for t in agent.checkpoints.maybe_checkpoint()] == ["routine"]
+
+
+def _claim(agent: Agent, now: int) -> None:
+    """Claim what is due at ``now``, as a heartbeat does, without taking it."""
+    from phoenix_protocol._state import AgentState, claim_due_checkpoints
+
+    def claim(state: AgentState) -> None:
+        claim_due_checkpoints(state, agent.config, now)
+
+    agent.state.change(claim)
+
+
+def test_a_claim_left_by_an_earlier_stretch_of_work_is_dropped(agent: Agent, clock: ManualClock) -> None:
+    """A claim abandoned before the agent stopped working belongs to that work: a new stretch
+    starts its own clock, and a recovery claim would force a refresh on a fresh session."""
+    from phoenix_protocol._state import CHECKPOINT_CLAIM_LEASE_MS
+
+    _working(agent)
+    clock.advance(2 * 3600)
+    now = clock.now_ms()
+    _claim(agent, now)  # a claimant that died
+    assert agent.state.read().checkpoint_claim == {"kinds": ["recovery"], "ms": now}
+    agent.state.set_status("idle", "stopped for the day")
+    clock.advance(3600)
+    agent.state.set_status("working", "Next task")
+    clock.advance(CHECKPOINT_CLAIM_LEASE_MS / 1000)
+    assert agent.checkpoints.maybe_checkpoint() == []
+    clock.advance(30 * 60)
+    assert [t.checkpoint_type for t in agent.checkpoints.maybe_checkpoint()] == ["routine"]
+    assert agent.state.read().checkpoint_claim is None
+
+
+def test_a_recovery_claim_sets_the_refresh_flag_at_once(agent: Agent, clock: ManualClock) -> None:
+    """The flag used to be set by whoever took the recovery checkpoint (the hook's detached child):
+    a session starting meanwhile did not see it, and a child that died never set it. The claim sets
+    it; the checkpoint names itself in it, unless a session start has answered the refresh since."""
+    from phoenix_protocol._clock import iso_from_ms
+
+    _working(agent)
+    clock.advance(2 * 3600)
+    now = clock.now_ms()
+    _claim(agent, now)
+    flag = agent.state.read().refresh_requested
+    assert flag == {"at": iso_from_ms(now), "reason": "120 minutes of continuous work", "checkpoint": None}
+    [info] = agent.checkpoints.take_claimed(["recovery"], now)
+    assert agent.state.read().refresh_requested == {**flag, "checkpoint": info.name}
+    # Claimed again two hours on; a new session starts before the checkpoint is taken.
+    clock.advance(2 * 3600)
+    later = clock.now_ms()
+    _claim(agent, later)
+    before, after = agent.state.start_session("s2")
+    assert before.refresh_requested is not None and after.refresh_requested is None
+    agent.checkpoints.take_claimed(["recovery"], later)
+    assert agent.state.read().refresh_requested is None  # the refresh took place: not asked again
+    assert [e.checkpoint_type for e in agent.checkpoints.entries()] == ["recovery", "recovery"]
+
+
 def test_pre_operation_keeps_the_blocks_outcome_when_bookkeeping_fails(
     agent: Agent, monkeypatch: pytest.MonkeyPatch
 ) -> None:

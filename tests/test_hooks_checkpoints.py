@@ -4,6 +4,7 @@ heartbeat claims time-based ones and takes them off the hot path, forced refresh
 from __future__ import annotations
 
 import json
+import shutil
 import time
 from pathlib import Path
 from typing import Any
@@ -182,6 +183,44 @@ def test_heartbeat_checkpoint_runs_in_a_detached_child(project: Path, monkeypatc
     while time.monotonic() < deadline and not finished():
         time.sleep(0.05)
     assert finished()
+
+
+def test_a_due_checkpoint_whose_child_failed_is_taken_by_a_heartbeat_after_the_lease(
+    project: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The heartbeat claims the due checkpoint and its child fails to write it (here: the
+    checkpoints directory is a file): the claim stays, and the first heartbeat after the lease
+    claims it again, so the interval is not lost."""
+    from phoenix_protocol._state import CHECKPOINT_CLAIM_LEASE_MS
+
+    monkeypatch.setenv("PHOENIX_HOOK_INLINE", "1")
+    run(["session-start"], _payload(project, "SessionStart", source="startup"))
+    agent = _agent(project)
+    agent.state.set_status("working", "Long refactor", session_id="sess-1")
+    blocker = Path(agent.checkpoints.dir)
+    if blocker.is_dir():
+        shutil.rmtree(blocker)
+    blocker.write_text("not a directory")
+    due_at = int(agent.state.read().work_started_ms or 0) + 31 * 60_000
+    tool: dict[str, Any] = {"tool_name": "Edit", "tool_input": {"file_path": "a.py"}, "tool_response": {}}
+    monkeypatch.setenv("PHOENIX_NOW_MS", str(due_at))
+    assert run(["post-tool-use"], _payload(project, "PostToolUse", **tool)) == (0, "", "")
+    events = agent.ops.read()[0]
+    assert [e["event"] for e in events if e["event"] in ("checkpoint_due", "checkpoint_failed")] == [
+        "checkpoint_due",
+        "checkpoint_failed",
+    ]
+    assert agent.state.read().checkpoint_claim == {"kinds": ["routine"], "ms": due_at}
+    blocker.unlink()
+    monkeypatch.setenv("PHOENIX_NOW_MS", str(due_at + CHECKPOINT_CLAIM_LEASE_MS - 1000))
+    assert run(["post-tool-use"], _payload(project, "PostToolUse", **tool)) == (0, "", "")
+    assert _types(project) == []  # within the lease
+    monkeypatch.setenv("PHOENIX_NOW_MS", str(due_at + CHECKPOINT_CLAIM_LEASE_MS))
+    assert run(["post-tool-use"], _payload(project, "PostToolUse", **tool)) == (0, "", "")
+    assert _types(project) == ["routine"]
+    due = [e for e in agent.ops.read()[0] if e["event"] == "checkpoint_due"]
+    assert due[-1]["meta"] == {"types": ["routine"], "taken_over_from": due_at}
+    assert agent.state.read().checkpoint_claim is None
 
 
 def test_two_hours_tell_the_model_once_and_refresh_the_next_session(

@@ -1220,26 +1220,67 @@ class CheckpointStore:
         checkpoint is claimed under the state's lock first, as the PostToolUse hook does, so that
         of several threads or processes working for the agent one takes it. Cheap when nothing
         is due: one read of ``state.json``."""
-        from phoenix_protocol._state import Transition, claim_due_checkpoints, clock_stepped_back, due_checkpoints
+        from phoenix_protocol._state import (
+            Transition,
+            abandoned_claim,
+            claim_due_checkpoints,
+            claim_meta,
+            clock_stepped_back,
+            due_checkpoints,
+        )
 
         now = self.agent.clock.now_ms() if now_ms is None else now_ms
         state = self.agent.state.read_or_none()
-        if state is None or not (due_checkpoints(state, self.agent.config, now) or clock_stepped_back(state, now)):
+        if state is None or not (
+            due_checkpoints(state, self.agent.config, now)
+            or clock_stepped_back(state, now)
+            or abandoned_claim(state, now)
+        ):
             return []
         claimed: list[str] = []
 
         def claim(current: Any) -> list[Any]:
             claimed.extend(claim_due_checkpoints(current, self.agent.config, now))
-            return [Transition("checkpoint_due", "ok", {"types": claimed}, trusted=True)] if claimed else []
+            return [Transition("checkpoint_due", "ok", claim_meta(current), trusted=True)] if claimed else []
 
         self.agent.state.change(claim)
-        taken = []
-        for kind in claimed:
-            if kind == "recovery":
-                taken.append(self.force_refresh("continuous work limit reached", now_ms=now_ms))
-            else:
-                taken.append(self.create("routine", summary="every-interval checkpoint", now_ms=now_ms))
+        taken = self.take_claimed(claimed, now, now_ms=now_ms)
+        if claimed:
+            self.release_claim(now)
         return taken
+
+    def take_claimed(self, kinds: list[str], claimed_ms: int, *, now_ms: int | None = None) -> list[CheckpointInfo]:
+        """Take the time-based checkpoints ``claim_due_checkpoints`` claimed at ``claimed_ms``: a
+        routine one, or for ``recovery`` the forced refresh (whose flag the claim set)."""
+        taken = []
+        for kind in kinds:
+            if kind == "recovery":
+                minutes = self.agent.config.refresh_after_minutes
+                reason = f"{minutes:g} minutes of continuous work"
+                taken.append(self.force_refresh(reason, now_ms=now_ms, claimed_ms=claimed_ms))
+            else:
+                taken.append(
+                    self.create(
+                        "routine", summary="every-interval checkpoint", now_ms=now_ms, extra={"git_timeout": 1.0}
+                    )
+                )
+        return taken
+
+    def release_claim(self, started_ms: int) -> None:
+        """Release the time-based checkpoint claim once its checkpoints are taken, by a claimant
+        that started at ``started_ms`` (a claim made since is left: another claimant's). Not
+        fsynced: a release lost in a crash only makes the claim be taken again after
+        ``CHECKPOINT_CLAIM_LEASE_MS`` (one checkpoint too many, never one too few)."""
+        from phoenix_protocol._state import release_checkpoint_claim
+
+        current = self.agent.state.read_or_none()
+        if current is None or current.checkpoint_claim is None:
+            return
+
+        def mutate(state: Any) -> None:
+            release_checkpoint_claim(state, started_ms)
+
+        self.agent.state.change(mutate, durable=False)
 
     def emergency_recovery(self, reason: str, *, now_ms: int | None = None) -> CheckpointInfo:
         """Seed 003's emergency recovery, when drift is detected or reported: a recovery
@@ -1283,17 +1324,25 @@ class CheckpointStore:
                 continue  # the recovery itself stands; the report is best effort
         return reported
 
-    def force_refresh(self, reason: str, *, now_ms: int | None = None) -> CheckpointInfo:
+    def force_refresh(self, reason: str, *, now_ms: int | None = None, claimed_ms: int | None = None) -> CheckpointInfo:
         """Seed 003's forced refresh: a recovery checkpoint, an ops event, and a state flag so
-        that the next session starts from a fresh brief."""
+        that the next session starts from a fresh brief. ``claimed_ms``: the time of the claim
+        (``claim_due_checkpoints``) that already set the flag and started a new stretch of work;
+        the flag then only gets the checkpoint's name, and only if it is still that claim's (a
+        session start since has cleared it: the refresh took place)."""
         info = self.create("recovery", summary=f"forced refresh: {reason}", now_ms=now_ms)
         ms = self.agent.clock.now_ms() if now_ms is None else now_ms
 
         def mutate(state: Any) -> list[Any]:
             from phoenix_protocol._state import Transition
 
-            state.refresh_requested = {"at": iso_from_ms(ms), "reason": reason, "checkpoint": info.name}
-            state.work_started_ms = ms  # a new stretch of work starts after the refresh
+            if claimed_ms is None:
+                state.refresh_requested = {"at": iso_from_ms(ms), "reason": reason, "checkpoint": info.name}
+                state.work_started_ms = ms  # a new stretch of work starts after the refresh
+            else:
+                request = state.refresh_requested
+                if isinstance(request, dict) and request.get("at") == iso_from_ms(claimed_ms):
+                    request["checkpoint"] = info.name
             return [Transition("forced_refresh", "warn", {"reason": reason, "checkpoint": info.name})]
 
         self.agent.state.change(mutate)

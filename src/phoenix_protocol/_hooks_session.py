@@ -292,9 +292,10 @@ def _session_start(payload: dict[str, Any], options: dict[str, str], session_id:
         restored = _paif_begin(agent, after.session_id, source, restore=agent.config.restore_on_start)
     if before.refresh_requested:
         request = before.refresh_requested
+        taken = f"; recovery checkpoint {request['checkpoint']}" if request.get("checkpoint") else ""
         notices.append(
-            f"a forced refresh was requested at {request.get('at')} ({request.get('reason')}; recovery checkpoint "
-            f"{request.get('checkpoint')}): this session starts from the fresh brief below"
+            f"a forced refresh was requested at {request.get('at')} ({request.get('reason')}{taken}): "
+            "this session starts from the fresh brief below"
         )
     crashed = before.status in ("working", "error") and source in ("startup", "clear", "resume")
     recovering = crashed or bool(before.refresh_requested)
@@ -425,17 +426,21 @@ def _drift_message(state: Any, signal: Any, *, recovered: bool = True) -> str:
 
 
 def _checkpoints_now(payload: dict[str, Any], options: dict[str, str], due: list[str]) -> None:
+    """Take the checkpoints the heartbeat claimed, then release the claim. A claimant that fails
+    or dies leaves it: the first heartbeat after ``CHECKPOINT_CLAIM_LEASE_MS`` claims it again."""
     agent = _open_agent(payload, options)
+    started = agent.clock.now_ms()
     try:
+        state = agent.state.read_or_none()
+        claim = (state.checkpoint_claim if state is not None else None) or {}
+        claimed = claim["ms"] if type(claim.get("ms")) is int and claim["ms"] <= started else started
         for kind in due:
             if kind.startswith("emergency:"):
                 agent.checkpoints.emergency_recovery(f"drift: {kind.split(':', 1)[1]}")
-            elif kind == "recovery":
-                minutes = agent.config.refresh_after_minutes
-                agent.checkpoints.force_refresh(f"{minutes:g} minutes of continuous work")
             else:
-                agent.checkpoints.create("routine", summary="every-interval checkpoint", extra={"git_timeout": 1.0})
-    except Exception as exc:  # noqa: BLE001 - logged; the next interval tries again
+                agent.checkpoints.take_claimed([kind], claimed)
+        agent.checkpoints.release_claim(started)
+    except Exception as exc:  # noqa: BLE001 - logged; the claim is taken again after its lease
         agent.record("checkpoint_failed", "error", {"types": due, "error": f"{type(exc).__name__}: {exc}"[:300]})
 
 

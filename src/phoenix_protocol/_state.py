@@ -39,16 +39,20 @@ if TYPE_CHECKING:
     from typing import Any
 
 __all__ = [
+    "CHECKPOINT_CLAIM_LEASE_MS",
     "SCHEMA_VERSION",
     "SOURCES",
     "STATUSES",
     "AgentState",
     "StateStore",
     "Transition",
+    "abandoned_claim",
     "claim_due_checkpoints",
+    "claim_meta",
     "clock_stepped_back",
     "due_checkpoints",
     "is_new_session",
+    "release_checkpoint_claim",
 ]
 
 SCHEMA_VERSION = 1
@@ -56,6 +60,10 @@ STATUSES = ("idle", "working", "error")
 SOURCES = ("model", "hook", "watchdog")
 RANK = {"model": 1, "hook": 2, "watchdog": 3}
 MAX_TEXT = 4000
+CHECKPOINT_CLAIM_LEASE_MS = 5 * 60_000
+"""How long a claimed time-based checkpoint may stay untaken: the claimant (the PostToolUse hook's
+detached child, a loop's ``maybe_checkpoint``) releases its claim once the checkpoint is written,
+so a claim held longer is one whose claimant died or failed, and the next heartbeat claims it again."""
 """Longest free-text value kept in a state field (longer ones are cut with an ellipsis)."""
 
 # field -> (accepted types, default factory). Order here is the order on disk.
@@ -86,6 +94,7 @@ _FIELDS: dict[str, tuple[tuple[type, ...], Callable[[], Any]]] = {
     "last_heartbeat_logged_ms": (_OPT_INT, lambda: None),
     "work_started_ms": (_OPT_INT, lambda: None),
     "last_checkpoint_ms": (_OPT_INT, lambda: None),
+    "checkpoint_claim": ((dict, type(None)), lambda: None),
     "refresh_requested": ((dict, type(None)), lambda: None),
     "recent_actions": ((list,), list),
     "last_progress_ms": (_OPT_INT, lambda: None),
@@ -133,6 +142,7 @@ class AgentState:
     last_heartbeat_logged_ms: int | None
     work_started_ms: int | None
     last_checkpoint_ms: int | None
+    checkpoint_claim: dict[str, Any] | None
     refresh_requested: dict[str, Any] | None
     recent_actions: list[list[Any]]
     last_progress_ms: int | None
@@ -277,25 +287,97 @@ def _track_work(state: AgentState, previous: str) -> None:
 
 def claim_due_checkpoints(state: AgentState, config: Config, now_ms: int) -> list[str]:
     """The time-based checkpoints due for ``state``, claimed: marked as taken in ``state``
-    (``last_checkpoint_ms``; a recovery also starts a new stretch of work), so that of the
-    processes and threads that look at the same state under its lock, one takes them. Times a
-    clock stepped back left in the future are brought back to ``now_ms`` first (otherwise nothing
-    would be due until the clock caught up with them)."""
+    (``last_checkpoint_ms``; a recovery also starts a new stretch of work and sets the
+    ``refresh_requested`` flag), so that of the processes and threads that look at the same state
+    under its lock, one takes them. The claim is recorded (``checkpoint_claim``: kinds, time) until
+    the claimant releases it (``release_checkpoint_claim``); one still held after
+    ``CHECKPOINT_CLAIM_LEASE_MS`` is claimed again (its claimant died: the checkpoint was never
+    taken). Times a clock stepped back left in the future are brought back to ``now_ms`` first
+    (otherwise nothing would be due until the clock caught up with them)."""
     if state.work_started_ms is not None and state.work_started_ms > now_ms:
         state.work_started_ms = now_ms
     if state.last_checkpoint_ms is not None and state.last_checkpoint_ms > now_ms:
         state.last_checkpoint_ms = now_ms
+    claim = state.checkpoint_claim
+    if claim is not None and type(claim.get("ms")) is int and claim["ms"] > now_ms:
+        claim["ms"] = now_ms
     kinds = due_checkpoints(state, config, now_ms)
+    if claim is not None:
+        retake = abandoned_claim(state, now_ms)
+        if retake:
+            kinds = ["recovery"] if "recovery" in (*kinds, *retake) else ["routine"]
+        elif not _claim_current(state):
+            state.checkpoint_claim = claim = None  # work stopped, or a new stretch began
     if kinds:
         state.last_checkpoint_ms = now_ms
         if "recovery" in kinds:
             state.work_started_ms = now_ms
+            state.refresh_requested = {
+                "at": iso_from_ms(now_ms),
+                "reason": f"{config.refresh_after_minutes:g} minutes of continuous work",
+                "checkpoint": None,  # named once taken
+            }
+        state.checkpoint_claim = {"kinds": kinds, "ms": now_ms}
+        if claim is not None:
+            state.checkpoint_claim["taken_over_from"] = claim.get("ms")
     return kinds
+
+
+def _claim_current(state: AgentState) -> bool:
+    """Whether ``state.checkpoint_claim`` belongs to the stretch of work going on."""
+    claim = state.checkpoint_claim or {}
+    ms = claim.get("ms")
+    return (
+        state.status == "working"
+        and type(ms) is int
+        and state.work_started_ms is not None
+        and state.work_started_ms <= ms
+    )
+
+
+def abandoned_claim(state: AgentState, now_ms: int) -> list[str]:
+    """The kinds of a checkpoint claim held past ``CHECKPOINT_CLAIM_LEASE_MS`` in the stretch of
+    work going on (its claimant never released it: they were not taken), else ``[]``."""
+    claim = state.checkpoint_claim
+    if not claim or not _claim_current(state):
+        return []
+    if now_ms - claim["ms"] < CHECKPOINT_CLAIM_LEASE_MS:
+        return []
+    kinds = claim.get("kinds")
+    return [k for k in kinds if k in ("routine", "recovery")] if isinstance(kinds, list) else []
+
+
+def claim_meta(state: AgentState) -> dict[str, Any]:
+    """The ``checkpoint_due`` event's meta for the claim just made: its kinds, and the time of an
+    abandoned claim it took over."""
+    claim = state.checkpoint_claim or {}
+    meta: dict[str, Any] = {"types": claim.get("kinds")}
+    if "taken_over_from" in claim:
+        meta["taken_over_from"] = claim["taken_over_from"]
+    return meta
+
+
+def release_checkpoint_claim(state: AgentState, started_ms: int) -> bool:
+    """Drop the claim of a claimant that started at ``started_ms`` and has taken what it claimed
+    (a claim made after that is someone else's). Returns whether there was one to drop."""
+    claim = state.checkpoint_claim
+    if claim is None:
+        return False
+    ms = claim.get("ms")
+    if type(ms) is int and ms > started_ms:
+        return False
+    state.checkpoint_claim = None
+    return True
 
 
 def clock_stepped_back(state: AgentState, now_ms: int) -> bool:
     """Whether ``state`` holds work times after ``now_ms`` (the clock was set back since)."""
-    return (state.work_started_ms or 0) > now_ms or (state.last_checkpoint_ms or 0) > now_ms
+    claimed = (state.checkpoint_claim or {}).get("ms")
+    return (
+        (state.work_started_ms or 0) > now_ms
+        or (state.last_checkpoint_ms or 0) > now_ms
+        or (type(claimed) is int and claimed > now_ms)
+    )
 
 
 def due_checkpoints(state: AgentState, config: Config, now_ms: int) -> list[str]:
@@ -728,7 +810,7 @@ class StateStore:
                 kinds = claim_due_checkpoints(state, self.config, now)
                 if kinds:
                     due.extend(kinds)
-                    out.append(Transition("checkpoint_due", "ok", {"types": kinds}, trusted=True))
+                    out.append(Transition("checkpoint_due", "ok", claim_meta(state), trusted=True))
             return out
 
         # The hot path: this machine's copy only (the hook passes it on to a server store).

@@ -88,6 +88,9 @@ HOT_FIELDS = (
     "last_progress_ms",
     "drift",
     "last_checkpoint_ms",
+    "checkpoint_claim",  # a due checkpoint's claim, and what a recovery claim sets with it
+    "work_started_ms",
+    "refresh_requested",
 )
 """What the hot path (``StateStore.heartbeat``) writes besides claims of a new session."""
 

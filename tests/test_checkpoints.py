@@ -494,6 +494,16 @@ def test_a_claim_left_by_an_earlier_stretch_of_work_is_dropped(agent: Agent, clo
     assert agent.state.read().checkpoint_claim is None
 
 
+def test_a_recovery_due_while_a_routine_claim_is_held_takes_over_nothing(agent: Agent, clock: ManualClock) -> None:
+    _working(agent)
+    clock.advance(119 * 60)
+    _claim(agent, clock.now_ms())  # a routine checkpoint, claimed and still being taken
+    assert agent.state.read().checkpoint_claim == {"kinds": ["routine"], "ms": clock.now_ms()}
+    clock.advance(60)
+    _claim(agent, clock.now_ms())  # two hours: the recovery is due, within the routine's lease
+    assert agent.state.read().checkpoint_claim == {"kinds": ["recovery"], "ms": clock.now_ms()}
+
+
 def test_a_recovery_claim_sets_the_refresh_flag_at_once(agent: Agent, clock: ManualClock) -> None:
     """The flag used to be set by whoever took the recovery checkpoint (the hook's detached child):
     a session starting meanwhile did not see it, and a child that died never set it. The claim sets

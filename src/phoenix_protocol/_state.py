@@ -60,11 +60,11 @@ STATUSES = ("idle", "working", "error")
 SOURCES = ("model", "hook", "watchdog")
 RANK = {"model": 1, "hook": 2, "watchdog": 3}
 MAX_TEXT = 4000
+"""Longest free-text value kept in a state field (longer ones are cut with an ellipsis)."""
 CHECKPOINT_CLAIM_LEASE_MS = 5 * 60_000
 """How long a claimed time-based checkpoint may stay untaken: the claimant (the PostToolUse hook's
 detached child, a loop's ``maybe_checkpoint``) releases its claim once the checkpoint is written,
 so a claim held longer is one whose claimant died or failed, and the next heartbeat claims it again."""
-"""Longest free-text value kept in a state field (longer ones are cut with an ellipsis)."""
 
 # field -> (accepted types, default factory). Order here is the order on disk.
 _STR = (str,)
@@ -302,12 +302,11 @@ def claim_due_checkpoints(state: AgentState, config: Config, now_ms: int) -> lis
     if claim is not None and type(claim.get("ms")) is int and claim["ms"] > now_ms:
         claim["ms"] = now_ms
     kinds = due_checkpoints(state, config, now_ms)
-    if claim is not None:
-        retake = abandoned_claim(state, now_ms)
-        if retake:
-            kinds = ["recovery"] if "recovery" in (*kinds, *retake) else ["routine"]
-        elif not _claim_current(state):
-            state.checkpoint_claim = claim = None  # work stopped, or a new stretch began
+    retake = abandoned_claim(state, now_ms) if claim is not None else []
+    if retake:
+        kinds = ["recovery"] if "recovery" in (*kinds, *retake) else ["routine"]
+    elif claim is not None and not _claim_current(state):
+        state.checkpoint_claim = None  # work stopped, or a new stretch began
     if kinds:
         state.last_checkpoint_ms = now_ms
         if "recovery" in kinds:
@@ -318,7 +317,7 @@ def claim_due_checkpoints(state: AgentState, config: Config, now_ms: int) -> lis
                 "checkpoint": None,  # named once taken
             }
         state.checkpoint_claim = {"kinds": kinds, "ms": now_ms}
-        if claim is not None:
+        if retake and claim is not None:
             state.checkpoint_claim["taken_over_from"] = claim.get("ms")
     return kinds
 

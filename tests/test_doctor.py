@@ -131,6 +131,24 @@ def test_doctor_all_agents_with_progress(agent: Agent, capsys: pytest.CaptureFix
     assert Agent.open("bot-3", home=agent.home).state.read().current_task == "task 3"
 
 
+def test_doctor_of_one_agent_names_the_agents_it_did_not_check(
+    home: Home, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`phx doctor` in a home whose only agent is not the default used to say "healthy" after
+    checking nothing, with that agent's identity.yaml damaged."""
+    monkeypatch.setenv("COLUMNS", "300")
+    monkeypatch.delenv("PHOENIX_AGENT", raising=False)
+    for name in ("zero", "one"):
+        Agent.open(name, home=home).state.set_status("working", "x")
+    code = cli(["doctor", "--home", home.root])
+    out = capsys.readouterr().out
+    assert code == 0 and "not checked: 2 other agent(s) in this home (one, zero)" in out and "--all-agents" in out
+    code = cli(["doctor", "--home", home.root, "--agent", "zero", "--json"])
+    assert code == 0 and json.loads(capsys.readouterr().out)["agents_not_checked"] == ["one"]
+    code = cli(["doctor", "--home", home.root, "--all-agents", "--json"])
+    assert code == 0 and json.loads(capsys.readouterr().out)["agents_not_checked"] == []
+
+
 def test_doctor_checks_checkpoints_and_identity(agent: Agent) -> None:
     agent.state.set_status("working", "x")
     first = agent.checkpoints.create("session")

@@ -545,10 +545,13 @@ def doctor_command(agent: Agent, out: Output, check_only: bool, all_agents: bool
     from phoenix_protocol._doctor import check_home
 
     agents = [agent]
+    unchecked: list[str] = []
     if all_agents:
         agents = [Agent(aid, agent.home, config=agent.config, clock=agent.clock) for aid in agent.home.agent_ids()] or [
             agent
         ]
+    else:  # named in the report: a "healthy" that checked one agent must not pass for the home's
+        unchecked = [aid for aid in agent.home.agent_ids() if aid != agent.id]
     if out.as_json or len(agents) < 10:
         findings = check_home(agent.home, agents, repair=not check_only)
     else:
@@ -568,6 +571,7 @@ def doctor_command(agent: Agent, out: Output, check_only: bool, all_agents: bool
                 "healthy": not remaining,
                 "repaired": len(repaired),
                 "findings": [f.as_dict() for f in findings],
+                "agents_not_checked": unchecked,
             }
         )
     else:
@@ -578,6 +582,12 @@ def doctor_command(agent: Agent, out: Output, check_only: bool, all_agents: bool
             tag = " [cyan](repaired)[/]" if f.repaired else ""
             where = f" {escape(f.path)}" if f.path else ""
             out.console.print(f"[{colours[f.level]}]{f.level:5}[/]{where}: {escape(f.message)}{tag}")
+        if unchecked:
+            names = ", ".join(unchecked[:5]) + (f" and {len(unchecked) - 5} more" if len(unchecked) > 5 else "")
+            out.console.print(
+                f"[yellow]not checked[/]: {len(unchecked)} other agent(s) in this home ({escape(names)}); "
+                "`phx doctor --all-agents` checks every agent"
+            )
         out.console.print("[green]healthy[/]" if not remaining else f"[red]{len(remaining)} problem(s) remain[/]")
     if remaining:
         raise _Exit(EXIT_DATA)

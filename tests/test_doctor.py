@@ -269,6 +269,23 @@ def test_a_damaged_identity_gets_the_changes_logged_after_its_copy(agent: Agent,
     assert events[-1]["meta"]["replayed"] == 4 and len(events[-1]["meta"]["later_changes"]) == 2
 
 
+def test_a_logged_change_that_would_break_the_identity_is_named_not_applied(agent: Agent, clock: ManualClock) -> None:
+    agent.identity.set("state.current_focus", "Port the scheduler")
+    clock.advance(60)
+    agent.checkpoints.create("routine")
+    clock.advance(60)
+    # An ops log edited by hand: a count that is not a number.
+    agent.record("identity_updated", "ok", {"path": "accumulated_experience", "value": "many"}, trusted=True)
+    agent.identity.set("state.current_focus", "Review the port")
+    _damage(agent)
+    done = agent.identity.repair()
+    assert done is not None and [line.split(" ", 1)[1] for line in done.replayed] == ["set state.current_focus"]
+    [named] = done.later_changes
+    assert "set accumulated_experience (not applied: " in named
+    after = agent.identity.read()
+    assert after.current_focus == "Review the port" and after.mutable["accumulated_experience"] == 0
+
+
 def test_identity_events_carry_redacted_values(agent: Agent) -> None:
     """What the log holds for a replay is what was written: redacted."""
     secret = "ghp_" + "a1B2c3D4e5F6g7H8i9J0k1L2m3N4o5P6q7R8"

@@ -317,8 +317,22 @@ def _replay(identity: Identity, events: list[dict[str, Any]], ms: int) -> tuple[
             if isinstance(meta.get("at"), str):
                 state["last_session_at"] = meta["at"]
             continue
-        for what, done in _replay_change(identity, name, meta):
-            (replayed if done else later).append(f"{ts} {what}")
+        trial = identity.copy()
+        changes = _replay_change(trial, name, meta)
+        problem = (
+            mutable_problem(trial.mutable)
+            or json_problem(trial.mutable, "mutable")
+            or json_problem(trial.immutable, "immutable")
+        )
+        if problem is None:
+            identity.immutable, identity.mutable = trial.immutable, trial.mutable
+        for what, done in changes:
+            if not done:
+                later.append(f"{ts} {what}")
+            elif problem is not None:  # a log edited by hand: the change is named, not applied
+                later.append(f"{ts} {what} (not applied: {problem})")
+            else:
+                replayed.append(f"{ts} {what}")
     return replayed, later
 
 

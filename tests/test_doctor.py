@@ -286,6 +286,68 @@ def test_a_logged_change_that_would_break_the_identity_is_named_not_applied(agen
     assert after.current_focus == "Review the port" and after.mutable["accumulated_experience"] == 0
 
 
+def test_identity_changes_from_concurrent_processes_are_logged_in_the_order_written(
+    agent: Agent, clock: ManualClock
+) -> None:
+    """Each writer logs its change while it still holds the identity's lock, so the log has the
+    writes in their order and a replay ends on what the file held. Logging after the lock let a
+    writer descheduled before it logged (simulated: a random pause before each log append) log
+    after one that wrote later: a counter each write increments came out of order in the log."""
+    import subprocess
+    import sys
+
+    agent.identity.set("state.current_focus", "start")
+    clock.advance(60)
+    agent.checkpoints.create("routine")  # the copy; the processes' changes come after it
+    agent.checkpoints.flush()
+    code = (
+        "import random, sys, time; from phoenix_protocol._agent import Agent; from phoenix_protocol._home import Home\n"
+        "from phoenix_protocol._ops import OpsLog\n"
+        "append = OpsLog.record\n"
+        "def slow(self, *args, **kwargs):\n"
+        "    time.sleep(random.random() * 0.006)\n"
+        "    return append(self, *args, **kwargs)\n"
+        "OpsLog.record = slow\n"
+        "a = Agent.open('tester', home=Home(sys.argv[1]))\n"
+        "a.identity.read()\n"
+        "print('ready', flush=True)\n"
+        "sys.stdin.readline()  # all start together\n"
+        "def bump(ident):\n"
+        "    ident.mutable['counter'] = ident.mutable.get('counter', 0) + 1\n"
+        "    ident.mutable['last_writer'] = sys.argv[2]\n"
+        "for i in range(50):\n"
+        "    a.identity.update(bump)\n"
+        "    a.identity.set('state.current_focus', f'{sys.argv[2]}-{i}')\n"
+    )
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", code, agent.home.root, f"p{n}"],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        for n in range(4)
+    ]
+    for p in procs:
+        assert p.stdout is not None and p.stdout.readline() == "ready\n"
+    for p in procs:
+        assert p.stdin is not None
+        p.stdin.write("go\n")
+        p.stdin.close()
+    assert [p.wait(120) for p in procs] == [0] * 4
+    counts = [
+        e["meta"]["changed"]["counter"]
+        for e in agent.ops.read()[0]
+        if e["event"] == "identity_updated" and "counter" in e["meta"].get("changed", {})
+    ]
+    assert counts == list(range(1, 201))
+    before = agent.identity.read()
+    _damage(agent)
+    done = agent.identity.repair()
+    assert done is not None and len(done.replayed) == 4 * 50 * 2 and done.later_changes == []
+    assert agent.identity.read().as_dict() == before.as_dict()
+
+
 def test_identity_events_carry_redacted_values(agent: Agent) -> None:
     """What the log holds for a replay is what was written: redacted."""
     secret = "ghp_" + "a1B2c3D4e5F6g7H8i9J0k1L2m3N4o5P6q7R8"

@@ -463,15 +463,25 @@ class IdentityStore:
             return self.remote.load()
         return self.read_files()
 
-    def _change(self, work: Callable[[bytes | None, str | None], tuple[bytes, str]]) -> None:
-        """Read-modify-write of the document and its seal under the store's lock."""
+    def _change(
+        self,
+        work: Callable[[bytes | None, str | None], tuple[bytes, str]],
+        logged: Callable[[], None] | None = None,
+    ) -> None:
+        """Read-modify-write of the document and its seal under the store's lock. ``logged``
+        records the change in the ops log while the lock is still held, so that the log has the
+        changes in the order they were written (``phx doctor`` replays them in that order)."""
         if self.remote is not None:
-            self.remote.change(work)
+            self.remote.change(work)  # serialized on the server; the log is this machine's
+            if logged is not None:
+                logged()
             return
         self.agent.ensure()
         with FileLock(self.path, self.agent.config.lock_timeout):
             data, digest = work(*self.read_files())
             self.write_files(data, digest)
+            if logged is not None:
+                logged()
 
     # -- reading and changing -------------------------------------------------------------------
 
@@ -548,33 +558,9 @@ class IdentityStore:
         it touched the immutable section, nothing is written and ``IdentityCoreError`` is raised.
         What is written is redacted. ``log``: record the top-level keys of the mutable section that
         changed, with their new values (``identity_updated``, see ``LOGGED_VALUE_MAX``); callers
-        whose own event carries the change (``set``, ``add``, the session records) pass False."""
-        done: list[tuple[Identity, bool, dict[str, Any]]] = []
+        whose own event carries the change (the session records) pass False."""
 
-        def work(data: bytes | None, stored: str | None) -> tuple[bytes, str]:
-            done.clear()  # the PostgreSQL store may run it again on a fresh connection
-            identity, header, exists = self._load(data)
-            sealed = self._check_seal(identity, stored) if exists else False
-            before = digest_of(identity.immutable)
-            old = copy.deepcopy(identity.mutable) if log else {}
-            mutate(identity)
-            if digest_of(identity.immutable) != before:
-                raise IdentityCoreError(
-                    "the immutable section of an identity cannot be changed by an update; "
-                    "use `phx identity reset-core` (logged) to change the core."
-                )
-            problem = mutable_problem(identity.mutable) or json_problem(identity.mutable, "mutable")
-            if problem is not None:
-                raise UsageError(f"{problem}; nothing was written.")
-            identity.mutable = _redacted(identity.mutable)
-            done.append((identity, sealed, old))
-            return self._render(identity, header)
-
-        self._change(work)
-        identity, sealed, old = done[0]
-        if not sealed:
-            self.agent.record("identity_sealed", "ok", {"digest": digest_of(identity.immutable)}, trusted=True)
-        if log:
+        def record(identity: Identity, old: dict[str, Any]) -> None:
             meta: dict[str, Any] = {}
             for key, value in identity.mutable.items():
                 if key not in old or old[key] != value:
@@ -588,7 +574,44 @@ class IdentityStore:
                 meta["removed"] = removed
             if meta:
                 self.agent.record("identity_updated", "ok", meta, trusted=True)
-        return identity
+
+        return self._update(mutate, record if log else None)
+
+    def _update(
+        self, mutate: Callable[[Identity], Any], record: Callable[[Identity, dict[str, Any]], None] | None
+    ) -> Identity:
+        """``update``, with ``record(identity, mutable section before)`` logging the change under
+        the lock (see ``_change``)."""
+        done: list[tuple[Identity, bool, dict[str, Any]]] = []
+
+        def work(data: bytes | None, stored: str | None) -> tuple[bytes, str]:
+            done.clear()  # the PostgreSQL store may run it again on a fresh connection
+            identity, header, exists = self._load(data)
+            sealed = self._check_seal(identity, stored) if exists else False
+            before = digest_of(identity.immutable)
+            old = copy.deepcopy(identity.mutable) if record is not None else {}
+            mutate(identity)
+            if digest_of(identity.immutable) != before:
+                raise IdentityCoreError(
+                    "the immutable section of an identity cannot be changed by an update; "
+                    "use `phx identity reset-core` (logged) to change the core."
+                )
+            problem = mutable_problem(identity.mutable) or json_problem(identity.mutable, "mutable")
+            if problem is not None:
+                raise UsageError(f"{problem}; nothing was written.")
+            identity.mutable = _redacted(identity.mutable)
+            done.append((identity, sealed, old))
+            return self._render(identity, header)
+
+        def logged() -> None:
+            identity, sealed, old = done[0]
+            if not sealed:
+                self.agent.record("identity_sealed", "ok", {"digest": digest_of(identity.immutable)}, trusted=True)
+            if record is not None:
+                record(identity, old)
+
+        self._change(work, logged)
+        return done[0][0]
 
     def set(self, path: str, value: Any) -> Identity:
         """Set a mutable value by dotted path (``state.current_focus``; a leading ``mutable.`` is
@@ -620,9 +643,11 @@ class IdentityStore:
                 node = nxt
             node[parts[-1]] = value
 
-        identity = self.update(mutate, log=False)
-        self.agent.record("identity_updated", "ok", _logged({"path": ".".join(parts)}, "value", value), trusted=True)
-        return identity
+        def record(_identity: Identity, _old: dict[str, Any]) -> None:
+            meta = _logged({"path": ".".join(parts)}, "value", value)
+            self.agent.record("identity_updated", "ok", meta, trusted=True)
+
+        return self._update(mutate, record)
 
     def add(self, kind: str, entry: dict[str, Any]) -> Identity:
         """Add (or update, by its first key) a belief, skill or relationship. Its values must be
@@ -654,10 +679,11 @@ class IdentityStore:
                     return
             items.append(dict(entry))
 
-        identity = self.update(mutate, log=False)
-        meta = _logged({"added": key, first: str(entry[first])[:200]}, "entry", entry)
-        self.agent.record("identity_updated", "ok", meta, trusted=True)
-        return identity
+        def record(_identity: Identity, _old: dict[str, Any]) -> None:
+            meta = _logged({"added": key, first: str(entry[first])[:200]}, "entry", entry)
+            self.agent.record("identity_updated", "ok", meta, trusted=True)
+
+        return self._update(mutate, record)
 
     def repair(self) -> IdentityRepair | None:
         """Restore a damaged ``identity.yaml`` (one that does not read: not YAML, not the shape of
@@ -772,9 +798,11 @@ class IdentityStore:
             done.append((identity, stored))
             return self._render(identity, header)
 
-        self._change(work)
-        identity, old = done[0]
-        new = digest_of(identity.immutable)
-        meta = _logged({"old_digest": old, "new_digest": new}, "immutable", _redacted(identity.immutable))
-        self.agent.record("identity_core_reset", "warn", meta, trusted=True)
-        return identity
+        def logged() -> None:
+            identity, old = done[0]
+            new = digest_of(identity.immutable)
+            meta = _logged({"old_digest": old, "new_digest": new}, "immutable", _redacted(identity.immutable))
+            self.agent.record("identity_core_reset", "warn", meta, trusted=True)
+
+        self._change(work, logged)
+        return done[0][0]

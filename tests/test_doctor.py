@@ -15,6 +15,7 @@ from phoenix_protocol._agent import Agent
 from phoenix_protocol._cli import cli
 from phoenix_protocol._clock import ManualClock
 from phoenix_protocol._doctor import TEMP_UNKNOWN_WRITER_AGE_MS, abandoned_temp, check_agent, check_home, rebuild_state
+from phoenix_protocol._durable import host_tag
 from phoenix_protocol._home import Home
 
 PHX = str(Path(sys.executable).parent / "phx")
@@ -496,6 +497,35 @@ def test_a_temp_file_of_a_writer_that_is_gone_is_removed(agent: Agent) -> None:
         str(in_checkpoints),
     }
     assert not in_state.exists() and not in_checkpoints.exists()
+
+
+def test_a_temp_file_of_another_host_is_judged_by_its_age_not_its_pid(
+    agent: Agent, clock: ManualClock, live_pid: int
+) -> None:
+    """On a home shared between machines, a pid in another host's temporary file says nothing
+    about this host's processes: the file is left alone until it is an hour old (no write takes
+    that long), whether or not a process here has that pid. This host's are judged by the pid."""
+    agent.state.set_status("working", "x")
+    dead = _dead_pid()
+    here = host_tag()
+    there = host_tag("another-machine.example.org")
+    remote_dead = Path(agent.dir, f".state.json.{dead}.3.{there}.tmp")
+    remote_live = Path(agent.dir, f".notes.json.{live_pid}.4.{there}.tmp")
+    local_dead = Path(agent.dir, f".state.json.{dead}.5.{here}.tmp")
+    local_live = Path(agent.dir, f".notes.json.{live_pid}.6.{here}.tmp")
+    for path in (local_dead, local_live):
+        path.write_text("half written")  # now (the writer started before)
+    written = clock.now_ms() - 1000  # the agent's clock, which the age is measured on
+    for path in (remote_dead, remote_live):
+        path.write_text("half written")
+        os.utime(path, ns=(written * 1_000_000, written * 1_000_000))
+    removed = {f.path for f in check_agent(agent) if f.repaired and "temporary file" in f.message}
+    assert removed == {str(local_dead)}
+    assert remote_dead.exists() and remote_live.exists() and local_live.exists()
+    clock.advance(ms=TEMP_UNKNOWN_WRITER_AGE_MS)
+    removed = {f.path for f in check_agent(agent) if f.repaired and "temporary file" in f.message}
+    assert removed == {str(remote_dead), str(remote_live)}
+    assert local_live.exists()  # its writer still runs here
 
 
 def test_a_temp_file_whose_pid_now_names_a_later_process_is_removed(agent: Agent) -> None:

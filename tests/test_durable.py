@@ -135,6 +135,30 @@ def test_atomic_write_fault_keeps_the_old_file(
     assert tmp_files(tmp_path) == []
 
 
+@pytest.mark.parametrize("write", [atomic_write, _durable.atomic_create])
+def test_temp_files_name_their_writers_pid_and_host(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, write: Callable[[str, bytes], None]
+) -> None:
+    """``phx doctor`` judges a temporary file by the pid in its name, which means something only
+    on the writer's host: the name carries both."""
+    seen: list[str] = []
+    real_open = os.open
+
+    def watching_open(path: str, flags: int, mode: int = 0o777) -> int:
+        seen.append(os.path.basename(path))
+        return real_open(path, flags, mode)
+
+    monkeypatch.setattr(os, "open", watching_open)
+    write(str(tmp_path / "state.json"), b"{}")
+    [temp] = [name for name in seen if name.endswith(".tmp")]
+    prefix, pid, counter, tag, suffix = temp.rsplit(".", 4)
+    assert (prefix, pid, suffix) == (".state.json", str(os.getpid()), "tmp") and counter.isdecimal()
+    assert tag == _durable.host_tag() == _durable.host_tag(os.uname().nodename)
+    assert len(tag) == 9 and tag.startswith("h") and int(tag[1:], 16) >= 0
+    assert _durable.host_tag("build-7.example.org") != _durable.host_tag("build-8.example.org")
+    assert _durable.temp_name("x") != _durable.temp_name("x")  # unique within the process
+
+
 def test_atomic_write_directory_fsync_fault_is_reported(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     """The rename is done when the directory fsync fails: the file is the old or the new one,
     whole, the error says the write could not be confirmed, and no temp file is left."""

@@ -8,7 +8,7 @@ For every agent it checks, and with ``repair=True`` fixes:
   and from which events. A file written by a newer Phoenix is reported and left alone.
 - ``ops.jsonl`` and ``sessions/sessions.jsonl`` with a torn last line (cut off under the log's lock) or unreadable lines
   (reported with file and line; readers already skip them, and they stay for forensics).
-- temporary files left by writers that were killed (``.state.json.<pid>.<n>.tmp``): removed
+- temporary files left by writers that were killed (``.state.json.<pid>.<n>.<host tag>.tmp``): removed
   once their writer is gone (see ``abandoned_temp``); a write still in progress is left alone.
 - ``identity.yaml`` that does not read (not YAML, not an identity): the bad file is kept as
   ``identity.yaml.corrupt-<time>`` and the identity restored from the newest valid checkpoint's
@@ -28,7 +28,7 @@ import stat
 from itertools import pairwise
 
 from phoenix_protocol._clock import iso_from_ms
-from phoenix_protocol._durable import DIR_MODE, FILE_MODE, keep_damaged, read_bytes, repair_tail
+from phoenix_protocol._durable import DIR_MODE, FILE_MODE, host_tag, keep_damaged, read_bytes, repair_tail
 from phoenix_protocol._errors import CorruptStateError, SchemaVersionError, UsageError
 from phoenix_protocol._jsonio import dumps_document
 from phoenix_protocol._seqlog import SeqLog
@@ -204,11 +204,15 @@ def abandoned_temp(path: str, now_ms: int) -> bool:
     """Whether ``path`` is a temporary file of an atomic write (``_durable``) that no writer
     will ever finish: the temporary file of a write still in progress is not.
 
-    Its name carries its writer's pid (``.<name>.<pid>.<n>.tmp``): the write is abandoned when no
-    process has that pid any more, or the one that has it started after the file was last
-    written (the pid was reused: the writer is gone). A writer that cannot be inspected counts
-    as alive. A name without a pid is abandoned once it is ``TEMP_UNKNOWN_WRITER_AGE_MS`` old
-    (its modification time against ``now_ms``, the agent's clock). A file already gone is not.
+    Its name carries its writer's pid and host (``.<name>.<pid>.<n>.<host tag>.tmp``, see
+    ``_durable.temp_name``). A writer on this host (or a name from before host tags,
+    ``.<name>.<pid>.<n>.tmp``, which only this host's writers made) is gone when no process has
+    that pid any more, or the one that has it started after the file was last written (the pid
+    was reused). A writer that cannot be inspected counts as alive. A writer on another host (a
+    home shared between machines) cannot be inspected from here, and a name without a pid names
+    no writer: such a file is abandoned once it is ``TEMP_UNKNOWN_WRITER_AGE_MS`` old (its
+    modification time against ``now_ms``, the agent's clock), far longer than any write takes.
+    A file already gone is not.
     """
     name = os.path.basename(path)
     if not (name.startswith(".") and name.endswith(".tmp")):
@@ -219,10 +223,24 @@ def abandoned_temp(path: str, now_ms: int) -> bool:
         return False
     if not stat.S_ISREG(st.st_mode):
         return False
-    parts = name.rsplit(".", 3)
-    if len(parts) == 4 and parts[1].isascii() and parts[1].isdecimal() and parts[2].isdecimal():
+    parts = name.rsplit(".", 4)  # [".<name>", pid, n, host tag, "tmp"]
+    if len(parts) == 5 and _decimal(parts[1]) and _decimal(parts[2]) and _is_host_tag(parts[3]):
+        if parts[3] == host_tag():
+            return not _may_still_write(int(parts[1]), st.st_mtime)
+        return now_ms - st.st_mtime_ns // 1_000_000 >= TEMP_UNKNOWN_WRITER_AGE_MS
+    parts = name.rsplit(".", 3)  # [".<name>", pid, n, "tmp"]
+    if len(parts) == 4 and _decimal(parts[1]) and _decimal(parts[2]):
         return not _may_still_write(int(parts[1]), st.st_mtime)
     return now_ms - st.st_mtime_ns // 1_000_000 >= TEMP_UNKNOWN_WRITER_AGE_MS
+
+
+def _decimal(text: str) -> bool:
+    return text.isascii() and text.isdecimal()
+
+
+def _is_host_tag(text: str) -> bool:
+    """Whether ``text`` has the shape of ``_durable.host_tag``'s tags: ``h`` and 8 hex digits."""
+    return len(text) == 9 and text[0] == "h" and all(c in "0123456789abcdef" for c in text[1:])
 
 
 def _may_still_write(pid: int, written_at: float) -> bool:

@@ -3,7 +3,8 @@
 Three primitives, each with the guarantee it gives and the one it does not:
 
 ``atomic_write(path, data)``
-    Temp file in the destination directory (``O_EXCL``, mode 0600), every byte written,
+    Temp file in the destination directory (``O_EXCL``, mode 0600, named by ``temp_name``:
+    writer's pid and host tag, which ``phx doctor`` reads), every byte written,
     ``fsync``, ``os.replace`` onto ``path``, ``fsync`` of the directory. Readers see the old
     content or the new, never a mix, whatever process is killed when. With ``durable=False``
     the two fsyncs are skipped: still atomic against crashes of processes, but a power loss
@@ -72,6 +73,7 @@ __all__ = [
     "fsync_dir",
     "fsync_file",
     "fsync_files",
+    "host_tag",
     "in_place_file",
     "iter_lines",
     "keep_damaged",
@@ -79,6 +81,7 @@ __all__ = [
     "read_last_line",
     "read_range",
     "repair_tail",
+    "temp_name",
     "torn_tail_length",
     "truncate_file",
 ]
@@ -89,6 +92,32 @@ _CLOEXEC = getattr(os, "O_CLOEXEC", 0)
 _ADVISE = hasattr(os, "posix_fadvise")
 _PWRITEV = hasattr(os, "pwritev")
 _tmp_counter = 0
+_host_tags: dict[str, str] = {}  # host name -> its tag (few entries: this host, the hosts a doctor saw)
+
+
+def host_tag(host: str | None = None) -> str:
+    """The tag a temporary file's name carries for the host of its writer (this host by
+    default): ``h`` and 8 hex digits of FNV-1a over the host name, so that a home shared between
+    machines tells which machine's writer a temporary file belongs to (a pid means something
+    only on its own host). Never all digits, so it cannot be mistaken for a pid or a counter."""
+    if host is None:
+        host = os.uname().nodename  # _process.hostname(), without importing it on the hot path
+    tag = _host_tags.get(host)
+    if tag is None:
+        h = 0x811C9DC5
+        for byte in host.encode("utf-8", "surrogateescape"):
+            h = ((h ^ byte) * 0x01000193) & 0xFFFFFFFF
+        tag = _host_tags[host] = f"h{h:08x}"
+    return tag
+
+
+def temp_name(name: str) -> str:
+    """A fresh name for the temporary file of a write of ``name`` (a base name), in the same
+    directory: ``.<name>.<pid>.<n>.<host tag>.tmp`` (see ``host_tag``; ``phx doctor`` removes one
+    whose writer is gone, and reads the older ``.<name>.<pid>.<n>.tmp`` as this host's)."""
+    global _tmp_counter
+    _tmp_counter += 1
+    return f".{name}.{os.getpid()}.{_tmp_counter}.{host_tag()}.tmp"
 
 
 def _fail(action: str, path: str, exc: OSError) -> StorageError:
@@ -455,14 +484,12 @@ def keep_damaged(path: str, data: bytes, now_ms: int) -> str:
 
 def atomic_write(path: str, data: bytes, *, durable: bool = True) -> None:
     """Replace ``path`` with ``data`` atomically (see the module docstring for the guarantee)."""
-    global _tmp_counter
     directory = os.path.dirname(path) or "."
     name = os.path.basename(path)
     fd = -1
     tmp = ""
     for _ in range(100):
-        _tmp_counter += 1
-        tmp = os.path.join(directory, f".{name}.{os.getpid()}.{_tmp_counter}.tmp")
+        tmp = os.path.join(directory, temp_name(name))
         try:
             fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | _CLOEXEC, FILE_MODE)
             break
@@ -502,10 +529,8 @@ def atomic_create(path: str, data: bytes, *, sync_dir: bool = True, durable: boo
     ``durable=False`` neither fsync is done: the file still appears whole or not at all to every
     process, and the caller holds the durable copy elsewhere (the checkpoint log).
     """
-    global _tmp_counter
     directory = os.path.dirname(path) or "."
-    _tmp_counter += 1
-    tmp = os.path.join(directory, f".{os.path.basename(path)}.{os.getpid()}.{_tmp_counter}.tmp")
+    tmp = os.path.join(directory, temp_name(os.path.basename(path)))
     try:
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | _CLOEXEC, FILE_MODE)
     except OSError as exc:

@@ -41,6 +41,7 @@ from phoenix_protocol._agent import Agent
 from phoenix_protocol._checkpoint_index import INLINE_LIMIT
 from phoenix_protocol._checkpoints import Checkpoint, CheckpointInfo, CheckpointStore, CollectContext, parse_name
 from phoenix_protocol._clock import ManualClock
+from phoenix_protocol._durable import host_tag, temp_writer
 from phoenix_protocol._errors import CorruptStateError
 from phoenix_protocol._home import Home
 
@@ -251,7 +252,9 @@ def check_after_kill(
     stats.over_retention += len(on_disk) > keep
 
     for name in temp_files(store):
-        pid = int(name.rsplit(".", 3)[-3])
+        writer = temp_writer(name)
+        assert writer is not None and writer[1] == host_tag(), name
+        pid = writer[0]
         assert pid in killed, f"temporary file {name} of a writer that was not killed {where}"
     return acked
 

@@ -24,6 +24,7 @@ import pytest
 
 from phoenix_protocol._agent import Agent
 from phoenix_protocol._doctor import check_agent
+from phoenix_protocol._durable import host_tag, temp_writer
 from phoenix_protocol._home import Home
 from phoenix_protocol._jsonio import dumps_line
 from phoenix_protocol._state import STATUSES
@@ -160,7 +161,9 @@ def check_tmp_and_doctor(agent: Agent, killed: set[int]) -> int:
     """Temp files may only belong to killed writers; the doctor removes and reports them."""
     names = leftover_tmp(agent)
     for name in names:
-        pid = int(name.rsplit(".", 3)[-3])
+        writer = temp_writer(name)
+        assert writer is not None and writer[1] == host_tag(), name
+        pid = writer[0]
         assert pid in killed, f"temporary file {name} of a writer that was not killed"
     if names:
         findings = check_agent(agent)

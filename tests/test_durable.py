@@ -157,6 +157,27 @@ def test_temp_files_name_their_writers_pid_and_host(
     assert len(tag) == 9 and tag.startswith("h") and int(tag[1:], 16) >= 0
     assert _durable.host_tag("build-7.example.org") != _durable.host_tag("build-8.example.org")
     assert _durable.temp_name("x") != _durable.temp_name("x")  # unique within the process
+    assert _durable.temp_writer(temp) == (os.getpid(), tag)
+
+
+@pytest.mark.parametrize(
+    ("name", "writer"),
+    [
+        (".state.json.4242.7.h0123abcd.tmp", (4242, "h0123abcd")),
+        (".a.b.c.4242.7.hffffffff.tmp", (4242, "hffffffff")),
+        (".state.json.4242.7.tmp", (4242, None)),  # before host tags: this host's
+        (".x.12345678.4242.7.tmp", (4242, None)),
+        (".state.json.4242.7.h0123ABCD.tmp", None),  # not a tag, and not a pid either
+        (".state.json.4242.h0123abcd.tmp", None),
+        (".state.json.tmp", None),
+        ("state.json.4242.7.tmp", None),
+        (".state.json.4242.7.h0123abcd", None),
+        (".state.json.-1.7.tmp", None),
+        (".state.json.\u0664.7.tmp".encode().decode("unicode_escape"), None),  # a non-ASCII digit
+    ],
+)
+def test_temp_writer_reads_what_temp_name_wrote(name: str, writer: tuple[int, str | None] | None) -> None:
+    assert _durable.temp_writer(name) == writer
 
 
 def test_atomic_write_directory_fsync_fault_is_reported(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:

@@ -28,7 +28,15 @@ import stat
 from itertools import pairwise
 
 from phoenix_protocol._clock import iso_from_ms
-from phoenix_protocol._durable import DIR_MODE, FILE_MODE, host_tag, keep_damaged, read_bytes, repair_tail
+from phoenix_protocol._durable import (
+    DIR_MODE,
+    FILE_MODE,
+    host_tag,
+    keep_damaged,
+    read_bytes,
+    repair_tail,
+    temp_writer,
+)
 from phoenix_protocol._errors import CorruptStateError, SchemaVersionError, UsageError
 from phoenix_protocol._jsonio import dumps_document
 from phoenix_protocol._seqlog import SeqLog
@@ -223,24 +231,10 @@ def abandoned_temp(path: str, now_ms: int) -> bool:
         return False
     if not stat.S_ISREG(st.st_mode):
         return False
-    parts = name.rsplit(".", 4)  # [".<name>", pid, n, host tag, "tmp"]
-    if len(parts) == 5 and _decimal(parts[1]) and _decimal(parts[2]) and _is_host_tag(parts[3]):
-        if parts[3] == host_tag():
-            return not _may_still_write(int(parts[1]), st.st_mtime)
+    writer = temp_writer(name)
+    if writer is None or writer[1] not in (None, host_tag()):  # no writer, or another host's
         return now_ms - st.st_mtime_ns // 1_000_000 >= TEMP_UNKNOWN_WRITER_AGE_MS
-    parts = name.rsplit(".", 3)  # [".<name>", pid, n, "tmp"]
-    if len(parts) == 4 and _decimal(parts[1]) and _decimal(parts[2]):
-        return not _may_still_write(int(parts[1]), st.st_mtime)
-    return now_ms - st.st_mtime_ns // 1_000_000 >= TEMP_UNKNOWN_WRITER_AGE_MS
-
-
-def _decimal(text: str) -> bool:
-    return text.isascii() and text.isdecimal()
-
-
-def _is_host_tag(text: str) -> bool:
-    """Whether ``text`` has the shape of ``_durable.host_tag``'s tags: ``h`` and 8 hex digits."""
-    return len(text) == 9 and text[0] == "h" and all(c in "0123456789abcdef" for c in text[1:])
+    return not _may_still_write(writer[0], st.st_mtime)
 
 
 def _may_still_write(pid: int, written_at: float) -> bool:

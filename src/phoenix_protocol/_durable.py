@@ -82,6 +82,7 @@ __all__ = [
     "read_range",
     "repair_tail",
     "temp_name",
+    "temp_writer",
     "torn_tail_length",
     "truncate_file",
 ]
@@ -118,6 +119,30 @@ def temp_name(name: str) -> str:
     global _tmp_counter
     _tmp_counter += 1
     return f".{name}.{os.getpid()}.{_tmp_counter}.{host_tag()}.tmp"
+
+
+def temp_writer(name: str) -> tuple[int, str | None] | None:
+    """The writer a temporary file's name (a base name) names: ``(pid, host tag)`` for a name
+    made by ``temp_name``, ``(pid, None)`` for one from before host tags (``.<name>.<pid>.<n>.tmp``,
+    this host's), ``None`` for any other name."""
+    if not (name.startswith(".") and name.endswith(".tmp")):
+        return None
+    parts = name.rsplit(".", 4)  # [".<name>", pid, n, host tag, "tmp"]
+    if len(parts) == 5 and _decimal(parts[1]) and _decimal(parts[2]) and _is_host_tag(parts[3]):
+        return int(parts[1]), parts[3]
+    parts = name.rsplit(".", 3)  # [".<name>", pid, n, "tmp"]
+    if len(parts) == 4 and _decimal(parts[1]) and _decimal(parts[2]):
+        return int(parts[1]), None
+    return None
+
+
+def _decimal(text: str) -> bool:
+    return text.isascii() and text.isdecimal()
+
+
+def _is_host_tag(text: str) -> bool:
+    """Whether ``text`` has the shape of ``host_tag``'s tags: ``h`` and 8 hex digits."""
+    return len(text) == 9 and text[0] == "h" and all(c in "0123456789abcdef" for c in text[1:])
 
 
 def _fail(action: str, path: str, exc: OSError) -> StorageError:

@@ -46,7 +46,7 @@ from pathlib import Path
 import phoenix_protocol
 from phoenix_protocol._agent import Agent
 from phoenix_protocol._home import Home
-from phoenix_protocol._install import hook_command
+from phoenix_protocol._install import MARKER, hook_command
 
 HERE = Path(__file__).resolve().parent
 
@@ -142,6 +142,13 @@ def main() -> int:
             "(c) phx PostToolUse hook": (shlex.split(hook_command("post-tool-use")), env),
             "(a) via /bin/sh -c": (["/bin/sh", "-c", f"{shlex.quote(sys.executable)} -c pass"], env),
             "(c) via /bin/sh -c": (["/bin/sh", "-c", hook_command("post-tool-use")], env),
+            # For reference, not targets: what -S saves a bare interpreter, and the hook run as
+            # `phx install` wrote it before it used -S (python -P -c ...).
+            "(a) python -S -c pass (reference)": ([sys.executable, "-S", "-c", "pass"], env),
+            "(c) without -S (the command before 2026-11-24, reference)": (
+                [sys.executable, "-P", "-c", f"from {MARKER} import main; main()", "post-tool-use"],
+                env,
+            ),
         }
         before: dict[str, Callable[[], None]] = {}
         after: dict[str, Callable[[], None]] = {}
@@ -207,7 +214,9 @@ def main() -> int:
         f"(c)/(a) = {c / a:.2f} (target <= 1.5: {'met' if ok_a else 'MISSED'}); "
         f"(c)/(b) = {c / b:.2f} (target <= 0.6: {'met' if ok_b else 'MISSED'})"
     )
-    for name in list(commands)[5:]:
+    old_c = med["(c) without -S (the command before 2026-11-24, reference)"]
+    print(f"(c)/(c without -S) = {c / old_c:.2f}; (c without -S)/(a) = {old_c / a:.2f} (reference)")
+    for name in [n for n in commands if n.startswith(("(d)", "(e)", "(f)"))]:
         ratio = med[name] / a
         print(f"{name[:3]}/(a) = {ratio:.2f} (target <= 1.5: {'met' if ratio <= 1.5 else 'MISSED'})")
     return 0

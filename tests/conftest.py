@@ -4,8 +4,8 @@ so nothing touches the real ~/.claude, ~/.gemini, ~/.codex or the user's git con
 from __future__ import annotations
 
 import os
+import shlex
 import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -14,9 +14,11 @@ import pytest
 from phoenix_protocol._agent import Agent
 from phoenix_protocol._clock import ManualClock
 from phoenix_protocol._home import Home
+from phoenix_protocol._install import hook_command
 
 GIT_ENV = {"GIT_CONFIG_GLOBAL": os.devnull, "GIT_CONFIG_NOSYSTEM": "1"}
-HOOK_PREFIX = [sys.executable, "-P", "-c", "from phoenix_protocol._hooks import main; main()"]
+HOOK_PREFIX = shlex.split(hook_command("event"))[:-1]
+"""The hook command ``phx install`` writes (``python -S ...``), without its event."""
 
 
 def run_hook(

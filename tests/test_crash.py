@@ -22,6 +22,7 @@ from pathlib import Path
 
 import pytest
 
+from conftest import HOOK_PREFIX
 from phoenix_protocol._agent import Agent
 from phoenix_protocol._doctor import check_agent
 from phoenix_protocol._durable import host_tag, temp_writer
@@ -30,7 +31,7 @@ from phoenix_protocol._jsonio import dumps_line
 from phoenix_protocol._state import STATUSES
 
 PY = sys.executable
-HOOK = [PY, "-P", "-c", "from phoenix_protocol._hooks import main; main()"]
+HOOK = HOOK_PREFIX  # the command phx install writes
 
 # The library writer. Every loop: reconcile the status with the counter, bump the counter (with
 # a "count" transition logged before the state is replaced), append a "tick" event. Each

@@ -57,3 +57,50 @@ def test_post_tool_use_loads_only_the_allowed_modules(project: Path) -> None:
         )
         loaded = set(proc.stdout.decode().split())
         assert loaded <= ALLOWED, f"the hot path now also imports {sorted(loaded - ALLOWED)}"
+
+
+INSTALLED_PROBE = r"""
+import sys
+before = set(sys.modules)
+from phoenix_protocol._hooks import main
+try:
+    main(["post-tool-use"])
+except SystemExit as exit:
+    assert exit.code == 0
+sys.stderr.write(" ".join(sorted(set(sys.modules) - before)))
+"""
+
+
+def test_the_installed_command_skips_the_site_packages_on_the_hot_path(project: Path) -> None:
+    """``phx install`` writes ``python -S ...`` with Phoenix's directory on ``sys.path``: the
+    heartbeat runs without ``site`` (and loads only the allowed modules), while a path that needs
+    a package from the site packages still gets it."""
+    from conftest import HOOK_PREFIX
+
+    assert HOOK_PREFIX[1:3] == ["-S", "-P"]
+    setup = HOOK_PREFIX[-1].split("; from phoenix_protocol._hooks import")[0]
+    payload = {"session_id": "s", "cwd": str(project), "tool_name": "Bash", "tool_input": {"command": "ls"}}
+    bare_run = subprocess.run([sys.executable, "-c", "import sys; print(*sys.modules)"], capture_output=True, text=True)
+    bare = set(bare_run.stdout.split()) - {"site"}
+    for _ in range(2):
+        proc = subprocess.run(
+            [*HOOK_PREFIX[:-1], f"{setup}\n{INSTALLED_PROBE}"],
+            input=json.dumps(payload).encode(),
+            capture_output=True,
+            check=True,
+        )
+        loaded = set(proc.stderr.decode().split())
+        # beyond what a bare interpreter loads (here without site: os, stat, ... come with it)
+        assert "site" not in loaded and loaded <= ALLOWED | bare, sorted(loaded - ALLOWED - bare)
+    # A path that needs the site packages (a checkpoint needs xxhash; SessionStart psutil, yaml)
+    cold = f"""{setup}
+from phoenix_protocol._hooks import main
+try:
+    main(["stop"])  # empty stdin: reported on stderr, exit 0
+except SystemExit as exit:
+    assert exit.code == 0
+import xxhash, yaml
+print(sys.flags.no_site, sys.prefix)
+"""
+    ran = subprocess.run([*HOOK_PREFIX[:-1], cold], capture_output=True, text=True, check=True, cwd=project)
+    assert ran.stdout.split() == ["1", sys.prefix], ran.stderr  # set up on demand: this venv's prefix

@@ -6,18 +6,21 @@ import json
 import os
 import shlex
 import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
 import jsonschema
 import pytest
 
+import phoenix_protocol
 from phoenix_protocol._errors import UsageError
 from phoenix_protocol._install import (
     HOOK_SPECS,
     MARKER,
     hook_command,
     install_claude_code,
+    install_dir,
     settings_path,
     uninstall_claude_code,
 )
@@ -143,3 +146,24 @@ def test_the_command_runs_from_any_path(project: Path) -> None:
     )
     assert proc.returncode == 0 and proc.stderr == b""
     assert (project / ".phoenix/agents/zero/state.json").exists()
+
+
+@pytest.mark.parametrize(
+    "where", ["/opt/with space/site-packages", "/opt/it's/site-packages", '/opt/"q"\\x/site-packages']
+)
+def test_the_command_skips_site_and_names_where_phoenix_is(monkeypatch: pytest.MonkeyPatch, where: str) -> None:
+    """``python -S``: the site packages are not set up on every heartbeat (about 2 ms); the
+    command puts Phoenix's own directory on ``sys.path`` instead, quoted whatever it holds."""
+    from phoenix_protocol import _install
+
+    assert install_dir() == str(Path(phoenix_protocol.__file__).resolve().parent.parent)
+    monkeypatch.setattr(_install, "install_dir", lambda: where)
+    argv = shlex.split(hook_command("stop", agent="zero"))
+    assert argv[0] == sys.executable and argv[1:3] == ["-S", "-P"] and argv[-3:] == ["stop", "--agent", "zero"]
+    setup = argv[4].split("; from ")[0]
+    scope: dict[str, object] = {}
+    exec(setup.replace("import sys; sys.path.append(", "found = ("), scope)  # noqa: S102 - our own literal
+    assert scope["found"] == where
+    # Another interpreter finds Phoenix as its own start-up does.
+    other = shlex.split(hook_command("stop", python="/usr/bin/python3"))
+    assert other[:3] == ["/usr/bin/python3", "-P", "-c"] and "sys.path" not in other[3]

@@ -6,7 +6,6 @@ from __future__ import annotations
 import os
 import re
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +14,7 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import event as hypothesis_event
 from hypothesis import strategies as st
 
+from conftest import HOOK_PREFIX
 from phoenix_protocol._agent import Agent
 from phoenix_protocol._errors import InvalidIdError
 from phoenix_protocol._hooks import EVENTS
@@ -266,7 +266,7 @@ def test_tool_hooks_count_every_heartbeat(hook_home: Agent, payload: dict[str, A
         assert isinstance(name, str) and 0 < len(name) <= 100 and re.fullmatch(r"[A-Za-z0-9_.:-]+", name)
 
 
-HOOK = [sys.executable, "-P", "-c", "from phoenix_protocol._hooks import main; main()"]
+HOOK = HOOK_PREFIX  # the command phx install writes
 
 
 @examples(12)

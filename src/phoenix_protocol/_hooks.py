@@ -27,8 +27,10 @@ and logs ``hook_payload_oversized``.
 
 Hot path: the PostToolUse handler imports only ``os``, ``sys``, ``time``, ``fcntl``, ``_json``
 and Phoenix's own primitives. ``phx install`` registers it as
-``<python> -P -c 'from phoenix_protocol._hooks import main; main()' post-tool-use``, which
-skips the console-script wrapper (it imports ``re``) and the full CLI.
+``<python> -S -P -c 'import sys; sys.path.append(<dir>); from phoenix_protocol._hooks import main; main()' post-tool-use``
+(``<dir>``: the directory Phoenix is installed in), which skips the console-script wrapper (it
+imports ``re``), the full CLI and the set-up of the site packages (``-S``); ``main()`` sets
+those up the first time an import needs them (``_SiteOnFirstMiss``).
 """
 
 from __future__ import annotations
@@ -451,8 +453,39 @@ def _log_best_effort(
         pass
 
 
+class _SiteOnFirstMiss:
+    """An import finder for the installed hook command, which runs Python with ``-S``: setting
+    up the site packages (``site``, its ``.pth`` files) costs every heartbeat about 2 ms, and the
+    heartbeat needs only the standard library and Phoenix (the command puts Phoenix's directory
+    on ``sys.path``). Last on ``sys.meta_path``, it is asked only when no other finder found a
+    top-level module: it then sets up the site packages once (``site.main()``, as a normal start
+    would have) and looks again, so the cold paths (a checkpoint, SessionStart) import their
+    dependencies as usual."""
+
+    done = False
+
+    @classmethod
+    def find_spec(cls, name: str, path: object = None, target: object = None) -> Any:
+        if path is not None or cls.done:  # a submodule: its package was found without this
+            return None
+        cls.done = True
+        import site
+
+        site.main()
+        for finder in list(sys.meta_path):
+            find = getattr(finder, "find_spec", None)
+            if finder is cls or find is None:
+                continue
+            spec = find(name, None, target)
+            if spec is not None:
+                return spec
+        return None
+
+
 def main(argv: list[str] | None = None) -> None:
     """Entry point used by the installed hook commands. Always exits 0."""
+    if sys.flags.no_site and _SiteOnFirstMiss not in sys.meta_path:
+        sys.meta_path.append(_SiteOnFirstMiss)
     args = sys.argv[1:] if argv is None else argv
     stream = sys.stdin.buffer if sys.stdin is not None else None
     try:

@@ -11,7 +11,12 @@ user       ``~/.claude/settings.json`` (every project of this user)
 The command written runs this very installation's interpreter by absolute path, so it works
 whatever ``PATH`` Claude Code runs with, and goes straight to the light hook module::
 
-    '/path/to/.venv/bin/python' -P -c 'from phoenix_protocol._hooks import main; main()' post-tool-use
+    '/path/to/.venv/bin/python' -S -P -c 'import sys; sys.path.append("/path/to/.venv/lib/python3.11/site-packages"); from phoenix_protocol._hooks import main; main()' post-tool-use
+
+``-S`` skips setting up the site packages, about 2 ms of every heartbeat; the command names the
+directory Phoenix is installed in instead (``install_dir``), and the hook sets the site packages
+up when an import needs them (``_hooks._SiteOnFirstMiss``). After the environment moves, run
+``phx install`` again (as for a moved interpreter).
 
 Install is idempotent (a second run changes nothing), keeps every other key and hook, replaces
 an older Phoenix entry in place (say, after the venv moved), and keeps a backup of the file it
@@ -45,6 +50,7 @@ __all__ = [
     "InstallResult",
     "hook_command",
     "install_claude_code",
+    "install_dir",
     "settings_path",
     "uninstall_claude_code",
 ]
@@ -64,14 +70,31 @@ HOOK_SPECS: list[tuple[str, str, int, str | None]] = [
 
 
 def hook_command(event: str, *, python: str | None = None, agent: str | None = None) -> str:
-    """The shell command Claude Code runs for ``event`` (see the module docstring)."""
+    """The shell command Claude Code runs for ``event`` (see the module docstring). With
+    ``python``, another interpreter than this one: the command then lets it find Phoenix as its
+    own start-up does (without ``-S``)."""
     interpreter = python or sys.executable
     if not interpreter:
         raise UsageError("cannot tell which Python runs Phoenix (sys.executable is empty).")
-    parts = [shlex.quote(interpreter), "-P", "-c", shlex.quote(f"from {MARKER} import main; main()"), event]
+    code = f"from {MARKER} import main; main()"
+    flags = ["-P"]
+    if python is None or python == sys.executable:
+        where = install_dir()
+        literal = f'"{where}"' if where.isprintable() and not {'"', "\\"} & set(where) else repr(where)
+        code = f"import sys; sys.path.append({literal}); {code}"
+        flags = ["-S", "-P"]
+    parts = [shlex.quote(interpreter), *flags, "-c", shlex.quote(code), event]
     if agent is not None:
         parts += ["--agent", shlex.quote(validate_id(agent, "agent id"))]
     return " ".join(parts)
+
+
+def install_dir() -> str:
+    """The directory this Phoenix is imported from (the one holding ``phoenix_protocol/``): the
+    site packages of its environment, or the source tree of an editable install."""
+    import phoenix_protocol
+
+    return os.path.dirname(os.path.dirname(os.path.abspath(phoenix_protocol.__file__)))
 
 
 def settings_path(scope: str, *, project_dir: str | None = None, env: Mapping[str, str] | None = None) -> str:

@@ -120,13 +120,14 @@ def _digest(value: object) -> str | None:
         data = dumps_canonical(_normalized(value)).encode("utf-8", "surrogatepass")
     except (TypeError, ValueError):
         return None
+    # CPython's own module, cheaper to import than hashlib; named by version, so that the hot path
+    # never imports a module that is missing (under the hook's -S that would set up the site).
     try:
-        from _sha256 import sha256  # type: ignore[import-not-found]  # CPython 3.11: cheaper than hashlib
-    except ImportError:  # pragma: no cover - 3.12+ names it _sha2
-        try:
-            from _sha2 import sha256  # type: ignore[import-not-found]
-        except ImportError:
-            from hashlib import sha256
+        sha256 = __import__("_sha256" if sys.version_info < (3, 12) else "_sha2").sha256
+    except (ImportError, AttributeError):  # pragma: no cover - another Python implementation
+        import hashlib
+
+        sha256 = hashlib.sha256
     return str(sha256(data).hexdigest()[:16])
 
 

@@ -593,3 +593,54 @@ def test_doctors_running_alongside_writers_break_no_write(tmp_path: Path) -> Non
             proc.stderr.close()
     assert failures == []
     assert not [f for f in check_agent(agent) if f.level == "error"]
+
+
+def test_doctor_reports_hook_commands_that_will_not_run_or_are_out_of_date(project: Path, tmp_path: Path) -> None:
+    """The Claude Code hooks ``phx install`` wrote name an interpreter and a directory: after the
+    environment moved, or from an earlier Phoenix, ``phx doctor`` says so (and changes nothing:
+    the settings are not the home's)."""
+    import json
+    import shlex
+
+    from phoenix_protocol._install import install_claude_code
+
+    home = Home(str(project / ".phoenix"))
+    agent = Agent.open("zero", home=home)
+    agent.state.set_status("working", "x")
+    install_claude_code("project", project_dir=str(project), agent="zero")
+    install_claude_code("user")
+    settings = project / ".claude" / "settings.json"
+
+    def hook_findings() -> list[str]:
+        return [f.message for f in check_home(home, [agent]) if "hooks" in f.message]
+
+    assert hook_findings() == []
+
+    def rewrite(python: str, code: str = "from phoenix_protocol._hooks import main; main()", flags: str = "") -> None:
+        data = json.loads(settings.read_text())
+        for groups in data["hooks"].values():
+            for group in groups:
+                for entry in group["hooks"]:
+                    event = shlex.split(entry["command"])[-3]
+                    entry["command"] = f"{shlex.quote(python)} {flags} -P -c {shlex.quote(code)} {event} --agent zero"
+        settings.write_text(json.dumps(data))
+
+    # Written by an earlier Phoenix (python -P -c ..., before -S): runs, but not as this one writes.
+    rewrite(sys.executable)
+    [message] = hook_findings()
+    assert "earlier Phoenix" in message and "--scope project" in message
+    written = settings.read_bytes()
+    check_home(home, [agent])
+    assert settings.read_bytes() == written  # reported, not changed
+    # The interpreter is gone (the venv moved).
+    rewrite("/gone/venv/bin/python", flags="-S")
+    [message] = hook_findings()
+    assert "/gone/venv/bin/python" in message and "not there any more" in message
+    # Another interpreter that is there: another environment's, on purpose; not judged.
+    other = tmp_path / "other-venv-python"
+    other.symlink_to(sys.executable)
+    rewrite(str(other))
+    assert hook_findings() == []
+    # The current command again: nothing to say.
+    install_claude_code("project", project_dir=str(project), agent="zero")
+    assert hook_findings() == []

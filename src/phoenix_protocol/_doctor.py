@@ -16,6 +16,8 @@ For every agent it checks, and with ``repair=True`` fixes:
   names the changes that could not be replayed (logged without their value).
   A core edited by hand is reported only (``phx identity reset-core`` accepts it).
 - permissions wider than 0700 (directories) or 0600 (files): tightened.
+- Phoenix's Claude Code hook commands (project and user settings) whose interpreter is gone, or
+  that differ from what this Phoenix writes: reported (``_install.check_installed``), not changed.
 
 Nothing is ever deleted that holds data; nothing is reset to defaults silently.
 """
@@ -527,9 +529,21 @@ def check_home(home: Home, agents: list[Agent], *, repair: bool = True) -> list[
         return [Finding("ok", "no Phoenix home yet (nothing to check)", path=home.root)]
     _check_modes(home.root, repair, findings)
     findings.extend(_check_store(home, repair))
+    findings.extend(_check_hook_commands(home))
     for agent in agents:
         findings.extend(check_agent(agent, repair=repair))
     return findings
+
+
+def _check_hook_commands(home: Home) -> list[Finding]:
+    """Phoenix's Claude Code hooks (the project's settings and the user's) run as written and
+    as this Phoenix would write them; reported only (the settings are not the home's to change)."""
+    from phoenix_protocol._install import check_installed
+
+    return [
+        Finding("warn", f"{problem} (`phx install claude-code --scope {scope}`)", path=path)
+        for scope, path, problem in check_installed(project_dir=home.project_root)
+    ]
 
 
 def _check_store(home: Home, repair: bool) -> list[Finding]:

@@ -48,6 +48,7 @@ __all__ = [
     "HOOK_SPECS",
     "SCOPES",
     "InstallResult",
+    "check_installed",
     "hook_command",
     "install_claude_code",
     "install_dir",
@@ -222,6 +223,67 @@ def install_claude_code(
     if changed and not dry_run:
         backup = _save(path, before, settings, clock)
     return InstallResult(path, changed, settings, actions, backup, dry_run)
+
+
+def check_installed(
+    *, project_dir: str | None = None, env: Mapping[str, str] | None = None
+) -> list[tuple[str, str, str]]:
+    """Phoenix's hook entries that will not run as written, or that differ from what ``phx
+    install`` writes now from this interpreter, in the settings of every scope (the project's
+    two when ``project_dir`` is given, the user's): ``(scope, settings path, problem)`` each.
+    An entry whose interpreter is another one than this is only checked for being there (it
+    may be another environment's on purpose). A settings file that does not read is named."""
+    problems: list[tuple[str, str, str]] = []
+    events = {event for _, event, _, _ in HOOK_SPECS}
+    for scope in SCOPES:
+        if scope != "user" and project_dir is None:
+            continue
+        path = settings_path(scope, project_dir=project_dir, env=env)
+        if read_bytes(path) is None:
+            continue
+        try:
+            settings = _load(path)
+        except UsageError as exc:
+            problems.append((scope, path, str(exc)))
+            continue
+        seen: set[str] = set()
+        hooks = settings.get("hooks")
+        for groups in hooks.values() if isinstance(hooks, dict) else []:
+            for group in groups if isinstance(groups, list) else []:
+                entries = group.get("hooks") if isinstance(group, dict) else None
+                for entry in entries if isinstance(entries, list) else []:
+                    if not _is_ours(entry):
+                        continue
+                    command = str(entry.get("command", ""))
+                    problem = _command_problem(command, events)
+                    if problem is not None and problem not in seen:
+                        seen.add(problem)
+                        problems.append((scope, path, problem))
+    return problems
+
+
+def _command_problem(command: str, events: set[str]) -> str | None:
+    """What is wrong with a Phoenix hook command, if anything (see ``check_installed``)."""
+    try:
+        argv = shlex.split(command)
+    except ValueError:
+        return f"a Phoenix hook command does not parse as a shell command: {command[:200]}"
+    if not argv:
+        return "a Phoenix hook command is empty"
+    interpreter = argv[0]
+    if not (os.path.isfile(interpreter) and os.access(interpreter, os.X_OK)):
+        return f"the hooks run {interpreter}, which is not there any more (the environment moved?)"
+    if interpreter != sys.executable:
+        return None
+    event = next((arg for arg in argv[1:] if arg in events), None)
+    agent = argv[argv.index("--agent") + 1] if "--agent" in argv[:-1] else None
+    try:
+        wanted = hook_command(event, agent=agent) if event is not None else None
+    except UsageError:
+        wanted = None
+    if command != wanted:
+        return "the hooks were written by an earlier Phoenix or from elsewhere; `phx install` writes the current ones"
+    return None
 
 
 def uninstall_claude_code(

@@ -612,7 +612,7 @@ def test_doctor_reports_hook_commands_that_will_not_run_or_are_out_of_date(proje
     settings = project / ".claude" / "settings.json"
 
     def hook_findings() -> list[str]:
-        return [f.message for f in check_home(home, [agent]) if "hooks" in f.message]
+        return [f.message for f in check_home(home, [agent]) if "claude-code" in f.message]
 
     assert hook_findings() == []
 
@@ -641,6 +641,10 @@ def test_doctor_reports_hook_commands_that_will_not_run_or_are_out_of_date(proje
     other.symlink_to(sys.executable)
     rewrite(str(other))
     assert hook_findings() == []
+    # Checked before the home exists too (hooks installed, no session yet).
+    rewrite(sys.executable)
+    not_yet = check_home(Home(str(project / "not-yet")), [])
+    assert [f.level for f in not_yet] == ["ok", "warn"] and "earlier Phoenix" in not_yet[1].message
     # The current command again: nothing to say.
     install_claude_code("project", project_dir=str(project), agent="zero")
     assert hook_findings() == []

@@ -526,7 +526,10 @@ def check_home(home: Home, agents: list[Agent], *, repair: bool = True) -> list[
     """Check the home's permissions and every agent in ``agents``."""
     findings: list[Finding] = []
     if not os.path.isdir(home.root):
-        return [Finding("ok", "no Phoenix home yet (nothing to check)", path=home.root)]
+        return [
+            Finding("ok", "no Phoenix home yet (nothing to check)", path=home.root),
+            *_check_hook_commands(home),
+        ]
     _check_modes(home.root, repair, findings)
     findings.extend(_check_store(home, repair))
     findings.extend(_check_hook_commands(home))
@@ -541,7 +544,7 @@ def _check_hook_commands(home: Home) -> list[Finding]:
     from phoenix_protocol._install import check_installed
 
     return [
-        Finding("warn", f"{problem} (`phx install claude-code --scope {scope}`)", path=path)
+        Finding("warn", f"{problem}: `phx install claude-code --scope {scope}` rewrites them", path=path)
         for scope, path, problem in check_installed(project_dir=home.project_root)
     ]
 

@@ -282,7 +282,7 @@ def _command_problem(command: str, events: set[str]) -> str | None:
     except UsageError:
         wanted = None
     if command != wanted:
-        return "the hooks were written by an earlier Phoenix or from elsewhere; `phx install` writes the current ones"
+        return "the hook commands are not the ones this Phoenix writes (an earlier Phoenix's, or edited)"
     return None
 
 

@@ -239,10 +239,8 @@ def check_installed(
         if scope != "user" and project_dir is None:
             continue
         path = settings_path(scope, project_dir=project_dir, env=env)
-        if read_bytes(path) is None:
-            continue
         try:
-            settings = _load(path)
+            settings = _load(path)  # a missing file: no hooks
         except UsageError as exc:
             problems.append((scope, path, str(exc)))
             continue

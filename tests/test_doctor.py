@@ -641,6 +641,26 @@ def test_doctor_reports_hook_commands_that_will_not_run_or_are_out_of_date(proje
     other.symlink_to(sys.executable)
     rewrite(str(other))
     assert hook_findings() == []
+    # The interpreter is there but the directory the command imports Phoenix from is gone (an
+    # editable install's source tree deleted): every hook would fail on the import.
+    gone = tmp_path / "deleted-src"
+    for python in (str(other), sys.executable):
+        rewrite(
+            python,
+            code=f"import sys; sys.path.append({str(gone)!r}); from phoenix_protocol._hooks import main; main()",
+            flags="-S",
+        )
+        [message] = hook_findings()
+        assert str(gone) in message and "does not hold it any more" in message
+    # The same command naming a directory that holds Phoenix: another environment's, not judged.
+    from phoenix_protocol._install import install_dir
+
+    rewrite(
+        str(other),
+        code=f"import sys; sys.path.append({install_dir()!r}); from phoenix_protocol._hooks import main; main()",
+        flags="-S",
+    )
+    assert hook_findings() == []
     # Checked before the home exists too (hooks installed, no session yet).
     rewrite(sys.executable)
     not_yet = check_home(Home(str(project / "not-yet")), [])

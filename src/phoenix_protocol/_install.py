@@ -271,6 +271,9 @@ def _command_problem(command: str, events: set[str]) -> str | None:
     interpreter = argv[0]
     if not (os.path.isfile(interpreter) and os.access(interpreter, os.X_OK)):
         return f"the hooks run {interpreter}, which is not there any more (the environment moved?)"
+    where = _imported_from(argv)
+    if where is not None and not os.path.isfile(os.path.join(where, "phoenix_protocol", "__init__.py")):
+        return f"the hooks import Phoenix from {where}, which does not hold it any more (Phoenix moved?)"
     if interpreter != sys.executable:
         return None
     event = next((arg for arg in argv[1:] if arg in events), None)
@@ -281,6 +284,28 @@ def _command_problem(command: str, events: set[str]) -> str | None:
         wanted = None
     if command != wanted:
         return "the hook commands are not the ones this Phoenix writes (an earlier Phoenix's, or edited)"
+    return None
+
+
+def _imported_from(argv: list[str]) -> str | None:
+    """The directory a ``-S`` hook command appends to ``sys.path`` to import Phoenix from (see
+    ``hook_command``), or None for a command without one."""
+    import ast
+
+    code = argv[argv.index("-c") + 1] if "-c" in argv[:-1] else None
+    try:
+        tree = ast.parse(code) if code is not None else None
+    except (SyntaxError, ValueError):
+        return None
+    for node in ast.walk(tree) if tree is not None else []:
+        if (
+            isinstance(node, ast.Call)
+            and ast.unparse(node.func) == "sys.path.append"
+            and len(node.args) == 1
+            and isinstance(node.args[0], ast.Constant)
+            and isinstance(node.args[0].value, str)
+        ):
+            return node.args[0].value
     return None
 
 

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import argparse
 import compileall
+import itertools
 import json
 import os
 import platform
@@ -116,23 +117,33 @@ def main() -> int:
         agent.state.set_status("working", "Implement refresh tokens for the auth service", session_id="bench-session")
         for text in ("Token rotation race", "Clock skew on expiry", "Integration tests missing"):
             agent.state.add_note("open_loop", text)
-        payload = json.dumps(
-            {
-                "session_id": "bench-session",
-                "transcript_path": os.path.join(work, "t.jsonl"),
-                "cwd": project,
-                "hook_event_name": "PostToolUse",
-                "tool_name": "Bash",
-                "tool_input": {"command": "pytest -q tests/test_auth.py", "description": "Run the auth tests"},
-                "tool_response": {
-                    "stdout": "12 passed in 0.8s\n",
-                    "stderr": "",
-                    "interrupted": False,
-                    "isImage": False,
-                },
-                "tool_use_id": "toolu_01ABC",
-            }
-        ).encode()
+        calls = itertools.count()
+
+        def payload() -> bytes:
+            """The next tool call's payload: a different command each time, as in a working
+            session (the same input over and over would be drift: a repetition warning)."""
+            n = next(calls)
+            return json.dumps(
+                {
+                    "session_id": "bench-session",
+                    "transcript_path": os.path.join(work, "t.jsonl"),
+                    "cwd": project,
+                    "hook_event_name": "PostToolUse",
+                    "tool_name": "Bash",
+                    "tool_input": {
+                        "command": f"pytest -q tests/test_auth.py -k case_{n}",
+                        "description": f"Run the auth tests, case {n}",
+                    },
+                    "tool_response": {
+                        "stdout": f"{n % 40 + 1} passed in 0.8s\n",
+                        "stderr": "",
+                        "interrupted": False,
+                        "isImage": False,
+                    },
+                    "tool_use_id": f"toolu_01ABC{n:06d}",
+                }
+            ).encode()
+
         seed_dir = os.path.join(work, "seed")
         os.makedirs(seed_dir)
         seed_env = dict(env, PHOENIX_STATE_DIR=seed_dir)
@@ -166,16 +177,18 @@ def main() -> int:
         samples: dict[str, list[float]] = {name: [] for name in commands}
         for name, (cmd, cmd_env) in commands.items():  # warm-up
             before.get(name, lambda: None)()
-            _time(cmd, payload, project, cmd_env)
+            _time(cmd, payload(), project, cmd_env)
             after.get(name, lambda: None)()
         for _ in range(runs):
             for name, (cmd, cmd_env) in commands.items():
                 before.get(name, lambda: None)()
-                samples[name].append(_time(cmd, payload, project, cmd_env))
+                samples[name].append(_time(cmd, payload(), project, cmd_env))
                 after.get(name, lambda: None)()
         state = agent.state.read()
         assert state.heartbeat_seq >= 2 * runs, "the hook did not record its heartbeats"
-        imports = _import_report(payload, project)
+        drift = [e for e in agent.ops.tail(100_000)[0] if e.get("event") == "drift_detected"]
+        assert not drift, f"the benchmark's own calls looked like drift: {drift[0]}"
+        imports = _import_report(payload(), project)
     finally:
         shutil.rmtree(work, ignore_errors=True)
         if schema is not None:

@@ -8,6 +8,7 @@ import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -668,3 +669,72 @@ def test_doctor_reports_hook_commands_that_will_not_run_or_are_out_of_date(proje
     # The current command again: nothing to say.
     install_claude_code("project", project_dir=str(project), agent="zero")
     assert hook_findings() == []
+
+
+@pytest.mark.parametrize(
+    "damage",
+    [
+        pytest.param(lambda p: p.unlink(), id="deleted"),
+        pytest.param(lambda p: p.write_bytes(b""), id="emptied"),
+        pytest.param(
+            lambda p: p.write_bytes(p.read_bytes()[: p.read_bytes().index(b"mutable:") + 9]), id="cut-after-mutable"
+        ),
+        pytest.param(lambda p: p.write_text("foo: bar\n"), id="not-an-identity"),
+    ],
+)
+def test_an_identity_deleted_emptied_or_cut_short_is_damage_restored_not_a_reset(
+    agent: Agent, clock: ManualClock, damage: Any
+) -> None:
+    """A sealed identity whose file went missing, empty or lost its sections is reported as damage
+    (not taken for a new identity, nor for a hand edit of the core that only `reset-core` accepts),
+    and `phx doctor` restores it from the newest checkpoint: the core and the history come back."""
+    from phoenix_protocol._errors import CorruptStateError
+    from phoenix_protocol._sessions import start_session
+
+    agent.identity.reset_core({"name": "tester", "role": "release engineer"})
+    start_session(agent, "s1", restore=False)
+    agent.identity.add("skill", {"name": "rust", "level": "good"})
+    clock.advance(60)
+    agent.checkpoints.create("routine")
+    before = agent.identity.read().as_dict()
+    path = Path(agent.identity.path)
+    damage(path)
+
+    with pytest.raises(CorruptStateError, match="phx doctor"):
+        agent.identity.read()
+    with pytest.raises(CorruptStateError):
+        agent.identity.set("state.current_focus", "x")  # nothing written over the damage
+    with pytest.raises(CorruptStateError):
+        agent.identity.reset_core()  # nor a core sealed from what is left
+    [checked] = [f for f in check_agent(agent, repair=False) if f.path == agent.identity.path]
+    assert checked.level == "error" and not checked.repaired
+
+    restored = [f for f in check_agent(agent) if f.path == agent.identity.path]
+    assert [f.level for f in restored] == ["error", "warn"] and all(f.repaired for f in restored)
+    assert agent.identity.read().as_dict() == before
+    assert [f.level for f in check_agent(agent) if f.path == agent.identity.path] == ["ok"]
+
+
+def test_a_damaged_seal_is_judged_by_the_log_and_written_again(agent: Agent) -> None:
+    """`identity.digest` holding garbage is not taken for a hand edit of the core: the ops log's
+    last seal vouches for it, and `phx doctor` writes the seal again."""
+    from phoenix_protocol._identity import IdentityCoreError, digest_of
+
+    agent.identity.reset_core({"name": "tester", "role": "release engineer"})
+    seal = Path(agent.identity.digest_path)
+    for bad in (b"garbage\n", b""):
+        seal.write_bytes(bad)
+        assert agent.identity.read().immutable["role"] == "release engineer"
+        [checked] = [f for f in check_agent(agent, repair=False) if f.path == agent.identity.path]
+        assert checked.level == "warn" and ("damaged" if bad else "empty") in checked.message
+        [fixed] = [f for f in check_agent(agent) if f.path == agent.identity.digest_path]
+        assert fixed.repaired and seal.read_text().strip() == digest_of(agent.identity.read().immutable)
+    assert agent.ops.read()[0][-1]["event"] == "identity_seal_repaired"
+    # A damaged seal over a core that is not the one last sealed: refused, and not resealed.
+    path = Path(agent.identity.path)
+    path.write_text(path.read_text().replace("release engineer", "anything goes"))
+    seal.write_bytes(b"garbage\n")
+    with pytest.raises(IdentityCoreError, match="damaged"):
+        agent.identity.read()
+    assert [f.level for f in check_agent(agent) if f.path == agent.identity.path] == ["error"]
+    assert seal.read_bytes() == b"garbage\n"

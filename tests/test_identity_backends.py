@@ -333,3 +333,49 @@ def test_a_session_start_that_fails_is_not_counted(
     monkeypatch.undo()
     _sessions.begin(agent, "s-1")
     assert agent.identity.read().mutable["accumulated_experience"] == 1
+
+
+def test_a_value_set_under_a_secret_key_is_logged_redacted_and_a_secret_key_is_refused(
+    backend: str, agent: Agent, tmp_path: Path
+) -> None:
+    """The value goes into the ops log (for `phx doctor` to replay) as the file has it: redacted
+    for its key too. A key that is itself a secret is refused (keys are written as they are)."""
+    agent.identity.set("custom.password", "hunter22X9")
+    assert agent.identity.read().mutable["custom"]["password"] == "[REDACTED:password]"  # noqa: S105
+    token = "ghp_" + "a1B2c3D4e5" * 4
+    with pytest.raises(UsageError, match="looks like a secret"):
+        agent.identity.set(f"custom.{token}", "x")
+    logged = json.dumps(agent.ops.read()[0])
+    assert "hunter22X9" not in logged and token not in logged
+    assert (
+        "hunter22X9" not in Path(agent.identity.path).read_text() and token not in Path(agent.identity.path).read_text()
+    )
+    agent.checkpoints.create("routine")  # the log and the identity are in the checkpoint's sections
+    for root, _dirs, files in os.walk(agent.dir):
+        for name in files:
+            data = Path(root, name).read_bytes()
+            assert b"hunter22X9" not in data and token.encode() not in data, name
+
+
+def test_values_nested_too_deep_are_refused_and_a_deep_hand_written_file_is_reported(
+    backend: str, agent: Agent
+) -> None:
+    from phoenix_protocol._identity import MAX_DEPTH
+
+    deep: object = "x"
+    for _ in range(MAX_DEPTH + 1):
+        deep = [deep]
+    with pytest.raises(UsageError, match="nested more than"):
+        agent.identity.set("custom.deep", deep)
+    agent.identity.set("custom.ok", [[["x"]]])
+    agent.ensure()
+    Path(agent.identity.path).write_text("immutable:\n  name: zero\nmutable:\n  d: " + "[" * 400 + "]" * 400 + "\n")
+    with pytest.raises(CorruptStateError, match="nested more than"):
+        agent.identity.read()
+
+
+def test_a_core_cannot_be_reset_to_nothing(backend: str, agent: Agent) -> None:
+    seeded(agent)
+    with pytest.raises(UsageError, match="cannot be empty"):
+        agent.identity.reset_core({})
+    assert agent.identity.read().immutable["role"] == "release engineer"

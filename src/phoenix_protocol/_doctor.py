@@ -448,20 +448,23 @@ def _check_checkpoints(agent: Agent, repair: bool) -> list[Finding]:
 
 def _check_identity(agent: Agent, repair: bool) -> list[Finding]:
     """The identity reads and its core matches its seal; a damaged file (``repair``) is restored
-    from the newest checkpoint holding a copy. A core edited by hand is reported, never undone."""
-    if not agent.identity.exists():
+    from the newest checkpoint holding a copy, and so is a missing one whose seal is still there; a
+    damaged seal is written again when the ops log says the core is the one last sealed. A core
+    edited by hand is reported, never undone."""
+    store = agent.identity
+    if not store.exists() and not os.path.exists(store.digest_path):
         return []
     from phoenix_protocol._errors import PhoenixError
 
-    path = agent.identity.path
+    path = store.path
     try:
-        agent.identity.read()
+        store.read()
     except CorruptStateError as exc:
         damaged = Finding("error", str(exc), agent=agent.id, path=path)
         if not repair:
             return [damaged]
         try:
-            done = agent.identity.repair()
+            done = store.repair()
         except PhoenixError as failed:
             return [Finding("error", str(failed), agent=agent.id, path=path)]
         if done is None:  # changed meanwhile (fixed by hand, or the PostgreSQL store's row)
@@ -479,10 +482,14 @@ def _check_identity(agent: Agent, repair: bool) -> list[Finding]:
             if done.later_changes
             else ""
         )
+        kept = (
+            f"the damaged file kept as {os.path.basename(done.kept_as)}"
+            if done.kept_as is not None
+            else "the file was missing"
+        )
         restored = Finding(
             "warn",
-            f"identity.yaml restored from checkpoint {done.checkpoint} (the damaged file kept as "
-            f"{os.path.basename(done.kept_as)}){replayed}{later}",
+            f"identity.yaml restored from checkpoint {done.checkpoint} ({kept}){replayed}{later}",
             agent=agent.id,
             path=path,
             repaired=True,
@@ -490,6 +497,36 @@ def _check_identity(agent: Agent, repair: bool) -> list[Finding]:
         return [damaged, restored]
     except PhoenixError as exc:
         return [Finding("error", str(exc), agent=agent.id, path=path)]
+    seal = store.seal_problem()
+    if seal is not None:
+        if not repair:
+            return [
+                Finding(
+                    "warn",
+                    f"{seal}; `phx doctor` writes it again if the ops log vouches for the core",
+                    agent=agent.id,
+                    path=path,
+                )
+            ]
+        if store.reseal():
+            return [
+                Finding(
+                    "warn",
+                    f"{seal}: written again (the core is the one the ops log says was last sealed)",
+                    agent=agent.id,
+                    path=store.digest_path,
+                    repaired=True,
+                )
+            ]
+        return [
+            Finding(
+                "error",
+                f"{seal}, and the ops log cannot vouch for the core: review identity.yaml, then run "
+                "`phx identity reset-core` to seal it",
+                agent=agent.id,
+                path=store.digest_path,
+            )
+        ]
     return [Finding("ok", "identity.yaml is valid and its core matches its seal", agent=agent.id, path=path)]
 
 

@@ -68,10 +68,16 @@ IDENTITY_LISTS = {
 """The mutable lists and the keys of their entries (seed 002)."""
 
 
+MAX_DEPTH = 64
+"""How deep lists and mappings may nest in an identity (deeper ones are refused when written and
+reported when read: Python's recursion would fail on them somewhere down the line)."""
+
+
 def load_yaml(data: str | bytes) -> Any:
     """YAML as ``yaml.safe_load`` reads it, without aliases (``*name``): an identity written by
     hand has no use for them, and nested ones make a few hundred bytes expand to gigabytes (a
-    "billion laughs"). Raises ``yaml.YAMLError`` for an alias as for any invalid YAML."""
+    "billion laughs"); and nested at most ``MAX_DEPTH`` levels deep. Raises ``yaml.YAMLError``
+    for an alias or a deeper document as for any invalid YAML."""
     loader = _no_aliases_loader()(data)
     try:
         return loader.get_single_data()
@@ -102,11 +108,20 @@ def _no_aliases_loader() -> Any:
     import yaml
 
     class NoAliases(yaml.SafeLoader):
+        depth = 0
+
         def compose_node(self, parent: Any, index: Any) -> Any:
             if self.check_event(yaml.AliasEvent):
                 mark = self.peek_event().start_mark  # type: ignore[no-untyped-call]
                 raise yaml.composer.ComposerError(None, None, "aliases (*name) are not accepted here", mark)
-            return super().compose_node(parent, index)
+            if self.depth > MAX_DEPTH:
+                mark = self.peek_event().start_mark  # type: ignore[no-untyped-call]
+                raise yaml.composer.ComposerError(None, None, f"nested more than {MAX_DEPTH} levels deep", mark)
+            self.depth += 1
+            try:
+                return super().compose_node(parent, index)
+            finally:
+                self.depth -= 1
 
     return NoAliases
 
@@ -146,22 +161,25 @@ def _is_time(text: str) -> bool:
     return True
 
 
-def json_problem(value: Any, where: str) -> str | None:
+def json_problem(value: Any, where: str, depth: int = 0) -> str | None:
     """What in ``value`` is not a plain JSON value (``None``: nothing): text, an integer, a finite
     number, true/false, null, a list, or a mapping with text keys, all the way down (exact types,
     as YAML writes them back and JSON holds them). ``where`` names ``value`` in the answer.
 
     YAML reads more (``!!binary`` bytes, ``!!set``, ``!!omap`` pairs, ``.nan``, ``.inf``) and
     Python callers can pass anything; an identity travels as JSON (the session's record, ``--json``,
-    checkpoints), so such a value is refused when written and reported when read."""
+    checkpoints), so such a value is refused when written and reported when read, as is one nested deeper than
+    ``MAX_DEPTH``."""
     t = type(value)
     if t is str or t is int or t is bool or value is None:
         return None
+    if depth >= MAX_DEPTH and (t is list or t is dict):
+        return f"{where} is nested more than {MAX_DEPTH} levels deep"
     if t is float:
         return None if value - value == 0 else f"{where} is {value!r}, which JSON cannot hold (a finite number is)"
     if t is list:
         for i, item in enumerate(value):
-            problem = json_problem(item, f"{where}[{i}]")
+            problem = json_problem(item, f"{where}[{i}]", depth + 1)
             if problem is not None:
                 return problem
         return None
@@ -169,7 +187,7 @@ def json_problem(value: Any, where: str) -> str | None:
         for key, item in value.items():
             if type(key) is not str:
                 return f"{where} has the key {key!r}, which is not text (keys must be text)"
-            problem = json_problem(item, f"{where}.{key}")
+            problem = json_problem(item, f"{where}.{key}", depth + 1)
             if problem is not None:
                 return problem
         return None
@@ -220,11 +238,11 @@ class IdentityCoreError(RefusedError):
 
 class IdentityRepair:
     """What ``IdentityStore.repair`` did: the checkpoint the identity came from, where the damaged
-    file was kept, the changes made after that checkpoint that were replayed from the ops log
+    file was kept (``None``: the file was missing), the changes made after that checkpoint that were replayed from the ops log
     (``replayed``), and those that could not be (``later_changes``: not in the restored file)."""
 
     def __init__(
-        self, checkpoint: str, kept_as: str, later_changes: list[str], replayed: list[str] | None = None
+        self, checkpoint: str, kept_as: str | None, later_changes: list[str], replayed: list[str] | None = None
     ) -> None:
         self.checkpoint = checkpoint
         self.kept_as = kept_as
@@ -263,6 +281,23 @@ def digest_of(immutable: Any) -> str:
     """``sha256:<hex>`` of the immutable section in canonical JSON."""
     canonical = json.dumps(immutable, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=str)
     return "sha256:" + hashlib.sha256(canonical.encode("utf-8")).hexdigest()
+
+
+def _well_formed(digest: str) -> bool:
+    """Whether ``digest`` has the shape ``digest_of`` gives (``sha256:`` and 64 hex digits)."""
+    hexpart = digest.removeprefix("sha256:")
+    return len(digest) == 71 and len(hexpart) == 64 and all(c in "0123456789abcdef" for c in hexpart)
+
+
+def _path_key_problem(parts: list[str], path: str) -> str | None:
+    """A key of a ``set`` path that holds what looks like a secret (keys are written as they
+    are: the value under them is what redaction replaces)."""
+    from phoenix_protocol._redact import redact
+
+    for part in parts:
+        if redact(part) != part:
+            return f"a key in {path!r} looks like a secret; keys are written in clear, so it is refused"
+    return None
 
 
 class Identity:
@@ -416,7 +451,12 @@ class IdentityStore:
             return self.remote.exists()
         return os.path.exists(self.path)
 
-    def _parse(self, data: bytes) -> tuple[Identity, list[str]]:
+    def _parse(self, data: bytes, *, sealed: bool = False) -> tuple[Identity, list[str]]:
+        """The identity in ``data`` and its header comment lines; ``CorruptStateError`` when it
+        does not read. ``sealed``: the document has a seal, so Phoenix wrote it, with both
+        sections as mappings: one that lacks either (``mutable:`` with nothing under it) was cut
+        short or damaged, not edited (a hand edit of the core is told apart by the seal). Keys of
+        the mutable section left out are taken as their defaults, as in a file written by hand."""
         import yaml
 
         header = []
@@ -426,9 +466,21 @@ class IdentityStore:
             else:
                 break
         try:
-            raw = load_yaml(data) or {}
+            raw = load_yaml(data)
         except (yaml.YAMLError, ValueError) as exc:  # ValueError: an unquoted date that is none (2026-13-45)
             raise CorruptStateError(f"{self.path} is not valid YAML ({exc}); {_REPAIR}", path=self.path) from None
+        if raw is None:
+            raise CorruptStateError(
+                f"{self.path} is empty (no immutable or mutable section); {_REPAIR}", path=self.path
+            )
+        if sealed and isinstance(raw, dict):
+            missing = [key for key in ("immutable", "mutable") if not isinstance(raw.get(key), dict)]
+            if missing:
+                raise CorruptStateError(
+                    f"{self.path} has no {' and no '.join(missing)} section, which Phoenix always writes: it was "
+                    f"cut short or damaged; {_REPAIR}",
+                    path=self.path,
+                )
         if not isinstance(raw, dict):
             raise CorruptStateError(
                 f"{self.path} must hold a mapping with immutable and mutable sections; {_REPAIR}", path=self.path
@@ -492,36 +544,53 @@ class IdentityStore:
 
         Raises ``IdentityCoreError`` when the immutable section no longer matches its digest.
         """
-        data, digest = self._raw(copy=copy and self.remote is not None and os.path.exists(self.path))
-        if data is None:
-            return Identity({"name": self.agent.id}, _default_mutable())
-        identity, _header = self._parse(data)
-        self._check_seal(identity, digest)
+        local = copy and self.remote is not None and os.path.exists(self.path)
+        data, digest = self._raw(copy=local)
+        identity, _header, exists = self._load(data, digest, files=self.remote is None or local)
+        if exists:
+            self._check_seal(identity, digest)
         return identity
+
+    def _missing(self) -> CorruptStateError:
+        return CorruptStateError(
+            f"{self.path} is missing, but its seal ({os.path.basename(self.digest_path)}) is there: it was deleted "
+            "or lost. Run `phx doctor` to restore it from the newest checkpoint (to start this agent's identity "
+            "over instead, delete both files); until then Phoenix writes no identity.",
+            path=self.path,
+        )
 
     def _check_seal(self, identity: Identity, stored: str | None) -> bool:
         """Whether the document is sealed; raises ``IdentityCoreError`` when its core no longer
         matches the seal (someone edited it by hand), or when the seal is gone and the core is not
         the one the ops log says was last sealed (deleting ``identity.digest`` does not lift it)."""
+        if stored is not None and not _well_formed(stored):
+            last = self._last_sealed()
+            if last is not None and last != digest_of(identity.immutable):
+                raise IdentityCoreError(
+                    f"{self.digest_path}, the seal of {self.path}, is damaged, and the immutable section is not the "
+                    "one last sealed (the ops log says so). Review the change; to accept it run "
+                    "`phx identity reset-core`, otherwise undo it; until then Phoenix writes nothing to it."
+                )
+            return False  # resealed by the next write; `phx doctor` rewrites it now
         if stored is not None and stored != digest_of(identity.immutable):
             raise IdentityCoreError(
                 f"the immutable section of {self.path} was changed outside Phoenix (its digest no longer "
-                "matches); nothing was written. Review the change; to accept it run `phx identity reset-core`, "
-                "otherwise undo it."
+                "matches). Review the change; to accept it run `phx identity reset-core`, otherwise undo it; "
+                "until then Phoenix writes nothing to it."
             )
         if stored is None and self.remote is None:
             last = self._last_sealed()
             if last is not None and last != digest_of(identity.immutable):
                 raise IdentityCoreError(
                     f"{self.digest_path}, the seal of {self.path}, is missing, and the immutable section is not "
-                    "the one last sealed (the ops log says so); nothing was written. Review the change; to accept "
-                    "it run `phx identity reset-core`, otherwise undo it."
+                    "the one last sealed (the ops log says so). Review the change; to accept it run "
+                    "`phx identity reset-core`, otherwise undo it; until then Phoenix writes nothing to it."
                 )
         return stored is not None
 
     def _last_sealed(self) -> str | None:
         """The digest the ops log says this core was last sealed with (``None``: never sealed, or
-        the record rotated away). Read only when ``identity.digest`` is missing: rare."""
+        the record rotated away). Read only when ``identity.digest`` is missing or damaged: rare."""
         try:
             events, _problems = self.agent.ops.read()
         except PhoenixError:
@@ -545,12 +614,15 @@ class IdentityStore:
         )
         return (prefix + text).encode("utf-8"), digest_of(identity.immutable)
 
-    def _load(self, data: bytes | None) -> tuple[Identity, list[str], bool]:
+    def _load(self, data: bytes | None, stored: str | None, *, files: bool = True) -> tuple[Identity, list[str], bool]:
         """The identity in ``data`` (a default one when there is none), its header comment lines,
-        and whether there was one. No seal check."""
+        and whether there was one. No seal check, but a seal (``stored``) without its document
+        in this home's files (``files``) is damage (``CorruptStateError``)."""
         if data is None:
+            if stored is not None and files:
+                raise self._missing()
             return Identity({"name": self.agent.id}, _default_mutable()), [], False
-        identity, header = self._parse(data)
+        identity, header = self._parse(data, sealed=stored is not None)
         return identity, header, True
 
     def update(self, mutate: Callable[[Identity], Any], *, log: bool = True) -> Identity:
@@ -586,7 +658,7 @@ class IdentityStore:
 
         def work(data: bytes | None, stored: str | None) -> tuple[bytes, str]:
             done.clear()  # the PostgreSQL store may run it again on a fresh connection
-            identity, header, exists = self._load(data)
+            identity, header, exists = self._load(data, stored, files=self.remote is None)
             sealed = self._check_seal(identity, stored) if exists else False
             before = digest_of(identity.immutable)
             old = copy.deepcopy(identity.mutable) if record is not None else {}
@@ -629,8 +701,11 @@ class IdentityStore:
             raise UsageError("give a path in the mutable section, e.g. state.current_focus.")
         if parts[0] in IDENTITY_LISTS and (len(parts) > 1 or not isinstance(value, list)):
             raise UsageError(f"{parts[0]} is a list: use `phx identity add {parts[0][:-1]} …` to add to it.")
+        problem = _path_key_problem(parts, path)
+        if problem is not None:
+            raise UsageError(f"{problem}; nothing was written.")
         _refuse_non_json(value, "mutable." + ".".join(parts))
-        value = _redacted(value)
+        value = _redacted({parts[-1]: value})[parts[-1]]  # a password under `password` too, as in the file
 
         def mutate(identity: Identity) -> None:
             node: Any = identity.mutable
@@ -685,10 +760,46 @@ class IdentityStore:
 
         return self._update(mutate, record)
 
+    def seal_problem(self) -> str | None:
+        """What is wrong with ``identity.digest`` when it is there but not a digest (empty, or
+        damaged); ``None`` otherwise. ``read`` then judges the core by the ops log's last seal."""
+        if self.remote is not None:
+            return None
+        raw = read_bytes(self.digest_path)
+        if raw is None:
+            return None
+        text = raw.decode("ascii", "replace").strip()
+        if _well_formed(text):
+            return None
+        return f"{self.digest_path}, the seal of {self.path}, is {'empty' if not text else 'damaged'}"
+
+    def reseal(self) -> bool:
+        """Write ``identity.digest`` again when it is damaged (``seal_problem``) and the core is
+        the one the ops log says was last sealed; logged as ``identity_seal_repaired``. False when
+        that cannot be told (no seal in the log, or another core): ``phx identity reset-core``
+        after a review is then the way."""
+        if self.remote is not None:
+            return False
+        self.agent.ensure()
+        with FileLock(self.path, self.agent.config.lock_timeout):
+            if self.seal_problem() is None:
+                return False
+            data, _stored = self.read_files()
+            if data is None:
+                return False
+            identity, _header = self._parse(data, sealed=True)
+            digest = digest_of(identity.immutable)
+            if self._last_sealed() != digest:
+                return False
+            atomic_write(self.digest_path, (digest + "\n").encode("ascii"))
+        self.agent.record("identity_seal_repaired", "warn", {"digest": digest}, trusted=True)
+        return True
+
     def repair(self) -> IdentityRepair | None:
         """Restore a damaged ``identity.yaml`` (one that does not read: not YAML, not the shape of
-        an identity) from a copy in this agent's checkpoints, brought up to date from the ops log.
-        The damaged file is kept beside it as ``identity.yaml.corrupt-<time>``.
+        an identity, empty, cut short) or a missing one whose seal is still there, from a copy in
+        this agent's checkpoints, brought up to date from the ops log. The damaged file is kept
+        beside it as ``identity.yaml.corrupt-<time>``.
 
         The copies are tried newest first: each gets the changes logged after its checkpoint
         replayed over it (values set, entries added, parts of the mutable section changed by
@@ -698,7 +809,7 @@ class IdentityStore:
         by its name only (as earlier versions logged them) cannot be replayed: it is named in the
         result. Logged as ``identity_repaired``.
 
-        ``None``: nothing to repair (no file, or it reads; a core edited by hand is not damage:
+        ``None``: nothing to repair (neither file, or it reads; a core edited by hand is not damage:
         it is refused by ``read`` until ``reset_core`` or an undo). Raises ``CorruptStateError``
         when no copy gives the sealed core (the file is left as it is). On the PostgreSQL store
         the document is the server's row: nothing is done here."""
@@ -708,14 +819,17 @@ class IdentityStore:
         with FileLock(self.path, self.agent.config.lock_timeout):
             data, stored = self.read_files()
             if data is None:
-                return None
-            try:
-                self._parse(data)
-            except CorruptStateError as exc:
-                damage = str(exc)
+                if stored is None:
+                    return None
+                damage = str(self._missing())
             else:
-                return None
-            seal = stored if stored is not None else self._last_sealed()
+                try:
+                    self._parse(data, sealed=stored is not None)
+                except CorruptStateError as exc:
+                    damage = str(exc)
+                else:
+                    return None
+            seal = stored if stored is not None and _well_formed(stored) else self._last_sealed()
             found = self._rebuild(seal)
             if found is None:
                 raise CorruptStateError(
@@ -725,10 +839,10 @@ class IdentityStore:
                     path=self.path,
                 )
             identity, checkpoint, replayed, later = found
-            kept = keep_damaged(self.path, data, self.agent.clock.now_ms())
+            kept = keep_damaged(self.path, data, self.agent.clock.now_ms()) if data is not None else None
             header = [
                 f"# Restored by `phx doctor` from checkpoint {checkpoint} and the ops log "
-                f"(damaged file: {os.path.basename(kept)})."
+                + (f"(damaged file: {os.path.basename(kept)})." if kept is not None else "(the file was missing).")
             ]
             rendered, digest = self._render(identity, header)
             self.write_files(rendered, digest)
@@ -737,7 +851,7 @@ class IdentityStore:
             "warn",
             {
                 "checkpoint": checkpoint,
-                "kept_as": os.path.basename(kept),
+                "kept_as": os.path.basename(kept) if kept is not None else None,
                 "replayed": len(replayed),
                 "later_changes": later[:50],
             },
@@ -792,9 +906,11 @@ class IdentityStore:
 
         def work(data: bytes | None, stored: str | None) -> tuple[bytes, str]:
             done.clear()
-            identity, header, _exists = self._load(data)
+            identity, header, _exists = self._load(data, stored, files=self.remote is None)
             if immutable is not None:
                 identity.immutable = immutable
+            if not identity.immutable:
+                raise UsageError("an identity's core cannot be empty (give it at least a name); nothing was written.")
             done.append((identity, stored))
             return self._render(identity, header)
 

@@ -379,3 +379,53 @@ def test_a_core_cannot_be_reset_to_nothing(backend: str, agent: Agent) -> None:
     with pytest.raises(UsageError, match="cannot be empty"):
         agent.identity.reset_core({})
     assert agent.identity.read().immutable["role"] == "release engineer"
+
+
+def test_a_key_given_twice_in_a_hand_written_identity_is_refused(backend: str, agent: Agent) -> None:
+    """YAML keeps the last of two equal keys: the next write would drop the first block for good."""
+    seeded(agent)
+    agent.identity.read()
+    Path(agent.identity.path).write_text(
+        "immutable:\n  name: zero\n  role: release engineer\n  principles: [tests first]\n"
+        "mutable:\n  skills: [{name: python}]\n  skills: [{name: rust}]\n"
+    )
+    with pytest.raises(CorruptStateError, match="'skills' is given twice"):
+        agent.identity.read()
+    with pytest.raises(CorruptStateError, match="given twice"):
+        agent.identity.set("state.current_focus", "x")
+
+
+def test_a_lone_surrogate_in_a_hand_written_identity_is_text_not_a_crash(backend: str, agent: Agent) -> None:
+    agent.ensure()
+    Path(agent.identity.path).write_text('immutable:\n  name: "zero \\ud800"\nmutable:\n  note: "\\udcff"\n')
+    identity = agent.identity.read()
+    assert identity.immutable["name"] == "zero \ufffd" and identity.mutable["note"] == "\ufffd"
+    agent.identity.set("state.current_focus", "x")  # sealed as read
+    assert agent.identity.read().immutable["name"] == "zero \ufffd"
+
+
+def test_a_hand_written_core_is_redacted_when_first_sealed(backend: str, agent: Agent) -> None:
+    token = "ghp_" + "a1B2c3D4e5" * 4
+    agent.ensure()
+    Path(agent.identity.path).write_text(f"immutable:\n  name: zero\n  notes: deploys with {token}\n")
+    agent.identity.set("state.current_focus", "x")
+    assert token not in Path(agent.identity.path).read_text()
+    assert "REDACTED" in agent.identity.read().immutable["notes"]
+
+
+def test_the_seal_outlives_the_ops_log_in_the_checkpoints(home: Home, clock: ManualClock) -> None:
+    """With the seal's record rotated out of the ops log, the newest checkpoint's copy still holds
+    the seal: deleting identity.digest and editing the core is refused all the same."""
+    os.makedirs(home.root, exist_ok=True)
+    Path(home.root, "phoenix.toml").write_text("ops_max_bytes = 4096\nops_keep = 1\n")
+    agent = Agent.open("zero", home=home, clock=clock)
+    seeded(agent)
+    agent.checkpoints.create("session")
+    for _ in range(200):
+        agent.record("note", "ok", {"text": "x" * 40})
+    assert not any(e["event"] == "identity_core_reset" for e in agent.ops.read()[0])  # rotated out
+    path = Path(agent.identity.path)
+    path.write_text(path.read_text().replace("release engineer", "anything goes"))
+    Path(agent.identity.digest_path).unlink()
+    with pytest.raises(IdentityCoreError, match="is missing"):
+        agent.identity.read()

@@ -123,6 +123,26 @@ def _no_aliases_loader() -> Any:
             finally:
                 self.depth -= 1
 
+        def construct_mapping(self, node: Any, deep: bool = False) -> Any:
+            # A key given twice: YAML keeps the last and the next write drops the first for good
+            # (and a reader of the file sees the first): refused, as a damaged file is.
+            seen: set[Any] = set()
+            for key_node, _value in node.value:
+                key = self.construct_object(key_node, deep=deep)
+                try:
+                    duplicate = key in seen
+                    seen.add(key)
+                except TypeError:  # an unhashable key: the base class says so
+                    break
+                if duplicate:
+                    raise yaml.constructor.ConstructorError(
+                        "while reading a mapping",
+                        node.start_mark,
+                        f"the key {key!r} is given twice",
+                        key_node.start_mark,
+                    )
+            return super().construct_mapping(node, deep=deep)
+
     return NoAliases
 
 
@@ -142,10 +162,19 @@ def _texts(value: Any, as_text: Callable[[datetime.date], str] = str) -> Any:
     text, so that the document stays JSON (sessions, ``--json``, the PostgreSQL store). The
     core's as ``str`` gives them (as its digest saw them: seals stay valid); the mutable
     section's as Phoenix writes times (``_iso``)."""
+    from phoenix_protocol._jsonio import valid_text
+
     if isinstance(value, dict):
-        return {(as_text(k) if isinstance(k, datetime.date) else k): _texts(v, as_text) for k, v in value.items()}
+        return {
+            (as_text(k) if isinstance(k, datetime.date) else valid_text(k) if isinstance(k, str) else k): _texts(
+                v, as_text
+            )
+            for k, v in value.items()
+        }
     if isinstance(value, list):
         return [_texts(v, as_text) for v in value]
+    if isinstance(value, str):
+        return valid_text(value)  # a lone surrogate ("\ud800" in YAML) made U+FFFD, as typed text is
     return as_text(value) if isinstance(value, datetime.date) else value
 
 
@@ -280,7 +309,7 @@ def _default_mutable() -> dict[str, Any]:
 def digest_of(immutable: Any) -> str:
     """``sha256:<hex>`` of the immutable section in canonical JSON."""
     canonical = json.dumps(immutable, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=str)
-    return "sha256:" + hashlib.sha256(canonical.encode("utf-8")).hexdigest()
+    return "sha256:" + hashlib.sha256(canonical.encode("utf-8", "surrogatepass")).hexdigest()
 
 
 def _well_formed(digest: str) -> bool:
@@ -568,7 +597,7 @@ class IdentityStore:
             if last is not None and last != digest_of(identity.immutable):
                 raise IdentityCoreError(
                     f"{self.digest_path}, the seal of {self.path}, is damaged, and the immutable section is not the "
-                    "one last sealed (the ops log says so). Review the change; to accept it run "
+                    "one last sealed (the ops log, or the newest checkpoint, says so). Review the change; to accept it run "
                     "`phx identity reset-core`, otherwise undo it; until then Phoenix writes nothing to it."
                 )
             return False  # resealed by the next write; `phx doctor` rewrites it now
@@ -583,14 +612,14 @@ class IdentityStore:
             if last is not None and last != digest_of(identity.immutable):
                 raise IdentityCoreError(
                     f"{self.digest_path}, the seal of {self.path}, is missing, and the immutable section is not "
-                    "the one last sealed (the ops log says so). Review the change; to accept it run "
+                    "the one last sealed (the ops log, or the newest checkpoint, says so). Review the change; to accept it run "
                     "`phx identity reset-core`, otherwise undo it; until then Phoenix writes nothing to it."
                 )
         return stored is not None
 
     def _last_sealed(self) -> str | None:
-        """The digest the ops log says this core was last sealed with (``None``: never sealed, or
-        the record rotated away). Read only when ``identity.digest`` is missing or damaged: rare."""
+        """The digest the ops log says this core was last sealed with, else the seal of the newest
+        checkpoint's copy (the record rotated out of the log); ``None``: never sealed. Read only when ``identity.digest`` is missing or damaged: rare."""
         try:
             events, _problems = self.agent.ops.read()
         except PhoenixError:
@@ -601,6 +630,15 @@ class IdentityStore:
                 return str(meta["digest"])
             if event.get("event") == "identity_core_reset" and isinstance(meta.get("new_digest"), str):
                 return str(meta["new_digest"])
+        # The record rotated out of the log: every checkpoint keeps the seal of its copy.
+        store = self.agent.checkpoints
+        for info in store.entries():
+            try:
+                value = store.read(info.name).section("identity")
+            except PhoenixError:
+                continue
+            if isinstance(value, dict) and isinstance(value.get("digest"), str) and _well_formed(value["digest"]):
+                return str(value["digest"])
         return None
 
     def _render(self, identity: Identity, header: list[str]) -> tuple[bytes, str]:
@@ -660,6 +698,8 @@ class IdentityStore:
             done.clear()  # the PostgreSQL store may run it again on a fresh connection
             identity, header, exists = self._load(data, stored, files=self.remote is None)
             sealed = self._check_seal(identity, stored) if exists else False
+            if not sealed:  # sealed for the first time (written by hand): never sealed with a secret in clear
+                identity.immutable = _redacted(identity.immutable)
             before = digest_of(identity.immutable)
             old = copy.deepcopy(identity.mutable) if record is not None else {}
             mutate(identity)

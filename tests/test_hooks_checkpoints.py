@@ -423,3 +423,33 @@ def test_the_cli_says_when_a_checkpoint_file_was_not_written(project: Path, tmp_
         assert proc.returncode == 0, proc.stderr
         assert "kept in index.log" in proc.stderr and "Permission denied" in proc.stderr
     assert [e.label for e in _agent(project).checkpoints.entries()] == ["two", "one", "before"]
+
+
+def test_pre_compact_takes_its_checkpoint_when_state_json_is_damaged(project: Path) -> None:
+    """The brief needs a state.json that reads; the checkpoint does not: context compaction is
+    when the checkpoint matters most, so a damaged state costs the brief, not the checkpoint."""
+    run(["session-start"], _payload(project, "SessionStart", source="startup"))
+    _agent(project).state.set_status("working", "Write the parser", session_id="sess-1")
+    state = project / ".phoenix" / "agents" / "default" / "state.json"
+    state.write_bytes(state.read_bytes()[:40])  # torn
+    code, out, err = run(["pre-compact"], _payload(project, "PreCompact", trigger="auto"))
+    assert code == 0 and out == "" and "pre-compact hook" in err  # the brief's failure, said once
+    assert _types(project) == ["routine"]
+
+
+def test_a_hook_failure_is_redacted_before_it_is_cut(project: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A message cut first could keep a token's head that no longer matches its pattern."""
+    from phoenix_protocol import _hooks_session
+
+    token = "ghp_" + "a1B2c3D4e5" * 3 + "a1B2c3"
+    message = "x" * 280 + " token " + token
+
+    def fail(*_args: Any, **_kwargs: Any) -> None:
+        raise RuntimeError(message)
+
+    run(["session-start"], _payload(project, "SessionStart", source="startup"))
+    monkeypatch.setattr(_hooks_session, "handle_session_event", fail)
+    code, _out, err = run(["pre-compact"], _payload(project, "PreCompact", trigger="auto"))
+    assert code == 0 and token[:12] not in err
+    logged = (project / ".phoenix" / "agents" / "default" / "ops.jsonl").read_text()
+    assert "hook_failed" in logged and token[:12] not in logged

@@ -385,6 +385,12 @@ def run(argv: list[str], stdin: bytes, rest: BinaryIO | None = None) -> tuple[in
             message = "interrupted"
         else:
             message = " ".join(str(exc).split()) or type(exc).__name__
+            try:  # redacted before it is cut (a cut secret no longer matches); off the hot path
+                from phoenix_protocol._redact import redact
+
+                message = redact(message)
+            except Exception:  # noqa: BLE001, S110 - the hook's own failure must not get worse
+                pass
         line = f"phoenix: {event} hook: {message[:300]} (the agent is unaffected)"
         _log_best_effort("hook_failed", "error", event, payload, options, {"error": message[:500]})
         return 0, "", line + "\n"

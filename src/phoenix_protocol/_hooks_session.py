@@ -21,6 +21,7 @@ from phoenix_protocol._hooks import (
     _take_due_checkpoints,
     _team_binding,
 )
+from phoenix_protocol._redact import clip
 
 if TYPE_CHECKING:
     from phoenix_protocol._agent import Agent
@@ -35,14 +36,25 @@ def handle_session_event(
     if event == "session-start":
         return _session_start(payload, options, session_id)
     if event == "pre-compact":
+        from phoenix_protocol._errors import PhoenixError
+
         agent = _open_agent(payload, options)
-        agent.write_brief(git_timeout=_GIT_TIMEOUT)
-        agent.record(
-            "pre_compact", "ok", {"trigger": _plain(payload.get("trigger")), "session_id": session_id}, trusted=True
-        )
+        failed: list[PhoenixError] = []  # the brief and the event must not cost the checkpoint
+        try:
+            agent.write_brief(git_timeout=_GIT_TIMEOUT)  # needs a state.json that reads
+        except PhoenixError as exc:
+            failed.append(exc)
+        try:
+            agent.record(
+                "pre_compact", "ok", {"trigger": _plain(payload.get("trigger")), "session_id": session_id}, trusted=True
+            )
+        except PhoenixError as exc:
+            failed.append(exc)
         agent.checkpoints.create("routine", summary="before context compaction", extra={"git_timeout": _GIT_TIMEOUT})
         _sync_best_effort(agent)
         _files_written(agent)
+        if failed:
+            raise failed[0]  # reported as the hook's failure (exit 0), once the checkpoint is taken
         return None
     agent = _open_agent(payload, options, lock_timeout_cap=_SESSION_END_BUDGET)
     from phoenix_protocol._sessions import end_session
@@ -80,7 +92,7 @@ def _sync_best_effort(agent: Agent) -> None:
     try:
         agent.sync_store()
     except PhoenixError as exc:
-        agent.record("store_sync_failed", "warn", {"error": str(exc)[:300]})
+        agent.record("store_sync_failed", "warn", {"error": clip(str(exc), 300)})
 
 
 def after_tool(
@@ -223,7 +235,7 @@ def _write_brief_best_effort(agent: Agent, state: Any, *, git_timeout: float = _
     try:
         agent.write_brief(state, git_timeout=git_timeout)
     except (PhoenixError, OSError) as exc:
-        agent.record("brief_failed", "warn", {"error": str(exc)[:300]})
+        agent.record("brief_failed", "warn", {"error": clip(str(exc), 300)})
 
 
 def _export_env(agent: Agent, session_id: str | None) -> None:
@@ -332,7 +344,7 @@ def share_main(argv: list[str]) -> None:
         agent.sync_store()
     except Exception as exc:  # noqa: BLE001 - recorded instead
         with contextlib.suppress(Exception):
-            agent.record("hook_failed", "error", {"hook": "store-sync", "error": str(exc)[:500]})
+            agent.record("hook_failed", "error", {"hook": "store-sync", "error": clip(str(exc), 500)})
     if not team_id:
         return
     try:
@@ -342,7 +354,7 @@ def share_main(argv: list[str]) -> None:
         team.store.beat(name, now_ms=agent.clock.now_ms(), session_id=session_id or None)
     except Exception as exc:  # noqa: BLE001 - recorded instead
         with contextlib.suppress(Exception):
-            agent.record("hook_failed", "error", {"hook": "team-heartbeat", "error": str(exc)[:500]})
+            agent.record("hook_failed", "error", {"hook": "team-heartbeat", "error": clip(str(exc), 500)})
 
 
 def _team_context(agent: Agent) -> str | None:
@@ -387,7 +399,7 @@ def _persona_check(agent: Agent, message: str) -> None:
 
         check_persona(agent, [message])
     except PhoenixError as exc:
-        agent.record("drift_check_failed", "warn", {"kind": "persona", "error": str(exc)[:300]})
+        agent.record("drift_check_failed", "warn", {"kind": "persona", "error": clip(str(exc), 300)})
 
 
 def _reanchor(agent: Agent) -> str | None:
@@ -399,7 +411,7 @@ def _reanchor(agent: Agent) -> str | None:
 
         return take_reanchor(agent)
     except PhoenixError as exc:
-        agent.record("persona_reanchor_failed", "warn", {"error": str(exc)[:300]})
+        agent.record("persona_reanchor_failed", "warn", {"error": clip(str(exc), 300)})
         return None
 
 
@@ -441,7 +453,7 @@ def _checkpoints_now(payload: dict[str, Any], options: dict[str, str], due: list
                 agent.checkpoints.take_claimed([kind], claimed)
         agent.checkpoints.release_claim(started)
     except Exception as exc:  # noqa: BLE001 - logged; the claim is taken again after its lease
-        agent.record("checkpoint_failed", "error", {"types": due, "error": f"{type(exc).__name__}: {exc}"[:300]})
+        agent.record("checkpoint_failed", "error", {"types": due, "error": clip(f"{type(exc).__name__}: {exc}", 300)})
 
 
 def _paif_begin(agent: Agent, session_id: str | None, source: str, *, restore: bool = True) -> Any:
@@ -452,7 +464,7 @@ def _paif_begin(agent: Agent, session_id: str | None, source: str, *, restore: b
 
         return begin(agent, session_id, source=source, restore=restore)
     except Exception as exc:  # noqa: BLE001 - reported; the session starts without it
-        agent.record("session_restore_failed", "error", {"error": f"{type(exc).__name__}: {exc}"[:300]})
+        agent.record("session_restore_failed", "error", {"error": clip(f"{type(exc).__name__}: {exc}", 300)})
         return None
 
 

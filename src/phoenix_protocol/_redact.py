@@ -505,6 +505,13 @@ def redact(text: str) -> str:
     return out
 
 
+def clip(text: str, limit: int) -> str:
+    """``text`` redacted, then cut to ``limit`` characters, for an error message bound for a log.
+    Cutting first could keep a secret's head (``ghp_`` and 26 of its characters) that no longer
+    matches its pattern, and so would reach the log in clear."""
+    return redact(text)[:limit]
+
+
 _KEY_WORDS: dict[str, str | None] = {}  # dict key -> its secret word, or None (keys repeat a lot)
 _UNKNOWN = ""  # not a key word: marks a key not looked at yet
 

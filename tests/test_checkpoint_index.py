@@ -693,3 +693,46 @@ def test_descriptors_kept_open_stay_bounded(tmp_path: Path) -> None:
         agent.checkpoints.create("routine")
         assert agent.checkpoints.latest()[0] is not None
     assert len(os.listdir("/proc/self/fd")) - before <= durable_mod._IN_PLACE_MAX + durable_mod._IDLE_MAX + 8
+
+
+def test_a_log_whose_header_is_damaged_gives_back_the_checkpoints_only_it_held(tmp_path: Path) -> None:
+    """A writer killed before its write-behind leaves a checkpoint only in index.log; if the log's
+    header is then damaged, the next writer keeps the log beside it and writes that checkpoint's
+    file from its frame (each frame carries its own seed) before it starts a new log."""
+    store = open_store(tmp_path)
+    take(store, summary="on disk")
+    store.flush()
+    child = (
+        "import os, sys\n"
+        "sys.path.insert(0, sys.argv[2])\n"
+        "from pathlib import Path\n"
+        "from test_checkpoint_index import open_store\n"
+        "store = open_store(Path(sys.argv[1]), checkpoint_files_delay=30)\n"
+        "store.agent.clock.advance(5)\n"
+        "print(store.create('session', summary='only in the log').name, flush=True)\n"
+        "os._exit(0)\n"  # killed before its write-behind
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", child, str(tmp_path), str(Path(__file__).parent)],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    newest = done.stdout.strip()
+    directory = Path(store.catalog.dir)
+    assert newest and not (directory / newest).exists()
+    log = Path(store.catalog.log_path)
+    data = bytearray(log.read_bytes())
+    data[20] ^= 1  # one byte of the header
+    log.write_bytes(bytes(data))
+
+    told: list[str] = []
+    writer = reopened(store)
+    writer.catalog.on_damage = told.append
+    take(writer, kind="routine", summary="next write")
+    writer.flush()
+    assert (directory / newest).exists() and newest in [e.name for e in writer.entries()]
+    assert writer.read(newest).summary == "only in the log"
+    kept = [p for p in directory.iterdir() if p.name.startswith("index.log.corrupt-")]
+    assert len(kept) == 1 and kept[0].read_bytes() == bytes(data)
+    assert len(told) == 1 and "1 checkpoint(s)" in told[0] and newest in told[0]

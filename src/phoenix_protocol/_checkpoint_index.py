@@ -75,7 +75,7 @@ from typing import Any, NamedTuple
 import orjson
 import xxhash
 
-from phoenix_protocol._clock import iso_from_ms
+from phoenix_protocol._clock import iso_from_ms, system_clock
 from phoenix_protocol._durable import (
     InPlaceFile,
     atomic_create,
@@ -83,6 +83,7 @@ from phoenix_protocol._durable import (
     fsync_file,
     fsync_files,
     in_place_file,
+    keep_damaged,
     read_bytes,
 )
 from phoenix_protocol._errors import StorageError
@@ -322,6 +323,7 @@ class View:
         self.log_end = 0  # end of the last whole frame
         self.log_version = 0
         self.log_generation = -1  # -1: no usable log
+        self.log_damaged = False  # a log whose header reads in neither format (see ``_salvage``)
         self.chain = 0  # the last frame's hash (the salt, before the first frame): the next frame's seed
         self.log_boot = ""
         self.log_header = b""  # the header as last read or written (a refresh compares bytes)
@@ -422,9 +424,12 @@ class Catalog:
         lock: Callable[[], contextlib.AbstractContextManager[Any]] | None = None,
         delay: float = 0.0,
         on_behind_error: Callable[[StorageError], None] | None = None,
+        on_damage: Callable[[str], None] | None = None,
     ) -> None:
         self.dir = directory
         self.on_behind_error = on_behind_error
+        self.on_damage = on_damage
+        """Told (one line) when the log did not read and what could be saved of it was."""
         """Told when a named file cannot be created from the log (a write-behind, or a writer's
         repair): the checkpoint stays durable in the log, readable from it, until it can be."""
         self.agent_id = agent_id
@@ -519,9 +524,11 @@ class Catalog:
             view.log_header = header
             if self._open_header(view, header):
                 self._replay(view, ino)
-            elif header.startswith(b"@") and _frame_head(header, 0) is not None:
+            elif (old := _frame_head(header, 0)) is not None and old[2] == _V1:
                 st = self.log.stat()  # an old-format log, read whole once (its next writer converts it)
                 self._replay_v1(view, self.log.read(0, st.st_size if st is not None else 0, ino=ino))
+            elif header.strip(b"\0"):
+                view.log_damaged = True  # neither format: a writer salvages its frames (``_salvage``)
         return view
 
     def _open_header(self, view: View, header: bytes) -> bool:
@@ -713,7 +720,66 @@ class Catalog:
 
     # -- repairing (writers) -------------------------------------------------------------------
 
+    def _salvage(self, view: View) -> None:
+        """The log's header does not read (damaged, or a newer format's): keep the log beside it
+        as ``index.log.corrupt-<time>``, and create the named file of each checkpoint that only
+        its frames hold. Each frame carries its own seed, so a frame is checked on its own; the
+        checkpoints written since the snapshot (``index.json``) have a seq from its ``next_seq``
+        on, so a frame of an older generation, which the snapshot holds, is never brought back.
+        A checkpoint a later frame dropped is not created. Told through ``on_damage``."""
+        st = self.log.stat()
+        data = self.log.read(0, st.st_size if st is not None else 0, ino=view.log_ino)
+        kept = keep_damaged(self.log_path, data, system_clock.now_ms())
+        found: dict[str, bytes] = {}
+        pos = HEADER_SIZE
+        while pos < len(data):
+            head = _frame_head(data, pos)
+            if head is None:
+                pos = data.find(b"@", pos + 1)
+                if pos < 0:
+                    break
+                continue
+            start, length, seed, digest = head
+            end = start + length
+            if end > len(data) or seed == _V1 or xxhash.xxh3_64_intdigest(data[start:end], seed=seed) != digest:
+                pos += 1
+                continue
+            meta_end = data.find(b"\n", start, end)
+            try:
+                meta = loads(data[start:meta_end]) if meta_end >= 0 else None
+            except JSONError:
+                meta = None
+            if isinstance(meta, dict):
+                if meta.get("k") == "put" and meta_end + 1 < end:
+                    with contextlib.suppress(KeyError, TypeError, ValueError):
+                        info = CheckpointInfo.from_dict(meta)
+                        if info.seq >= view.next_seq:
+                            found[info.name] = data[meta_end + 1 : end]
+                for name in meta.get("drop") or ():
+                    found.pop(str(name), None)
+            pos = end
+        made = []
+        for name, content in found.items():
+            try:
+                atomic_create(os.path.join(self.dir, name), content, durable=True)
+                made.append(name)
+            except FileExistsError:
+                continue
+        view.log_damaged = False
+        if self.on_damage is not None:
+            with contextlib.suppress(Exception):
+                self.on_damage(
+                    f"{self.log_path}: its header does not read (damaged, or written by a newer Phoenix); kept as "
+                    f"{os.path.basename(kept)}, {len(made)} checkpoint(s) only it held written back from its frames"
+                    + (f" ({', '.join(made[:5])}{' ...' if len(made) > 5 else ''})" if made else "")
+                    + "; a new log was started"
+                )
+        if made:
+            self._reconcile(view, None)
+
     def _repair(self, view: View) -> None:
+        if view.log_damaged:
+            self._salvage(view)
         if view.log_version == 1 and view.log_generation >= view.generation:
             self._settle(view)  # an old-format log: its files made durable, then a new log
             return

@@ -346,3 +346,20 @@ def test_a_checkpoint_write_whose_connection_is_killed_is_retried_once_and_writt
         counter = conn.execute("SELECT next_seq FROM phx_checkpoint_seq WHERE agent_id = 'zero'").fetchone()
     assert [r[0] for r in rows] == [first.seq, second.seq] and counter == (second.seq + 1,)
     assert another_process(agent).checkpoints.latest()[0].summary == "after the kill"  # type: ignore[union-attr]
+
+
+def test_an_operation_fails_once_and_its_outcome_is_known(agent: Agent) -> None:
+    store = store_of(agent)
+    kept, open_one = store.begin_operation("drop table"), store.begin_operation("migrate db")
+    assert store.operation_outcomes() == {}
+    store.end_operation(kept.id, success=False, error="lock timeout")
+    with pytest.raises(UsageError, match="already ended as failed"):
+        store.end_operation(kept.id, success=False)
+    events = [e["event"] for e in agent.ops.read()[0]]
+    assert events.count("operation_failed") == 1
+    outcomes = another_process(agent).checkpoints.operation_outcomes()
+    assert outcomes == {kept.id: "failed"} and open_one.id not in outcomes
+    store.end_operation(kept.id, success=True)  # a success after all releases the checkpoint kept
+    assert store.operation_outcomes()[kept.id] == "succeeded"
+    assert [e.operation_id for e in store.entries("pre-operation")] == [open_one.id]
+    assert store.backend.completed_operations() == {kept.id}

@@ -726,13 +726,12 @@ def test_a_log_whose_header_is_damaged_gives_back_the_checkpoints_only_it_held(t
     data[20] ^= 1  # one byte of the header
     log.write_bytes(bytes(data))
 
-    told: list[str] = []
     writer = reopened(store)
-    writer.catalog.on_damage = told.append
     take(writer, kind="routine", summary="next write")
     writer.flush()
     assert (directory / newest).exists() and newest in [e.name for e in writer.entries()]
     assert writer.read(newest).summary == "only in the log"
     kept = [p for p in directory.iterdir() if p.name.startswith("index.log.corrupt-")]
     assert len(kept) == 1 and kept[0].read_bytes() == bytes(data)
-    assert len(told) == 1 and "1 checkpoint(s)" in told[0] and newest in told[0]
+    [told] = [e for e in writer.agent.ops.read()[0] if e["event"] == "checkpoint_log_salvaged"]
+    assert "1 checkpoint(s)" in told["meta"]["detail"] and newest in told["meta"]["detail"]

@@ -144,6 +144,7 @@ def run_steps(steps: list[Step], config: dict[str, Any], store_url: str | None =
             config = {**config, "store": store_url}
             agent_id = f"keeper-{uuid.uuid4().hex[:12]}"
         store = open_store(os.path.join(tmp, "home"), clock, config, agent_id)
+        failed: set[str] = set()  # operations ended as failed (their checkpoint kept)
         for number, step in enumerate(steps):
             kind = step[0]
             now = clock.now_ms()
@@ -164,8 +165,15 @@ def run_steps(steps: list[Step], config: dict[str, Any], store_url: str | None =
                     with pytest.raises(UsageError, match="no open operation"):
                         store.end_operation(op_id, success=success)
                     continue
+                if not success and op_id in failed:
+                    note("a second failure of one operation is refused")
+                    with pytest.raises(UsageError, match="already ended as failed"):
+                        store.end_operation(op_id, success=False)
+                    continue
                 removed = store.end_operation(op_id, success=success)
                 expected: list[str] = []
+                if not success:
+                    failed.add(op_id)
                 if success:
                     model.succeeded.add(op_id)
                     expected = model.enforce(now)

@@ -639,3 +639,16 @@ def test_integers_beyond_64_bits_come_back_exact(agent: Agent, number: int) -> N
     # An ordinary checkpoint does not carry the mark (and is read by the fast reader).
     agent.checkpoints.unregister("ids")
     assert "exact_numbers" not in agent.checkpoints.read(agent.checkpoints.create("routine").name).data
+
+
+@pytest.mark.parametrize("blank", ["", "   ", "\n\t "])
+def test_a_blank_summary_is_no_summary(agent: Agent, blank: str) -> None:
+    from phoenix_protocol import _sessions
+
+    info = agent.checkpoints.create("routine", summary=blank)
+    assert info.label is None and agent.checkpoints.read(info.name).summary is None
+    agent.state.set_status("working", "Port the scheduler")
+    agent.state.add_note("next_action", "benchmark it")
+    ended = _sessions.end(agent, summary=blank)  # as none: the session's default summary
+    assert ended.label == "Port the scheduler (1 open item remains)"
+    assert _sessions.list_sessions(agent)[-1]["summary"] == ended.label

@@ -273,3 +273,41 @@ def test_control_characters_in_users_text_are_shown_not_sent_to_the_terminal(
     assert code == 2 and "\x1b" not in err and "\\x1b" in err
     code, out, _err = phx(capsys, "checkpoint", "latest", "--json")  # JSON escapes them itself
     assert json.loads(out)["checkpoint"]["summary"] == f"summary {nasty}"
+
+
+SECRET = "ghp_" + "aB3" * 12 + "aBE"
+
+
+def _files_holding(root: Path, text: str) -> list[str]:
+    return sorted(str(p.relative_to(root)) for p in root.rglob("*") if p.is_file() and text.encode() in p.read_bytes())
+
+
+def test_recover_redacts_its_reason_everywhere_it_is_stored(capsys: pytest.CaptureFixture[str], project: Path) -> None:
+    code, data = phx_json(capsys, "recover", "--agent", "q", "--reason", f"leaked  token={SECRET}")
+    assert code == 0 and _files_holding(project / ".phoenix", SECRET) == []
+    assert data["reason"] == "leaked token=[REDACTED:github-token]"  # as stored
+    state = json.loads((project / ".phoenix/agents/q/state.json").read_text())
+    assert state["refresh_requested"]["reason"] == data["reason"]  # the same text everywhere
+    _code, log = phx_json(capsys, "log", "--agent", "q")
+    reasons = {e["meta"]["reason"] for e in log["events"] if e["event"] in ("forced_refresh", "emergency_recovery")}
+    assert reasons == {data["reason"]}
+    _code, latest = phx_json(capsys, "checkpoint", "latest", "--agent", "q")
+    assert latest["checkpoint"]["summary"] == f"forced refresh: {data['reason']}"
+
+
+def test_a_status_commands_session_option_is_redacted_in_the_ops_log(
+    capsys: pytest.CaptureFixture[str], project: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    phx(capsys, "state", "working", "Port the scheduler", "--session", f"token={SECRET}")
+    monkeypatch.setenv("PHOENIX_SESSION_ID", f"token={SECRET}")
+    phx(capsys, "state", "done", "ported")
+    assert _files_holding(project / ".phoenix", SECRET) == []
+    _code, log = phx_json(capsys, "log")
+    assert [e["meta"]["session_id"] for e in log["events"]] == ["token=[REDACTED:github-token]"] * 2
+
+
+def test_end_op_error_is_redacted_before_it_is_cut(capsys: pytest.CaptureFixture[str], project: Path) -> None:
+    _code, data = phx_json(capsys, "checkpoint", "begin-op", "deploy")
+    error = "x" * 480 + f" token {SECRET}"  # the token straddles the 500 characters kept
+    code, _ = phx_json(capsys, "checkpoint", "end-op", data["operation"]["id"], "--error", error)
+    assert code == 0 and _files_holding(project / ".phoenix", SECRET[:10]) == []

@@ -391,3 +391,230 @@ def test_last_session_at_must_be_a_time(capsys: pytest.CaptureFixture[str], proj
         code, data = phx_json(capsys, "restore")
         assert code == 0 and any(message in p for p in data["problems"]), data["problems"]
         assert broken in path.read_text()  # left as it is
+
+
+def test_options_given_to_the_checkpoint_group_apply_to_its_subcommand(
+    capsys: pytest.CaptureFixture[str], project: Path, tmp_path: Path
+) -> None:
+    cli(["checkpoint", "--agent", "zero", "--type", "routine"])
+    code, data = phx_json(capsys, "checkpoint", "--agent", "zero", "list")  # --json after the subcommand
+    assert code == 0 and data["agent"] == "zero" and len(data["checkpoints"]) == 1
+    capsys.readouterr()
+    assert cli(["checkpoint", "--json", "--agent", "zero", "list"]) == 0  # --json before it
+    assert json.loads(capsys.readouterr().out)["agent"] == "zero"
+    code, data = phx_json(capsys, "checkpoint", "--agent", "zero", "list", "--agent", "other")  # its own wins
+    assert code == 0 and data["agent"] == "other" and data["checkpoints"] == []
+    elsewhere = tmp_path / "elsewhere"
+    cli(["checkpoint", "--home", str(elsewhere), "--agent", "e", "--type", "routine"])
+    code, data = phx_json(capsys, "checkpoint", "--home", str(elsewhere), "latest", "--agent", "e")
+    assert code == 0 and data["path"].startswith(str(elsewhere))
+    op = json.loads(_run(capsys, "checkpoint", "--agent", "zero", "--json", "begin-op", "migrate"))["operation"]["id"]
+    code, data = phx_json(capsys, "checkpoint", "--agent", "zero", "end-op", op)
+    assert code == 0 and data["agent"] == "zero" and data["succeeded"] is True
+
+
+def _run(capsys: pytest.CaptureFixture[str], *args: str) -> str:
+    capsys.readouterr()
+    cli(list(args))
+    return capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    "subcommand", [["list"], ["show", "1"], ["latest"], ["prune"], ["begin-op", "x"], ["end-op", "x"]]
+)
+@pytest.mark.parametrize("option", [["--summary", "done"], ["--type", "routine"], ["--type", "session"]])
+def test_the_checkpoint_groups_own_options_with_a_subcommand_are_a_usage_error(
+    capsys: pytest.CaptureFixture[str], project: Path, subcommand: list[str], option: list[str]
+) -> None:
+    code, data = phx_json(capsys, "checkpoint", *option, *subcommand)
+    message = data["error"]["message"]
+    assert code == 2 and data["error"]["type"] == "UsageError" and f"{option[0]} applies to" in message
+    capsys.readouterr()
+    assert cli(["checkpoint", *option, *subcommand]) == 2  # without --json: one line on stderr
+    captured = capsys.readouterr()
+    assert captured.out == "" and captured.err.startswith("error:") and option[0] in captured.err
+    assert not (project / ".phoenix/agents/default/checkpoints").exists()  # nothing was taken
+
+
+def test_errors_opening_the_agent_of_a_checkpoint_subcommand_follow_its_json(
+    capsys: pytest.CaptureFixture[str], project: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("PHOENIX_AGENT", "../x")
+    code, data = phx_json(capsys, "checkpoint", "list", "--agent", "a")  # the explicit --agent wins
+    assert code == 0 and data["agent"] == "a"
+    code, data = phx_json(capsys, "checkpoint", "list")
+    assert code == 2 and data["error"]["type"] == "InvalidIdError"
+    monkeypatch.delenv("PHOENIX_AGENT")
+    (project / ".phoenix").mkdir()
+    (project / ".phoenix/phoenix.toml").write_text("keep_routine = 0\n")
+    for args in (["checkpoint", "list"], ["checkpoint", "--json", "list"], ["checkpoint", "--type", "routine"]):
+        capsys.readouterr()
+        code = cli(args if "--json" in args else [*args, "--json"])
+        captured = capsys.readouterr()
+        data = json.loads(captured.out)
+        assert code == 2 and data["ok"] is False and "keep_routine" in data["error"]["message"], args
+        assert captured.err == "", args
+
+
+def test_server_given_to_the_checkpoint_group_applies_to_latest_and_is_refused_by_local_subcommands(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    unreachable = "http://127.0.0.1:9"
+    code, data = phx_json(capsys, "checkpoint", "--server", unreachable, "latest")
+    assert code == 1 and data["error"]["type"] == "ServerError" and unreachable in data["error"]["message"]
+    code, data = phx_json(capsys, "checkpoint", "--server", unreachable, "list")
+    assert code == 2 and data["error"]["type"] == "UsageError" and "--server" in data["error"]["message"]
+
+
+@pytest.mark.parametrize("group", ["identity", "memory", "team", "state", "note", "db", "token", "clinic"])
+def test_other_groups_refuse_options_before_their_subcommand(capsys: pytest.CaptureFixture[str], group: str) -> None:
+    code = cli([group, "--agent", "zero", "list", "--json"])
+    data = json.loads(capsys.readouterr().out)
+    assert code == 2 and data["error"]["type"] == "UsageError" and "No such option" in data["error"]["message"]
+
+
+@pytest.mark.parametrize("blank", ["", "   "])
+def test_a_blank_summary_is_as_none_the_default_one(capsys: pytest.CaptureFixture[str], blank: str) -> None:
+    cli(["state", "working", "Port the scheduler"])
+    code, data = phx_json(capsys, "checkpoint", "--summary", blank)
+    assert code == 0 and data["checkpoint"]["label"] == "Port the scheduler (0 open items remain)"
+    code, data = phx_json(capsys, "checkpoint", "--type", "routine", "--summary", blank)
+    assert code == 0 and data["checkpoint"]["label"] is None
+    code, data = phx_json(capsys, "checkpoint", "--summary", blank, "--server", "http://127.0.0.1:9")
+    assert code == 2 and "--summary is required" in data["error"]["message"]
+
+
+def test_sessions_reports_the_lines_of_sessions_jsonl_it_skipped(
+    capsys: pytest.CaptureFixture[str], project: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("COLUMNS", "200")
+    for summary in ("first", "second"):
+        cli(["restore"])
+        cli(["checkpoint", "--summary", summary])
+    path = project / ".phoenix/agents/default/sessions/sessions.jsonl"
+    lines = path.read_text().splitlines(keepends=True)
+    path.write_text("".join([*lines[:2], "garbage\n", *lines[2:]]) + '{"seq": 9, "event": "st')  # a torn tail too
+    code, data = phx_json(capsys, "sessions")
+    assert code == 0 and [s["summary"] for s in data["sessions"]] == ["first", "second"]
+    assert [(p["line"], p["kind"]) for p in data["problems"]] == [(3, "corrupt-line"), (6, "torn-tail")]
+    assert all(p["path"] == str(path) for p in data["problems"])
+    capsys.readouterr()
+    assert cli(["sessions"]) == 0
+    warnings = [line for line in capsys.readouterr().out.splitlines() if line.startswith("warning:")]
+    assert len(warnings) == 2 and f"{path}:3: unreadable line" in warnings[0] and "torn last line" in warnings[1]
+    path.write_text("".join(lines))
+    code, data = phx_json(capsys, "sessions")
+    assert code == 0 and len(data["sessions"]) == 2 and data["problems"] == []
+
+
+def test_doctor_reports_a_deleted_sessions_list_the_ops_log_knows_of(
+    capsys: pytest.CaptureFixture[str], project: Path
+) -> None:
+    code, data = phx_json(capsys, "doctor", "--check")
+    assert code == 0 and not any("sessions.jsonl" in str(f["path"]) for f in data["findings"])
+    cli(["restore"])
+    cli(["checkpoint", "--summary", "done"])
+    path = project / ".phoenix/agents/default/sessions/sessions.jsonl"
+    path.unlink()
+    code, data = phx_json(capsys, "doctor", "--check")
+    [finding] = [f for f in data["findings"] if f["path"] == str(path)]
+    assert finding["level"] == "warn" and "ops log records 2 session" in finding["message"]
+    assert code == 0 and data["healthy"] is True  # a warning: nothing to repair
+    code, data = phx_json(capsys, "sessions")
+    assert code == 0 and data["sessions"] == [] and data["problems"] == []  # nothing to read: an empty list
+
+
+def test_a_checkpoint_read_from_its_copy_in_the_log_is_not_said_to_be_skipped(
+    capsys: pytest.CaptureFixture[str], project: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("COLUMNS", "300")
+    cli(["checkpoint", "--summary", "end of A"])
+    (path,) = (project / ".phoenix/agents/default/checkpoints").glob("*.checkpoint")
+    path.write_bytes(path.read_bytes().replace(b"end of A", b"end of B"))
+    for args in (["checkpoint", "latest"], ["checkpoint", "show", path.name]):
+        capsys.readouterr()
+        assert cli(args) == 0
+        lines = capsys.readouterr().out.splitlines()
+        assert lines[0].startswith("damaged file: ") and "was read instead" in lines[0], args
+        assert "skipped" not in lines[0] and "Read its copy" not in lines[0]
+        assert lines[1].startswith(path.name) and "its copy in the checkpoint log, checksum ok" in lines[1]
+
+
+def test_problems_quoted_in_a_message_end_in_one_full_stop(capsys: pytest.CaptureFixture[str], project: Path) -> None:
+    cli(["checkpoint", "--type", "routine"])
+    cli(["checkpoint", "--type", "routine"])
+    Agent.open(home=Home(str(project / ".phoenix"))).checkpoints.rebuild_index()  # no copies to fall back on
+    for path in (project / ".phoenix/agents/default/checkpoints").glob("*.checkpoint"):
+        path.write_bytes(b'{"torn": ')
+    code, data = phx_json(capsys, "checkpoint", "latest")
+    message = data["error"]["message"]
+    assert code == 3 and message.count("torn or not a checkpoint)") == 2
+    assert ".;" not in message and ".)" not in message
+    code, data = phx_json(capsys, "restore")
+    [problem] = data["problems"]
+    assert problem.count("torn or not a checkpoint)") == 2 and ".;" not in problem and ".)" not in problem
+
+
+def test_doctor_names_the_file_of_a_newer_schema_once(capsys: pytest.CaptureFixture[str], project: Path) -> None:
+    cli(["state", "working", "Port the scheduler"])
+    path = project / ".phoenix/agents/default/state.json"
+    path.write_text(path.read_text().replace('"schema_version": 1', '"schema_version": 9'))
+    code, data = phx_json(capsys, "doctor", "--check")
+    [finding] = [f for f in data["findings"] if f["path"] == str(path)]
+    assert code == 3 and str(path) not in finding["message"]
+    assert finding["message"].startswith("this file was written by a newer Phoenix")
+
+
+def test_end_op_failed_twice_is_refused_and_logged_once(capsys: pytest.CaptureFixture[str]) -> None:
+    _code, data = phx_json(capsys, "checkpoint", "begin-op", "drop table")
+    op = data["operation"]["id"]
+    code, data = phx_json(capsys, "checkpoint", "end-op", op, "--failed")
+    assert code == 0 and data["succeeded"] is False
+    code, data = phx_json(capsys, "checkpoint", "end-op", op, "--error", "again")
+    assert code == 2 and "already ended as failed" in data["error"]["message"]
+    _code, data = phx_json(capsys, "log")
+    assert [e["event"] for e in data["events"]].count("operation_failed") == 1
+
+
+def test_list_and_show_say_whether_an_operation_is_open_or_failed(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("COLUMNS", "120")
+    cli(["checkpoint", "--type", "routine"])
+    _code, data = phx_json(capsys, "checkpoint", "begin-op", "drop table")
+    failed = data["operation"]["id"]
+    phx_json(capsys, "checkpoint", "end-op", failed, "--failed")
+    _code, data = phx_json(capsys, "checkpoint", "begin-op", "migrate db")
+    still_open = data["operation"]["id"]
+    _code, data = phx_json(capsys, "checkpoint", "list")
+    assert [(c["operation_id"], c["operation_status"]) for c in data["checkpoints"]] == [
+        (still_open, "open"),
+        (failed, "failed"),
+        (None, None),
+    ]
+    capsys.readouterr()
+    cli(["checkpoint", "list"])
+    rows = capsys.readouterr().out.splitlines()[1:]
+    assert "pre-operation (open)" in rows[0] and "pre-operation (failed)" in rows[1]
+    for seq, status in ((3, "open"), (2, "failed")):
+        code, shown = phx_json(capsys, "checkpoint", "show", str(seq))
+        assert code == 0 and shown["operation_status"] == status
+        capsys.readouterr()
+        cli(["checkpoint", "show", str(seq)])
+        assert f"{status})" in next(
+            line for line in capsys.readouterr().out.splitlines() if line.startswith("operation")
+        )
+    _code, shown = phx_json(capsys, "checkpoint", "show", "1")
+    assert shown["operation_status"] is None
+
+
+def test_the_json_of_a_session_checkpoint_says_whether_a_session_was_started(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    code, data = phx_json(capsys, "checkpoint", "--agent", "n", "--summary", "before any session")
+    assert code == 0 and data["session_started"] is False and "no session was started" in data["note"]
+    cli(["restore", "--agent", "n"])
+    code, data = phx_json(capsys, "checkpoint", "--agent", "n", "--summary", "in a session")
+    assert code == 0 and data["session_started"] is True and "note" not in data
+    code, data = phx_json(capsys, "checkpoint", "--agent", "n", "--type", "routine")
+    assert code == 0 and "session_started" not in data and "note" not in data

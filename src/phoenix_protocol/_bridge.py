@@ -165,12 +165,14 @@ def latest_checkpoint(agent: Agent, checkpoint_type: str | None = None) -> dict[
     """The newest valid checkpoint (of a type): ``{name, checkpoint, problems}``."""
     if not agent.exists():
         raise NotFoundError()
+    from phoenix_protocol._checkpoints import joined_problems
+
     checkpoint, problems = agent.checkpoints.latest(checkpoint_type)
     if checkpoint is None and problems:  # every one met is damaged: as `phx checkpoint latest` says it
         raise CorruptStateError(
             f"agent {agent.id!r} has no valid checkpoint"
             + (" of that type" if checkpoint_type else "")
-            + f": {'; '.join(scrub(p, agent.home) for p in problems)} (run `phx doctor` on the server)."
+            + f": {joined_problems(scrub(p, agent.home) for p in problems)} (run `phx doctor` on the server)."
         )
     if checkpoint is None:
         raise NotFoundError(

@@ -96,6 +96,8 @@ __all__ = [
     "Operation",
     "RestoreResult",
     "checkpoint_number",
+    "clean_reason",
+    "joined_problems",
     "make_name",
     "parse_name",
 ]
@@ -286,6 +288,22 @@ def _cut(summary: str) -> str:
     return summary[: SUMMARY_LIMIT - len(marker)].rstrip() + marker
 
 
+REASON_LIMIT = 500
+"""The longest reason of a forced refresh or an emergency recovery kept (``clean_reason``)."""
+
+
+def clean_reason(reason: str) -> str:
+    """The reason of a forced refresh or an emergency recovery as it is stored everywhere
+    (``refresh_requested`` in state.json, the ops events, the checkpoint's summary, the report to
+    the team lead): on one line, secrets redacted, at most ``REASON_LIMIT`` characters."""
+    from phoenix_protocol._redact import redact
+
+    if not isinstance(reason, str):
+        raise UsageError(f"a recovery's reason must be text, not {type(reason).__name__}.")
+    clean = redact(" ".join(valid_text(reason).split()))
+    return clean if len(clean) <= REASON_LIMIT else clean[: REASON_LIMIT - 1] + "\u2026"
+
+
 def failed_section(value: object) -> bool:
     """Whether a section's content is the error its collector met (``SECTION_FAILED``)."""
     return type(value) is dict and value.get(SECTION_FAILED) is True and "error" in value
@@ -453,6 +471,12 @@ def decode(data: bytes, path: str) -> dict[str, Any]:
     return envelope
 
 
+def joined_problems(problems: Iterable[str]) -> str:
+    """Problems met reading checkpoints (sentences, most ending in a full stop) on one line, for
+    a message that quotes them: separated by "; ", without their full stops."""
+    return "; ".join(problem.rstrip(". ") for problem in problems)
+
+
 def checkpoint_number(ref: str) -> int | None:
     """The number (seq) ``ref`` gives a checkpoint by, written ``7`` or ``#7``; ``None``: ``ref``
     is not a number (a name, perhaps)."""
@@ -528,6 +552,11 @@ class CheckpointBackend(Protocol):
         """Ids of the operations that succeeded."""
         ...
 
+    def operation_outcomes(self) -> dict[str, str]:
+        """The outcome of each ended operation by its id: ``succeeded`` once a success is
+        recorded, else ``failed``; an operation not in it is open."""
+        ...
+
 
 class FileCheckpoints:
     """Checkpoints as files in ``agents/<id>/checkpoints/``, with their catalogue
@@ -543,15 +572,20 @@ class FileCheckpoints:
             lock=self.lock,
             delay=store.agent.config.checkpoint_files_delay,
             on_behind_error=self._files_failed,
+            on_damage=self._log_damaged,
         )
         self._failures_told: set[tuple[str, int | None]] = set()
         self.operations_path = os.path.join(self.dir, "operations.jsonl")
         self._prefix = os.path.join(self.dir, "")  # names are validated: a join is a concatenation
-        self._ops_cache: tuple[tuple[int, int, int], set[str]] | None = None
+        self._ops_cache: tuple[tuple[int, int, int], dict[str, str]] | None = None
         self._ensured = False
 
     def where(self, name: str) -> str:
         return self._prefix + name
+
+    def _log_damaged(self, message: str) -> None:
+        """``index.log`` did not read and was salvaged (``Catalog._salvage``): said in the ops log."""
+        self.store.agent.record("checkpoint_log_salvaged", "warn", {"dir": self.dir, "detail": message}, trusted=True)
 
     def _files_failed(self, exc: StorageError) -> None:
         """A named file could not be created from the log: one ``checkpoint_files_failed`` event
@@ -642,17 +676,20 @@ class FileCheckpoints:
             durable_append(self.operations_path, (dumps_line(record) + "\n").encode("ascii"))
 
     def completed_operations(self) -> set[str]:
+        return {op_id for op_id, outcome in self.operation_outcomes().items() if outcome == "succeeded"}
+
+    def operation_outcomes(self) -> dict[str, str]:
         path = self.operations_path
         try:
             st = os.stat(path)
         except FileNotFoundError:
-            return set()
+            return {}
         key = (st.st_ino, st.st_size, st.st_mtime_ns)
         if self._ops_cache is not None and self._ops_cache[0] == key:
             return self._ops_cache[1]
-        done = completed_in(read_bytes(path) or b"")
-        self._ops_cache = (key, done)
-        return done
+        outcomes = outcomes_in(read_bytes(path) or b"")
+        self._ops_cache = (key, outcomes)
+        return outcomes
 
     def rebuild(self) -> int:
         if not os.path.isdir(self.dir):
@@ -672,19 +709,22 @@ class FileCheckpoints:
         return True
 
 
-def completed_in(data: bytes) -> set[str]:
-    """Ids of the operations ``operations.jsonl`` (its bytes) says succeeded."""
+def outcomes_in(data: bytes) -> dict[str, str]:
+    """The outcome of each operation ``operations.jsonl`` (its bytes) records, by id: ``succeeded``
+    once one success is recorded (its checkpoint is released), else ``failed``."""
     from phoenix_protocol._durable import iter_lines
 
-    done: set[str] = set()
+    outcomes: dict[str, str] = {}
     for _off, line in iter_lines(data):
         try:
             record = loads(line)
         except JSONError:
             continue
-        if isinstance(record, dict) and record.get("outcome") == "succeeded":
-            done.add(str(record.get("id")))
-    return done
+        if isinstance(record, dict) and record.get("outcome") in ("succeeded", "failed"):
+            op_id = str(record.get("id"))
+            if outcomes.get(op_id) != "succeeded":
+                outcomes[op_id] = str(record["outcome"])
+    return outcomes
 
 
 class CheckpointStore:
@@ -843,7 +883,9 @@ class CheckpointStore:
             if logged is None or logged == data:
                 raise
             checkpoint = _named(name, path, decode(logged, path))
-            checkpoint.recovered = f"{exc} Read its copy in the checkpoint log (`phx doctor` restores the file)."
+            checkpoint.recovered = (
+                f"{exc} Its copy in the checkpoint log was read instead (`phx doctor` restores the file)."
+            )
             return checkpoint
 
     def repair_from_log(self, name: str) -> bool:
@@ -897,6 +939,9 @@ class CheckpointStore:
     ) -> CheckpointInfo:
         """Take a checkpoint now; enforce retention; return what was written.
 
+        ``summary`` is stored on one line, redacted, cut to ``SUMMARY_LIMIT`` characters; a blank
+        one is stored as none (``None``), as when it is left out.
+
         The threads of a process take their checkpoints one at a time (collecting included), so
         that a checkpoint's number and time follow the order in which its sections were
         collected: a slow collector in one thread cannot give older data a newer number."""
@@ -919,7 +964,7 @@ class CheckpointStore:
         if summary is not None:
             from phoenix_protocol._redact import redact
 
-            clean_summary = _cut(redact(" ".join(valid_text(summary).split())))
+            clean_summary = _cut(redact(" ".join(valid_text(summary).split()))) or None  # blank: none
         ctx = CollectContext(self.agent, checkpoint_type, clean_summary, dict(extra or {}))
         collected = self.collect(ctx)  # outside the lock: collectors may take their time
         try:
@@ -1107,17 +1152,32 @@ class CheckpointStore:
         cls._count += 1
         return cls._count
 
+    def operation_outcomes(self) -> dict[str, str]:
+        """The outcome of each ended operation by its id: ``failed`` (its pre-operation checkpoint
+        is kept) or ``succeeded`` (released). An operation whose checkpoint is listed and that is
+        not in it is still open."""
+        return dict(self.backend.operation_outcomes())
+
     def end_operation(self, op_id: str, *, success: bool, error: str | None = None) -> list[CheckpointInfo]:
         """Record the outcome of an operation. Success releases its pre-operation checkpoint;
-        failure keeps it (and says so). Returns what retention removed."""
+        failure keeps it (and says so). Returns what retention removed. Failing an operation that
+        already failed is refused (``UsageError``), nothing recorded twice; a success after a
+        failure releases the checkpoint kept."""
         entries = [e for e in self.entries("pre-operation") if e.operation_id == op_id]
         if not entries:
             raise UsageError(f"no open operation {op_id!r} (see `phx checkpoint list --type pre-operation`).")
+        if not success and self.backend.operation_outcomes().get(op_id) == "failed":
+            raise UsageError(
+                f"operation {op_id} has already ended as failed; nothing was recorded again. Its checkpoint "
+                f"{entries[0].name} is kept: `phx checkpoint end-op {op_id}` without --failed releases it."
+            )
         outcome = "succeeded" if success else "failed"
         self.backend.record_operation({"id": op_id, "outcome": outcome, "at": self.agent.clock.now_iso()})
         meta: dict[str, Any] = {"id": op_id, "checkpoint": entries[0].name}
         if error:
-            meta["error"] = error[:500]
+            from phoenix_protocol._redact import clip
+
+            meta["error"] = clip(error, 500)  # redacted before it is cut: a cut token would not match
         self.agent.record(f"operation_{outcome}", "ok" if success else "warn", meta)
         return self.prune() if success else []
 
@@ -1140,11 +1200,13 @@ class CheckpointStore:
         except (PhoenixError, OSError) as exc:
             # The operation succeeded; only releasing its checkpoint did not (a lock held too long,
             # a full disk): the checkpoint is kept, as for a failed one, and the success stands.
+            from phoenix_protocol._redact import clip
+
             with contextlib.suppress(PhoenixError, OSError):
                 self.agent.record(
                     "operation_not_released",
                     "warn",
-                    {"id": op.id, "checkpoint": op.checkpoint.name, "error": f"{type(exc).__name__}: {exc}"[:500]},
+                    {"id": op.id, "checkpoint": op.checkpoint.name, "error": clip(f"{type(exc).__name__}: {exc}", 500)},
                 )
 
     # -- restoring ----------------------------------------------------------------------------
@@ -1163,7 +1225,7 @@ class CheckpointStore:
             if checkpoint is None:
                 raise UsageError(
                     f"agent {self.agent.id!r} has no valid checkpoint to restore"
-                    + (f" ({'; '.join(problems)})" if problems else "")
+                    + (f" ({joined_problems(problems)})" if problems else "")
                     + "."
                 )
         else:
@@ -1288,6 +1350,7 @@ class CheckpointStore:
         ``emergency_recovery`` ops event that reports it. When the agent belongs to a team (it is
         ``$PHOENIX_TEAMMATE`` of ``$PHOENIX_TEAM``, or a teammate of that name in a team of the
         home), the report also goes to the lead's inbox (idempotent: once per checkpoint)."""
+        reason = clean_reason(reason)  # the same redacted text in state.json, the ops log and the report
         info = self.force_refresh(reason, now_ms=now_ms)
         leads = self._report_to_leads(reason, info)
         meta: dict[str, Any] = {"reason": reason, "checkpoint": info.name}
@@ -1329,7 +1392,9 @@ class CheckpointStore:
         that the next session starts from a fresh brief. ``claimed_ms``: the time of the claim
         (``claim_due_checkpoints``) that already set the flag and started a new stretch of work;
         the flag then only gets the checkpoint's name, and only if it is still that claim's (a
-        session start since has cleared it: the refresh took place)."""
+        session start since has cleared it: the refresh took place). ``reason`` is free text: it is
+        redacted (``clean_reason``) before it goes anywhere."""
+        reason = clean_reason(reason)
         info = self.create("recovery", summary=f"forced refresh: {reason}", now_ms=now_ms)
         ms = self.agent.clock.now_ms() if now_ms is None else now_ms
 

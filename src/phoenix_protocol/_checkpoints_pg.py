@@ -229,6 +229,13 @@ class PgCheckpoints(_pg.PgBound):
     def completed_operations(self) -> set[str]:
         return self._run(self._completed)
 
+    def operation_outcomes(self) -> dict[str, str]:
+        outcomes: dict[str, str] = {}
+        for record in self.operations():  # as on files: one success, recorded once, is the outcome
+            if outcomes.get(record["id"]) != "succeeded":
+                outcomes[str(record["id"])] = str(record["outcome"])
+        return outcomes
+
     # -- export / import (``_transfer``) ---------------------------------------------------------
 
     def operations(self) -> list[dict[str, Any]]:

@@ -166,8 +166,52 @@ def reported(out: Output) -> Iterator[None]:
         raise _Exit(EXIT_FAILED) from None
 
 
+_HANDED_DOWN = "phoenix.handed_down"
+"""``ctx.meta`` key (the dict every context of a command line shares): the options a group that is
+a command too (``phx checkpoint``) was given before its subcommand, for the subcommand."""
+
+HANDED_DOWN_OPTIONS = frozenset({"agent_id", "home", "as_json", "server", "token"})
+"""The options of such a group that its subcommands take too: given before the subcommand, they
+apply to it, unless it gives its own."""
+
+
+def handed_down(ctx: click.Context) -> dict[str, Any]:
+    """The options given to the parent group before this subcommand (``phx checkpoint --agent a
+    list``): ``agent_id``, ``home``, ``as_json``, and ``server`` and ``token`` when given there."""
+    given: dict[str, Any] = ctx.meta.get(_HANDED_DOWN) or {}
+    return given
+
+
+def hand_down(ctx: click.Context, **options: Any) -> None:
+    """A group with a subcommand to run: keep ``options`` (those of ``HANDED_DOWN_OPTIONS`` it was
+    given) for the subcommand, and refuse (a usage error) its other options given on the command
+    line, which are the group's own command's (``phx checkpoint --summary S``) and mean nothing
+    to a subcommand. Nothing is opened: the subcommand opens the agent, so that its own
+    ``--agent`` wins over a bad ``$PHOENIX_AGENT`` and its errors follow its ``--json``."""
+    from click.core import ParameterSource
+
+    own = [
+        param.opts[0]
+        for param in ctx.command.params
+        if param.name not in HANDED_DOWN_OPTIONS
+        and param.opts
+        and ctx.get_parameter_source(param.name or "") is ParameterSource.COMMANDLINE
+    ]
+    if own:
+        raise click.UsageError(
+            f"{', '.join(own)} {'applies' if len(own) == 1 else 'apply'} to `{ctx.command_path}` without a "
+            "subcommand, not to "
+            f"`{ctx.command_path} {ctx.invoked_subcommand}`.",
+            ctx,
+        )
+    ctx.meta.setdefault(_HANDED_DOWN, {}).update({k: v for k, v in options.items() if v})
+
+
 def common(func: F) -> F:
-    """``--agent``, ``--home`` and ``--json`` for a command; builds the ``Agent`` and maps errors."""
+    """``--agent``, ``--home`` and ``--json`` for a command; builds the ``Agent`` and maps errors.
+
+    On a group that is a command too (``phx checkpoint``), they apply to its subcommand when it
+    runs one (``hand_down``), unless the subcommand gives its own; the group opens no agent then."""
 
     @click.option("--json", "as_json", is_flag=True, help="Print one JSON document (stable format) instead of text.")
     @click.option(
@@ -176,8 +220,17 @@ def common(func: F) -> F:
     @click.option("--agent", "agent_id", metavar="ID", help="Agent id (default: $PHOENIX_AGENT or 'default').")
     @functools.wraps(func)
     def wrapper(*args: Any, agent_id: str | None, home: str | None, as_json: bool, **kwargs: Any) -> Any:
-        out = Output(as_json)
+        ctx = click.get_current_context()
+        if isinstance(ctx.command, click.Group) and ctx.invoked_subcommand is not None:
+            hand_down(ctx, agent_id=agent_id, home=home, as_json=as_json)
+            return None
+        given = handed_down(ctx)
+        agent_id = given.get("agent_id") if agent_id is None else agent_id
+        home = given.get("home") if home is None else home
+        out = Output(as_json or bool(given.get("as_json")))
         with reported(out):
+            if given.get("server"):  # a subcommand that takes --server took it (``_cli_remote.attach``)
+                raise UsageError(f"--server does not apply to `{ctx.command_path}`: it works on the local home only.")
             agent = Agent.open(agent_id, home=Home(os.path.abspath(home)) if home else None)
             return func(*args, agent=agent, out=out, **kwargs)
 

@@ -25,7 +25,7 @@ import click
 from click.core import ParameterSource
 
 from phoenix_protocol import _cli_sessions, _cli_teams
-from phoenix_protocol._cli import Output, main_group, reported
+from phoenix_protocol._cli import Output, hand_down, handed_down, main_group, reported
 from phoenix_protocol._errors import UsageError
 
 if TYPE_CHECKING:
@@ -79,13 +79,21 @@ def attach(command: click.Command, remote: Remote, *, agent: bool = True) -> Non
     @functools.wraps(original)
     def callback(*args: Any, server: str | None, token: str | None, **kwargs: Any) -> Any:
         ctx = click.get_current_context()
-        if isinstance(command, click.Group) and ctx.invoked_subcommand is not None:
-            return original(*args, **kwargs)
-        home = kwargs.get("home") or kwargs.get("home_path")
         explicit = ctx.get_parameter_source("server") not in (ParameterSource.ENVIRONMENT, ParameterSource.DEFAULT)
+        if isinstance(command, click.Group) and ctx.invoked_subcommand is not None:
+            # `phx checkpoint --server URL latest`: for the subcommand (see ``_cli.hand_down``)
+            token_given = ctx.get_parameter_source("token") is ParameterSource.COMMANDLINE
+            hand_down(ctx, server=server if explicit else None, token=token if token_given else None)
+            return original(*args, **kwargs)
+        given = handed_down(ctx)
+        if not explicit and given.get("server"):  # given to the group, taken here
+            server, explicit = given.pop("server"), True
+        if ctx.get_parameter_source("token") is not ParameterSource.COMMANDLINE and given.get("token"):
+            token = given.pop("token")
+        home = kwargs.get("home") or kwargs.get("home_path") or given.get("home")
         if not server or (home and not explicit):
             return original(*args, **kwargs)
-        out = Output(bool(kwargs.pop("as_json", False)))
+        out = Output(bool(kwargs.pop("as_json", False) or given.get("as_json")))
         kwargs.pop("home", None)
         kwargs.pop("home_path", None)
         with reported(out):
@@ -94,7 +102,8 @@ def attach(command: click.Command, remote: Remote, *, agent: bool = True) -> Non
             from phoenix_protocol.client import PhoenixClient
 
             if agent:
-                kwargs["agent_id"] = resolve_remote_agent(kwargs.get("agent_id"))
+                own = kwargs.get("agent_id")
+                kwargs["agent_id"] = resolve_remote_agent(given.get("agent_id") if own is None else own)
             with PhoenixClient(server, token) as client:
                 remote(client, out, **kwargs)
         return None
@@ -120,7 +129,7 @@ def _escape(text: object) -> str:
 
 def _checkpoint(client: PhoenixClient, out: Output, agent_id: str, summary: str | None, checkpoint_type: str) -> None:
     _cli_sessions.check_checkpoint_type(checkpoint_type)  # the local command's refusal and hint, before a request
-    if not summary:
+    if not summary or not summary.strip():
         raise UsageError("--summary is required with --server (the server does not guess what was done).")
     info = client.checkpoint(agent_id, summary, checkpoint_type=checkpoint_type)
     if out.as_json:
@@ -140,6 +149,7 @@ def _checkpoint_latest(client: PhoenixClient, out: Output, agent_id: str, checkp
                 "path": None,
                 "name": data["name"],
                 "checkpoint": data["checkpoint"],
+                "operation_status": None,  # the server does not say
                 "problems": data["problems"],
             }
         )
@@ -171,7 +181,7 @@ def _restore(
 
 
 def _sessions(client: PhoenixClient, out: Output, agent_id: str) -> None:
-    _cli_sessions._print_sessions(out, agent_id, client.sessions(agent_id))
+    _cli_sessions._print_sessions(out, agent_id, client.sessions(agent_id), [])  # the server reports none
 
 
 def _print_identity(out: Output, agent_id: str, identity: dict[str, Any]) -> None:

@@ -11,7 +11,7 @@ from typing import Any
 import click
 
 from phoenix_protocol._agent import Agent
-from phoenix_protocol._checkpoints import CHECKPOINT_TYPES, Checkpoint, CheckpointInfo
+from phoenix_protocol._checkpoints import CHECKPOINT_TYPES, Checkpoint, CheckpointInfo, joined_problems
 from phoenix_protocol._cli import Output, common, main_group
 from phoenix_protocol._errors import CorruptStateError, PhoenixError, UsageError
 
@@ -23,7 +23,27 @@ _NAME_FROM_WIDTH = 130
 its number, which ``show`` and ``restore --checkpoint`` take as well; ``--json`` always has both)."""
 
 
-def _info_table(out: Output, infos: list[CheckpointInfo]) -> None:
+def _operation_statuses(agent: Agent, infos: list[CheckpointInfo]) -> dict[str, str]:
+    """The status of the operation of each pre-operation checkpoint in ``infos``, by operation id:
+    ``open``, ``failed`` (its checkpoint kept) or ``succeeded`` (one not released yet). Read only
+    when one is listed (operations.jsonl, small)."""
+    ids = {i.operation_id for i in infos if i.operation_id}
+    if not ids:
+        return {}
+    outcomes = agent.checkpoints.operation_outcomes()
+    return {op_id: outcomes.get(op_id, "open") for op_id in ids}
+
+
+def _operation_status(agent: Agent, checkpoint: Checkpoint) -> str | None:
+    """``_operation_statuses`` for one checkpoint; ``None``: it has no operation."""
+    operation = checkpoint.data.get("operation")
+    op_id = operation.get("id") if isinstance(operation, dict) else None
+    if not isinstance(op_id, str) or not op_id:
+        return None
+    return agent.checkpoints.operation_outcomes().get(op_id, "open")
+
+
+def _info_table(out: Output, infos: list[CheckpointInfo], statuses: dict[str, str]) -> None:
     from rich.markup import escape
     from rich.table import Table
 
@@ -37,9 +57,10 @@ def _info_table(out: Output, infos: list[CheckpointInfo]) -> None:
         table.add_column("name", no_wrap=True)
     table.add_column("summary", overflow="fold", min_width=12)
     for info in infos:
+        status = statuses.get(info.operation_id or "")
         cells = [
             str(info.seq),
-            info.checkpoint_type,
+            info.checkpoint_type + (f" ({status})" if status else ""),
             info.timestamp[:19].replace("T", " "),
             f"{info.size / 1024:.1f} KB",
         ]
@@ -51,7 +72,10 @@ def _info_table(out: Output, infos: list[CheckpointInfo]) -> None:
         out.console.print("(no checkpoints)")
 
 
-def _show_checkpoint(out: Output, agent: Agent, checkpoint: Checkpoint, problems: list[str]) -> None:
+def _show_checkpoint(
+    out: Output, agent: Agent, checkpoint: Checkpoint, problems: list[str], operation_status: str | None = None
+) -> None:
+    """``operation_status``: that of the checkpoint's operation (``_operation_status``), when known."""
     if out.as_json:
         out.json(
             {
@@ -59,6 +83,7 @@ def _show_checkpoint(out: Output, agent: Agent, checkpoint: Checkpoint, problems
                 "path": checkpoint.path,
                 "name": checkpoint.name,
                 "checkpoint": checkpoint.data,
+                "operation_status": operation_status,
                 "problems": problems,
             }
         )
@@ -66,16 +91,18 @@ def _show_checkpoint(out: Output, agent: Agent, checkpoint: Checkpoint, problems
     from rich.markup import escape
     from rich.table import Table
 
-    for problem in problems:
-        out.console.print(f"[yellow]skipped:[/] {escape(problem)}")
+    for problem in problems:  # checkpoints skipped on the way; the file of the one shown, damaged
+        label = "damaged file" if problem == checkpoint.recovered else "skipped"
+        out.console.print(f"[yellow]{label}:[/] {escape(problem)}")
+    source = "its copy in the checkpoint log, checksum ok" if checkpoint.recovered else "checksum ok"
     out.console.print(
         f"[bold]{escape(checkpoint.name)}[/] ({escape(checkpoint.checkpoint_type)}, "
-        f"{escape(checkpoint.timestamp)}, checksum ok)"
+        f"{escape(checkpoint.timestamp)}, {source})"
     )
     grid = Table.grid(padding=(0, 2))
     grid.add_column(style="bold", no_wrap=True)
     grid.add_column(overflow="fold")
-    for label, text in _checkpoint_lines(checkpoint):
+    for label, text in _checkpoint_lines(checkpoint, operation_status):
         grid.add_row(label, escape(text))
     out.console.print(grid)
 
@@ -97,7 +124,7 @@ def _listed(items: list[Any], limit: int = 3) -> str:
     return f"{shown}; \u2026 ({len(items)} in all)" if len(items) > limit else shown
 
 
-def _checkpoint_lines(checkpoint: Checkpoint) -> list[tuple[str, str]]:
+def _checkpoint_lines(checkpoint: Checkpoint, operation_status: str | None = None) -> list[tuple[str, str]]:
     """What ``phx checkpoint show`` prints for a checkpoint, as (label, text) rows: each seed
     section in a line or two (``--json`` has them whole). Tolerant of sections a custom
     collector shaped its own way (shown as compact JSON)."""
@@ -111,7 +138,8 @@ def _checkpoint_lines(checkpoint: Checkpoint) -> list[tuple[str, str]]:
         rows.append(("summary", checkpoint.summary))
     operation = checkpoint.data.get("operation")
     if isinstance(operation, dict):
-        rows.append(("operation", f"{operation.get('name') or '?'} ({operation.get('id') or '?'})"))
+        status = f", {operation_status}" if operation_status else ""
+        rows.append(("operation", f"{operation.get('name') or '?'} ({operation.get('id') or '?'}{status})"))
     task = part("current_task")
     context: dict[str, Any] = task["context"] if isinstance(task.get("context"), dict) else {}
     if task:
@@ -207,17 +235,21 @@ def check_checkpoint_type(checkpoint_type: str) -> None:
 
 
 @main_group.group("checkpoint", invoke_without_command=True)
-@click.option("--summary", help="What was done and what remains (stored with the checkpoint).")
+@click.option(
+    "--summary",
+    help="What was done and what remains (stored with the checkpoint). Left out, or blank: for a session "
+    "checkpoint, the task and the number of open items.",
+)
 @click.option("--type", "checkpoint_type", type=click.Choice(CHECKPOINT_TYPES), default="session", show_default=True)
 @common
-@click.pass_context
-def checkpoint_group(ctx: click.Context, agent: Agent, out: Output, summary: str | None, checkpoint_type: str) -> None:
+def checkpoint_group(agent: Agent, out: Output, summary: str | None, checkpoint_type: str) -> None:
     """Take a checkpoint (default: a session checkpoint, as seed 002's `checkpoint --summary`).
+
+    --agent, --home and --json given before a subcommand apply to it (`phx checkpoint --agent zero
+    list`) unless it gives its own; --summary and --type belong to this command alone.
 
     Example: phx checkpoint --agent zero --summary "Implemented namespace isolation"
     """
-    if ctx.invoked_subcommand is not None:
-        return
     check_checkpoint_type(checkpoint_type)
     unstarted = False
     if checkpoint_type == "session":
@@ -227,17 +259,23 @@ def checkpoint_group(ctx: click.Context, agent: Agent, out: Output, summary: str
         info = end(agent, summary=summary)
     else:
         info = agent.checkpoints.create(checkpoint_type, summary=summary)
+    note = (
+        "no session was started for this agent, so this one has no start or duration in `phx sessions`; "
+        "`phx restore` (or the SessionStart hook) starts one."
+    )
     if out.as_json:
-        out.json({"agent": agent.id, "checkpoint": info.as_dict()})
+        data: dict[str, Any] = {"agent": agent.id, "checkpoint": info.as_dict()}
+        if checkpoint_type == "session":
+            data["session_started"] = not unstarted
+            if unstarted:
+                data["note"] = note
+        out.json(data)
     else:
         from rich.markup import escape
 
         out.console.print(f"[green]checkpoint[/] {escape(info.name)} ({info.size / 1024:.1f} KB)")
         if unstarted:
-            out.console.print(
-                "[yellow]note:[/] no session was started for this agent, so this one has no start or duration "
-                "in `phx sessions`; `phx restore` (or the SessionStart hook) starts one."
-            )
+            out.console.print(f"[yellow]note:[/] {escape(note)}")
 
 
 @checkpoint_group.command("list")
@@ -250,10 +288,12 @@ def checkpoint_list(agent: Agent, out: Output, checkpoint_type: str | None, limi
     Example: phx checkpoint list --type routine --json
     """
     infos = agent.checkpoints.entries(checkpoint_type, limit=limit)
+    statuses = _operation_statuses(agent, infos)
     if out.as_json:
-        out.json({"agent": agent.id, "checkpoints": [i.as_dict() for i in infos]})
+        rows = [{**i.as_dict(), "operation_status": statuses.get(i.operation_id or "")} for i in infos]
+        out.json({"agent": agent.id, "checkpoints": rows})
     else:
-        _info_table(out, infos)
+        _info_table(out, infos, statuses)
 
 
 @checkpoint_group.command("show")
@@ -274,7 +314,7 @@ def checkpoint_show(agent: Agent, out: Output, name: str) -> None:
         checkpoint = agent.checkpoints.read(name)
         if checkpoint.recovered:  # the file is damaged; its copy in the checkpoint log is shown
             problems = [checkpoint.recovered]
-    _show_checkpoint(out, agent, checkpoint, problems)
+    _show_checkpoint(out, agent, checkpoint, problems, _operation_status(agent, checkpoint))
 
 
 @checkpoint_group.command("latest")
@@ -288,7 +328,7 @@ def checkpoint_latest(agent: Agent, out: Output, checkpoint_type: str | None) ->
     checkpoint, problems = agent.checkpoints.latest(checkpoint_type)
     if checkpoint is None:
         raise _no_valid_checkpoint(agent, problems, checkpoint_type)
-    _show_checkpoint(out, agent, checkpoint, problems)
+    _show_checkpoint(out, agent, checkpoint, problems, _operation_status(agent, checkpoint))
 
 
 def _no_valid_checkpoint(agent: Agent, problems: list[str], checkpoint_type: str | None = None) -> PhoenixError:
@@ -298,7 +338,7 @@ def _no_valid_checkpoint(agent: Agent, problems: list[str], checkpoint_type: str
     if not problems:
         return UsageError(missing + ".")
     return CorruptStateError(
-        f"{missing}: each one met is damaged ({'; '.join(problems)}); `phx doctor` repairs what it can."
+        f"{missing}: each one met is damaged ({joined_problems(problems)}); `phx doctor` repairs what it can."
     )
 
 
@@ -411,15 +451,18 @@ def sessions_command(agent: Agent, out: Output) -> None:
 
     Example: phx sessions --agent zero
     """
-    from phoenix_protocol._sessions import list_sessions
+    from phoenix_protocol._sessions import read_sessions
 
-    _print_sessions(out, agent.id, list_sessions(agent))
+    sessions, problems = read_sessions(agent)
+    _print_sessions(out, agent.id, sessions, [p.as_dict() for p in problems])
 
 
-def _print_sessions(out: Output, agent_id: str, sessions: list[dict[str, Any]]) -> None:
-    """The sessions as a table (or ``--json``), here or from a memory bridge."""
+def _print_sessions(out: Output, agent_id: str, sessions: list[dict[str, Any]], problems: list[dict[str, Any]]) -> None:
+    """The sessions as a table (or ``--json``), here or from a memory bridge, and the problems
+    met reading them (``LogProblem.as_dict``: lines of sessions.jsonl skipped), as ``phx log``
+    reports its own."""
     if out.as_json:
-        out.json({"agent": agent_id, "sessions": sessions})
+        out.json({"agent": agent_id, "sessions": sessions, "problems": problems})
         return
     from rich.markup import escape
     from rich.table import Table
@@ -444,6 +487,10 @@ def _print_sessions(out: Output, agent_id: str, sessions: list[dict[str, Any]]) 
     out.console.print(table)
     if not sessions:
         out.console.print("(no sessions yet)")
+    for problem in problems:
+        out.console.print(
+            f"[yellow]warning:[/] {escape(str(problem['path']))}:{problem['line']}: {escape(str(problem['message']))}"
+        )
 
 
 def _session_end(session: dict[str, Any]) -> str:

@@ -147,9 +147,11 @@ def recover_command(agent: Agent, out: Output, reason: str) -> None:
 
     Example: phx recover --agent zero --reason "repeating the same failing migration"
     """
+    from phoenix_protocol._checkpoints import clean_reason
+
     info = agent.checkpoints.emergency_recovery(reason)
-    if out.as_json:
-        out.json({"agent": agent.id, "checkpoint": info.as_dict(), "reason": reason})
+    if out.as_json:  # the reason as it was stored: redacted
+        out.json({"agent": agent.id, "checkpoint": info.as_dict(), "reason": clean_reason(reason)})
     else:
         from rich.markup import escape
 

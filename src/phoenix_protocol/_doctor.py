@@ -66,7 +66,9 @@ class Finding:
         self, level: str, message: str, *, agent: str | None = None, path: str | None = None, repaired: bool = False
     ) -> None:
         self.level = level
-        # errors name their file; the finding names it already
+        # errors name their file ("PATH: ...", "PATH was written by ..."); the finding names it already
+        if path and message.startswith(f"{path} was "):
+            message = "this file was " + message.removeprefix(f"{path} was ")
         self.message = message.removeprefix(f"{path}: ") if path else message
         self.agent = agent
         self.path = path
@@ -283,6 +285,29 @@ def _check_log(log: SeqLog, aid: str, repair: bool, findings: list[Finding]) -> 
     return records
 
 
+def _sessions_lost(agent: Agent, path: str, events: list[dict[str, Any]]) -> list[Finding]:
+    """A missing ``sessions.jsonl`` (files store) while the ops log records sessions started or
+    checkpointed (each written after its record there): the list was deleted, and ``phx
+    sessions`` lists none of them. Nothing to repair: their checkpoints are kept."""
+    from phoenix_protocol._pg import is_postgres_url
+
+    if is_postgres_url(agent.config.store):
+        return []
+    names = ("session_begun", "session_restored", "session_checkpointed")
+    logged = sum(1 for e in events if e.get("event") in names)
+    if not logged:
+        return []
+    return [
+        Finding(
+            "warn",
+            f"missing, though the ops log records {logged} session start(s) and end(s) written there: "
+            "`phx sessions` lists none of them (their checkpoints are kept: `phx checkpoint list --type session`)",
+            agent=agent.id,
+            path=path,
+        )
+    ]
+
+
 def check_agent(agent: Agent, *, repair: bool = True) -> list[Finding]:
     """Check (and repair) one agent; returns what was found."""
     findings: list[Finding] = []
@@ -306,6 +331,8 @@ def check_agent(agent: Agent, *, repair: bool = True) -> list[Finding]:
     sessions = os.path.join(agent.dir, "sessions", "sessions.jsonl")
     if os.path.exists(sessions):  # the sessions list (files store; PostgreSQL keeps it in tables)
         _check_log(SeqLog(sessions, lock_timeout=agent.config.lock_timeout), aid, repair, findings)
+    else:
+        findings += _sessions_lost(agent, sessions, events)
     seqs = [e["seq"] for e in events]
     if seqs:
         gaps = sum(1 for a, b in pairwise(seqs) if b != a + 1)
@@ -420,11 +447,11 @@ def _check_checkpoints(agent: Agent, repair: bool) -> list[Finding]:
                     )
                 )
         except (CorruptStateError, SchemaVersionError, UsageError) as exc:
-            level = "warn" if isinstance(exc, SchemaVersionError) else "error"
+            newer = isinstance(exc, SchemaVersionError)
             findings.append(
                 Finding(
-                    level,
-                    f"{exc} `latest` skips it; delete it once inspected",
+                    "warn" if newer else "error",
+                    f"{exc} `latest` skips it" + (" until then" if newer else "; delete it once inspected"),
                     agent=aid,
                     path=store.backend.where(info.name),
                 )

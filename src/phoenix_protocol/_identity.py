@@ -253,7 +253,9 @@ def mutable_problem(mutable: dict[str, Any]) -> str | None:
             return f"mutable.{key} must be a list"
         for item in items:
             if not isinstance(item, dict) or not isinstance(item.get(first), str) or not item[first]:
-                return f"each entry of mutable.{key} must be a mapping with a {first}"
+                return (
+                    f"each entry of mutable.{key} must be a mapping with {'an' if first[0] in 'aeiou' else 'a'} {first}"
+                )
             if second == "confidence" and second in item:
                 value = item[second]
                 if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value <= 1:
@@ -774,7 +776,7 @@ class IdentityStore:
             raise UsageError(f"a {kind} must be a mapping, e.g. {{{IDENTITY_LISTS[key][0]!r}: ...}}.")
         first, second = IDENTITY_LISTS[key]
         if not entry.get(first):
-            raise UsageError(f"a {kind} needs a {first}.")
+            raise UsageError(f"a {kind} needs {'an' if first[0] in 'aeiou' else 'a'} {first}.")
         if first == "subject" and second in entry:
             try:
                 confidence = float(entry[second])

@@ -32,7 +32,7 @@ from phoenix_protocol._clock import iso_from_ms, ms_from_iso
 from phoenix_protocol._durable import atomic_write, ensure_dir, read_bytes
 from phoenix_protocol._errors import PhoenixError, UsageError
 from phoenix_protocol._jsonio import dumps_document, loads_object
-from phoenix_protocol._seqlog import SeqLog
+from phoenix_protocol._seqlog import LogProblem, SeqLog
 
 if TYPE_CHECKING:
     from phoenix_protocol._agent import Agent
@@ -50,6 +50,7 @@ __all__ = [
     "identity_updates",
     "list_sessions",
     "read_current",
+    "read_sessions",
     "record_memory",
     "record_recall",
     "session_scope",
@@ -80,6 +81,10 @@ class SessionStorage(Protocol):
 
     def records(self) -> list[dict[str, Any]]:
         """Every start and end record, oldest first."""
+        ...
+
+    def read(self) -> tuple[list[dict[str, Any]], list[LogProblem]]:
+        """``records()`` and the problems met reading them (lines skipped: torn, unreadable)."""
         ...
 
 
@@ -123,7 +128,10 @@ class FileSessions:
         return self._log().append(record)
 
     def records(self) -> list[dict[str, Any]]:
-        return self._log().read()[0]
+        return self.read()[0]
+
+    def read(self) -> tuple[list[dict[str, Any]], list[LogProblem]]:
+        return self._log().read()
 
 
 def empty_current() -> dict[str, Any]:
@@ -431,10 +439,14 @@ def end(
     summary: str | None = None,
     git_timeout: float = 1.0,
 ) -> CheckpointInfo:
-    """End a session (PAIF checkpoint): the session checkpoint, the end record, identity stats."""
+    """End a session (PAIF checkpoint): the session checkpoint, the end record, identity stats.
+    ``summary``: what was done and what remains; none (or a blank one): the task and the number of
+    open items, from the state."""
     current = read_current(agent) or {}
     state = agent.state.read_or_none()
     sid = session_id or ending_session(agent, current, state) or "unknown"
+    if isinstance(summary, str) and not summary.strip():
+        summary = None  # a blank summary says nothing: the default below
     if summary is None and state is not None:
         done = state.last_output or state.current_task or "no task recorded"
         remaining = len(state.open_loops) + len(state.next_actions)
@@ -485,10 +497,23 @@ def list_sessions(agent: Agent) -> list[dict[str, Any]]:
     ``ended``; ``open`` (the newest, not ended yet); ``interrupted`` (never ended, and a later
     session started: its process was killed or crashed before SessionEnd, or it ran alongside).
     A session id started again after its end (a resumed conversation) is a row of its own; a
-    second end record of a session (a second ``phx checkpoint``) updates its row."""
+    second end record of a session (a second ``phx checkpoint``) updates its row.
+    ``read_sessions`` also gives the problems met on the way."""
+    return read_sessions(agent)[0]
+
+
+def read_sessions(agent: Agent) -> tuple[list[dict[str, Any]], list[LogProblem]]:
+    """``list_sessions``, and the problems met reading the records (a torn last line of
+    ``sessions.jsonl``, an unreadable one: skipped, as every reader of a log does)."""
+    records, problems = storage(agent).read()
+    return _pair(records), problems
+
+
+def _pair(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The sessions the start and end records make (see ``list_sessions``)."""
     rows: list[dict[str, Any]] = []
     last: dict[str, dict[str, Any]] = {}
-    for record in storage(agent).records():
+    for record in records:
         sid = str(record.get("session_id"))
         if record.get("event") == "start":
             started: dict[str, Any] = {

@@ -22,6 +22,8 @@ from phoenix_protocol._sessions import empty_current
 if TYPE_CHECKING:
     import psycopg
 
+    from phoenix_protocol._seqlog import LogProblem
+
 __all__ = ["PgSessions"]
 
 _CURRENT = "SELECT record FROM phx_session_current WHERE agent_id = %s"
@@ -101,6 +103,9 @@ class PgSessions(_pg.PgBound):
             if isinstance(value, dict):
                 out.append(value)
         return out
+
+    def read(self) -> tuple[list[dict[str, Any]], list[LogProblem]]:
+        return self.records(), []  # rows, each written whole in its transaction: none torn
 
     # -- export / import (``_transfer``) ---------------------------------------------------------
 

@@ -117,6 +117,16 @@ def _clean_text(text: object, what: str) -> str:
     return _clip(redact(text.strip()))
 
 
+def _logged_session(session_id: str | None) -> str | None:
+    """A session id as an ops event written ``trusted`` may hold it: redacted (``phx state
+    --session`` takes any text, where the hooks and ``phx restore`` give ids)."""
+    if not session_id:
+        return None
+    from phoenix_protocol._redact import redact
+
+    return _clip(redact(session_id))
+
+
 class AgentState:
     """One agent's ``state.json`` as attributes. ``extra`` holds fields written by other tools."""
 
@@ -591,6 +601,7 @@ class StateStore:
         if status not in STATUSES:
             raise UsageError(f"status must be one of {', '.join(STATUSES)}, not {status!r}.")
         clean = _clean_text(text, "the status text") if text is not None else None
+        logged_session = _logged_session(session_id)
         name = event or {"working": "task_started", "idle": "task_done", "error": "task_error"}[status]
 
         def mutate(state: AgentState) -> list[Transition]:
@@ -621,8 +632,8 @@ class StateStore:
                 "source": source,
                 "task": state.current_task,
             }
-            if session_id:
-                meta["session_id"] = session_id
+            if logged_session:
+                meta["session_id"] = logged_session
             if status == "idle" and clean is not None:
                 meta["output"] = clean
             if status == "error":

@@ -735,3 +735,21 @@ def test_a_log_whose_header_is_damaged_gives_back_the_checkpoints_only_it_held(t
     assert len(kept) == 1 and kept[0].read_bytes() == bytes(data)
     [told] = [e for e in writer.agent.ops.read()[0] if e["event"] == "checkpoint_log_salvaged"]
     assert "1 checkpoint(s)" in told["meta"]["detail"] and newest in told["meta"]["detail"]
+
+
+def test_a_checkpoint_that_does_not_read_is_skipped_by_latest_and_reported_by_doctor(tmp_path: Path) -> None:
+    """A file the store cannot read (permissions, an I/O error; here a directory under its name)
+    costs that checkpoint only: `latest` falls back to the newest that reads, doctor reports it."""
+    from phoenix_protocol._doctor import check_agent
+
+    store = open_store(tmp_path)
+    good = take(store, summary="valid")
+    store.flush()
+    bad = good.replace("-00000001_", "-00000009_")
+    os.mkdir(os.path.join(store.catalog.dir, bad))
+    other = reopened(store)
+    checkpoint, problems = other.latest()
+    assert checkpoint is not None and checkpoint.name == good
+    assert len(problems) == 1 and bad in problems[0]
+    [finding] = [f for f in check_agent(other.agent, repair=False) if f.path.endswith(bad)]
+    assert finding.level == "error" and "skips it" in finding.message

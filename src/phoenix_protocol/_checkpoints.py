@@ -914,6 +914,10 @@ class CheckpointStore:
                 problems.append(str(exc))
             except UsageError:
                 problems.append(f"{info.name}: listed but gone")
+            except StorageError as exc:
+                if exc.path is None or os.path.basename(exc.path) != info.name:
+                    raise  # not this file's problem (the store itself): no older one would read either
+                problems.append(str(exc))  # this file does not read (permissions, an I/O error): an older one may
         return None, problems
 
     # -- writing ---------------------------------------------------------------------------

@@ -39,7 +39,7 @@ from phoenix_protocol._durable import (
     repair_tail,
     temp_writer,
 )
-from phoenix_protocol._errors import CorruptStateError, SchemaVersionError, UsageError
+from phoenix_protocol._errors import CorruptStateError, SchemaVersionError, StorageError, UsageError
 from phoenix_protocol._jsonio import dumps_document
 from phoenix_protocol._seqlog import SeqLog
 from phoenix_protocol._state import AgentState
@@ -446,6 +446,12 @@ def _check_checkpoints(agent: Agent, repair: bool) -> list[Finding]:
                         repaired=repaired,
                     )
                 )
+        except StorageError as exc:
+            if exc.path is None or os.path.basename(exc.path) != info.name:
+                raise  # the store itself, not this file
+            findings.append(
+                Finding("error", f"{exc} `latest` skips it", agent=aid, path=store.backend.where(info.name))
+            )
         except (CorruptStateError, SchemaVersionError, UsageError) as exc:
             newer = isinstance(exc, SchemaVersionError)
             findings.append(

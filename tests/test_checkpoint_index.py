@@ -751,5 +751,5 @@ def test_a_checkpoint_that_does_not_read_is_skipped_by_latest_and_reported_by_do
     checkpoint, problems = other.latest()
     assert checkpoint is not None and checkpoint.name == good
     assert len(problems) == 1 and bad in problems[0]
-    [finding] = [f for f in check_agent(other.agent, repair=False) if f.path.endswith(bad)]
+    [finding] = [f for f in check_agent(other.agent, repair=False) if (f.path or "").endswith(bad)]
     assert finding.level == "error" and "skips it" in finding.message

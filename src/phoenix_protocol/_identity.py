@@ -594,34 +594,33 @@ class IdentityStore:
         """Whether the document is sealed; raises ``IdentityCoreError`` when its core no longer
         matches the seal (someone edited it by hand), or when the seal is gone and the core is not
         the one the ops log says was last sealed (deleting ``identity.digest`` does not lift it)."""
-        if stored is not None and not _well_formed(stored):
-            last = self._last_sealed()
-            if last is not None and last != digest_of(identity.immutable):
+        digest = digest_of(identity.immutable)
+        if stored is not None and _well_formed(stored):
+            if stored != digest:
                 raise IdentityCoreError(
-                    f"{self.digest_path}, the seal of {self.path}, is damaged, and the immutable section is not the "
-                    "one last sealed (the ops log, or the newest checkpoint, says so). Review the change; to accept it run "
-                    "`phx identity reset-core`, otherwise undo it; until then Phoenix writes nothing to it."
+                    f"the immutable section of {self.path} was changed outside Phoenix (its digest no longer "
+                    "matches). Review the change; to accept it run `phx identity reset-core`, otherwise undo it; "
+                    "until then Phoenix writes nothing to it."
                 )
-            return False  # resealed by the next write; `phx doctor` rewrites it now
-        if stored is not None and stored != digest_of(identity.immutable):
+            return True
+        if stored is None and self.remote is not None:
+            return False
+        # The seal is missing or damaged: the last one sealed (ops log, else newest checkpoint)
+        # judges the core; the next write seals it again (`phx doctor` rewrites a damaged one now).
+        last = self._last_sealed()
+        if last is not None and last != digest:
             raise IdentityCoreError(
-                f"the immutable section of {self.path} was changed outside Phoenix (its digest no longer "
-                "matches). Review the change; to accept it run `phx identity reset-core`, otherwise undo it; "
+                f"{self.digest_path}, the seal of {self.path}, is {'missing' if stored is None else 'damaged'}, "
+                "and the immutable section is not the one last sealed (the ops log, or the newest checkpoint, "
+                "says so). Review the change; to accept it run `phx identity reset-core`, otherwise undo it; "
                 "until then Phoenix writes nothing to it."
             )
-        if stored is None and self.remote is None:
-            last = self._last_sealed()
-            if last is not None and last != digest_of(identity.immutable):
-                raise IdentityCoreError(
-                    f"{self.digest_path}, the seal of {self.path}, is missing, and the immutable section is not "
-                    "the one last sealed (the ops log, or the newest checkpoint, says so). Review the change; to accept it run "
-                    "`phx identity reset-core`, otherwise undo it; until then Phoenix writes nothing to it."
-                )
-        return stored is not None
+        return False
 
     def _last_sealed(self) -> str | None:
         """The digest the ops log says this core was last sealed with, else the seal of the newest
-        checkpoint's copy (the record rotated out of the log); ``None``: never sealed. Read only when ``identity.digest`` is missing or damaged: rare."""
+        checkpoint's copy (the record rotated out of the log); ``None``: never sealed. Read only
+        when ``identity.digest`` is missing or damaged: rare."""
         try:
             events, _problems = self.agent.ops.read()
         except PhoenixError:

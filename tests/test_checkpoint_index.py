@@ -753,3 +753,36 @@ def test_a_checkpoint_that_does_not_read_is_skipped_by_latest_and_reported_by_do
     assert len(problems) == 1 and bad in problems[0]
     [finding] = [f for f in check_agent(other.agent, repair=False) if (f.path or "").endswith(bad)]
     assert finding.level == "error" and "skips it" in finding.message
+
+
+def test_a_reader_racing_a_settle_still_gets_the_newest_checkpoint(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A reader finds no file for the newest checkpoint (still only in the log, its writer's
+    write-behind pending), and before it reads the log, another process settles: the file is
+    written and the frame gone. The reader must read the file, not report the checkpoint gone
+    and fall back to an older one (seen once in 20,000 reads with two writers)."""
+    writer = open_store(tmp_path, checkpoint_files_delay=3600)
+    older = take(writer, summary="older")
+    writer.flush()
+    newest = take(writer, summary="newest")
+    assert not Path(writer.dir, newest).exists()  # only in the log for now
+    reader = reopened(writer)
+    assert reader.files is not None
+    plain_read = reader.files.read
+
+    def read_then_settle(name: str) -> bytes | None:
+        data = plain_read(name)
+        if name == newest:
+            assert data is None
+            other = reopened(writer)
+            other.rebuild_index()  # settles: the file is written, the frame goes with the generation
+            other.flush()
+            assert Path(writer.dir, newest).exists()
+        return data
+
+    monkeypatch.setattr(reader.files, "read", read_then_settle)
+    checkpoint, problems = reader.latest()
+    assert checkpoint is not None
+    assert (checkpoint.name, problems) == (newest, [])
+    assert older != newest

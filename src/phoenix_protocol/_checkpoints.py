@@ -631,11 +631,13 @@ class FileCheckpoints:
         found = self.catalog.logged_content(view, name)
         if found is None and name in view.inline:
             # The log moved on since this view was loaded (another process settled it and wrote
-            # over the frame): the file is there now, or a fresh view knows where the bytes are.
+            # over the frame): a fresh view knows where the bytes are.
             view = self.catalog.reload()
             found = self.catalog.logged_content(view, name)
-            if found is None and name in view.entries:
-                found = read_bytes(os.path.join(self.dir, name))
+        if found is None and name in view.entries:
+            # Settled since the caller found no file (the view above may be fresh already): the
+            # checkpoint is listed and no longer in the log, so its file is there now.
+            found = read_bytes(self._prefix + name)
         return found
 
     def write(self, build: Build, meanwhile: Written | None = None) -> tuple[CheckpointInfo, list[CheckpointInfo]]:

@@ -6,6 +6,7 @@ and duration, the end record)."""
 from __future__ import annotations
 
 import os
+import threading
 from pathlib import Path
 
 import pytest
@@ -152,3 +153,76 @@ def test_the_default_summary_counts_what_remains(home: Home, clock: ManualClock)
             agent.state.add_note("next_action", f"step {i}")
         info = agent.sessions.end()
         assert info is not None and info.label == f"Port the scheduler ({remains})"
+
+
+def test_a_damaged_open_session_record_is_kept_and_rebuilt_from_its_start_record(
+    home: Home, clock: ManualClock
+) -> None:
+    agent = opened(home, clock)
+    started = agent.sessions.begin("s-1")
+    _sessions.record_memory(agent, "m-1")
+    path = Path(agent.dir, "sessions", "current.json")
+    path.write_bytes(b'{"session_id": "s-1", "memory_ids": ["m-')  # torn
+    assert agent.sessions.current() is None  # a reader falls back; nothing is written
+    _sessions.record_memory(agent, "m-2")
+    [kept] = Path(agent.dir, "sessions").glob("current.json.corrupt-*")
+    assert kept.read_bytes() == b'{"session_id": "s-1", "memory_ids": ["m-'
+    record = agent.sessions.current()
+    assert record is not None
+    assert (record["session_id"], record["started_at"], record["memory_ids"]) == ("s-1", started.started_at, ["m-2"])
+    [event] = [e for e in agent.ops.read()[0] if e["event"] == "session_record_repaired"]
+    assert event["status"] == "warn" and event["meta"]["session_id"] == "s-1"
+    assert "memory_ids" in event["meta"]["lost"]
+
+
+def test_doctor_reports_and_repairs_a_damaged_open_session_record(home: Home, clock: ManualClock) -> None:
+    from phoenix_protocol._doctor import check_agent
+
+    agent = opened(home, clock)
+    agent.sessions.begin("s-1")
+    path = Path(agent.dir, "sessions", "current.json")
+    path.write_bytes(b"[]")  # JSON, not a record
+    [found] = [f for f in check_agent(agent, repair=False) if f.path == str(path)]
+    assert found.level == "error" and not found.repaired and path.read_bytes() == b"[]"
+    [found] = [f for f in check_agent(agent, repair=True) if f.path == str(path)]
+    assert found.repaired and "rebuilt" in found.message
+    assert agent.sessions.current()["session_id"] == "s-1"  # type: ignore[index]
+    assert not [f for f in check_agent(agent, repair=False) if f.path == str(path)]
+
+
+def test_a_session_start_takes_the_open_session_records_lock(home: Home, clock: ManualClock) -> None:
+    """A memory recorded while a new session starts must not write the old session's record back:
+    the start changes the record under the lock every change takes."""
+    from phoenix_protocol._durable import FileLock
+
+    agent = Agent.open("py", home=home, clock=clock, config_overrides={"lock_timeout": 0.2})
+    agent.sessions.begin("s-1")
+    path = os.path.join(agent.dir, "sessions", "current.json")
+    held, done = threading.Event(), threading.Event()
+
+    def hold() -> None:
+        with FileLock(path, 1.0):
+            held.set()
+            done.wait(5)
+
+    holder = threading.Thread(target=hold)
+    holder.start()
+    try:
+        assert held.wait(5)
+        with pytest.raises(StorageError):
+            agent.sessions.begin("s-2")
+    finally:
+        done.set()
+        holder.join()
+
+
+def test_the_identity_copied_at_a_session_start_is_redacted(home: Home, clock: ManualClock) -> None:
+    agent = opened(home, clock)
+    agent.identity.set("state.current_focus", "ship")  # written and sealed
+    token = "ghp_" + "a1B2c3D4e5F6g7H8i9J0k1L2m3N4o5P6q7R8"
+    text = Path(agent.dir, "identity.yaml").read_text()
+    Path(agent.dir, "identity.yaml").write_text(text + f"  notes: deploy with {token}\n")
+    assert agent.identity.read().mutable["notes"].endswith(token)  # the mutable part may be edited by hand
+    agent.sessions.begin("s-1")
+    written = Path(agent.dir, "sessions", "current.json").read_text()
+    assert token not in written and "deploy with" in written

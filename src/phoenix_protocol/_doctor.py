@@ -15,6 +15,8 @@ For every agent it checks, and with ``repair=True`` fixes:
   copy, with the changes logged since replayed over it, that gives the sealed core; the report
   names the changes that could not be replayed (logged without their value).
   A core edited by hand is reported only (``phx identity reset-core`` accepts it).
+- ``sessions/current.json`` (the open session's record) that does not read: kept as
+  ``current.json.corrupt-<time>``, and the session's id and start rebuilt from ``sessions.jsonl``.
 - permissions wider than 0700 (directories) or 0600 (files): tightened.
 - Phoenix's Claude Code hook commands (project and user settings) whose interpreter is gone, or
   that differ from what this Phoenix writes: reported (``_install.check_installed``), not changed.
@@ -308,6 +310,31 @@ def _sessions_lost(agent: Agent, path: str, events: list[dict[str, Any]]) -> lis
     ]
 
 
+def _check_current_session(agent: Agent, repair: bool) -> list[Finding]:
+    """``sessions/current.json`` (files store) that does not read: kept as
+    ``current.json.corrupt-<time>`` and the open session's record rebuilt from its start record
+    (``FileSessions._salvage``; the next change to it would do the same)."""
+    from phoenix_protocol._sessions import FileSessions, storage
+
+    sessions = storage(agent)
+    if not isinstance(sessions, FileSessions) or not sessions.damaged():
+        return []
+    if repair:
+        sessions.update_current(lambda record: None)
+        done = "kept as current.json.corrupt-<time>; the open session's id and start rebuilt from sessions.jsonl"
+    else:
+        done = "`phx doctor` keeps it aside and rebuilds the open session's id and start from sessions.jsonl"
+    return [
+        Finding(
+            "error",
+            f"does not read ({done}); the memory ids it held and the identity at the session's start are lost",
+            agent=agent.id,
+            path=sessions.current_path,
+            repaired=repair,
+        )
+    ]
+
+
 def check_agent(agent: Agent, *, repair: bool = True) -> list[Finding]:
     """Check (and repair) one agent; returns what was found."""
     findings: list[Finding] = []
@@ -333,6 +360,7 @@ def check_agent(agent: Agent, *, repair: bool = True) -> list[Finding]:
         _check_log(SeqLog(sessions, lock_timeout=agent.config.lock_timeout), aid, repair, findings)
     else:
         findings += _sessions_lost(agent, sessions, events)
+    findings += _check_current_session(agent, repair)
     seqs = [e["seq"] for e in events]
     if seqs:
         gaps = sum(1 for a, b in pairwise(seqs) if b != a + 1)

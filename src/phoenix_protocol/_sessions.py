@@ -105,13 +105,26 @@ class FileSessions:
             os.path.join(self.dir, "sessions.jsonl"), lock_timeout=self.agent.config.lock_timeout, prepare=prepare
         )
 
+    def _load(self) -> tuple[dict[str, Any] | None, bytes | None]:
+        """The open session's record, and the bytes of a ``current.json`` that does not read
+        (``None`` when it reads or is missing)."""
+        data = read_bytes(self.current_path)
+        record = loads_object(data)
+        return record, (data if data and record is None else None)
+
     def current(self) -> dict[str, Any] | None:
-        return loads_object(read_bytes(self.current_path))
+        return self._load()[0]
+
+    def damaged(self) -> bool:
+        """``current.json`` is there and does not read (the next change repairs it)."""
+        return self._load()[1] is not None
 
     def set_current(self, record: dict[str, Any]) -> None:
-        self.agent.ensure()
-        ensure_dir(self.dir)
-        atomic_write(self.current_path, dumps_document(record).encode("ascii"))
+        def replace(old: dict[str, Any]) -> None:
+            old.clear()
+            old.update(record)
+
+        self.update_current(replace)
 
     def update_current(self, change: Callable[[dict[str, Any]], None]) -> dict[str, Any]:
         from phoenix_protocol._durable import FileLock
@@ -119,9 +132,50 @@ class FileSessions:
         self.agent.ensure()
         ensure_dir(self.dir)
         with FileLock(self.current_path, self.agent.config.lock_timeout):
-            record = self.current() or empty_current()
+            record, damaged = self._load()
+            if damaged is not None:
+                record = self._salvage(damaged)
+            record = record or empty_current()
             change(record)
-            self.set_current(record)
+            atomic_write(self.current_path, dumps_document(record).encode("ascii"))
+        return record
+
+    def _salvage(self, damaged: bytes) -> dict[str, Any]:
+        """A ``current.json`` that does not read (under its lock): kept beside it as
+        ``current.json.corrupt-<time>``, and the open session's record rebuilt from its start record
+        in ``sessions.jsonl`` (id, start, source, checkpoint restored from). What only the record
+        held (memory ids, the identity at the start, the last recall query) is lost, and the ops
+        event ``session_record_repaired`` says so."""
+        from phoenix_protocol._durable import keep_damaged
+
+        kept = keep_damaged(self.current_path, damaged, self.agent.clock.now_ms())
+        record = empty_current()
+        open_session = _open_start(self.records())
+        if open_session is not None:
+            started = open_session.get("at")
+            try:
+                started_ms = ms_from_iso(started) if isinstance(started, str) else None
+            except ValueError:
+                started, started_ms = None, None
+            record.update(
+                session_id=open_session.get("session_id"),
+                started_at=started,
+                started_ms=started_ms,
+                source=open_session.get("source"),
+                restored_from=open_session.get("restored_from"),
+                identity_at_start=None,
+            )
+        self.agent.record(
+            "session_record_repaired",
+            "warn",
+            {
+                "path": self.current_path,
+                "kept_as": kept,
+                "session_id": record["session_id"],
+                "lost": ["memory_ids", "identity_at_start", "last_recall_query"],
+            },
+            trusted=True,
+        )
         return record
 
     def append(self, record: dict[str, Any]) -> int:
@@ -136,6 +190,16 @@ class FileSessions:
 
 def empty_current() -> dict[str, Any]:
     return {"session_id": None, "memory_ids": [], "last_recall_query": None}
+
+
+def _open_start(records: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """The start record of the open session (the newest start, if no end record follows it)."""
+    for record in reversed(records):
+        if record.get("event") == "end":
+            return None
+        if record.get("event") == "start":
+            return dict(record)
+    return None
 
 
 def storage(agent: Agent) -> SessionStorage:
@@ -216,6 +280,7 @@ def begin(
     the session starts anyway. The start is recorded before the identity's
     ``accumulated_experience`` is incremented, so that no failure counts a session never started."""
     from phoenix_protocol._ids import validate_id
+    from phoenix_protocol._redact import redact_value
 
     sid = validate_id(session_id, "session id", max_length=128) if session_id else str(uuid.uuid4())
     ms = agent.clock.now_ms()
@@ -246,7 +311,7 @@ def begin(
             "started_ms": ms,
             "source": source,
             "restored_from": checkpoint.name if checkpoint else None,
-            "identity_at_start": identity.mutable if identity else None,
+            "identity_at_start": redact_value(identity.mutable) if identity else None,
             "memory_ids": [],
             "last_recall_query": None,
         },

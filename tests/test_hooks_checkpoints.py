@@ -437,6 +437,20 @@ def test_pre_compact_takes_its_checkpoint_when_state_json_is_damaged(project: Pa
     assert _types(project) == ["routine"]
 
 
+def test_session_end_takes_its_checkpoint_when_state_json_is_damaged(project: Path) -> None:
+    """As PreCompact: a state.json that cannot be changed costs the session's end in the state
+    (and the brief), not its checkpoint; the hook reports the damage and exits 0."""
+    run(["session-start"], _payload(project, "SessionStart", source="startup"))
+    _agent(project).state.set_status("working", "Write the parser", session_id="sess-1")
+    state = project / ".phoenix" / "agents" / "default" / "state.json"
+    state.write_bytes(state.read_bytes()[:40])  # torn
+    code, out, err = run(["session-end"], _payload(project, "SessionEnd", reason="other"))
+    assert code == 0 and out == "" and "session-end hook" in err
+    assert _types(project) == ["session"]
+    [row] = _agent(project).sessions.entries()
+    assert row["status"] == "ended" and row["checkpoint"] == _agent(project).checkpoints.entries()[0].name
+
+
 def test_a_hook_failure_is_redacted_before_it_is_cut(project: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A message cut first could keep a token's head that no longer matches its pattern."""
     from phoenix_protocol import _hooks_session

@@ -226,3 +226,30 @@ def test_the_identity_copied_at_a_session_start_is_redacted(home: Home, clock: M
     agent.sessions.begin("s-1")
     written = Path(agent.dir, "sessions", "current.json").read_text()
     assert token not in written and "deploy with" in written
+
+
+def test_ending_a_session_on_a_damaged_state_still_takes_its_checkpoint(home: Home, clock: ManualClock) -> None:
+    from phoenix_protocol import CorruptStateError
+
+    agent = opened(home, clock)
+    agent.sessions.begin("s-1")
+    Path(agent.state.path).write_bytes(b'{"schema_version": 1, "agent_id": "py", "sta')  # torn
+    with pytest.raises(CorruptStateError) as raised:
+        agent.sessions.end("s-1", summary="parser written")
+    [info] = agent.checkpoints.entries()
+    assert info.checkpoint_type == "session" and info.label == "parser written"
+    assert any(info.name in note for note in raised.value.__notes__)
+    [row] = agent.sessions.entries()
+    assert (row["session_id"], row["status"]) == ("s-1", "ended")
+
+
+def test_a_damaged_state_does_not_checkpoint_a_session_a_newer_one_replaced(home: Home, clock: ManualClock) -> None:
+    from phoenix_protocol import CorruptStateError
+
+    agent = opened(home, clock)
+    agent.sessions.begin("s-1")
+    agent.sessions.begin("s-2")
+    Path(agent.state.path).write_bytes(b"{")
+    with pytest.raises(CorruptStateError):
+        agent.sessions.end("s-1")
+    assert agent.checkpoints.entries() == []

@@ -390,13 +390,30 @@ def end_session(
     ``checkpoint`` (default: the ``checkpoint_on_exit`` setting), ``end``: the session checkpoint
     with its summary and duration, and the end record. ``session_id``: default the state's; a
     session the state no longer holds (a newer one started) is not checkpointed. Returns the
-    checkpoint, or ``None`` when none was taken."""
-    after = agent.state.end_session(session_id, reason=reason)
+    checkpoint, or ``None`` when none was taken.
+
+    A ``state.json`` that cannot be changed (damaged, written by a newer Phoenix, locked past the
+    timeout) does not cost the session its checkpoint: the session that ends is then the open
+    session record's (``current.json``), the checkpoint is taken, and the state's error is
+    raised after it, with a note naming the checkpoint."""
+    from phoenix_protocol._errors import CorruptStateError, LockTimeoutError, SchemaVersionError
+
+    take = agent.config.checkpoint_on_exit if checkpoint is None else checkpoint
+    try:
+        after = agent.state.end_session(session_id, reason=reason)
+    except (CorruptStateError, SchemaVersionError, LockTimeoutError) as exc:
+        if not take:
+            raise
+        current = read_current(agent) or {}
+        if session_id is not None and current.get("session_id") not in (None, session_id):
+            raise  # a newer session started: this one is not checkpointed
+        info = end(agent, session_id or ending_session(agent, current), summary=summary, git_timeout=git_timeout)
+        exc.add_note(f"The session checkpoint was taken all the same: {info.name}.")
+        raise
     try:
         agent.write_brief(after, git_timeout=git_timeout)
     except (PhoenixError, OSError) as exc:
         agent.record("brief_failed", "warn", {"error": str(exc)[:300]})
-    take = agent.config.checkpoint_on_exit if checkpoint is None else checkpoint
     if not take or (session_id is not None and after.session_id != session_id):
         return None
     return end(agent, session_id or after.session_id, summary=summary, git_timeout=git_timeout)

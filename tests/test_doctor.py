@@ -738,3 +738,49 @@ def test_a_damaged_seal_is_judged_by_the_log_and_written_again(agent: Agent) -> 
         agent.identity.read()
     assert [f.level for f in check_agent(agent) if f.path == agent.identity.path] == ["error"]
     assert seal.read_bytes() == b"garbage\n"
+
+
+def test_doctor_reports_another_agents_checkpoint_and_does_not_count_it(agent: Agent, home: Home) -> None:
+    """Copied in under this agent's name (its content, checksum and all, is another agent's):
+    `latest` skips it; the doctor must say so too, not count it verified."""
+    from phoenix_protocol._checkpoint_index import make_name
+
+    other = Agent.open("other", home=home, clock=agent.clock)
+    other.checkpoints.create("session")
+    theirs = other.checkpoints.create("session")  # seq 2
+    other.checkpoints.flush()
+    ours = agent.checkpoints.create("session")  # seq 1
+    agent.checkpoints.flush()
+    copied = Path(agent.checkpoints.dir, make_name(agent.id, 2, theirs.timestamp_ms + 1, "session"))
+    copied.write_bytes(Path(other.checkpoints.dir, theirs.name).read_bytes())
+    agent.checkpoints.rebuild_index()
+    assert copied.name in [e.name for e in agent.checkpoints.entries()]
+    findings = check_agent(agent, repair=False)
+    [foreign] = [f for f in findings if f.path == str(copied)]
+    assert foreign.level == "error" and "belongs to agent 'other'" in foreign.message
+    assert any(f.message == "1 checkpoint(s) verified" for f in findings)
+    assert agent.checkpoints.latest()[0].name == ours.name  # type: ignore[union-attr]
+
+
+def test_doctor_reports_a_damaged_checkpoint_without_counting_it_verified(agent: Agent) -> None:
+    info = agent.checkpoints.create("session", summary="kept in the log")
+    agent.checkpoints.flush()
+    path = Path(agent.checkpoints.dir, info.name)
+    path.write_bytes(path.read_bytes().replace(b"kept in the log", b"Kept in the log"))
+    findings = check_agent(agent, repair=False)
+    assert any(f.message == "0 checkpoint(s) verified" for f in findings)
+
+
+def test_doctor_reports_a_checkpoint_file_missing_while_the_log_holds_it(agent: Agent) -> None:
+    info = agent.checkpoints.create("session", summary="kept in the log")
+    agent.checkpoints.flush()
+    path = Path(agent.checkpoints.dir, info.name)
+    original = path.read_bytes()
+    path.unlink()  # deleted by hand (or its writer killed before writing it behind)
+    [found] = [f for f in check_agent(agent, repair=False) if "missing" in f.message]
+    assert found.level == "warn" and not found.repaired and info.name in found.message
+    assert not path.exists()  # --check changes nothing
+    [found] = [f for f in check_agent(agent) if "missing" in f.message]
+    assert found.repaired and "written from the log" in found.message
+    assert path.read_bytes() == original
+    assert not [f for f in check_agent(agent, repair=False) if "missing" in f.message]

@@ -15,6 +15,9 @@ For every agent it checks, and with ``repair=True`` fixes:
   copy, with the changes logged since replayed over it, that gives the sealed core; the report
   names the changes that could not be replayed (logged without their value).
   A core edited by hand is reported only (``phx identity reset-core`` accepts it).
+- checkpoints: each verified; a damaged file, or one missing while ``index.log`` holds its copy,
+  written back from the log; another agent's checkpoint copied in reported; temporary files of
+  killed writers removed; the catalogue rebuilt when it disagrees with the directory.
 - ``sessions/current.json`` (the open session's record) that does not read: kept as
   ``current.json.corrupt-<time>``, and the session's id and start rebuilt from ``sessions.jsonl``.
 - permissions wider than 0700 (directories) or 0600 (files): tightened.
@@ -456,14 +459,29 @@ def _check_checkpoints(agent: Agent, repair: bool) -> list[Finding]:
         if _pg.status(agent.config.store)["pending"]:
             return findings  # the store's own check reports it; reading would migrate it
     valid = 0
+    unlinked: list[str] = []  # read from the log, their file missing
     entries = store.entries()
     if not on_files and not entries:
         return findings
     for info in entries:
         try:
             checkpoint = store.read(info.name)
-            valid += 1
-            if checkpoint.recovered:
+            if checkpoint.agent_id != aid:
+                findings.append(
+                    Finding(
+                        "error",
+                        f"belongs to agent {checkpoint.agent_id!r}, not {aid!r} (copied in?): `latest` and "
+                        "restore skip it; move it to its agent once inspected",
+                        agent=aid,
+                        path=store.backend.where(info.name),
+                    )
+                )
+                continue
+            if not checkpoint.recovered:
+                valid += 1
+                if on_files and not os.path.exists(checkpoint.path):
+                    unlinked.append(info.name)
+            else:
                 repaired = repair and store.repair_from_log(info.name)
                 findings.append(
                     Finding(
@@ -490,6 +508,24 @@ def _check_checkpoints(agent: Agent, repair: bool) -> list[Finding]:
                     path=store.backend.where(info.name),
                 )
             )
+    if unlinked:
+        written = False
+        if repair:
+            for name in unlinked:
+                store.repair_from_log(name)
+            written = all(os.path.exists(os.path.join(store_dir, n)) for n in unlinked)
+        findings.append(
+            Finding(
+                "warn",
+                f"{len(unlinked)} checkpoint file(s) missing, their copy in index.log read instead (a writer "
+                "killed before writing them, one still writing, or files deleted by hand): "
+                + ("written from the log" if written else "`phx doctor` writes them from the log")
+                + f" ({', '.join(unlinked[:3])}{' ...' if len(unlinked) > 3 else ''})",
+                agent=aid,
+                path=store_dir,
+                repaired=written,
+            )
+        )
     if repair:
         differing = store.rebuild_index()
         if differing:
@@ -503,7 +539,7 @@ def _check_checkpoints(agent: Agent, repair: bool) -> list[Finding]:
                 )
             )
     where = store_dir if on_files else store.backend.where("").rstrip("/")
-    findings.append(Finding("ok", f"{valid} checkpoint(s) verified", agent=aid, path=where))
+    findings.append(Finding("ok", f"{valid} checkpoint(s) verified", agent=aid, path=where))  # damaged ones are not
     return findings
 
 

@@ -786,3 +786,30 @@ def test_a_reader_racing_a_settle_still_gets_the_newest_checkpoint(
     assert checkpoint is not None
     assert (checkpoint.name, problems) == (newest, [])
     assert older != newest
+
+
+@pytest.mark.parametrize("damage", ["deleted", "garbled"])
+def test_a_lost_snapshot_is_reported_and_never_hands_out_a_seq_again(tmp_path: Path, damage: str) -> None:
+    """The newest checkpoint was released (its operation succeeded) and the log settled since:
+    only the snapshot remembered its seq. Lost, the next writer must not give a new checkpoint
+    that number (ops events and `phx checkpoint show 4` name checkpoints by it)."""
+    store = open_store(tmp_path)
+    take(store, "routine")
+    take(store, "session")
+    with store.pre_operation("migrate db") as held:
+        assert held.checkpoint.seq == 3
+    assert [e.seq for e in store.entries()] == [2, 1]  # released
+    store.rebuild_index()  # settled: a new log, no frame names #3 any more
+    index = Path(store.catalog.index_path)
+    garbled = index.read_bytes()[:50]
+    if damage == "deleted":
+        index.unlink()
+    else:
+        index.write_bytes(garbled)
+    writer = reopened(store)
+    assert take(writer).endswith("-00000004_session.checkpoint")
+    assert [e.seq for e in reopened(store).entries()] == [4, 2, 1]
+    [event] = [e for e in writer.agent.ops.read()[0] if e["event"] == "checkpoint_index_rebuilt"]
+    assert event["status"] == "warn" and "the next number 4" in event["meta"]["detail"]
+    kept = [p.read_bytes() for p in Path(store.dir).glob("index.json.corrupt-*")]
+    assert kept == ([] if damage == "deleted" else [garbled])

@@ -56,7 +56,10 @@ The log's timestamps are never asked for (``InPlaceFile.identity``): on Linux a 
 next write's ``fdatasync`` commit the file system's journal. The directory is looked at again when
 its modification time changed, or changed too recently to tell (within the file system's
 timestamp granularity); a changed directory (an edit by hand: a file copied in or deleted) is
-listed and reconciled. A missing or unreadable snapshot is rebuilt from the directory.
+listed and reconciled. A missing or unreadable snapshot is rebuilt from the log and the directory
+by the next writer, which reports it (``on_damage``) and keeps an unreadable one as
+``index.json.corrupt-<time>``; the log's header keeps the snapshot's ``next_seq`` as of the last
+settle, so that the seq of a checkpoint dropped since is never handed out again.
 """
 
 from __future__ import annotations
@@ -280,8 +283,10 @@ def frame(meta: dict[str, Any], content: bytes = b"", seed: int = 0) -> tuple[by
     return _head(len(payload), seed, digest) + payload, digest
 
 
-def _parse_header(header: bytes) -> tuple[int, int, str] | None:
-    """``(generation, salt, boot)`` from a log header of this version, or ``None``."""
+def _parse_header(header: bytes) -> tuple[int, int, str, int] | None:
+    """``(generation, salt, boot, next_seq)`` from a log header of this version, or ``None``
+    (``next_seq``: the snapshot's when the log was started; 0 in headers written before it was
+    kept there)."""
     head = _frame_head(header, 0)
     if head is None or head[2] != 0:
         return None
@@ -293,7 +298,7 @@ def _parse_header(header: bytes) -> tuple[int, int, str] | None:
         meta = loads(payload[: payload.find(b"\n")] if b"\n" in payload else payload)
         if not isinstance(meta, dict) or meta.get("k") != "open" or meta.get("v") != LOG_VERSION:
             return None
-        return int(meta["generation"]), int(meta["salt"]), str(meta.get("boot", ""))
+        return int(meta["generation"]), int(meta["salt"]), str(meta.get("boot", "")), int(meta.get("next_seq", 0))
     except (JSONError, KeyError, TypeError, ValueError):
         return None
 
@@ -324,6 +329,8 @@ class View:
         self.log_version = 0
         self.log_generation = -1  # -1: no usable log
         self.log_damaged = False  # a log whose header reads in neither format (see ``_salvage``)
+        self.snapshot_lost = False  # no snapshot read: missing, or unreadable (see ``_snapshot_lost``)
+        self.snapshot_damaged: bytes | None = None  # an unreadable snapshot's bytes
         self.chain = 0  # the last frame's hash (the salt, before the first frame): the next frame's seed
         self.log_boot = ""
         self.log_header = b""  # the header as last read or written (a refresh compares bytes)
@@ -424,7 +431,7 @@ class Catalog:
         lock: Callable[[], contextlib.AbstractContextManager[Any]] | None = None,
         delay: float = 0.0,
         on_behind_error: Callable[[StorageError], None] | None = None,
-        on_damage: Callable[[str], None] | None = None,
+        on_damage: Callable[[str, str], None] | None = None,
     ) -> None:
         self.dir = directory
         self.on_behind_error = on_behind_error
@@ -499,7 +506,9 @@ class Catalog:
             self._view = None
             return self.load()
 
-    def _read_snapshot(self) -> tuple[int, int, list[CheckpointInfo]] | None:
+    def _read_snapshot(self, view: View) -> tuple[int, int, list[CheckpointInfo]] | None:
+        """The snapshot, or ``None`` (missing; or unreadable: its bytes kept in
+        ``view.snapshot_damaged`` for the next writer to keep aside)."""
         data = read_bytes(self.index_path)
         if data is None:
             return None
@@ -508,16 +517,19 @@ class Catalog:
             entries = [CheckpointInfo.from_dict(e) for e in index["entries"]]
             return int(index.get("generation", 0)), int(index["next_seq"]), entries
         except (JSONError, KeyError, TypeError, ValueError, AttributeError):
+            view.snapshot_damaged = data
             return None
 
     def _full_load(self, ino: int | None) -> View:
         """The snapshot and the whole log; ``load`` then reconciles with the directory (a fresh
         view has not seen it), which also covers a lost snapshot or log."""
         view = View()
-        snapshot = self._read_snapshot()
+        snapshot = self._read_snapshot(view)
         if snapshot is not None:
             view.generation, view.next_seq, entries = snapshot
             view.fill(entries)
+        else:
+            view.snapshot_lost = True
         if ino is not None:
             view.log_ino = ino
             header = self.log.read(0, HEADER_SIZE, ino=ino)
@@ -537,7 +549,9 @@ class Catalog:
         parsed = _parse_header(header)
         if parsed is None:
             return False
-        view.log_generation, view.chain, view.log_boot = parsed
+        view.log_generation, view.chain, view.log_boot, next_seq = parsed
+        # The seqs handed out before the log started: a lost snapshot must not hand them out again.
+        view.next_seq = max(view.next_seq, next_seq)
         view.log_version = LOG_VERSION
         view.log_end = HEADER_SIZE
         view.log_records = 0
@@ -769,17 +783,44 @@ class Catalog:
         if self.on_damage is not None:
             with contextlib.suppress(Exception):
                 self.on_damage(
+                    "checkpoint_log_salvaged",
                     f"{self.log_path}: its header does not read (damaged, or written by a newer Phoenix); kept as "
                     f"{os.path.basename(kept)}, {len(made)} checkpoint(s) only it held written back from its frames"
                     + (f" ({', '.join(made[:5])}{' ...' if len(made) > 5 else ''})" if made else "")
-                    + "; a new log was started"
+                    + "; a new log was started",
                 )
         if made:
             self._reconcile(view, None)
 
+    def _snapshot_lost(self, view: View) -> bool:
+        """No snapshot read while one was written before (the log is of a later generation than
+        the first), or one that does not read: the catalogue was rebuilt from the log (whose header
+        keeps the next seq as of the last settle) and the directory; an unreadable snapshot is
+        kept as ``index.json.corrupt-<time>``, a new one written, and it is told through
+        ``on_damage``. ``True`` when it settled the catalogue so."""
+        damaged = view.snapshot_damaged
+        view.snapshot_lost = False
+        view.snapshot_damaged = None
+        if damaged is None and view.log_generation <= 0:
+            return False  # never settled: the first log holds everything, no snapshot was written yet
+        kept = keep_damaged(self.index_path, damaged, system_clock.now_ms()) if damaged is not None else None
+        self._settle(view)
+        if self.on_damage is not None:
+            with contextlib.suppress(Exception):
+                self.on_damage(
+                    "checkpoint_index_rebuilt",
+                    f"{self.index_path}: "
+                    + (f"does not read (kept as {os.path.basename(kept)})" if kept else "missing")
+                    + f"; rebuilt from index.log and the directory: {len(view.entries)} checkpoint(s), "
+                    f"the next number {view.next_seq}",
+                )
+        return True
+
     def _repair(self, view: View) -> None:
         if view.log_damaged:
             self._salvage(view)
+        if view.snapshot_lost and view.log_version == LOG_VERSION and self._snapshot_lost(view):
+            return
         if view.log_version == 1 and view.log_generation >= view.generation:
             self._settle(view)  # an old-format log: its files made durable, then a new log
             return
@@ -1099,6 +1140,7 @@ class Catalog:
         text = head[:-1] + ',"entries":[\n' + lines + ("\n" if lines else "") + "]}\n"
         atomic_write(self.index_path, text.encode("ascii"))  # also flushes the directory's new names
         view.generation = generation
+        view.snapshot_lost, view.snapshot_damaged = False, None
         self._start_log(view)
 
     def _start_log(self, view: View) -> None:
@@ -1113,6 +1155,7 @@ class Catalog:
             "salt": salt,
             "boot": boot_id(),
             "agent_id": self.agent_id,
+            "next_seq": view.next_seq,
         }
         header, _digest = frame(meta)
         if len(header) > HEADER_SIZE:  # pragma: no cover - ids are at most 64 characters
@@ -1148,9 +1191,10 @@ class Catalog:
         many entries the snapshot and the log had wrong (all of them when the snapshot was lost;
         a store never settled has none: its first log, generation 0, holds everything)."""
         with self._mutex:
+            had_snapshot = self._read_snapshot(View()) is not None  # before a writer's load rewrites a lost one
             self.load(writer=True)  # files only the log holds are created
             view = self._full_load(self.log.identity())
-            complete = os.path.exists(self.index_path) or (
+            complete = had_snapshot or (
                 view.log_version == LOG_VERSION and view.log_generation == 0 and view.generation == 0
             )
             before = {e.name for e in view.ordered()} if complete else set()

@@ -583,9 +583,10 @@ class FileCheckpoints:
     def where(self, name: str) -> str:
         return self._prefix + name
 
-    def _log_damaged(self, message: str) -> None:
-        """``index.log`` did not read and was salvaged (``Catalog._salvage``): said in the ops log."""
-        self.store.agent.record("checkpoint_log_salvaged", "warn", {"dir": self.dir, "detail": message}, trusted=True)
+    def _log_damaged(self, event: str, message: str) -> None:
+        """The catalogue found damage and repaired it (``Catalog._salvage``: ``index.log``;
+        ``Catalog._snapshot_lost``: ``index.json``): said in the ops log as ``event``."""
+        self.store.agent.record(event, "warn", {"dir": self.dir, "detail": message}, trusted=True)
 
     def _files_failed(self, exc: StorageError) -> None:
         """A named file could not be created from the log: one ``checkpoint_files_failed`` event

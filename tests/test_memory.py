@@ -100,3 +100,28 @@ def test_session_tracking(home: Home, clock: ManualClock) -> None:
     info = end(agent, "s1", summary="noted the CI cache")
     recent = agent.checkpoints.read(info.name).section("recent_memories")
     assert recent == {"memory_ids": [first.id], "last_recall_query": "ci cache key"}
+
+
+def test_clients_starting_on_a_fresh_store_at_once_all_write(tmp_path: Path) -> None:
+    """SQLite answers "database is locked" at once, without its busy wait, to connections that
+    switch a new file to WAL together (the HTTP service's first requests on a new home): seen in
+    about 1 start in 8 before the store prepared the file under a lock."""
+    import threading
+
+    for trial in range(30):
+        home = Home(str(tmp_path / f"home{trial}"))
+        errors: list[BaseException] = []
+
+        def write(n: int, home: Home = home, errors: list[BaseException] = errors) -> None:
+            try:
+                MemoryStore(home).store("zero", f"note {n}")
+            except BaseException as exc:  # reported below
+                errors.append(exc)
+
+        threads = [threading.Thread(target=write, args=(n,)) for n in range(8)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(60)
+        assert not errors, (trial, errors)
+        assert MemoryStore(home).count("zero") == 8

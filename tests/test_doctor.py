@@ -784,3 +784,31 @@ def test_doctor_reports_a_checkpoint_file_missing_while_the_log_holds_it(agent: 
     assert found.repaired and "written from the log" in found.message
     assert path.read_bytes() == original
     assert not [f for f in check_agent(agent, repair=False) if "missing" in f.message]
+
+
+def test_a_change_logged_while_a_checkpoint_is_taken_is_replayed_by_the_repair(
+    agent: Agent, clock: ManualClock
+) -> None:
+    """The identity's copy is read while the checkpoint's sections are collected, and the
+    checkpoint gets its time later: a change made in between is in neither the copy nor the log
+    after the checkpoint's time. The repair replays from when the copy was read."""
+    from phoenix_protocol._checkpoints import CollectContext
+
+    agent.identity.set("state.current_focus", "Port the scheduler")
+
+    def meanwhile(ctx: CollectContext) -> dict[str, str]:
+        clock.advance(1)
+        agent.identity.set("notes.owner", "ops team")  # another thread, while the sections are collected
+        clock.advance(1)
+        return {}
+
+    agent.checkpoints.register("zz_meanwhile", meanwhile)  # collected after the identity's copy
+    taken = agent.checkpoints.create("session")
+    copy = agent.checkpoints.read(taken.name).section("identity")
+    assert "notes" not in copy["document"]["mutable"]  # the copy was read before the change
+    before = agent.identity.read()
+    _damage(agent)
+    findings = check_agent(agent)
+    assert any(f.repaired and taken.name in f.message for f in findings)
+    assert agent.identity.read().mutable["notes"] == {"owner": "ops team"}
+    assert agent.identity.read().as_dict() == before.as_dict()

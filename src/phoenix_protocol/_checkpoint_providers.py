@@ -147,16 +147,23 @@ def _current_session_file(agent: Agent) -> dict[str, Any]:
 def _identity(ctx: CollectContext) -> Identity | None:
     """The agent's identity, read once per checkpoint (``None``: there is none, or it does not read:
     an identity problem is reported by the identity commands and ``phx doctor``, not here)."""
+    return _identity_read(ctx)[1]
 
-    def read() -> Identity | None:
+
+def _identity_read(ctx: CollectContext) -> tuple[int, Identity | None]:
+    """``_identity``, and the time (ms) just before it was read: every change logged from then on
+    may be missing from it (``IdentityStore.repair`` replays them over the copy)."""
+
+    def read() -> tuple[int, Identity | None]:
         from phoenix_protocol._errors import PhoenixError
 
+        ms = ctx.agent.clock.now_ms()
         try:
-            return ctx.agent.identity.read() if ctx.agent.identity.exists() else None
+            return ms, (ctx.agent.identity.read() if ctx.agent.identity.exists() else None)
         except PhoenixError:
-            return None
+            return ms, None
 
-    found: Identity | None = ctx.cached("identity", read)
+    found: tuple[int, Identity | None] = ctx.cached("identity", read)
     return found
 
 
@@ -266,12 +273,12 @@ def restore_state_snapshot(value: Any, agent: Agent, force: bool) -> dict[str, A
 def collect_identity(ctx: CollectContext) -> dict[str, Any] | None:
     """A copy of the identity as it reads now (its seal checked) and that seal: what ``phx doctor``
     writes back when identity.yaml is damaged (``IdentityStore.repair``)."""
-    identity = _identity(ctx)
+    read_ms, identity = _identity_read(ctx)
     if identity is None:
         return None
     from phoenix_protocol._identity import digest_of
 
-    return {"document": identity.as_dict(), "digest": digest_of(identity.immutable)}
+    return {"document": identity.as_dict(), "digest": digest_of(identity.immutable), "read_ms": read_ms}
 
 
 def hand_back(value: Any, agent: Agent, force: bool) -> Any:

@@ -926,7 +926,12 @@ class IdentityStore:
             if events is None:
                 later = ["the ops log does not read: changes made after the checkpoint are unknown"]
             else:
-                replayed, later = _replay(identity, events, info.timestamp_ms)
+                # From when the copy was read (a change logged while the checkpoint was being
+                # taken is in neither the copy nor, after the checkpoint's time, the log); copies
+                # taken before it was recorded: from the checkpoint's time.
+                read_ms = value.get("read_ms")
+                since = read_ms if type(read_ms) is int and read_ms <= info.timestamp_ms else info.timestamp_ms
+                replayed, later = _replay(identity, events, since)
             if mutable_problem(identity.mutable) or json_problem(identity.mutable, "mutable"):
                 continue  # a replay that does not give a valid identity: an older copy may
             if seal is not None and digest_of(identity.immutable) != seal:

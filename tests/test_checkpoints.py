@@ -652,3 +652,42 @@ def test_a_blank_summary_is_no_summary(agent: Agent, blank: str) -> None:
     ended = _sessions.end(agent, summary=blank)  # as none: the session's default summary
     assert ended.label == "Port the scheduler (1 open item remains)"
     assert _sessions.list_sessions(agent)[-1]["summary"] == ended.label
+
+
+def test_restore_does_not_bring_back_what_was_finished_since_the_checkpoint(agent: Agent, clock: ManualClock) -> None:
+    """A note resolved and a task cleared after the checkpoint are finished, not lost: the next
+    session's restore must not hand them back (it used to put back all notes whenever state.json
+    had none, and the task whenever it had none)."""
+    _working(agent)
+    info = agent.checkpoints.create("routine")
+    clock.advance(5)
+    state = agent.state.read()
+    for note in state.open_loops + state.next_actions:
+        agent.state.resolve_note(note["id"])
+    agent.state.set_status("idle", event="state_idle")  # `phx state idle`: the task cleared on purpose
+    assert agent.state.read().current_task == ""
+    result = agent.checkpoints.restore(info.name)
+    state = agent.state.read()
+    assert (state.current_task, state.open_loops, state.next_actions) == ("", [], [])
+    assert result.applied["phoenix_state"]["restored"] == []
+
+
+def test_restore_puts_back_the_notes_a_lost_state_json_held(agent: Agent, clock: ManualClock) -> None:
+    """state.json lost, and a note added since (numbered 1 again): the checkpoint's notes come
+    back, the one whose number was taken with the next number; one resolved since does not."""
+    _working(agent)
+    agent.state.add_note("open_loop", "Resolved after the checkpoint")
+    info = agent.checkpoints.create("routine")
+    clock.advance(5)
+    agent.state.resolve_note(3)
+    os.unlink(agent.state.path)
+    _state, number = agent.state.add_note("open_loop", "Written after the loss")
+    assert number == 1
+    agent.checkpoints.restore(info.name)
+    state = agent.state.read()
+    notes = {n["text"]: n["id"] for n in state.open_loops + state.next_actions}
+    assert set(notes) == {"Written after the loss", "Timer drift under load", "Benchmark with 1k timers"}
+    assert len(set(notes.values())) == 3 and notes["Written after the loss"] == 1
+    assert state.note_seq >= max(notes.values())
+    _state, number = agent.state.add_note("next_action", "Next")
+    assert number not in notes.values()

@@ -42,7 +42,25 @@ SESSION_EVENTS = 200
 
 
 def _state(ctx: CollectContext) -> AgentState | None:
-    return ctx.cached("state", ctx.agent.state.read_or_none)  # type: ignore[no-any-return]
+    return _state_read(ctx)[1]
+
+
+def _state_read(ctx: CollectContext) -> tuple[int | None, AgentState | None]:
+    """The state, read once per checkpoint, and the seq of the newest ops event read before it
+    (``_events``, read first for that): every event after it may be missing from the state."""
+
+    def read() -> tuple[int | None, AgentState | None]:
+        from phoenix_protocol._errors import PhoenixError
+
+        try:
+            events = _events(ctx)
+        except PhoenixError:  # the ops log does not read: restore falls back to the earlier rule
+            events = [{"seq": None}]
+        seq = events[-1].get("seq") if events else 0
+        return (seq if type(seq) is int else None), ctx.agent.state.read_or_none()
+
+    found: tuple[int | None, AgentState | None] = ctx.cached("state", read)
+    return found
 
 
 def _events(ctx: CollectContext) -> list[dict[str, Any]]:
@@ -217,7 +235,7 @@ def collect_working_memory(ctx: CollectContext) -> dict[str, Any]:
 
 
 def collect_state_snapshot(ctx: CollectContext) -> dict[str, Any] | None:
-    state = _state(ctx)
+    ops_seq, state = _state_read(ctx)
     if state is None:
         return None
     return {
@@ -229,36 +247,87 @@ def collect_state_snapshot(ctx: CollectContext) -> dict[str, Any] | None:
         "next_actions": state.next_actions,
         "note_seq": state.note_seq,
         "session_id": state.session_id,
+        "ops_seq": ops_seq,
     }
 
 
+def _since_snapshot(agent: Agent, value: dict[str, Any]) -> list[dict[str, Any]] | None:
+    """The ops events logged after the snapshot's state was read (``ops_seq``: the newest before
+    it); ``None`` when that is unknown (a snapshot from before it was kept, or an ops log that
+    does not read)."""
+    from phoenix_protocol._errors import PhoenixError
+
+    seq = value.get("ops_seq")
+    if type(seq) is not int:
+        return None
+    try:
+        return agent.ops.since(seq)
+    except PhoenixError:
+        return None
+
+
 def restore_state_snapshot(value: Any, agent: Agent, force: bool) -> dict[str, Any]:
-    """Put task and notes back into state.json: always with ``force``, otherwise only what
-    state.json lacks (no task, or no notes)."""
+    """Put task and notes back into state.json: all of them with ``force``; otherwise what
+    state.json lost, never what was finished since the checkpoint, as the ops log tells:
+
+    - the task and the last output, where state.json has none, unless a status change was logged
+      since the snapshot (a task done, failed or cleared on purpose);
+    - each note state.json does not hold (by its text), unless its ``note_resolved`` was logged
+      since; one whose number state.json gave to another note gets the next number.
+
+    A snapshot from before ``ops_seq`` was kept (or an ops log that does not read): task and notes
+    where state.json has none, as earlier versions did."""
     if not isinstance(value, dict):
         return {"restored": []}
     restored: list[str] = []
+    since = None if force else _since_snapshot(agent, value)
+    changed = since is not None and any(
+        isinstance(meta := e.get("meta"), dict) and "to" in meta and "task" in meta for e in since
+    )
+    resolved = {
+        (e["meta"].get("id"), e["meta"].get("text"))
+        for e in since or []
+        if e.get("event") == "note_resolved" and isinstance(e.get("meta"), dict)
+    }
 
     def mutate(state: AgentState) -> list[Any]:
         from phoenix_protocol._state import Transition
 
-        if (force or not state.current_task) and value.get("current_task"):
+        if (force or (not state.current_task and not changed)) and value.get("current_task"):
             state.current_task = str(value["current_task"])
             restored.append("current_task")
-        if (force or not state.last_output) and value.get("last_output"):
+        if (force or (not state.last_output and not changed)) and value.get("last_output"):
             state.last_output = str(value["last_output"])
             restored.append("last_output")
+        held = state.open_loops + state.next_actions
+        texts = {i.get("text") for i in held}
+        numbers = {i.get("id") for i in held}
         for key in ("open_loops", "next_actions"):
             items = value.get(key)
-            if isinstance(items, list) and (force or not getattr(state, key)):
-                clean = [
-                    i
-                    for i in items
-                    if isinstance(i, dict) and isinstance(i.get("id"), int) and isinstance(i.get("text"), str)
-                ]
-                if clean:
+            if not isinstance(items, list):
+                continue
+            clean = [
+                i for i in items if isinstance(i, dict) and type(i.get("id")) is int and isinstance(i.get("text"), str)
+            ]
+            if force or since is None:
+                if clean and (force or not getattr(state, key)):
                     setattr(state, key, clean)
                     restored.append(key)
+                continue
+            lost = []
+            for item in clean:
+                if item["text"] in texts or (item["id"], item["text"]) in resolved:
+                    continue
+                back = dict(item)
+                if back["id"] in numbers:  # state.json numbered another note so since it was lost
+                    state.note_seq = max(state.note_seq, *(n for n in numbers if type(n) is int)) + 1
+                    back["id"] = state.note_seq
+                numbers.add(back["id"])
+                texts.add(back["text"])
+                lost.append(back)
+            if lost:
+                setattr(state, key, sorted([*getattr(state, key), *lost], key=lambda i: int(i.get("id") or 0)))
+                restored.append(key)
         seq = value.get("note_seq")
         if isinstance(seq, int):
             state.note_seq = max(state.note_seq, seq)

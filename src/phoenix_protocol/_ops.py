@@ -148,6 +148,15 @@ class OpsLog:
             return self.remote().events(since_seq=since_seq)  # type: ignore[no-any-return]
         return self.log.read(since_seq=since_seq)
 
+    def since(self, seq: int) -> list[dict[str, Any]]:
+        """The readable events with a seq above ``seq``, oldest first (read from the end: the
+        cost follows what is new)."""
+        if self.path in _later:
+            self.flush_later()
+        if self.remote is not None:
+            return self.read(since_seq=seq)[0]
+        return self.log.since(seq)
+
     def tail(self, n: int) -> tuple[list[dict[str, Any]], list[LogProblem]]:
         """The newest ``n`` events, oldest first, and what was skipped."""
         if self.path in _later:

@@ -726,6 +726,14 @@ def test_a_log_whose_header_is_damaged_gives_back_the_checkpoints_only_it_held(t
     data[20] ^= 1  # one byte of the header
     log.write_bytes(bytes(data))
 
+    # A reader (a session's restore) before any writer: the newest checkpoint is read from its
+    # frame, and the damage is said; nothing is written.
+    reader = reopened(store)
+    checkpoint, problems = reader.latest()
+    assert checkpoint is not None and (checkpoint.name, checkpoint.summary) == (newest, "only in the log")
+    assert len(problems) == 1 and "header does not read" in problems[0]
+    assert not (directory / newest).exists() and log.read_bytes() == bytes(data)
+
     writer = reopened(store)
     take(writer, kind="routine", summary="next write")
     writer.flush()

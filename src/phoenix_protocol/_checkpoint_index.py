@@ -303,6 +303,42 @@ def _parse_header(header: bytes) -> tuple[int, int, str, int] | None:
         return None
 
 
+def _frames_salvaged(data: bytes, next_seq: int) -> dict[str, tuple[CheckpointInfo, Slot]]:
+    """The checkpoints a log whose header does not read still holds (its bytes ``data``): each
+    frame is checked against its own seed, so any whole frame is found; only seqs from the
+    snapshot's ``next_seq`` on (older frames are of generations the snapshot holds), less those a
+    later frame dropped."""
+    found: dict[str, tuple[CheckpointInfo, Slot]] = {}
+    pos = HEADER_SIZE
+    while pos < len(data):
+        head = _frame_head(data, pos)
+        if head is None:
+            pos = data.find(b"@", pos + 1)
+            if pos < 0:
+                break
+            continue
+        start, length, seed, digest = head
+        end = start + length
+        if end > len(data) or seed == _V1 or xxhash.xxh3_64_intdigest(data[start:end], seed=seed) != digest:
+            pos += 1
+            continue
+        meta_end = data.find(b"\n", start, end)
+        try:
+            meta = loads(data[start:meta_end]) if meta_end >= 0 else None
+        except JSONError:
+            meta = None
+        if isinstance(meta, dict):
+            if meta.get("k") == "put" and meta_end + 1 < end:
+                with contextlib.suppress(KeyError, TypeError, ValueError):
+                    info = CheckpointInfo.from_dict(meta)
+                    if info.seq >= next_seq:
+                        found[info.name] = (info, Slot(pos, end - pos, meta_end + 1 - pos, seed))
+            for name in meta.get("drop") or ():
+                found.pop(str(name), None)
+        pos = end
+    return found
+
+
 class Slot(NamedTuple):
     """Where a checkpoint's bytes are in the log: its frame, and the seed that verifies it."""
 
@@ -329,6 +365,7 @@ class View:
         self.log_version = 0
         self.log_generation = -1  # -1: no usable log
         self.log_damaged = False  # a log whose header reads in neither format (see ``_salvage``)
+        self.salvage_from = 0  # with it: the snapshot's next_seq (the seqs its frames may add)
         self.snapshot_lost = False  # no snapshot read: missing, or unreadable (see ``_snapshot_lost``)
         self.snapshot_damaged: bytes | None = None  # an unreadable snapshot's bytes
         self.chain = 0  # the last frame's hash (the salt, before the first frame): the next frame's seed
@@ -540,7 +577,15 @@ class Catalog:
                 st = self.log.stat()  # an old-format log, read whole once (its next writer converts it)
                 self._replay_v1(view, self.log.read(0, st.st_size if st is not None else 0, ino=ino))
             elif header.strip(b"\0"):
-                view.log_damaged = True  # neither format: a writer salvages its frames (``_salvage``)
+                # Neither format: a writer salvages its frames (``_salvage``); until then readers
+                # read from them the checkpoints only they hold.
+                view.log_damaged = True
+                view.salvage_from = view.next_seq  # the snapshot's: frames of older seqs it holds
+                st = self.log.stat()
+                data = self.log.read(0, st.st_size if st is not None else 0, ino=ino)
+                for name, (info, slot) in _frames_salvaged(data, view.next_seq).items():
+                    view.add(info)
+                    view.inline[name] = slot
         return view
 
     def _open_header(self, view: View, header: bytes) -> bool:
@@ -744,34 +789,10 @@ class Catalog:
         st = self.log.stat()
         data = self.log.read(0, st.st_size if st is not None else 0, ino=view.log_ino)
         kept = keep_damaged(self.log_path, data, system_clock.now_ms())
-        found: dict[str, bytes] = {}
-        pos = HEADER_SIZE
-        while pos < len(data):
-            head = _frame_head(data, pos)
-            if head is None:
-                pos = data.find(b"@", pos + 1)
-                if pos < 0:
-                    break
-                continue
-            start, length, seed, digest = head
-            end = start + length
-            if end > len(data) or seed == _V1 or xxhash.xxh3_64_intdigest(data[start:end], seed=seed) != digest:
-                pos += 1
-                continue
-            meta_end = data.find(b"\n", start, end)
-            try:
-                meta = loads(data[start:meta_end]) if meta_end >= 0 else None
-            except JSONError:
-                meta = None
-            if isinstance(meta, dict):
-                if meta.get("k") == "put" and meta_end + 1 < end:
-                    with contextlib.suppress(KeyError, TypeError, ValueError):
-                        info = CheckpointInfo.from_dict(meta)
-                        if info.seq >= view.next_seq:
-                            found[info.name] = data[meta_end + 1 : end]
-                for name in meta.get("drop") or ():
-                    found.pop(str(name), None)
-            pos = end
+        found = {
+            name: data[slot.frame_at + slot.content_at : slot.frame_at + slot.frame_len]
+            for name, (_info, slot) in _frames_salvaged(data, view.salvage_from).items()
+        }
         made = []
         for name, content in found.items():
             try:

@@ -588,6 +588,17 @@ class FileCheckpoints:
         ``Catalog._snapshot_lost``: ``index.json``): said in the ops log as ``event``."""
         self.store.agent.record(event, "warn", {"dir": self.dir, "detail": message}, trusted=True)
 
+    def damage(self) -> str | None:
+        """What a reader should be told of the catalogue as last loaded: an ``index.log`` whose
+        header does not read (its checkpoints read from its frames until a writer salvages it)."""
+        view = self.catalog._view
+        if view is None or not view.log_damaged:
+            return None
+        return (
+            f"{self.catalog.log_path}: its header does not read; the checkpoints only it holds were read from its "
+            "frames (the next checkpoint written, or `phx doctor`, keeps it aside and writes them back)"
+        )
+
     def _files_failed(self, exc: StorageError) -> None:
         """A named file could not be created from the log: one ``checkpoint_files_failed`` event
         per kind of failure and process (each write-behind would otherwise log it again). The
@@ -905,7 +916,10 @@ class CheckpointStore:
         problems: list[str] = []
         if checkpoint_type is not None and checkpoint_type not in CHECKPOINT_TYPES:
             raise UsageError(f"checkpoint type must be one of {', '.join(CHECKPOINT_TYPES)}, not {checkpoint_type!r}.")
-        for info in self.backend.newest(checkpoint_type, None, reading=True):
+        newest = self.backend.newest(checkpoint_type, None, reading=True)
+        if self.files is not None and (damage := self.files.damage()) is not None:
+            problems.append(damage)
+        for info in newest:
             try:
                 checkpoint = self._read(info.name)
                 if checkpoint.agent_id == self.agent.id:

@@ -821,3 +821,48 @@ def test_a_lost_snapshot_is_reported_and_never_hands_out_a_seq_again(tmp_path: P
     assert event["status"] == "warn" and "the next number 4" in event["meta"]["detail"]
     kept = [p.read_bytes() for p in Path(store.dir).glob("index.json.corrupt-*")]
     assert kept == ([] if damage == "deleted" else [garbled])
+
+
+@pytest.mark.parametrize("damage", ["deleted", "garbled"])
+def test_after_a_reboot_a_lost_snapshot_does_not_cost_the_files_their_copy_in_the_log(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, damage: str
+) -> None:
+    """Files written behind without a flush, damaged by a power loss, and index.json lost too:
+    the first writer must rewrite the files from the log before the settle that rebuilds the
+    snapshot restarts the log (which held their only good copy)."""
+    store = open_store(tmp_path)
+    take(store)
+    store.rebuild_index()  # settled once: a snapshot and a log of generation 1
+    names = [take(store) for _ in range(3)]  # in the log; their files written behind, unflushed
+    store.flush()
+    originals = {n: Path(store.dir, n).read_bytes() for n in names}
+    Path(store.dir, names[1]).write_bytes(b"")  # allocated, never written
+    Path(store.dir, names[2]).write_bytes(originals[names[2]][:100])  # half written
+    index = Path(store.catalog.index_path)
+    if damage == "deleted":
+        index.unlink()
+    else:
+        index.write_bytes(index.read_bytes()[:40])
+    monkeypatch.setattr(index_mod, "_boot", "another-boot")
+    take(reopened(store))
+    assert {n: Path(store.dir, n).read_bytes() for n in names} == originals
+    assert [e for e in reopened(store).agent.ops.read()[0] if e["event"] == "checkpoint_index_rebuilt"]
+
+
+def test_an_unreadable_snapshot_next_to_a_log_of_the_earlier_format_is_kept_and_reported(tmp_path: Path) -> None:
+    store = open_store(tmp_path)
+    take(store)
+    store.rebuild_index()
+    store.flush()
+    payload = (
+        dumps_line({"k": "open", "generation": 1, "boot": index_mod.boot_id(), "agent_id": "cat"}).encode() + b"\n"
+    )
+    Path(store.catalog.log_path).unlink()
+    Path(store.catalog.log_path).write_bytes(b"@%d %08x\n" % (len(payload), zlib.crc32(payload)) + payload)
+    index = Path(store.catalog.index_path)
+    garbled = index.read_bytes()[:50]
+    index.write_bytes(garbled)
+    writer = reopened(store)
+    take(writer)
+    assert [p.read_bytes() for p in Path(store.dir).glob("index.json.corrupt-*")] == [garbled]
+    assert [e for e in writer.agent.ops.read()[0] if e["event"] == "checkpoint_index_rebuilt"]

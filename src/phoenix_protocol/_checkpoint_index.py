@@ -840,8 +840,11 @@ class Catalog:
     def _repair(self, view: View) -> None:
         if view.log_damaged:
             self._salvage(view)
-        if view.snapshot_lost and view.log_version == LOG_VERSION and self._snapshot_lost(view):
-            return
+        if view.snapshot_lost and view.log_version in (1, LOG_VERSION):
+            if view.log_boot != boot_id():
+                self._rewrite_after_reboot(view)  # before the settle below ends the log's copies
+            if self._snapshot_lost(view):
+                return
         if view.log_version == 1 and view.log_generation >= view.generation:
             self._settle(view)  # an old-format log: its files made durable, then a new log
             return
@@ -867,15 +870,18 @@ class Catalog:
                 view.unchecked.discard(name)
             self.note_own_change()
         if view.log_boot != boot_id():
-            # A reboot since the log started: files written without a flush may be lost or
-            # damaged. Rewrite each from the log, then settle (which flushes them).
-            for name in list(view.inline):
-                content = self.logged_content(view, name)
-                path = os.path.join(self.dir, name)
-                if content is not None and read_bytes(path) != content:
-                    atomic_write(path, content, durable=False)
-            self._reconcile(view, None)
-            self._settle(view)
+            self._rewrite_after_reboot(view)
+            self._settle(view)  # which flushes them
+
+    def _rewrite_after_reboot(self, view: View) -> None:
+        """A reboot since the log started: files written without a flush may be lost or damaged.
+        Rewrite each from the log (the caller then settles, which flushes them)."""
+        for name in list(view.inline):
+            content = self.logged_content(view, name)
+            path = os.path.join(self.dir, name)
+            if content is not None and read_bytes(path) != content:
+                atomic_write(path, content, durable=False)
+        self._reconcile(view, None)
 
     def _materialize(self, view: View, name: str) -> None:
         """Create the named file of a logged checkpoint if it is not there (never overwrites)."""

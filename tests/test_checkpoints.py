@@ -691,3 +691,49 @@ def test_restore_puts_back_the_notes_a_lost_state_json_held(agent: Agent, clock:
     assert state.note_seq >= max(notes.values())
     _state, number = agent.state.add_note("next_action", "Next")
     assert number not in notes.values()
+
+
+def test_restore_gives_back_notes_of_the_same_text_in_each_list(agent: Agent, clock: ManualClock) -> None:
+    _working(agent)
+    agent.state.add_note("open_loop", "Check the timer tests")
+    agent.state.add_note("next_action", "Check the timer tests")
+    info = agent.checkpoints.create("routine")
+    clock.advance(5)
+    os.unlink(agent.state.path)
+    agent.checkpoints.restore(info.name)
+    state = agent.state.read()
+    assert [n["text"] for n in state.open_loops] == ["Timer drift under load", "Check the timer tests"]
+    assert [n["text"] for n in state.next_actions] == ["Benchmark with 1k timers", "Check the timer tests"]
+
+
+def test_a_note_resolved_under_its_new_number_does_not_come_back(agent: Agent, clock: ManualClock) -> None:
+    _working(agent)
+    info = agent.checkpoints.create("routine")
+    clock.advance(5)
+    os.unlink(agent.state.path)
+    agent.state.add_note("open_loop", "Written after the loss")  # takes number 1
+    agent.checkpoints.restore(info.name)
+    notes = {n["text"]: n["id"] for n in agent.state.read().open_loops}
+    agent.state.resolve_note(notes["Timer drift under load"])  # renumbered, then finished
+    agent.checkpoints.restore(info.name)  # the next session's start, from the same checkpoint
+    assert [n["text"] for n in agent.state.read().open_loops] == ["Written after the loss"]
+
+
+def test_restore_after_a_stall_or_rotation_falls_back_to_putting_back(home: Home, clock: ManualClock) -> None:
+    """A stall (the watchdog's error) leaves the task unfinished; an ops log rotated past the
+    snapshot cannot say what was finished: in both, a lost state gets task and notes back."""
+    agent = Agent.open("rot", home=home, clock=clock, config_overrides={"ops_max_bytes": 4096, "ops_keep": 1})
+    _working(agent)
+    info = agent.checkpoints.create("routine")
+    clock.advance(5)
+    agent.state.set_status("error", "no progress for 20 minutes", source="watchdog", event="stalled")
+    os.unlink(agent.state.path)
+    agent.checkpoints.restore(info.name)
+    assert agent.state.read().current_task == "Port the scheduler to asyncio"
+    agent.state.resolve_note(1)
+    for i in range(200):  # later activity rotates the log past the snapshot
+        agent.record("note", "ok", {"i": i, "pad": "x" * 100})
+    assert agent.ops.read()[0][0]["seq"] > 10
+    os.unlink(agent.state.path)
+    agent.checkpoints.restore(info.name)
+    assert "Timer drift under load" in [n["text"] for n in agent.state.read().open_loops]  # unknown: back

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+from collections import Counter
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -253,42 +254,59 @@ def collect_state_snapshot(ctx: CollectContext) -> dict[str, Any] | None:
 
 def _since_snapshot(agent: Agent, value: dict[str, Any]) -> list[dict[str, Any]] | None:
     """The ops events logged after the snapshot's state was read (``ops_seq``: the newest before
-    it); ``None`` when that is unknown (a snapshot from before it was kept, or an ops log that
-    does not read)."""
+    it); ``None`` when that is unknown: a snapshot from before it was kept, an ops log that does
+    not read, one rotated past it (its oldest event kept is newer), or the PostgreSQL store's
+    (each machine's copy numbers its own events)."""
     from phoenix_protocol._errors import PhoenixError
 
     seq = value.get("ops_seq")
-    if type(seq) is not int:
+    if type(seq) is not int or agent.ops.remote is not None:
         return None
     try:
-        return agent.ops.since(seq)
+        events = agent.ops.since(seq)
     except PhoenixError:
         return None
+    if events and events[0].get("seq") != seq + 1:
+        return None  # events in between were rotated away: what they said is unknown
+    return events
+
+
+def _finished(since: list[dict[str, Any]], task: Any) -> bool:
+    """Whether ``since`` (ops events) has the snapshot's task finished or replaced on purpose: a
+    status change to idle (`phx state done` / `idle`, a session's end) or to another task. A
+    failure or a stall leaves it unfinished."""
+    for event in since:
+        meta = event.get("meta")
+        if not isinstance(meta, dict) or "to" not in meta or "task" not in meta:
+            continue
+        if meta["to"] == "idle" or (meta["to"] == "working" and meta["task"] != task):
+            return True
+    return False
 
 
 def restore_state_snapshot(value: Any, agent: Agent, force: bool) -> dict[str, Any]:
     """Put task and notes back into state.json: all of them with ``force``; otherwise what
     state.json lost, never what was finished since the checkpoint, as the ops log tells:
 
-    - the task and the last output, where state.json has none, unless a status change was logged
-      since the snapshot (a task done, failed or cleared on purpose);
-    - each note state.json does not hold (by its text), unless its ``note_resolved`` was logged
-      since; one whose number state.json gave to another note gets the next number.
+    - the task and the last output, where state.json has none, unless the task was finished or
+      replaced since the snapshot (``_finished``);
+    - each note state.json's list does not hold (by its text, each text as many times as it is
+      there), unless a ``note_resolved`` of that text was logged since; one whose number
+      state.json gave to another note gets the next number.
 
-    A snapshot from before ``ops_seq`` was kept (or an ops log that does not read): task and notes
-    where state.json has none, as earlier versions did."""
+    When the events since the snapshot are not known (``_since_snapshot``): task and notes where
+    state.json has none, as earlier versions did: better to bring back what may have been
+    finished than to lose what was not."""
     if not isinstance(value, dict):
         return {"restored": []}
     restored: list[str] = []
     since = None if force else _since_snapshot(agent, value)
-    changed = since is not None and any(
-        isinstance(meta := e.get("meta"), dict) and "to" in meta and "task" in meta for e in since
-    )
-    resolved = {
-        (e["meta"].get("id"), e["meta"].get("text"))
+    changed = since is not None and _finished(since, value.get("current_task"))
+    resolved = Counter(
+        e["meta"].get("text")
         for e in since or []
         if e.get("event") == "note_resolved" and isinstance(e.get("meta"), dict)
-    }
+    )
 
     def mutate(state: AgentState) -> list[Any]:
         from phoenix_protocol._state import Transition
@@ -299,9 +317,7 @@ def restore_state_snapshot(value: Any, agent: Agent, force: bool) -> dict[str, A
         if (force or (not state.last_output and not changed)) and value.get("last_output"):
             state.last_output = str(value["last_output"])
             restored.append("last_output")
-        held = state.open_loops + state.next_actions
-        texts = {i.get("text") for i in held}
-        numbers = {i.get("id") for i in held}
+        numbers = {i.get("id") for i in state.open_loops + state.next_actions}
         for key in ("open_loops", "next_actions"):
             items = value.get(key)
             if not isinstance(items, list):
@@ -315,15 +331,19 @@ def restore_state_snapshot(value: Any, agent: Agent, force: bool) -> dict[str, A
                     restored.append(key)
                 continue
             lost = []
+            held = Counter(i.get("text") for i in getattr(state, key))
             for item in clean:
-                if item["text"] in texts or (item["id"], item["text"]) in resolved:
+                if held[item["text"]] > 0:  # state.json holds it (each copy counts once)
+                    held[item["text"]] -= 1
+                    continue
+                if resolved[item["text"]] > 0:  # resolved since (under this number or another)
+                    resolved[item["text"]] -= 1
                     continue
                 back = dict(item)
                 if back["id"] in numbers:  # state.json numbered another note so since it was lost
                     state.note_seq = max(state.note_seq, *(n for n in numbers if type(n) is int)) + 1
                     back["id"] = state.note_seq
                 numbers.add(back["id"])
-                texts.add(back["text"])
                 lost.append(back)
             if lost:
                 setattr(state, key, sorted([*getattr(state, key), *lost], key=lambda i: int(i.get("id") or 0)))

@@ -125,3 +125,15 @@ def test_clients_starting_on_a_fresh_store_at_once_all_write(tmp_path: Path) -> 
             t.join(60)
         assert not errors, (trial, errors)
         assert MemoryStore(home).count("zero") == 8
+
+
+def test_a_store_whose_file_was_removed_makes_its_schema_again(tmp_path: Path) -> None:
+    """A long-lived process (the HTTP service) keeps one store: its file removed meanwhile, the
+    next write makes a new one, schema included."""
+    store = MemoryStore(Home(str(tmp_path / "h")))
+    store.store("zero", "first note")
+    for suffix in ("", "-wal", "-shm"):
+        if os.path.exists(store.path + suffix):
+            os.unlink(store.path + suffix)
+    store.store("zero", "second note")
+    assert [m.text for m in store.list("zero")] == ["second note"]

@@ -253,3 +253,55 @@ def test_a_damaged_state_does_not_checkpoint_a_session_a_newer_one_replaced(home
     with pytest.raises(CorruptStateError):
         agent.sessions.end("s-1")
     assert agent.checkpoints.entries() == []
+
+
+def test_ending_a_session_on_a_locked_state_waits_for_the_lock_once(home: Home, clock: ManualClock) -> None:
+    """The SessionEnd hook has about 1.5 s in all: a state.json held locked costs the session's
+    end one lock timeout, then the checkpoint and the end record follow at once (the checkpoint's
+    note of its time in the state waits MARK_LOCK_TIMEOUT at most, not a second timeout)."""
+    import time
+
+    from phoenix_protocol._checkpoints import MARK_LOCK_TIMEOUT
+    from phoenix_protocol._durable import FileLock
+    from phoenix_protocol._errors import LockTimeoutError
+
+    agent = Agent.open("py", home=home, clock=clock, config_overrides={"lock_timeout": 1.0})
+    agent.sessions.begin("s-1")
+    held, done = threading.Event(), threading.Event()
+
+    def hold() -> None:
+        with FileLock(agent.state.path, 1.0):
+            held.set()
+            done.wait(10)
+
+    holder = threading.Thread(target=hold)
+    holder.start()
+    try:
+        assert held.wait(5)
+        started = time.monotonic()
+        with pytest.raises(LockTimeoutError):
+            agent.sessions.end("s-1", summary="ended while locked")
+        elapsed = time.monotonic() - started
+    finally:
+        done.set()
+        holder.join()
+    assert elapsed < 1.0 + MARK_LOCK_TIMEOUT + 0.6  # a second full timeout would make it 2 s and more
+    [row] = agent.sessions.entries()
+    assert row["status"] == "ended" and row["summary"] == "ended while locked"
+
+
+def test_a_damaged_session_record_is_rebuilt_after_a_checkpoint_taken_mid_session(
+    home: Home, clock: ManualClock
+) -> None:
+    """`phx checkpoint` writes an end record while the session goes on: the salvage of a damaged
+    current.json must still find the session's start."""
+    from phoenix_protocol._sessions import end
+
+    agent = opened(home, clock)
+    started = agent.sessions.begin("s-1")
+    end(agent, summary="halfway")  # as `phx checkpoint --summary` does
+    Path(agent.dir, "sessions", "current.json").write_bytes(b"{")
+    _sessions.record_memory(agent, "m-1")
+    record = agent.sessions.current()
+    assert record is not None
+    assert (record["session_id"], record["started_at"], record["memory_ids"]) == ("s-1", started.started_at, ["m-1"])

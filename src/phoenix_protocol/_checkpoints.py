@@ -477,6 +477,10 @@ def joined_problems(problems: Iterable[str]) -> str:
     return "; ".join(problem.rstrip(". ") for problem in problems)
 
 
+MARK_LOCK_TIMEOUT = 0.25
+"""Seconds ``create`` waits for the state's lock to note when a checkpoint was taken."""
+
+
 def checkpoint_number(ref: str) -> int | None:
     """The number (seq) ``ref`` gives a checkpoint by, written ``7`` or ``#7``; ``None``: ``ref``
     is not a number (a name, perhaps)."""
@@ -1102,8 +1106,12 @@ class CheckpointStore:
         def mutate(state: Any) -> None:
             state.last_checkpoint_ms = ms
 
-        with contextlib.suppress(PhoenixError):  # a corrupt state.json must not fail the checkpoint
-            self.agent.state.change(mutate, durable=False)
+        # A corrupt state.json must not fail the checkpoint, nor a state held locked (a session
+        # ending while it is, see ``end_session``) make it wait the whole timeout again: the mark
+        # only spares a routine checkpoint, and a state lock is held for milliseconds.
+        wait = min(self.agent.config.lock_timeout, MARK_LOCK_TIMEOUT)
+        with contextlib.suppress(PhoenixError):
+            self.agent.state.change(mutate, durable=False, lock_timeout=wait)
 
     def _retain(
         self, view: View, completed: Callable[[], set[str]], *, now_ms: int, new: CheckpointInfo | None = None

@@ -323,6 +323,7 @@ class MemoryStore:
     @contextlib.contextmanager
     def _db(self) -> Iterator[sqlite3.Connection]:
         if not os.path.exists(self.path):
+            self._prepared = False  # a new file (or one removed since): its schema is made again
             self.home.ensure()
             ensure_dir(self.dir)
             with contextlib.suppress(FileExistsError):

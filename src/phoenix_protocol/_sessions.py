@@ -193,10 +193,9 @@ def empty_current() -> dict[str, Any]:
 
 
 def _open_start(records: list[dict[str, Any]]) -> dict[str, Any] | None:
-    """The start record of the open session (the newest start, if no end record follows it)."""
+    """The start record of the newest session: the one ``current.json`` describes (it is replaced
+    at each start; an end record does not close it: `phx checkpoint` writes one mid-session)."""
     for record in reversed(records):
-        if record.get("event") == "end":
-            return None
         if record.get("event") == "start":
             return dict(record)
     return None

@@ -137,3 +137,7 @@ def test_a_store_whose_file_was_removed_makes_its_schema_again(tmp_path: Path) -
             os.unlink(store.path + suffix)
     store.store("zero", "second note")
     assert [m.text for m in store.list("zero")] == ["second note"]
+    os.unlink(store.path)
+    os.close(os.open(store.path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))  # made empty by another process
+    store.store("zero", "third note")
+    assert [m.text for m in store.list("zero")] == ["third note"]

@@ -293,10 +293,11 @@ class MemoryStore:
         self.clock = clock
         self.dir = os.path.join(home.root, "memory")
         self.path = os.path.join(self.dir, "memory.sqlite3")
-        self._prepared = False
+        self._prepared: tuple[int, int] | None = None  # (device, inode) of the file prepared
 
     def _prepare(self, conn: sqlite3.Connection) -> None:
-        """Once per store object: WAL mode, the schema, its version checked. Under the file's lock:
+        """Once per file (a file removed and made again, by this process or another, is prepared
+        again): WAL mode, the schema, its version checked. Under the file's lock:
         SQLite answers "database is locked" at once, without waiting, to connections that switch
         a new file to WAL at the same time (8 clients of a fresh home; about 1 start in 8)."""
         from phoenix_protocol._durable import FileLock
@@ -318,24 +319,28 @@ class MemoryStore:
             for suffix in ("-wal", "-shm"):  # SQLite creates them with the umask's mode
                 with contextlib.suppress(FileNotFoundError):
                     os.chmod(self.path + suffix, FILE_MODE)
-        self._prepared = True
 
     @contextlib.contextmanager
     def _db(self) -> Iterator[sqlite3.Connection]:
-        if not os.path.exists(self.path):
-            self._prepared = False  # a new file (or one removed since): its schema is made again
+        try:
+            st = os.stat(self.path)
+        except FileNotFoundError:
             self.home.ensure()
             ensure_dir(self.dir)
             with contextlib.suppress(FileExistsError):
                 os.close(os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, FILE_MODE))
+            st = os.stat(self.path)
         try:
             conn = sqlite3.connect(self.path, timeout=30, isolation_level=None)
         except sqlite3.Error as exc:
             raise StorageError(f"could not open {self.path}: {exc}.", path=self.path) from exc
         try:
             conn.execute("PRAGMA synchronous=FULL")  # per connection
-            if not self._prepared:
+            # A file not prepared here yet, or one with no schema (made empty again: its inode
+            # may be the old one's): prepared (``PRAGMA schema_version`` is 0 for an empty one).
+            if self._prepared != (st.st_dev, st.st_ino) or not conn.execute("PRAGMA schema_version").fetchone()[0]:
                 self._prepare(conn)
+                self._prepared = (st.st_dev, st.st_ino)
             yield conn
         except sqlite3.Error as exc:
             raise StorageError(f"memory store {self.path}: {exc}.", path=self.path) from exc

@@ -303,12 +303,14 @@ def _parse_header(header: bytes) -> tuple[int, int, str, int] | None:
         return None
 
 
-def _frames_salvaged(data: bytes, next_seq: int) -> dict[str, tuple[CheckpointInfo, Slot]]:
+def _frames_salvaged(data: bytes, next_seq: int) -> tuple[dict[str, tuple[CheckpointInfo, Slot]], int]:
     """The checkpoints a log whose header does not read still holds (its bytes ``data``): each
     frame is checked against its own seed, so any whole frame is found; only seqs from the
     snapshot's ``next_seq`` on (older frames are of generations the snapshot holds), less those a
-    later frame dropped."""
+    later frame dropped. Also the highest seq any of them had, dropped ones included: a number
+    never to hand out again."""
     found: dict[str, tuple[CheckpointInfo, Slot]] = {}
+    highest = 0
     pos = HEADER_SIZE
     while pos < len(data):
         head = _frame_head(data, pos)
@@ -333,10 +335,11 @@ def _frames_salvaged(data: bytes, next_seq: int) -> dict[str, tuple[CheckpointIn
                     info = CheckpointInfo.from_dict(meta)
                     if info.seq >= next_seq:
                         found[info.name] = (info, Slot(pos, end - pos, meta_end + 1 - pos, seed))
+                        highest = max(highest, info.seq)
             for name in meta.get("drop") or ():
                 found.pop(str(name), None)
         pos = end
-    return found
+    return found, highest
 
 
 class Slot(NamedTuple):
@@ -583,9 +586,11 @@ class Catalog:
                 view.salvage_from = view.next_seq  # the snapshot's: frames of older seqs it holds
                 st = self.log.stat()
                 data = self.log.read(0, st.st_size if st is not None else 0, ino=ino)
-                for name, (info, slot) in _frames_salvaged(data, view.next_seq).items():
+                found, highest = _frames_salvaged(data, view.next_seq)
+                for name, (info, slot) in found.items():
                     view.add(info)
                     view.inline[name] = slot
+                view.next_seq = max(view.next_seq, highest + 1)
         return view
 
     def _open_header(self, view: View, header: bytes) -> bool:
@@ -789,31 +794,36 @@ class Catalog:
         st = self.log.stat()
         data = self.log.read(0, st.st_size if st is not None else 0, ino=view.log_ino)
         kept = keep_damaged(self.log_path, data, system_clock.now_ms())
-        found = {
-            name: data[slot.frame_at + slot.content_at : slot.frame_at + slot.frame_len]
-            for name, (_info, slot) in _frames_salvaged(data, view.salvage_from).items()
-        }
+        frames, highest = _frames_salvaged(data, view.salvage_from)
+        view.next_seq = max(view.next_seq, highest + 1)
         made = []
-        for name, content in found.items():
+        for name, (_info, slot) in frames.items():
+            content = data[slot.frame_at + slot.content_at : slot.frame_at + slot.frame_len]
+            path = os.path.join(self.dir, name)
             try:
-                atomic_create(os.path.join(self.dir, name), content, durable=True)
-                made.append(name)
+                atomic_create(path, content, durable=True)
             except FileExistsError:
-                continue
+                if read_bytes(path) == content:
+                    continue
+                # The same checkpoint (its name holds its seq), damaged in its file (written behind
+                # without a flush before a power loss, say): the frame's bytes are verified.
+                atomic_write(path, content)
+            made.append(name)
         view.log_damaged = False
         if self.on_damage is not None:
             with contextlib.suppress(Exception):
                 self.on_damage(
                     "checkpoint_log_salvaged",
                     f"{self.log_path}: its header does not read (damaged, or written by a newer Phoenix); kept as "
-                    f"{os.path.basename(kept)}, {len(made)} checkpoint(s) only it held written back from its frames"
+                    f"{os.path.basename(kept)}, {len(made)} checkpoint(s) it held (files missing or damaged) written "
+                    "back from its frames"
                     + (f" ({', '.join(made[:5])}{' ...' if len(made) > 5 else ''})" if made else "")
                     + "; a new log was started",
                 )
         if made:
             self._reconcile(view, None)
 
-    def _snapshot_lost(self, view: View) -> bool:
+    def _snapshot_lost(self, view: View, *, log_damaged: bool = False) -> bool:
         """No snapshot read while one was written before (the log is of a later generation than
         the first), or one that does not read: the catalogue was rebuilt from the log (whose header
         keeps the next seq as of the last settle) and the directory; an unreadable snapshot is
@@ -822,8 +832,8 @@ class Catalog:
         damaged = view.snapshot_damaged
         view.snapshot_lost = False
         view.snapshot_damaged = None
-        if damaged is None and view.log_generation <= 0:
-            return False  # never settled: the first log holds everything, no snapshot was written yet
+        if damaged is None and view.log_generation <= 0 and not log_damaged:
+            return False  # never settled (a damaged log's header cannot say: reported all the same): the first log holds everything, no snapshot was written yet
         kept = keep_damaged(self.index_path, damaged, system_clock.now_ms()) if damaged is not None else None
         self._settle(view)
         if self.on_damage is not None:
@@ -840,12 +850,16 @@ class Catalog:
     def _repair(self, view: View) -> None:
         if view.log_damaged:
             self._salvage(view)
+            if view.snapshot_lost and self._snapshot_lost(view, log_damaged=True):
+                return
         if view.snapshot_lost and view.log_version in (1, LOG_VERSION):
             if view.log_boot != boot_id():
                 self._rewrite_after_reboot(view)  # before the settle below ends the log's copies
             if self._snapshot_lost(view):
                 return
         if view.log_version == 1 and view.log_generation >= view.generation:
+            if view.log_boot != boot_id():
+                self._rewrite_after_reboot(view)  # before the settle ends the log's copies
             self._settle(view)  # an old-format log: its files made durable, then a new log
             return
         if view.log_version != LOG_VERSION or view.log_generation < view.generation or view.log_generation < 0:

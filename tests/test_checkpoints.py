@@ -737,3 +737,61 @@ def test_restore_after_a_stall_or_rotation_falls_back_to_putting_back(home: Home
     os.unlink(agent.state.path)
     agent.checkpoints.restore(info.name)
     assert "Timer drift under load" in [n["text"] for n in agent.state.read().open_loops]  # unknown: back
+
+
+def _notes(agent: Agent) -> tuple[list[tuple[int, str]], list[tuple[int, str]], int]:
+    state = agent.state.read()
+    return (
+        [(n["id"], n["text"]) for n in state.open_loops],
+        [(n["id"], n["text"]) for n in state.next_actions],
+        state.note_seq,
+    )
+
+
+def test_restore_replays_what_happened_since_the_checkpoint(agent: Agent, clock: ManualClock) -> None:
+    """The truth is the snapshot with the events since replayed over it: a note of the same text
+    added and resolved since does not hide the snapshot's; a resolution applies to its own list;
+    a task left and resumed comes back; notes added since and lost come back, numbering on."""
+    agent.sessions.begin("s1")
+    agent.state.set_status("working", "Port the scheduler")
+    agent.state.add_note("open_loop", "Write the tests")  # 1
+    agent.state.add_note("next_action", "Flaky timer test")  # 2
+    agent.state.add_note("open_loop", "Flaky timer test")  # 3
+    agent.checkpoints.create("routine")
+    clock.advance(5)
+    _state, later = agent.state.add_note("next_action", "Write the tests")  # 4, then resolved
+    agent.state.resolve_note(later)
+    agent.state.resolve_note(2)  # the next action, not the open loop of the same text
+    agent.state.set_status("working", "Answer a quick question")
+    agent.state.set_status("idle", "answered")
+    agent.state.set_status("working", "Port the scheduler")  # resumed
+    agent.state.add_note("next_action", "Benchmark")  # 5, added since
+    before = agent.state.read().note_seq
+    os.unlink(agent.state.path)
+    agent.sessions.begin("s2")
+    loops, actions, seq = _notes(agent)
+    assert loops == [(1, "Write the tests"), (3, "Flaky timer test")]
+    assert actions == [(5, "Benchmark")]
+    assert agent.state.read().current_task == "Port the scheduler"
+    assert seq >= before
+    assert agent.state.add_note("open_loop", "Next")[1] == before + 1
+
+
+def test_restore_never_gives_two_notes_one_number(home: Home, clock: ManualClock) -> None:
+    """A lost state.json numbers from 1 again: the checkpoint's notes put back get numbers of
+    their own, with --force as without, and when the ops log cannot tell what happened since."""
+    for force, rotated in ((False, False), (True, False), (False, True)):
+        overrides = {"ops_max_bytes": 4096, "ops_keep": 1} if rotated else {}
+        agent = Agent.open(f"n{int(force)}{int(rotated)}", home=home, clock=clock, config_overrides=overrides)
+        agent.sessions.begin("s1")
+        agent.state.add_note("next_action", "Write the migration")  # 1
+        agent.checkpoints.create("routine")
+        for i in range(200 if rotated else 0):
+            agent.record("note", "ok", {"i": i, "pad": "x" * 100})
+        os.unlink(agent.state.path)
+        agent.state.add_note("open_loop", "Why did state.json vanish?")  # 1 again
+        agent.sessions.begin("s2", force=force)
+        loops, actions, _seq = _notes(agent)
+        numbers = [n for n, _t in loops + actions]
+        assert len(numbers) == len(set(numbers)), (force, rotated, loops, actions)
+        assert "Write the migration" in [t for _n, t in actions]

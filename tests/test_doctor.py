@@ -812,3 +812,26 @@ def test_a_change_logged_while_a_checkpoint_is_taken_is_replayed_by_the_repair(
     assert any(f.repaired and taken.name in f.message for f in findings)
     assert agent.identity.read().mutable["notes"] == {"owner": "ops team"}
     assert agent.identity.read().as_dict() == before.as_dict()
+
+
+def test_a_rebuild_keeps_both_notes_a_restarted_numbering_gave_one_number() -> None:
+    """A state.json lost and started again numbers its notes from 1: the note the log had under
+    that number is kept (numbered after the others), not replaced."""
+    events = [
+        {
+            "seq": 1,
+            "ts": "2026-01-01T00:00:00.000Z",
+            "event": "note_added",
+            "meta": {"kind": "open_loop", "id": 1, "text": "A"},
+        },
+        {
+            "seq": 2,
+            "ts": "2026-01-01T00:00:01.000Z",
+            "event": "note_added",
+            "meta": {"kind": "next_action", "id": 1, "text": "B"},
+        },
+    ]
+    state, _used = rebuild_state(events)
+    assert [(n["id"], n["text"]) for n in state.open_loops] == [(2, "A")]
+    assert [(n["id"], n["text"]) for n in state.next_actions] == [(1, "B")]
+    assert state.note_seq == 2

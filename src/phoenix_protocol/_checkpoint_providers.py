@@ -271,92 +271,117 @@ def _since_snapshot(agent: Agent, value: dict[str, Any]) -> list[dict[str, Any]]
     return events
 
 
-def _finished(since: list[dict[str, Any]], task: Any) -> bool:
-    """Whether ``since`` (ops events) has the snapshot's task finished or replaced on purpose: a
-    status change to idle (`phx state done` / `idle`, a session's end) or to another task. A
-    failure or a stall leaves it unfinished."""
-    for event in since:
-        meta = event.get("meta")
-        if not isinstance(meta, dict) or "to" not in meta or "task" not in meta:
-            continue
-        if meta["to"] == "idle" or (meta["to"] == "working" and meta["task"] != task):
-            return True
-    return False
+def _snapshot_state(value: dict[str, Any]) -> AgentState:
+    """The snapshot as a state (task, output, notes, numbering), for ``rebuild_state`` to replay
+    the events since over it."""
+    from phoenix_protocol._state import AgentState
+
+    state = AgentState()
+    for key in ("current_task", "last_output"):
+        if isinstance(value.get(key), str):
+            setattr(state, key, value[key])
+    if value.get("status") in ("idle", "working", "error"):
+        state.status = value["status"]
+    numbers: set[int] = set()
+    for key in ("open_loops", "next_actions"):
+        items = value.get(key)
+        clean = []
+        for item in items if isinstance(items, list) else []:
+            well_formed = isinstance(item, dict) and type(item.get("id")) is int and isinstance(item.get("text"), str)
+            if well_formed and item["id"] not in numbers:  # a snapshot edited by hand: one note per number
+                numbers.add(item["id"])
+                clean.append(dict(item))
+        setattr(state, key, clean)
+    seq = value.get("note_seq")
+    state.note_seq = max([seq if type(seq) is int else 0, *numbers])
+    return state
 
 
 def restore_state_snapshot(value: Any, agent: Agent, force: bool) -> dict[str, Any]:
-    """Put task and notes back into state.json: all of them with ``force``; otherwise what
-    state.json lost, never what was finished since the checkpoint, as the ops log tells:
+    """Put task and notes back into state.json: the checkpoint's, all of them, with ``force``;
+    otherwise what state.json lost, never what was finished since the checkpoint. What is true
+    now is the snapshot with the ops events logged since replayed over it (``rebuild_state``, as
+    ``phx doctor`` rebuilds a lost state.json from the log): a task resumed comes back, one done,
+    cleared or replaced does not; a note resolved since does not come back, one added since and
+    lost does. Of that, state.json gets the task and the last output where it has none, and each
+    note its list does not hold (matched by number and text, else by text); a note whose number
+    state.json gave to another gets the next number. Each note put back is logged as
+    ``note_added``, so that a rebuild from the log keeps it.
 
-    - the task and the last output, where state.json has none, unless the task was finished or
-      replaced since the snapshot (``_finished``);
-    - each note state.json's list does not hold (by its text, each text as many times as it is
-      there), unless a ``note_resolved`` of that text was logged since; one whose number
-      state.json gave to another note gets the next number.
-
-    When the events since the snapshot are not known (``_since_snapshot``): task and notes where
-    state.json has none, as earlier versions did: better to bring back what may have been
-    finished than to lose what was not."""
+    When the events since the snapshot are not known (``_since_snapshot``), the snapshot stands
+    for the truth and only what state.json has none of (the task, a list of notes) comes back, as
+    earlier versions did: better to bring back what may have been finished than to lose what was
+    not."""
     if not isinstance(value, dict):
         return {"restored": []}
-    restored: list[str] = []
+    from phoenix_protocol._doctor import rebuild_state
+    from phoenix_protocol._state import Transition
+
+    snapshot = _snapshot_state(value)
     since = None if force else _since_snapshot(agent, value)
-    changed = since is not None and _finished(since, value.get("current_task"))
-    resolved = Counter(
-        e["meta"].get("text")
-        for e in since or []
-        if e.get("event") == "note_resolved" and isinstance(e.get("meta"), dict)
-    )
+    truth = rebuild_state(since, start=snapshot)[0] if since is not None else snapshot
+    restored: list[str] = []
 
     def mutate(state: AgentState) -> list[Any]:
-        from phoenix_protocol._state import Transition
-
-        if (force or (not state.current_task and not changed)) and value.get("current_task"):
-            state.current_task = str(value["current_task"])
-            restored.append("current_task")
-        if (force or (not state.last_output and not changed)) and value.get("last_output"):
-            state.last_output = str(value["last_output"])
-            restored.append("last_output")
-        numbers = {i.get("id") for i in state.open_loops + state.next_actions}
-        for key in ("open_loops", "next_actions"):
-            items = value.get(key)
-            if not isinstance(items, list):
-                continue
-            clean = [
-                i for i in items if isinstance(i, dict) and type(i.get("id")) is int and isinstance(i.get("text"), str)
-            ]
-            if force or since is None:
-                if clean and (force or not getattr(state, key)):
-                    setattr(state, key, clean)
+        restored.clear()
+        added: list[Transition] = []
+        if force:
+            if snapshot.current_task:
+                state.current_task = snapshot.current_task
+                restored.append("current_task")
+            if snapshot.last_output:
+                state.last_output = snapshot.last_output
+                restored.append("last_output")
+            if snapshot.open_loops or snapshot.next_actions:
+                state.open_loops, state.next_actions = snapshot.open_loops, snapshot.next_actions
+                restored.extend(["open_loops", "next_actions"])
+            state.note_seq = max(state.note_seq, snapshot.note_seq)
+        else:
+            if not state.current_task and truth.current_task:
+                state.current_task = truth.current_task
+                restored.append("current_task")
+            if not state.last_output and truth.last_output:
+                state.last_output = truth.last_output
+                restored.append("last_output")
+            numbers = {i.get("id") for i in state.open_loops + state.next_actions}
+            state.note_seq = max([state.note_seq, truth.note_seq, *(n for n in numbers if type(n) is int)])
+            for key, kind in (("open_loops", "open_loop"), ("next_actions", "next_action")):
+                mine: list[dict[str, Any]] = getattr(state, key)
+                theirs: list[dict[str, Any]] = getattr(truth, key)
+                if since is None and mine:
+                    continue  # unknown history: a list state.json has is left as it is
+                pairs = {(i.get("id"), i.get("text")) for i in mine}
+                true_pairs = {(t["id"], t["text"]) for t in theirs}
+                # state.json's notes the truth does not hold as they are (renumbered by a restore
+                # the log does not show yet, say): each stands for one of the truth's, by text
+                texts = Counter(i.get("text") for i in mine if (i.get("id"), i.get("text")) not in true_pairs)
+                lost = []
+                for item in theirs:
+                    if (item["id"], item["text"]) in pairs:
+                        continue
+                    if texts[item["text"]] > 0:  # held under another number (renumbered before)
+                        texts[item["text"]] -= 1
+                        continue
+                    back = dict(item)
+                    if back["id"] in numbers:  # its number went to another note since state.json was lost
+                        state.note_seq += 1
+                        back["id"] = state.note_seq
+                    numbers.add(back["id"])
+                    lost.append(back)
+                    added.append(
+                        Transition(
+                            "note_added", "ok", {"kind": kind, "id": back["id"], "text": back["text"]}, trusted=True
+                        )
+                    )
+                if lost:
+                    setattr(state, key, sorted([*mine, *lost], key=lambda i: int(i.get("id") or 0)))
                     restored.append(key)
-                continue
-            lost = []
-            held = Counter(i.get("text") for i in getattr(state, key))
-            for item in clean:
-                if held[item["text"]] > 0:  # state.json holds it (each copy counts once)
-                    held[item["text"]] -= 1
-                    continue
-                if resolved[item["text"]] > 0:  # resolved since (under this number or another)
-                    resolved[item["text"]] -= 1
-                    continue
-                back = dict(item)
-                if back["id"] in numbers:  # state.json numbered another note so since it was lost
-                    state.note_seq = max(state.note_seq, *(n for n in numbers if type(n) is int)) + 1
-                    back["id"] = state.note_seq
-                numbers.add(back["id"])
-                lost.append(back)
-            if lost:
-                setattr(state, key, sorted([*getattr(state, key), *lost], key=lambda i: int(i.get("id") or 0)))
-                restored.append(key)
-        seq = value.get("note_seq")
-        if isinstance(seq, int):
-            state.note_seq = max(state.note_seq, seq)
         if not restored:
             return []
-        return [Transition("state_restored", "ok", {"fields": restored}, trusted=True)]
+        return [*added, Transition("state_restored", "ok", {"fields": restored}, trusted=True)]
 
     agent.state.change(mutate)
-    return {"restored": restored}
+    return {"restored": list(restored)}
 
 
 def collect_identity(ctx: CollectContext) -> dict[str, Any] | None:

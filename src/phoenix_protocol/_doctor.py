@@ -89,11 +89,19 @@ class Finding:
         }
 
 
-def rebuild_state(events: list[dict[str, Any]]) -> tuple[AgentState, list[str]]:
-    """Replay ops events (oldest first) into a state; returns it and a summary of what was used."""
-    state = AgentState()
+def rebuild_state(events: list[dict[str, Any]], start: AgentState | None = None) -> tuple[AgentState, list[str]]:
+    """Replay ops events (oldest first) into a state (``start``: over a copy of that one, as a
+    checkpoint's snapshot); returns it and a summary of what was used. A note added under a
+    number another note already holds (a state.json lost and started again numbers from 1) does
+    not replace it: the earlier one is kept and numbered after the others."""
+    state = AgentState.from_dict(start.to_dict()) if start is not None else AgentState()
     used: dict[str, int] = {}
     notes: dict[int, dict[str, Any]] = {}
+    displaced: list[dict[str, Any]] = []
+    for which, items in (("open_loop", state.open_loops), ("next_action", state.next_actions)):
+        for item in items:
+            notes[item["id"]] = {**item, "kind": which}
+    state.open_loops, state.next_actions = [], []
     for event in events:
         name = event.get("event")
         raw_meta = event.get("meta")
@@ -159,6 +167,14 @@ def rebuild_state(events: list[dict[str, Any]]) -> tuple[AgentState, list[str]]:
         elif name == "note_added":
             number, text, kind = meta.get("id"), meta.get("text"), meta.get("kind")
             if isinstance(number, int) and isinstance(text, str) and kind in ("open_loop", "next_action"):
+                held = notes.get(number)
+                if held is not None and (held["text"], held["kind"]) != (text, kind):
+                    displaced.append(held)
+                # A note displaced earlier and added again (a restore puts it back under a new
+                # number, and logs it so) is that one, not another.
+                again = next((d for d in displaced if (d["text"], d["kind"]) == (text, kind)), None)
+                if again is not None:
+                    displaced.remove(again)
                 notes[number] = {"id": number, "text": text, "added_at": ts, "kind": kind}
                 state.note_seq = max(state.note_seq, number)
         elif name == "note_resolved":
@@ -177,6 +193,9 @@ def rebuild_state(events: list[dict[str, Any]]) -> tuple[AgentState, list[str]]:
                     continue
                 state.last_active_ms = ms
                 state.last_active = iso_from_ms(ms)
+    for item in displaced:
+        state.note_seq = max([state.note_seq, *notes]) + 1
+        notes[state.note_seq] = {**item, "id": state.note_seq}
     for item in sorted(notes.values(), key=lambda n: n["id"]):
         kind = item.pop("kind")
         (state.open_loops if kind == "open_loop" else state.next_actions).append(item)

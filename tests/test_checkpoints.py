@@ -795,3 +795,63 @@ def test_restore_never_gives_two_notes_one_number(home: Home, clock: ManualClock
         numbers = [n for n, _t in loops + actions]
         assert len(numbers) == len(set(numbers)), (force, rotated, loops, actions)
         assert "Write the migration" in [t for _n, t in actions]
+
+
+def _view(agent: Agent) -> tuple[str, list[tuple[int, str]], list[tuple[int, str]]]:
+    loops, actions, _seq = _notes(agent)
+    return agent.state.read().current_task, loops, actions
+
+
+def test_a_forced_restore_is_logged_so_the_next_start_and_doctor_agree(agent: Agent, home: Home) -> None:
+    from phoenix_protocol._doctor import rebuild_state
+
+    agent.sessions.begin("s1")
+    agent.state.set_status("working", "Port the scheduler")
+    agent.state.add_note("open_loop", "A")  # 1, in the checkpoint
+    info = agent.checkpoints.create("routine")
+    agent.state.add_note("next_action", "Wrong idea")  # 2, since: --force drops it
+    agent.state.resolve_note(1)  # resolved by mistake: --force brings it back
+    agent.checkpoints.restore(info.name, force=True)
+    forced = _view(agent)
+    assert forced == ("Port the scheduler", [(1, "A")], [])
+    agent.sessions.begin("s2")  # an ordinary start from the same checkpoint: nothing to undo
+    assert _view(agent) == forced
+    rebuilt, _used = rebuild_state(agent.ops.read()[0])
+    assert ([(n["id"], n["text"]) for n in rebuilt.open_loops], rebuilt.next_actions) == ([(1, "A")], [])
+
+
+def test_numbering_goes_on_past_every_number_the_log_gave(home: Home, clock: ManualClock) -> None:
+    """With --force, and when the log rotated past the snapshot: a lost state.json's next note
+    never takes a number the log already gave another note."""
+    for force, rotated in ((True, False), (False, True)):
+        overrides = {"ops_max_bytes": 4096, "ops_keep": 1} if rotated else {}
+        agent = Agent.open(f"m{int(force)}", home=home, clock=clock, config_overrides=overrides)
+        agent.sessions.begin("s1")
+        agent.state.add_note("open_loop", "A")  # 1
+        agent.checkpoints.create("routine")
+        for i in range(200 if rotated else 0):
+            agent.record("note", "ok", {"i": i, "pad": "x" * 100})
+        agent.state.add_note("open_loop", "B")  # 2
+        agent.state.add_note("open_loop", "C")  # 3
+        os.unlink(agent.state.path)
+        agent.sessions.begin("s2", force=force)
+        _state, number = agent.state.add_note("open_loop", "D")
+        assert number == 4, (force, rotated)
+
+
+def test_a_task_done_since_the_checkpoint_does_not_come_back(agent: Agent, clock: ManualClock) -> None:
+    agent.sessions.begin("s1")
+    agent.state.set_status("working", "Port the scheduler")
+    agent.checkpoints.create("routine")
+    agent.state.set_status("idle", "scheduler merged")  # `phx state done`: the task kept, as done
+    os.unlink(agent.state.path)
+    agent.sessions.begin("s2")
+    state = agent.state.read()
+    assert (state.current_task, state.last_output) == ("", "scheduler merged")
+    agent.sessions.end(summary="s2 done")
+    agent.state.set_status("working", "Review the port")
+    agent.checkpoints.create("routine")
+    agent.sessions.end(summary="a session's end leaves the task to the next")
+    os.unlink(agent.state.path)
+    agent.sessions.begin("s3")
+    assert agent.state.read().current_task == "Review the port"

@@ -248,27 +248,48 @@ def collect_state_snapshot(ctx: CollectContext) -> dict[str, Any] | None:
         "next_actions": state.next_actions,
         "note_seq": state.note_seq,
         "session_id": state.session_id,
+        "status_event": state.status_event,
         "ops_seq": ops_seq,
     }
 
 
-def _since_snapshot(agent: Agent, value: dict[str, Any]) -> list[dict[str, Any]] | None:
-    """The ops events logged after the snapshot's state was read (``ops_seq``: the newest before
-    it); ``None`` when that is unknown: a snapshot from before it was kept, an ops log that does
-    not read, one rotated past it (its oldest event kept is newer), or the PostgreSQL store's
-    (each machine's copy numbers its own events)."""
+def _since_snapshot(agent: Agent, value: dict[str, Any]) -> tuple[list[dict[str, Any]], bool]:
+    """The ops events kept that were logged after the snapshot's state was read (``ops_seq``:
+    the newest before it), and whether they are all of them. Not all: a snapshot from before
+    ``ops_seq`` was kept, a log rotated past it (its oldest event kept is newer), one that does not
+    read, or the PostgreSQL store's (each machine's copy numbers its own events: none used)."""
     from phoenix_protocol._errors import PhoenixError
 
     seq = value.get("ops_seq")
-    if type(seq) is not int or agent.ops.remote is not None:
-        return None
+    if agent.ops.remote is not None:
+        return [], False
     try:
-        events = agent.ops.since(seq)
+        events = agent.ops.since(seq if type(seq) is int else 0)
     except PhoenixError:
-        return None
-    if events and events[0].get("seq") != seq + 1:
-        return None  # events in between were rotated away: what they said is unknown
-    return events
+        return [], False
+    complete = type(seq) is int and (not events or events[0].get("seq") == seq + 1)
+    return events, complete
+
+
+def _task_finished(value: dict[str, Any], since: list[dict[str, Any]]) -> bool:
+    """Whether the snapshot's task was finished by the last status change known (``since``, else
+    the snapshot's own): `phx state done` or `idle` (to idle). A session's end, a failure or a
+    stall leave it unfinished."""
+    for event in reversed(since):
+        meta = event.get("meta")
+        if isinstance(meta, dict) and "to" in meta and "task" in meta:
+            return bool(meta["to"] == "idle")
+    return value.get("status") == "idle" and value.get("status_event") in ("task_done", "state_idle")
+
+
+def _highest_note(events: list[dict[str, Any]]) -> int:
+    """The highest note number the events gave."""
+    numbers = [
+        e["meta"]["id"]
+        for e in events
+        if e.get("event") == "note_added" and isinstance(e.get("meta"), dict) and type(e["meta"].get("id")) is int
+    ]
+    return max(numbers, default=0)
 
 
 def _snapshot_state(value: dict[str, Any]) -> AgentState:
@@ -298,33 +319,40 @@ def _snapshot_state(value: dict[str, Any]) -> AgentState:
 
 
 def restore_state_snapshot(value: Any, agent: Agent, force: bool) -> dict[str, Any]:
-    """Put task and notes back into state.json: the checkpoint's, all of them, with ``force``;
-    otherwise what state.json lost, never what was finished since the checkpoint. What is true
-    now is the snapshot with the ops events logged since replayed over it (``rebuild_state``, as
-    ``phx doctor`` rebuilds a lost state.json from the log): a task resumed comes back, one done,
-    cleared or replaced does not; a note resolved since does not come back, one added since and
-    lost does. Of that, state.json gets the task and the last output where it has none, and each
-    note its list does not hold (matched by number and text, else by text); a note whose number
-    state.json gave to another gets the next number. Each note put back is logged as
-    ``note_added``, so that a rebuild from the log keeps it.
+    """Put task and notes back into state.json: the checkpoint's in place of state.json's with
+    ``force``; otherwise what state.json lost, never what was finished since the checkpoint.
 
-    When the events since the snapshot are not known (``_since_snapshot``), the snapshot stands
-    for the truth and only what state.json has none of (the task, a list of notes) comes back, as
-    earlier versions did: better to bring back what may have been finished than to lose what was
-    not."""
+    What is true now is the snapshot with the ops events logged since replayed over it
+    (``rebuild_state``, as ``phx doctor`` rebuilds a lost state.json from the log): a task resumed
+    comes back, one done, cleared or replaced does not (``_task_finished``); a note resolved since
+    does not come back, one added since and lost does. Of that, state.json gets the task and the
+    last output where it has none, and each note its list does not hold (matched by number and
+    text, else by text); a note whose number state.json gave to another gets the next number.
+
+    When the events since the snapshot are not all known (``_since_snapshot``), the snapshot
+    stands for the truth and only what state.json has none of (the task, a list of notes) comes
+    back, as earlier versions did: better to bring back what may have been finished than to lose
+    what was not. Either way, and with ``force``, numbering goes on past every note number the
+    kept log gave. Every note put back is logged as ``note_added`` and every note ``force`` drops
+    as ``note_resolved``, so that a rebuild from the log, and the next restore, agree. The events
+    are read under the state's lock, so that no change slips in between."""
     if not isinstance(value, dict):
         return {"restored": []}
     from phoenix_protocol._doctor import rebuild_state
     from phoenix_protocol._state import Transition
 
     snapshot = _snapshot_state(value)
-    since = None if force else _since_snapshot(agent, value)
-    truth = rebuild_state(since, start=snapshot)[0] if since is not None else snapshot
     restored: list[str] = []
+
+    def note_event(name: str, kind: str, item: dict[str, Any]) -> Transition:
+        return Transition(name, "ok", {"kind": kind, "id": item["id"], "text": item["text"]}, trusted=True)
 
     def mutate(state: AgentState) -> list[Any]:
         restored.clear()
-        added: list[Transition] = []
+        logged: list[Transition] = []
+        since, complete = _since_snapshot(agent, value)
+        state.note_seq = max(state.note_seq, snapshot.note_seq, _highest_note(since))
+        lists = (("open_loops", "open_loop"), ("next_actions", "next_action"))
         if force:
             if snapshot.current_task:
                 state.current_task = snapshot.current_task
@@ -333,22 +361,37 @@ def restore_state_snapshot(value: Any, agent: Agent, force: bool) -> dict[str, A
                 state.last_output = snapshot.last_output
                 restored.append("last_output")
             if snapshot.open_loops or snapshot.next_actions:
-                state.open_loops, state.next_actions = snapshot.open_loops, snapshot.next_actions
+                for key, kind in lists:
+                    held = {(i.get("id"), i.get("text")) for i in getattr(state, key)}
+                    wanted = {(i["id"], i["text"]) for i in getattr(snapshot, key)}
+                    logged += [
+                        note_event("note_resolved", kind, i)
+                        for i in getattr(state, key)
+                        if (i.get("id"), i.get("text")) not in wanted
+                    ]
+                    logged += [
+                        note_event("note_added", kind, i)
+                        for i in getattr(snapshot, key)
+                        if (i["id"], i["text"]) not in held
+                    ]
+                    setattr(state, key, getattr(snapshot, key))
                 restored.extend(["open_loops", "next_actions"])
-            state.note_seq = max(state.note_seq, snapshot.note_seq)
         else:
-            if not state.current_task and truth.current_task:
+            truth = rebuild_state(since, start=snapshot)[0] if complete else snapshot
+            state.note_seq = max(state.note_seq, truth.note_seq)
+            finished = _task_finished(value, since if complete else [])
+            if not state.current_task and truth.current_task and not finished:
                 state.current_task = truth.current_task
                 restored.append("current_task")
             if not state.last_output and truth.last_output:
                 state.last_output = truth.last_output
                 restored.append("last_output")
             numbers = {i.get("id") for i in state.open_loops + state.next_actions}
-            state.note_seq = max([state.note_seq, truth.note_seq, *(n for n in numbers if type(n) is int)])
-            for key, kind in (("open_loops", "open_loop"), ("next_actions", "next_action")):
+            state.note_seq = max([state.note_seq, *(n for n in numbers if type(n) is int)])
+            for key, kind in lists:
                 mine: list[dict[str, Any]] = getattr(state, key)
                 theirs: list[dict[str, Any]] = getattr(truth, key)
-                if since is None and mine:
+                if not complete and mine:
                     continue  # unknown history: a list state.json has is left as it is
                 pairs = {(i.get("id"), i.get("text")) for i in mine}
                 true_pairs = {(t["id"], t["text"]) for t in theirs}
@@ -359,7 +402,7 @@ def restore_state_snapshot(value: Any, agent: Agent, force: bool) -> dict[str, A
                 for item in theirs:
                     if (item["id"], item["text"]) in pairs:
                         continue
-                    if texts[item["text"]] > 0:  # held under another number (renumbered before)
+                    if texts[item["text"]] > 0:
                         texts[item["text"]] -= 1
                         continue
                     back = dict(item)
@@ -368,17 +411,13 @@ def restore_state_snapshot(value: Any, agent: Agent, force: bool) -> dict[str, A
                         back["id"] = state.note_seq
                     numbers.add(back["id"])
                     lost.append(back)
-                    added.append(
-                        Transition(
-                            "note_added", "ok", {"kind": kind, "id": back["id"], "text": back["text"]}, trusted=True
-                        )
-                    )
+                    logged.append(note_event("note_added", kind, back))
                 if lost:
                     setattr(state, key, sorted([*mine, *lost], key=lambda i: int(i.get("id") or 0)))
                     restored.append(key)
         if not restored:
             return []
-        return [*added, Transition("state_restored", "ok", {"fields": restored}, trusted=True)]
+        return [*logged, Transition("state_restored", "ok", {"fields": restored}, trusted=True)]
 
     agent.state.change(mutate)
     return {"restored": list(restored)}

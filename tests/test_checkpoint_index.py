@@ -941,3 +941,27 @@ def test_a_log_of_the_earlier_format_after_a_reboot_rewrites_the_files_before_se
     take(writer)
     writer.flush()
     assert {n: Path(store.dir, n).read_bytes() for n in names} == originals
+
+
+def test_a_damaged_log_and_a_lost_snapshot_do_not_bring_back_a_checkpoint_of_an_earlier_generation(
+    tmp_path: Path,
+) -> None:
+    """The log is reused in place: past the current generation's frames lie earlier ones'. With
+    the snapshot lost too, only the chain from the header's salt tells which frames are current."""
+    store = open_store(tmp_path)
+    for _ in range(4):
+        take(store, "routine")
+    with store.pre_operation("migrate db") as held:
+        released = held.checkpoint.name  # 5
+        store.rebuild_index()  # generation 1: the snapshot lists it
+    store.rebuild_index()  # generation 2: it is gone (dropped in generation 1)
+    store.flush()
+    take(store, "session")  # generation 2's frame, over the start of generation 1's
+    store.flush()
+    _damage_header(store)
+    Path(store.catalog.index_path).unlink()
+    assert released not in [e.name for e in reopened(store).entries()]
+    writer = reopened(store)
+    take(writer)
+    writer.flush()
+    assert not Path(store.dir, released).exists()

@@ -311,6 +311,10 @@ def _frames_salvaged(data: bytes, next_seq: int) -> tuple[dict[str, tuple[Checkp
     never to hand out again."""
     found: dict[str, tuple[CheckpointInfo, Slot]] = {}
     highest = 0
+    # Frames of earlier generations stay past the current one's end (the log is reused in
+    # place). With the snapshot lost too, ``next_seq`` cannot tell them; the current generation's
+    # first checkpoint can: its frames chain from offset HEADER_SIZE on the header's salt.
+    next_seq = max(next_seq, _first_seq_of_generation(data))
     pos = HEADER_SIZE
     while pos < len(data):
         head = _frame_head(data, pos)
@@ -340,6 +344,35 @@ def _frames_salvaged(data: bytes, next_seq: int) -> tuple[dict[str, tuple[Checkp
                 found.pop(str(name), None)
         pos = end
     return found, highest
+
+
+def _first_seq_of_generation(data: bytes) -> int:
+    """The seq of the first checkpoint of the generation a log whose header does not verify was
+    in (its bytes ``data``), when that can be told: the salt still reads from the header's JSON,
+    and the frames from offset HEADER_SIZE chain on it up to a checkpoint's. Else 0."""
+    header = data[:HEADER_SIZE]
+    nl = header.find(b"\n")
+    end = header.find(b"\n", nl + 1)
+    try:
+        meta = loads(header[nl + 1 : end]) if 0 <= nl < end else None
+    except JSONError:
+        return 0
+    if not isinstance(meta, dict) or type(meta.get("salt")) is not int:
+        return 0
+    seed, pos = meta["salt"], HEADER_SIZE
+    while (head := _frame_head(data, pos)) is not None:
+        start, length, frame_seed, digest = head
+        stop = start + length
+        if frame_seed != seed or stop > len(data):
+            return 0  # not this generation's (none of its frames left, or the first damaged)
+        meta_end = data.find(b"\n", start, stop)
+        if xxhash.xxh3_64_intdigest(data[start:stop], seed=frame_seed) == digest and meta_end >= 0:
+            with contextlib.suppress(JSONError):
+                record = loads(data[start:meta_end])
+                if isinstance(record, dict) and record.get("k") == "put" and type(record.get("seq")) is int:
+                    return int(record["seq"])
+        seed, pos = digest, stop
+    return 0
 
 
 class Slot(NamedTuple):

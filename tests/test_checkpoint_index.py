@@ -723,7 +723,7 @@ def test_a_log_whose_header_is_damaged_gives_back_the_checkpoints_only_it_held(t
     assert newest and not (directory / newest).exists()
     log = Path(store.catalog.log_path)
     data = bytearray(log.read_bytes())
-    data[20] ^= 1  # one byte of the header
+    data[39] ^= 1  # the header's JSON no longer reads (its head line is "@<length> <seed> <hash>\n")
     log.write_bytes(bytes(data))
 
     # A reader (a session's restore) before any writer: the newest checkpoint is read from its
@@ -868,11 +868,29 @@ def test_an_unreadable_snapshot_next_to_a_log_of_the_earlier_format_is_kept_and_
     assert [e for e in writer.agent.ops.read()[0] if e["event"] == "checkpoint_index_rebuilt"]
 
 
-def _damage_header(store: CheckpointStore) -> None:
+def _damage_header(store: CheckpointStore, at: int = 45) -> None:
+    """One bit of the header flipped: at 45, a letter of its JSON (which still reads, salt
+    included, but no longer verifies); at 20, a digit of its head line's seed or hash."""
     log = Path(store.catalog.log_path)
     data = bytearray(log.read_bytes())
-    data[20] ^= 1
+    data[at] ^= 1
     log.write_bytes(bytes(data))
+
+
+def test_a_header_damaged_only_in_its_seed_or_one_hash_digit_still_reads(tmp_path: Path) -> None:
+    """The header's seed is always 0 and its payload verifies against a hash one hex digit off:
+    the damage is in the head line, not in what it says. Nothing to salvage; nothing lost."""
+    store = open_store(tmp_path)
+    take(store, summary="older")
+    newest = take(store, summary="newest")
+    for at in (6, 30):  # a digit of the seed, then one of the hash
+        _damage_header(store, at)
+        reader = reopened(store)
+        checkpoint, problems = reader.latest()
+        assert checkpoint is not None and (checkpoint.name, problems) == (newest, [])
+        _damage_header(store, at)  # back as it was
+    take(reopened(store))
+    assert not list(Path(store.dir).glob("index.log.corrupt-*"))
 
 
 def test_a_damaged_log_and_a_lost_snapshot_never_hand_out_a_released_seq_and_are_reported(tmp_path: Path) -> None:
@@ -965,3 +983,37 @@ def test_a_damaged_log_and_a_lost_snapshot_do_not_bring_back_a_checkpoint_of_an_
     take(writer)
     writer.flush()
     assert not Path(store.dir, released).exists()
+
+
+def test_a_damaged_log_never_hands_out_the_seq_of_a_large_released_checkpoint(tmp_path: Path) -> None:
+    """A checkpoint over INLINE_LIMIT has a frame without its bytes, which still reserves its seq."""
+    store = open_store(tmp_path, size=1_400_000)
+    take(store, "routine")
+    store.rebuild_index()
+    with store.pre_operation("migrate db") as held:
+        released = held.checkpoint.seq
+    store.flush()
+    _damage_header(store, at=39)  # the header's JSON does not read: only the frames tell
+    Path(store.catalog.index_path).unlink()
+    writer = reopened(store)
+    assert int(take(writer).split("-")[1].split("_")[0]) > released
+
+
+def test_a_damaged_log_does_not_bring_back_a_dropped_checkpoint_whose_file_stayed(tmp_path: Path) -> None:
+    """Its writer was killed between the drop record and the unlink: with the log intact the next
+    writer removes the file; with its header damaged, the salvage must do the same."""
+    store = open_store(tmp_path)
+    for _ in range(3):
+        take(store, "routine")
+    store.rebuild_index()
+    with store.pre_operation("migrate db") as held:
+        released = held.checkpoint.name
+        store.flush()
+        saved = Path(store.dir, released).read_bytes()
+    store.flush()
+    Path(store.dir, released).write_bytes(saved)  # killed before its unlink
+    _damage_header(store, at=39)
+    assert released not in [e.name for e in reopened(store).entries()]
+    reopened(store).flush()  # a writer's load
+    assert not Path(store.dir, released).exists()
+    assert released not in [e.name for e in reopened(store).entries()]

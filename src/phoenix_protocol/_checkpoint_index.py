@@ -288,11 +288,14 @@ def _parse_header(header: bytes) -> tuple[int, int, str, int] | None:
     (``next_seq``: the snapshot's when the log was started; 0 in headers written before it was
     kept there)."""
     head = _frame_head(header, 0)
-    if head is None or head[2] != 0:
+    if head is None or head[2] == _V1:
         return None
     start, length, _seed, digest = head
     payload = header[start : start + length]
-    if len(payload) != length or xxhash.xxh3_64_intdigest(payload, seed=0) != digest:
+    # The header's seed is always 0: a damaged seed field is ignored, and a hash field one hex
+    # digit off is taken as damage to that digit (damage to the payload changes the whole hash).
+    actual = xxhash.xxh3_64_intdigest(payload, seed=0)
+    if len(payload) != length or sum(a != b for a, b in zip(f"{actual:016x}", f"{digest:016x}", strict=True)) > 1:
         return None
     try:
         meta = loads(payload[: payload.find(b"\n")] if b"\n" in payload else payload)
@@ -303,14 +306,18 @@ def _parse_header(header: bytes) -> tuple[int, int, str, int] | None:
         return None
 
 
-def _frames_salvaged(data: bytes, next_seq: int) -> tuple[dict[str, tuple[CheckpointInfo, Slot]], int]:
+def _frames_salvaged(data: bytes, next_seq: int) -> tuple[dict[str, tuple[CheckpointInfo, Slot]], int, set[str]]:
     """The checkpoints a log whose header does not read still holds (its bytes ``data``): each
     frame is checked against its own seed, so any whole frame is found; only seqs from the
     snapshot's ``next_seq`` on (older frames are of generations the snapshot holds), less those a
-    later frame dropped. Also the highest seq any of them had, dropped ones included: a number
-    never to hand out again."""
+    later frame dropped. Also the highest seq any put frame had, dropped and large ones included,
+    or the header's JSON says was given (a number never to hand out again: a damaged one only
+    skips numbers), and the names the frames dropped (their files, if a writer was killed before
+    removing them, must not come back)."""
     found: dict[str, tuple[CheckpointInfo, Slot]] = {}
-    highest = 0
+    dropped: set[str] = set()
+    said = _damaged_header_meta(data).get("next_seq")
+    highest = said - 1 if type(said) is int and said > 0 else 0
     # Frames of earlier generations stay past the current one's end (the log is reused in
     # place). With the snapshot lost too, ``next_seq`` cannot tell them; the current generation's
     # first checkpoint can: its frames chain from offset HEADER_SIZE on the header's salt.
@@ -334,30 +341,38 @@ def _frames_salvaged(data: bytes, next_seq: int) -> tuple[dict[str, tuple[Checkp
         except JSONError:
             meta = None
         if isinstance(meta, dict):
-            if meta.get("k") == "put" and meta_end + 1 < end:
+            if meta.get("k") == "put":
                 with contextlib.suppress(KeyError, TypeError, ValueError):
                     info = CheckpointInfo.from_dict(meta)
-                    if info.seq >= next_seq:
+                    highest = max(highest, info.seq)
+                    if info.seq >= next_seq and meta_end + 1 < end:  # a large one's file is its own
                         found[info.name] = (info, Slot(pos, end - pos, meta_end + 1 - pos, seed))
-                        highest = max(highest, info.seq)
             for name in meta.get("drop") or ():
                 found.pop(str(name), None)
+                dropped.add(str(name))
         pos = end
-    return found, highest
+    return found, highest, dropped
 
 
-def _first_seq_of_generation(data: bytes) -> int:
-    """The seq of the first checkpoint of the generation a log whose header does not verify was
-    in (its bytes ``data``), when that can be told: the salt still reads from the header's JSON,
-    and the frames from offset HEADER_SIZE chain on it up to a checkpoint's. Else 0."""
+def _damaged_header_meta(data: bytes) -> dict[str, Any]:
+    """What the JSON of a log header that does not verify still says (nothing if it does not
+    read); any of it may be the damaged part."""
     header = data[:HEADER_SIZE]
     nl = header.find(b"\n")
     end = header.find(b"\n", nl + 1)
     try:
         meta = loads(header[nl + 1 : end]) if 0 <= nl < end else None
     except JSONError:
-        return 0
-    if not isinstance(meta, dict) or type(meta.get("salt")) is not int:
+        return {}
+    return meta if isinstance(meta, dict) else {}
+
+
+def _first_seq_of_generation(data: bytes) -> int:
+    """The seq of the first checkpoint of the generation a log whose header does not verify was
+    in (its bytes ``data``), when that can be told: the salt still reads from the header's JSON,
+    and the frames from offset HEADER_SIZE chain on it up to a checkpoint's. Else 0."""
+    meta = _damaged_header_meta(data)
+    if type(meta.get("salt")) is not int:
         return 0
     seed, pos = meta["salt"], HEADER_SIZE
     while (head := _frame_head(data, pos)) is not None:
@@ -619,7 +634,10 @@ class Catalog:
                 view.salvage_from = view.next_seq  # the snapshot's: frames of older seqs it holds
                 st = self.log.stat()
                 data = self.log.read(0, st.st_size if st is not None else 0, ino=ino)
-                found, highest = _frames_salvaged(data, view.next_seq)
+                found, highest, dropped = _frames_salvaged(data, view.next_seq)
+                for name in dropped:
+                    view.remove(name)
+                    view.dropped.add(name)  # not taken back from the directory
                 for name, (info, slot) in found.items():
                     view.add(info)
                     view.inline[name] = slot
@@ -827,8 +845,9 @@ class Catalog:
         st = self.log.stat()
         data = self.log.read(0, st.st_size if st is not None else 0, ino=view.log_ino)
         kept = keep_damaged(self.log_path, data, system_clock.now_ms())
-        frames, highest = _frames_salvaged(data, view.salvage_from)
+        frames, highest, dropped = _frames_salvaged(data, view.salvage_from)
         view.next_seq = max(view.next_seq, highest + 1)
+        self._unlink([n for n in dropped if n not in frames and os.path.lexists(os.path.join(self.dir, n))])
         made = []
         for name, (_info, slot) in frames.items():
             content = data[slot.frame_at + slot.content_at : slot.frame_at + slot.frame_len]

@@ -855,3 +855,26 @@ def test_a_task_done_since_the_checkpoint_does_not_come_back(agent: Agent, clock
     os.unlink(agent.state.path)
     agent.sessions.begin("s3")
     assert agent.state.read().current_task == "Review the port"
+
+
+def test_a_forced_restore_across_both_lists_and_its_task_agree_with_a_rebuild(agent: Agent) -> None:
+    """state.json lost and numbering restarted in the other list; then `phx restore --force`
+    back to the checkpoint's task and notes: the ops log must say so, for `phx doctor`."""
+    from phoenix_protocol._doctor import rebuild_state
+
+    agent.sessions.begin("s1")
+    agent.state.set_status("working", "Task A")
+    agent.state.add_note("open_loop", "A")  # 1
+    info = agent.checkpoints.create("routine")
+    os.unlink(agent.state.path)
+    agent.state.set_status("working", "Task B")
+    agent.state.add_note("next_action", "X")  # 1 again, in the other list
+    agent.checkpoints.restore(info.name, force=True)
+    forced = _view(agent)
+    assert forced == ("Task A", [(1, "A")], [])
+    rebuilt, _used = rebuild_state(agent.ops.read()[0])
+    loops = [(n["id"], n["text"]) for n in rebuilt.open_loops]
+    actions = [(n["id"], n["text"]) for n in rebuilt.next_actions]
+    assert (rebuilt.current_task, loops, actions) == forced
+    agent.sessions.begin("s2")
+    assert _view(agent) == forced

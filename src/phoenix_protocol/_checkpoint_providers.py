@@ -361,6 +361,7 @@ def restore_state_snapshot(value: Any, agent: Agent, force: bool) -> dict[str, A
                 state.last_output = snapshot.last_output
                 restored.append("last_output")
             if snapshot.open_loops or snapshot.next_actions:
+                added: list[Transition] = []  # logged after every removal: a number may pass between lists
                 for key, kind in lists:
                     held = {(i.get("id"), i.get("text")) for i in getattr(state, key)}
                     wanted = {(i["id"], i["text"]) for i in getattr(snapshot, key)}
@@ -369,12 +370,13 @@ def restore_state_snapshot(value: Any, agent: Agent, force: bool) -> dict[str, A
                         for i in getattr(state, key)
                         if (i.get("id"), i.get("text")) not in wanted
                     ]
-                    logged += [
+                    added += [
                         note_event("note_added", kind, i)
                         for i in getattr(snapshot, key)
                         if (i["id"], i["text"]) not in held
                     ]
                     setattr(state, key, getattr(snapshot, key))
+                logged += added
                 restored.extend(["open_loops", "next_actions"])
         else:
             truth = rebuild_state(since, start=snapshot)[0] if complete else snapshot
@@ -417,7 +419,12 @@ def restore_state_snapshot(value: Any, agent: Agent, force: bool) -> dict[str, A
                     restored.append(key)
         if not restored:
             return []
-        return [*logged, Transition("state_restored", "ok", {"fields": restored}, trusted=True)]
+        meta: dict[str, Any] = {"fields": list(restored)}
+        if "current_task" in restored:
+            meta["task"] = state.current_task  # for a rebuild from the log (``rebuild_state``)
+        if "last_output" in restored:
+            meta["output"] = state.last_output
+        return [*logged, Transition("state_restored", "ok", meta, trusted=True)]
 
     agent.state.change(mutate)
     return {"restored": list(restored)}

@@ -178,8 +178,22 @@ def rebuild_state(events: list[dict[str, Any]], start: AgentState | None = None)
                 notes[number] = {"id": number, "text": text, "added_at": ts, "kind": kind}
                 state.note_seq = max(state.note_seq, number)
         elif name == "note_resolved":
-            if isinstance(meta.get("id"), int):
-                notes.pop(meta["id"], None)
+            number, text, kind = meta.get("id"), meta.get("text"), meta.get("kind")
+            held = notes.get(number) if isinstance(number, int) else None
+            if held is not None and (text is None or (held["text"], held["kind"]) == (text, kind)):
+                notes.pop(held["id"])
+            elif isinstance(text, str):  # the number holds another note now: resolve the one it named
+                named = next((n for n in notes.values() if (n["text"], n["kind"]) == (text, kind)), None)
+                if named is not None:
+                    notes.pop(named["id"])
+                else:
+                    displaced[:] = [d for d in displaced if (d["text"], d["kind"]) != (text, kind)]
+        elif name == "state_restored":
+            # A restore put the task or the output back (``restore_state_snapshot``).
+            if isinstance(meta.get("task"), str):
+                state.current_task = meta["task"]
+            if isinstance(meta.get("output"), str):
+                state.last_output = meta["output"]
         else:
             applied = False
         if applied:

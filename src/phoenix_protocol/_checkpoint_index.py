@@ -588,6 +588,11 @@ class Catalog:
             self._view = view
             return view
 
+    def log_damaged(self) -> bool:
+        """Whether the view last loaded found the log's header unreadable (its checkpoints read
+        from its frames until a writer salvages it)."""
+        return self._view is not None and self._view.log_damaged
+
     def reload(self) -> View:
         """Forget the view and load again (after noticing it went stale)."""
         with self._mutex:

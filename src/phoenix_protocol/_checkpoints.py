@@ -595,8 +595,7 @@ class FileCheckpoints:
     def damage(self) -> str | None:
         """What a reader should be told of the catalogue as last loaded: an ``index.log`` whose
         header does not read (its checkpoints read from its frames until a writer salvages it)."""
-        view = self.catalog._view
-        if view is None or not view.log_damaged:
+        if not self.catalog.log_damaged():
             return None
         return (
             f"{self.catalog.log_path}: its header does not read; the checkpoints only it holds were read from its "

@@ -60,6 +60,21 @@ def log_bytes(store: CheckpointStore) -> bytes:
     return Path(store.catalog.log_path).read_bytes()
 
 
+def v1_frame(meta: dict[str, object], body: bytes = b"") -> bytes:
+    """A frame of the earlier, append-only log format (``@<length> <crc32>``)."""
+    payload = dumps_line(meta).encode("ascii") + b"\n" + body
+    return b"@%d %08x\n" % (len(payload), zlib.crc32(payload)) + payload
+
+
+def damaged_by_a_power_loss(store: CheckpointStore, names: list[str]) -> dict[str, bytes]:
+    """Files written behind without a flush, as a power loss leaves them: ``names[1]`` allocated
+    and never written, ``names[2]`` half written. Returns each file's bytes as they were written."""
+    originals = {n: Path(store.dir, n).read_bytes() for n in names}
+    Path(store.dir, names[1]).write_bytes(b"")
+    Path(store.dir, names[2]).write_bytes(originals[names[2]][:100])
+    return originals
+
+
 def header(store: CheckpointStore) -> dict[str, object]:
     data = log_bytes(store)[:HEADER_SIZE]
     meta = loads(data[data.index(b"\n") + 1 : data.index(b"\n", data.index(b"\n") + 1)])
@@ -552,10 +567,8 @@ def test_after_a_reboot_the_first_writer_rewrites_files_from_the_log(
     store = open_store(tmp_path)
     names = [take(store) for _ in range(3)]
     store.flush()
-    originals = {n: Path(store.dir, n).read_bytes() for n in names}
-    Path(store.dir, names[0]).unlink()  # lost by a power loss
-    Path(store.dir, names[1]).write_bytes(b"")  # allocated, never written
-    Path(store.dir, names[2]).write_bytes(originals[names[2]][:100])  # half written
+    originals = damaged_by_a_power_loss(store, names)
+    Path(store.dir, names[0]).unlink()  # lost by it too
 
     monkeypatch.setattr(index_mod, "_boot", "another-boot")
     writer = reopened(store)
@@ -600,12 +613,7 @@ def test_a_log_of_the_earlier_format_is_read_and_converted(tmp_path: Path) -> No
     donor_name = take(donor, summary="only in the old log")
     donor.flush()
     content = Path(donor.dir, donor_name).read_bytes()
-
-    def v1(meta: dict[str, object], body: bytes = b"") -> bytes:
-        payload = dumps_line(meta).encode("ascii") + b"\n" + body
-        return b"@%d %08x\n" % (len(payload), zlib.crc32(payload)) + payload
-
-    old = v1({"k": "open", "generation": 1, "boot": index_mod.boot_id(), "agent_id": "cat"}) + v1(
+    old = v1_frame({"k": "open", "generation": 1, "boot": index_mod.boot_id(), "agent_id": "cat"}) + v1_frame(
         {"k": "put", "name": logged, "seq": 2, "checkpoint_type": "session", "timestamp_ms": BASE_MS + 9000},
         content,
     )
@@ -835,9 +843,7 @@ def test_after_a_reboot_a_lost_snapshot_does_not_cost_the_files_their_copy_in_th
     store.rebuild_index()  # settled once: a snapshot and a log of generation 1
     names = [take(store) for _ in range(3)]  # in the log; their files written behind, unflushed
     store.flush()
-    originals = {n: Path(store.dir, n).read_bytes() for n in names}
-    Path(store.dir, names[1]).write_bytes(b"")  # allocated, never written
-    Path(store.dir, names[2]).write_bytes(originals[names[2]][:100])  # half written
+    originals = damaged_by_a_power_loss(store, names)
     index = Path(store.catalog.index_path)
     if damage == "deleted":
         index.unlink()
@@ -854,11 +860,10 @@ def test_an_unreadable_snapshot_next_to_a_log_of_the_earlier_format_is_kept_and_
     take(store)
     store.rebuild_index()
     store.flush()
-    payload = (
-        dumps_line({"k": "open", "generation": 1, "boot": index_mod.boot_id(), "agent_id": "cat"}).encode() + b"\n"
-    )
     Path(store.catalog.log_path).unlink()
-    Path(store.catalog.log_path).write_bytes(b"@%d %08x\n" % (len(payload), zlib.crc32(payload)) + payload)
+    Path(store.catalog.log_path).write_bytes(
+        v1_frame({"k": "open", "generation": 1, "boot": index_mod.boot_id(), "agent_id": "cat"})
+    )
     index = Path(store.catalog.index_path)
     garbled = index.read_bytes()[:50]
     index.write_bytes(garbled)
@@ -921,9 +926,7 @@ def test_the_salvage_of_a_damaged_log_after_a_reboot_repairs_damaged_files(
     store.rebuild_index()
     names = [take(store) for _ in range(3)]
     store.flush()
-    originals = {n: Path(store.dir, n).read_bytes() for n in names}
-    Path(store.dir, names[1]).write_bytes(b"")
-    Path(store.dir, names[2]).write_bytes(originals[names[2]][:100])
+    originals = damaged_by_a_power_loss(store, names)
     _damage_header(store)
     monkeypatch.setattr(index_mod, "_boot", "another-boot")
     writer = reopened(store)
@@ -941,19 +944,12 @@ def test_a_log_of_the_earlier_format_after_a_reboot_rewrites_the_files_before_se
     names = [take(store) for _ in range(3)]
     store.flush()
     infos = {e.name: e for e in store.entries()}
-    originals = {n: Path(store.dir, n).read_bytes() for n in names}
-
-    def v1(meta: dict[str, object], body: bytes = b"") -> bytes:
-        payload = dumps_line(meta).encode("ascii") + b"\n" + body
-        return b"@%d %08x\n" % (len(payload), zlib.crc32(payload)) + payload
-
-    log = v1({"k": "open", "generation": 1, "boot": "the-boot-before", "agent_id": "cat"})
+    originals = damaged_by_a_power_loss(store, names)
+    log = v1_frame({"k": "open", "generation": 1, "boot": "the-boot-before", "agent_id": "cat"})
     for n in names:
-        log += v1({"k": "put", **infos[n].as_dict()}, originals[n])
+        log += v1_frame({"k": "put", **infos[n].as_dict()}, originals[n])
     Path(store.catalog.log_path).unlink()
     Path(store.catalog.log_path).write_bytes(log)  # as an earlier Phoenix left it
-    Path(store.dir, names[1]).write_bytes(b"")  # a power loss: never written
-    Path(store.dir, names[2]).write_bytes(originals[names[2]][:100])
     monkeypatch.setattr(index_mod, "_boot", "another-boot")
     writer = reopened(store)
     take(writer)

@@ -719,10 +719,20 @@ def test_a_note_resolved_under_its_new_number_does_not_come_back(agent: Agent, c
     assert [n["text"] for n in agent.state.read().open_loops] == ["Written after the loss"]
 
 
+ROTATING = {"ops_max_bytes": 4096, "ops_keep": 1}
+"""An ops log that keeps little: ``rotate_past`` moves its oldest kept event past a checkpoint."""
+
+
+def rotate_past(agent: Agent) -> None:
+    """Later activity that rotates a ``ROTATING`` agent's ops log past what came before."""
+    for i in range(200):
+        agent.record("note", "ok", {"i": i, "pad": "x" * 100})
+
+
 def test_restore_after_a_stall_or_rotation_falls_back_to_putting_back(home: Home, clock: ManualClock) -> None:
     """A stall (the watchdog's error) leaves the task unfinished; an ops log rotated past the
     snapshot cannot say what was finished: in both, a lost state gets task and notes back."""
-    agent = Agent.open("rot", home=home, clock=clock, config_overrides={"ops_max_bytes": 4096, "ops_keep": 1})
+    agent = Agent.open("rot", home=home, clock=clock, config_overrides=ROTATING)
     _working(agent)
     info = agent.checkpoints.create("routine")
     clock.advance(5)
@@ -731,8 +741,7 @@ def test_restore_after_a_stall_or_rotation_falls_back_to_putting_back(home: Home
     agent.checkpoints.restore(info.name)
     assert agent.state.read().current_task == "Port the scheduler to asyncio"
     agent.state.resolve_note(1)
-    for i in range(200):  # later activity rotates the log past the snapshot
-        agent.record("note", "ok", {"i": i, "pad": "x" * 100})
+    rotate_past(agent)  # the snapshot
     assert agent.ops.read()[0][0]["seq"] > 10
     os.unlink(agent.state.path)
     agent.checkpoints.restore(info.name)
@@ -781,13 +790,13 @@ def test_restore_never_gives_two_notes_one_number(home: Home, clock: ManualClock
     """A lost state.json numbers from 1 again: the checkpoint's notes put back get numbers of
     their own, with --force as without, and when the ops log cannot tell what happened since."""
     for force, rotated in ((False, False), (True, False), (False, True)):
-        overrides = {"ops_max_bytes": 4096, "ops_keep": 1} if rotated else {}
+        overrides = ROTATING if rotated else {}
         agent = Agent.open(f"n{int(force)}{int(rotated)}", home=home, clock=clock, config_overrides=overrides)
         agent.sessions.begin("s1")
         agent.state.add_note("next_action", "Write the migration")  # 1
         agent.checkpoints.create("routine")
-        for i in range(200 if rotated else 0):
-            agent.record("note", "ok", {"i": i, "pad": "x" * 100})
+        if rotated:
+            rotate_past(agent)
         os.unlink(agent.state.path)
         agent.state.add_note("open_loop", "Why did state.json vanish?")  # 1 again
         agent.sessions.begin("s2", force=force)
@@ -824,13 +833,13 @@ def test_numbering_goes_on_past_every_number_the_log_gave(home: Home, clock: Man
     """With --force, and when the log rotated past the snapshot: a lost state.json's next note
     never takes a number the log already gave another note."""
     for force, rotated in ((True, False), (False, True)):
-        overrides = {"ops_max_bytes": 4096, "ops_keep": 1} if rotated else {}
+        overrides = ROTATING if rotated else {}
         agent = Agent.open(f"m{int(force)}", home=home, clock=clock, config_overrides=overrides)
         agent.sessions.begin("s1")
         agent.state.add_note("open_loop", "A")  # 1
         agent.checkpoints.create("routine")
-        for i in range(200 if rotated else 0):
-            agent.record("note", "ok", {"i": i, "pad": "x" * 100})
+        if rotated:
+            rotate_past(agent)
         agent.state.add_note("open_loop", "B")  # 2
         agent.state.add_note("open_loop", "C")  # 3
         os.unlink(agent.state.path)

@@ -5,8 +5,10 @@ and duration, the end record)."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import threading
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -190,30 +192,36 @@ def test_doctor_reports_and_repairs_a_damaged_open_session_record(home: Home, cl
     assert not [f for f in check_agent(agent, repair=False) if f.path == str(path)]
 
 
-def test_a_session_start_takes_the_open_session_records_lock(home: Home, clock: ManualClock) -> None:
-    """A memory recorded while a new session starts must not write the old session's record back:
-    the start changes the record under the lock every change takes."""
+@contextlib.contextmanager
+def held_by_another_thread(path: str) -> Iterator[None]:
+    """``path``'s lock held by another thread (threads of a process take turns at a lock, as
+    processes do) while the block runs."""
     from phoenix_protocol._durable import FileLock
 
-    agent = Agent.open("py", home=home, clock=clock, config_overrides={"lock_timeout": 0.2})
-    agent.sessions.begin("s-1")
-    path = os.path.join(agent.dir, "sessions", "current.json")
     held, done = threading.Event(), threading.Event()
 
     def hold() -> None:
         with FileLock(path, 1.0):
             held.set()
-            done.wait(5)
+            done.wait(10)
 
     holder = threading.Thread(target=hold)
     holder.start()
     try:
         assert held.wait(5)
-        with pytest.raises(StorageError):
-            agent.sessions.begin("s-2")
+        yield
     finally:
         done.set()
         holder.join()
+
+
+def test_a_session_start_takes_the_open_session_records_lock(home: Home, clock: ManualClock) -> None:
+    """A memory recorded while a new session starts must not write the old session's record back:
+    the start changes the record under the lock every change takes."""
+    agent = Agent.open("py", home=home, clock=clock, config_overrides={"lock_timeout": 0.2})
+    agent.sessions.begin("s-1")
+    with held_by_another_thread(os.path.join(agent.dir, "sessions", "current.json")), pytest.raises(StorageError):
+        agent.sessions.begin("s-2")
 
 
 def test_the_identity_copied_at_a_session_start_is_redacted(home: Home, clock: ManualClock) -> None:
@@ -262,29 +270,15 @@ def test_ending_a_session_on_a_locked_state_waits_for_the_lock_once(home: Home, 
     import time
 
     from phoenix_protocol._checkpoints import MARK_LOCK_TIMEOUT
-    from phoenix_protocol._durable import FileLock
     from phoenix_protocol._errors import LockTimeoutError
 
     agent = Agent.open("py", home=home, clock=clock, config_overrides={"lock_timeout": 1.0})
     agent.sessions.begin("s-1")
-    held, done = threading.Event(), threading.Event()
-
-    def hold() -> None:
-        with FileLock(agent.state.path, 1.0):
-            held.set()
-            done.wait(10)
-
-    holder = threading.Thread(target=hold)
-    holder.start()
-    try:
-        assert held.wait(5)
+    with held_by_another_thread(agent.state.path):
         started = time.monotonic()
         with pytest.raises(LockTimeoutError):
             agent.sessions.end("s-1", summary="ended while locked")
         elapsed = time.monotonic() - started
-    finally:
-        done.set()
-        holder.join()
     assert elapsed < 1.0 + MARK_LOCK_TIMEOUT + 0.6  # a second full timeout would make it 2 s and more
     [row] = agent.sessions.entries()
     assert row["status"] == "ended" and row["summary"] == "ended while locked"

@@ -50,6 +50,7 @@ from phoenix_protocol._home import Home
 from phoenix_protocol._install import MARKER, hook_command
 
 HERE = Path(__file__).resolve().parent
+BENCH_SESSION = "5f0c2a1e-8d3b-4c7a-9e21-6b4d8f3a7c10"  # Claude Code gives every session a UUID
 
 
 def _time(cmd: list[str], stdin: bytes, cwd: str, env: dict[str, str]) -> float:
@@ -114,7 +115,7 @@ def main() -> int:
         # A realistic state: a session, a task, a few notes.
         agent = Agent.open("default", home=Home(os.path.join(project, ".phoenix")))
         agent.state.start_session("bench-session")
-        agent.state.set_status("working", "Implement refresh tokens for the auth service", session_id="bench-session")
+        agent.state.set_status("working", "Implement refresh tokens for the auth service", session_id=BENCH_SESSION)
         for text in ("Token rotation race", "Clock skew on expiry", "Integration tests missing"):
             agent.state.add_note("open_loop", text)
         calls = itertools.count()
@@ -125,7 +126,7 @@ def main() -> int:
             n = next(calls)
             return json.dumps(
                 {
-                    "session_id": "bench-session",
+                    "session_id": BENCH_SESSION,
                     "transcript_path": os.path.join(work, "t.jsonl"),
                     "cwd": project,
                     "hook_event_name": "PostToolUse",

@@ -289,3 +289,40 @@ def test_tool_error_with_nul_still_counts(project: Path) -> None:
     state = _agent(project).state.read()
     assert state.heartbeat_seq == 1 and state.last_tool is not None and state.last_tool["ok"] is False
     assert "\x00" not in state.last_tool["error"]
+
+
+def test_a_session_id_that_is_a_secret_is_never_stored(project: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """An agent whose session id is a credential: every hook of the session keeps the same hash
+    of it instead, and the credential is written nowhere."""
+    monkeypatch.setenv("PHOENIX_AGENT_PID", str(os.getpid()))
+    secret = "ghp_" + "x7Yq2Lm9Pz4Rt6Vb8Nc1Kd3Fg5Hj0Ws2Ea4Ub"
+
+    def hook(event: str, name: str, **extra: Any) -> None:
+        body = json.loads(_payload(project, name, **extra))
+        code, _out, err = run([event], json.dumps({**body, "session_id": secret}).encode())
+        assert (code, err) == (0, "")
+
+    hook("session-start", "SessionStart", source="startup")
+    kept = _agent(project).state.read().session_id
+    assert kept is not None and kept.startswith("sid-")
+    hook("post-tool-use", "PostToolUse", tool_name="Bash", tool_input={"command": "ls"}, tool_response={})
+    hook("stop", "Stop")
+    hook("pre-compact", "PreCompact", trigger="auto")
+    hook("session-end", "SessionEnd", reason="logout")
+    state = _agent(project).state.read()
+    assert (state.session_id, state.status, state.heartbeat_seq) == (kept, "idle", 2)
+    events, _ = _agent(project).ops.read()
+    assert not [e for e in events if e["event"] == "session_adopted"]  # the heartbeats met the start
+    assert [e["meta"]["session_id"] for e in events if e["event"] in ("session_start", "session_end")] == [kept, kept]
+    leaked = [p for p in (project / ".phoenix").rglob("*") if p.is_file() and secret.encode() in p.read_bytes()]
+    assert leaked == []
+
+
+def test_a_heartbeat_adopts_a_new_session_id_as_the_start_would_keep_it(project: Path) -> None:
+    run(["session-start"], _payload(project, "SessionStart", source="startup"))
+    _agent(project).state.end_session("sess-1")  # a verdict: the next session may be adopted
+    body = json.loads(_payload(project, "PostToolUse", tool_name="Bash", tool_input={}, tool_response={}))
+    run(["post-tool-use"], json.dumps({**body, "session_id": "a/b"}).encode())
+    from phoenix_protocol._ids import session_id_of
+
+    assert _agent(project).state.read().session_id == session_id_of("a/b")

@@ -33,6 +33,8 @@ ALLOWED = {
     "phoenix_protocol._version",
 }
 
+SESSION = "0b6f3c1e-7a2d-4e95-8c41-2f9d6a0b7e53"  # Claude Code gives each session a UUID
+
 PROBE = r"""
 import sys
 before = set(sys.modules)
@@ -45,7 +47,7 @@ print(" ".join(sorted(set(sys.modules) - before)))
 
 def test_post_tool_use_loads_only_the_allowed_modules(project: Path) -> None:
     payload = {
-        "session_id": "s",
+        "session_id": SESSION,
         "cwd": str(project),
         "tool_name": "Bash",
         "tool_input": {"command": "ls"},
@@ -57,6 +59,27 @@ def test_post_tool_use_loads_only_the_allowed_modules(project: Path) -> None:
         )
         loaded = set(proc.stdout.decode().split())
         assert loaded <= ALLOWED, f"the hot path now also imports {sorted(loaded - ALLOWED)}"
+
+
+def test_a_session_id_the_state_holds_is_not_checked_again(project: Path) -> None:
+    """A session id that is no UUID is checked for secrets once, when the session starts (or is
+    adopted); the heartbeats of that session, which give the state's own id, load nothing more."""
+    from conftest import run_hook
+
+    started = run_hook(project, "session-start", "SessionStart", {}, session_id="my-session-7", source="startup")
+    assert started.returncode == 0, started.stderr
+    payload = {
+        "session_id": "my-session-7",
+        "cwd": str(project),
+        "tool_name": "Bash",
+        "tool_input": {"command": "ls"},
+        "tool_response": {},
+    }
+    proc = subprocess.run(
+        [sys.executable, "-P", "-c", PROBE], input=json.dumps(payload).encode(), capture_output=True, check=True
+    )
+    loaded = set(proc.stdout.decode().split())
+    assert loaded <= ALLOWED, f"the hot path now also imports {sorted(loaded - ALLOWED)}"
 
 
 INSTALLED_PROBE = r"""
@@ -79,7 +102,7 @@ def test_the_installed_command_skips_the_site_packages_on_the_hot_path(project: 
 
     assert HOOK_PREFIX[1:3] == ["-S", "-P"]
     setup = HOOK_PREFIX[-1].split("; from phoenix_protocol._hooks import")[0]
-    payload = {"session_id": "s", "cwd": str(project), "tool_name": "Bash", "tool_input": {"command": "ls"}}
+    payload = {"session_id": SESSION, "cwd": str(project), "tool_name": "Bash", "tool_input": {"command": "ls"}}
     bare_run = subprocess.run([sys.executable, "-c", "import sys; print(*sys.modules)"], capture_output=True, text=True)
     bare = set(bare_run.stdout.split()) - {"site"}
     for _ in range(2):

@@ -7,7 +7,14 @@ import pytest
 from phoenix_protocol._agent import Agent
 from phoenix_protocol._errors import InvalidIdError, UsageError
 from phoenix_protocol._home import Home, resolve_agent_id
-from phoenix_protocol._ids import MAX_ID_LENGTH, is_valid_id, validate_id
+from phoenix_protocol._ids import (
+    MAX_ID_LENGTH,
+    is_valid_id,
+    secret_in_id,
+    session_id_of,
+    validate_id,
+    validate_session_id,
+)
 
 
 @pytest.mark.parametrize("value", ["default", "zero", "agent-1", "a.b_c", "A" * MAX_ID_LENGTH, "0"])
@@ -65,3 +72,46 @@ def test_messages_read_well_for_odd_values() -> None:
         validate_id("éa", "agent id")
     with pytest.raises(InvalidIdError, match=r"^invalid agent id: it is 81 characters long"):
         validate_id("a" * 81, "agent id", max_length=64)
+
+
+# -- session ids: they come from agents' payloads and callers, and are stored in clear ----------
+
+TOKEN = "ghp_" + "x7Yq2Lm9Pz4Rt6Vb8Nc1Kd3Fg5Hj0Ws2Ea4Ub"
+
+
+@pytest.mark.parametrize(
+    "value", ["5f0c2a1e-8d3b-4c7a-9e21-6b4d8f3a7c10", "sess-1", "s", "sid-0123abcd", "lead-9f8e", "A" * 128]
+)
+def test_session_ids_that_hold_no_secret_are_kept_as_they_are(value: str) -> None:
+    assert validate_session_id(value) == value
+    assert session_id_of(value) == value
+    assert secret_in_id(value) is None
+
+
+@pytest.mark.parametrize(
+    ("value", "kind"),
+    [
+        (TOKEN, "github-token"),
+        ("AKIAIOSFODNN7EXAMPLE", "aws-access-key"),
+        ("xoxb-1234567890-abcdefghij", "slack-token"),
+    ],
+)
+def test_a_session_id_that_is_a_secret_is_refused_without_showing_it(value: str, kind: str) -> None:
+    assert secret_in_id(value) == kind
+    with pytest.raises(InvalidIdError, match=f"looks like a secret \\({kind}\\)") as refused:
+        validate_session_id(value)
+    assert value not in str(refused.value)
+
+
+def test_hooks_keep_a_hash_for_a_session_id_they_cannot_keep() -> None:
+    """Hooks must never fail on the agent's session id: a secret, a path or an id too long
+    becomes ``sid-`` and a hash, the same every time, so the session's hooks still meet."""
+    for value in (TOKEN, "a/b", "x" * 200, "héllo"):
+        kept = session_id_of(value)
+        assert kept is not None and kept.startswith("sid-") and kept == session_id_of(value)
+        assert validate_session_id(kept) == kept
+    assert session_id_of(TOKEN) != session_id_of("a/b")
+    for nothing in (None, "", 42):
+        assert session_id_of(nothing) is None
+    with pytest.raises(InvalidIdError, match="characters long"):
+        validate_session_id("x" * 129)

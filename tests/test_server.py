@@ -83,6 +83,9 @@ def test_not_ready_without_a_home(tmp_path: Any) -> None:
 
 
 def test_session_protocol_over_http(client: TestClient, served: Home) -> None:
+    secret = "ghp_" + "x7Yq2Lm9Pz4Rt6Vb8Nc1Kd3Fg5Hj0Ws2Ea4Ub"
+    refused = client.post("/restore/zero", json={"session_id": secret})  # stored in clear: refused
+    assert refused.status_code == 422 and "looks like a secret" in refused.text and secret not in refused.text
     started = client.post("/restore/zero", json={"session_id": "s-1"})
     assert started.status_code == 200, started.text
     assert started.json()["session_id"] == "s-1" and started.json()["checkpoint"] is None

@@ -146,6 +146,32 @@ def test_an_invalid_session_id_is_refused_before_anything_is_written(
     assert not (project / ".phoenix/agents/default/state.json").exists()
 
 
+def test_a_session_id_that_is_a_secret_is_refused_and_never_shown(
+    home: Home, clock: ManualClock, project: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A session id is stored and logged in clear: one that is a credential is refused, in the
+    library, the CLI and a team's roster, and the refusal does not repeat it."""
+    from phoenix_protocol import InvalidIdError
+    from phoenix_protocol._cli import cli
+
+    secret = "ghp_" + "x7Yq2Lm9Pz4Rt6Vb8Nc1Kd3Fg5Hj0Ws2Ea4Ub"
+    agent = opened(home, clock)
+    with pytest.raises(InvalidIdError, match="looks like a secret") as refused:
+        agent.sessions.begin(secret)
+    assert secret not in str(refused.value)
+    assert not os.path.exists(agent.state.path)
+    monkeypatch.chdir(project)
+    assert cli(["restore", "--session", secret, "--json"]) == 2
+    out = capsys.readouterr().out
+    assert "looks like a secret" in out and secret not in out
+    assert not (project / ".phoenix/agents/default/state.json").exists()
+    from phoenix_protocol._teams import Team
+
+    team = Team.create(home, "Release", lead="lead", clock=clock)
+    with pytest.raises(InvalidIdError, match="looks like a secret"):
+        team.join("dev", session_id=secret)
+
+
 def test_the_default_summary_counts_what_remains(home: Home, clock: ManualClock) -> None:
     for notes, remains in ((0, "0 open items remain"), (1, "1 open item remains"), (2, "2 open items remain")):
         agent = Agent.open(f"py{notes}", home=home, clock=clock)

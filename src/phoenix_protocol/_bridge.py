@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 from phoenix_protocol import _errors
 from phoenix_protocol._agent import Agent
 from phoenix_protocol._errors import CorruptStateError, UsageError
-from phoenix_protocol._ids import validate_id
+from phoenix_protocol._ids import validate_id, validate_session_id
 
 if TYPE_CHECKING:
     from phoenix_protocol._clock import Clock
@@ -192,7 +192,7 @@ def restore(
     from phoenix_protocol._sessions import begin
 
     if session_id is not None:
-        validate_id(session_id, "session id", max_length=128)  # before anything is written
+        validate_session_id(session_id)  # before anything is written
     result = None
     if checkpoint is not None:
         from phoenix_protocol._checkpoints import checkpoint_number, parse_name
@@ -356,5 +356,5 @@ def team_claim(team: Team, task_id: str, name: str) -> dict[str, Any]:
 def team_heartbeat(team: Team, name: str, *, session_id: str | None = None) -> dict[str, Any]:
     """Record a heartbeat of ``name``."""
     if session_id is not None:
-        validate_id(session_id, "session id", max_length=128)
+        validate_session_id(session_id)
     return team.heartbeat(_member(team, name), session_id=session_id)

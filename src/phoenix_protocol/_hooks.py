@@ -44,6 +44,7 @@ if TYPE_CHECKING:
     from typing import Any, BinaryIO
 
     from phoenix_protocol._agent import Agent
+    from phoenix_protocol._state import AgentState
 
 __all__ = ["EVENTS", "handle", "main", "run"]
 
@@ -79,20 +80,23 @@ def _plain(value: object, limit: int = 100, default: str = "unknown") -> str:
     return cleaned or default
 
 
-def _session_id(payload: dict[str, Any]) -> str | None:
-    """The payload's session id; one Phoenix cannot use as it is (too long, a path, characters
-    outside ``[A-Za-z0-9._-]``) becomes ``sid-`` and a hash of it, the same in every hook of that
-    session, so its start, heartbeats and end still meet. ``None``: there is none."""
-    from phoenix_protocol._ids import is_valid_id
-
+def _raw_session_id(payload: dict[str, Any]) -> str | None:
+    """The payload's session id as it came (text, or ``None``), for the heartbeat: the state
+    keeps only ids ``session_id_of`` gave, so one equal to the state's needs no further look."""
     value = payload.get("session_id")
-    if is_valid_id(value, max_length=128):
-        return str(value)
-    if isinstance(value, str) and value:
-        import hashlib
+    return value if isinstance(value, str) and value else None
 
-        return "sid-" + hashlib.sha256(value.encode("utf-8", "surrogatepass")).hexdigest()[:24]
-    return None
+
+def _session_id(payload: dict[str, Any], state: AgentState | None = None) -> str | None:
+    """The payload's session id as Phoenix keeps it (``session_id_of``: one it cannot keep as it
+    is, a secret among them, becomes ``sid-`` and a hash of it, the same in every hook of that
+    session). When it is ``state``'s own already, that is it: no secret check on the hot path."""
+    raw = _raw_session_id(payload)
+    if raw is not None and state is not None and raw == state.session_id:
+        return raw
+    from phoenix_protocol._ids import session_id_of
+
+    return session_id_of(raw)
 
 
 _COSMETIC_KEYS = frozenset({"description", "timeout", "run_in_background"})
@@ -170,7 +174,7 @@ def _open_agent(payload: dict[str, Any], options: dict[str, str], *, lock_timeou
 
 def handle(event: str, payload: dict[str, Any], options: dict[str, str]) -> str | None:
     """Run one hook; returns what to print on stdout (or ``None``). Raises on failure."""
-    session_id = _session_id(payload)
+    raw_session = _raw_session_id(payload)
     if event in ("post-tool-use", "post-tool-use-failure"):
         agent = _open_agent(payload, options)
         ok, error = _tool_outcome(event, payload)
@@ -181,7 +185,7 @@ def handle(event: str, payload: dict[str, Any], options: dict[str, str]) -> str 
         from phoenix_protocol._drift import EDIT_TOOLS
 
         state = agent.state.heartbeat(
-            session_id=session_id,
+            session_id=raw_session,
             tool=tool,
             ok=ok,
             input_digest=_digest(payload.get("tool_input")),
@@ -193,7 +197,7 @@ def handle(event: str, payload: dict[str, Any], options: dict[str, str]) -> str 
             progress=tool in EDIT_TOOLS,
             drift=drift,
         )
-        _share_heartbeat(agent, session_id)
+        _share_heartbeat(agent, payload, state)
         if drift and drift[0][1]:
             # Seed 003's emergency recovery (once per episode of drift) replaces a plain recovery
             # checkpoint due now.
@@ -205,7 +209,7 @@ def handle(event: str, payload: dict[str, Any], options: dict[str, str]) -> str 
         return after_tool(agent, state, payload, options, due, drift)
     if event == "stop":
         agent = _open_agent(payload, options)
-        agent.state.heartbeat(session_id=session_id, tool=None, durable=False, lock_timeout=agent.config.lock_timeout)
+        agent.state.heartbeat(session_id=raw_session, tool=None, durable=False, lock_timeout=agent.config.lock_timeout)
         answer = payload.get("last_assistant_message")
         if isinstance(answer, str) and answer.strip() and os.path.exists(os.path.join(agent.dir, "identity.yaml")):
             from phoenix_protocol._hooks_session import _persona_check
@@ -215,7 +219,7 @@ def handle(event: str, payload: dict[str, Any], options: dict[str, str]) -> str 
     if event in ("session-start", "pre-compact", "session-end"):
         from phoenix_protocol._hooks_session import handle_session_event
 
-        return handle_session_event(event, payload, options, session_id)
+        return handle_session_event(event, payload, options, _session_id(payload))
     raise ValueError(f"unknown hook event {event!r}; expected one of {', '.join(EVENTS)}")
 
 
@@ -267,7 +271,7 @@ def _team_binding() -> tuple[str, str] | None:
     return (team, mate) if team and mate else None
 
 
-def _share_heartbeat(agent: Agent, session_id: str | None) -> None:
+def _share_heartbeat(agent: Agent, payload: dict[str, Any], state: AgentState) -> None:
     """The teammate's heartbeat, on the hot path: one small file, no roster lookup. On the
     PostgreSQL store, every 30 s, the heartbeat and this machine's copy of the agent's state and
     ops events are passed on to the server from a detached process (psycopg and a connection
@@ -277,6 +281,7 @@ def _share_heartbeat(agent: Agent, session_id: str | None) -> None:
     if binding is not None:
         from phoenix_protocol._heartbeats import beat, runtime_dir
 
+        session_id = _session_id(payload, state)
         beat(runtime_dir(agent.home.root, binding[0]), binding[1], now_ms=now, session_id=session_id)
     if str(agent.config.store).startswith(("postgresql://", "postgres://")):
         from phoenix_protocol._durable import atomic_write, read_bytes
@@ -285,7 +290,7 @@ def _share_heartbeat(agent: Agent, session_id: str | None) -> None:
         last = read_bytes(mark)
         if last is None or not last.strip().isdigit() or now - int(last) >= PG_BEAT_INTERVAL_MS:
             atomic_write(mark, str(now).encode("ascii"), durable=False)
-            _spawn_share(agent, binding, session_id)
+            _spawn_share(agent, binding, _session_id(payload, state))
 
 
 def _spawn_share(agent: Agent, binding: tuple[str, str] | None, session_id: str | None) -> None:

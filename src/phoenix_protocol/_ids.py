@@ -13,10 +13,21 @@ from __future__ import annotations
 
 from phoenix_protocol._errors import InvalidIdError
 
-__all__ = ["MAX_ID_LENGTH", "is_valid_id", "validate_id"]
+__all__ = [
+    "MAX_ID_LENGTH",
+    "SESSION_ID_LENGTH",
+    "is_valid_id",
+    "secret_in_id",
+    "session_id_of",
+    "validate_id",
+    "validate_session_id",
+]
 
 MAX_ID_LENGTH = 64
 """Longest id accepted: short enough for any file system, long enough for a UUID plus a prefix."""
+
+SESSION_ID_LENGTH = 128
+"""Longest session id accepted (they come from agents' payloads, not from Phoenix)."""
 
 _FIRST = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789")
 _REST = _FIRST | frozenset("._-")
@@ -59,3 +70,53 @@ def validate_id(value: object, kind: str = "id", *, max_length: int = MAX_ID_LEN
         f"invalid {kind}{shown}: it {reason}. Use 1-{max_length} characters from "
         "A-Z a-z 0-9 . _ - starting with a letter or digit."
     )
+
+
+_HEX = frozenset("0123456789abcdefABCDEF")
+
+
+def _plainly_no_secret(value: str) -> bool:
+    """A UUID (what Claude Code, Gemini CLI and Codex give) or a prefix and hex digits (what
+    Phoenix makes: ``sid-<hex>``, ``lead-<hex>``): no secret, without loading the redactor."""
+    if len(value) == 36 and all(value[i] == "-" if i in (8, 13, 18, 23) else value[i] in _HEX for i in range(36)):
+        return True
+    head, dash, tail = value.partition("-")
+    return bool(dash) and head in ("sid", "lead") and bool(tail) and all(ch in _HEX for ch in tail)
+
+
+def secret_in_id(value: str) -> str | None:
+    """The kind of secret ``value`` looks like (``"github-token"``...), ``None`` if none: an id
+    is stored and logged in clear, so a credential given as one must never be kept as it is."""
+    if _plainly_no_secret(value):
+        return None
+    from phoenix_protocol._redact import find_secrets
+
+    found = find_secrets(value)
+    return found[0].kind if found else None
+
+
+def validate_session_id(value: object) -> str:
+    """``validate_id`` for a session id (up to ``SESSION_ID_LENGTH`` characters), which also
+    refuses one that looks like a secret; the message never shows that value."""
+    sid = validate_id(value, "session id", max_length=SESSION_ID_LENGTH)
+    kind = secret_in_id(sid)
+    if kind is not None:
+        raise InvalidIdError(
+            f"invalid session id: it looks like a secret ({kind}), and a session id is stored and logged in "
+            "clear. Use an id that is no credential (or none, for a new one)."
+        )
+    return sid
+
+
+def session_id_of(value: object) -> str | None:
+    """An agent's session id as Phoenix keeps it, never refused (hooks must not fail on it): one
+    ``validate_session_id`` accepts stays as it is; any other text (too long, a path, characters
+    outside ``[A-Za-z0-9._-]``, or a secret) becomes ``sid-`` and a hash of it, the same every
+    time, so that a session's start, heartbeats and end still meet. ``None``: no text at all."""
+    if is_valid_id(value, max_length=SESSION_ID_LENGTH) and secret_in_id(value) is None:  # type: ignore[arg-type]
+        return value  # type: ignore[return-value]  # is_valid_id checked isinstance(value, str)
+    if isinstance(value, str) and value:
+        import hashlib
+
+        return "sid-" + hashlib.sha256(value.encode("utf-8", "surrogatepass")).hexdigest()[:24]
+    return None

@@ -86,7 +86,7 @@ from phoenix_protocol._errors import (
     UsageError,
 )
 from phoenix_protocol._home import Home
-from phoenix_protocol._ids import MAX_ID_LENGTH, validate_id
+from phoenix_protocol._ids import MAX_ID_LENGTH, validate_id, validate_session_id
 from phoenix_protocol._jsonio import valid_text
 from phoenix_protocol._memory import MAX_TEXT, MEMORY_ID_REGEX, open_memory_store
 from phoenix_protocol._teams import TeamNotFoundError
@@ -346,7 +346,7 @@ TaskIdParam = Annotated[
     str, Path(pattern=ID_PATTERN, max_length=MAX_ID_LENGTH, description="Task id."), _id_validator("task id")
 ]
 TeammateName = Annotated[str, Field(pattern=ID_PATTERN, max_length=MAX_ID_LENGTH), _id_validator("teammate name")]
-SessionId = Annotated[str, Field(pattern=LONG_ID_PATTERN, max_length=128), _id_validator("session id", 128)]
+SessionId = Annotated[str, Field(pattern=LONG_ID_PATTERN, max_length=128), AfterValidator(validate_session_id)]
 MessageId = Annotated[str, Field(pattern=LONG_ID_PATTERN, max_length=128), _id_validator("message id", 128)]
 Tag = Annotated[str, Field(min_length=1, max_length=64)]
 ShortText = Annotated[str, Field(max_length=2000)]

@@ -278,10 +278,10 @@ def begin(
     edited by hand or that holds what JSON cannot) are reported in the result and the ops log;
     the session starts anyway. The start is recorded before the identity's
     ``accumulated_experience`` is incremented, so that no failure counts a session never started."""
-    from phoenix_protocol._ids import validate_id
+    from phoenix_protocol._ids import validate_session_id
     from phoenix_protocol._redact import redact_value
 
-    sid = validate_id(session_id, "session id", max_length=128) if session_id else str(uuid.uuid4())
+    sid = validate_session_id(session_id) if session_id else str(uuid.uuid4())
     ms = agent.clock.now_ms()
     now = iso_from_ms(ms)
     problems: list[str] = []
@@ -361,10 +361,10 @@ def start_session(
     agent's process: found upwards from ``process_from``, default this process's parent, as for
     ``phx``), then ``begin`` (restore per ``restore``, default the ``restore_on_start`` setting;
     identity; start record). ``session_id``: default a new one."""
-    from phoenix_protocol._ids import validate_id
+    from phoenix_protocol._ids import validate_session_id
     from phoenix_protocol._process import find_agent_process
 
-    sid = validate_id(session_id, "session id", max_length=128) if session_id else str(uuid.uuid4())
+    sid = validate_session_id(session_id) if session_id else str(uuid.uuid4())
     proc = find_agent_process(process_from)
     agent.state.start_session(
         sid,

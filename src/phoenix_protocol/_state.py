@@ -764,6 +764,9 @@ class StateStore:
     ) -> AgentState:
         """Record one tool call (PostToolUse hook): ``last_active``, ``heartbeat_seq``, ``last_tool``.
 
+        ``session_id`` may be the agent's text as it came: when it is not the state's own, it is
+        kept as ``session_id_of`` says (a secret never is), so the hot path checks nothing more.
+
         A heartbeat line goes to the ops log at most every ``heartbeat_log_interval`` seconds;
         a failed tool is always logged. ``tool`` must be a plain name (checked by the caller);
         ``None`` (the Stop hook) leaves ``last_tool`` alone. ``error`` is free text and is redacted.
@@ -797,16 +800,21 @@ class StateStore:
                     last_tool["error"] = clean_error
                 state.last_tool = last_tool
             out: list[Transition] = []
+            adopted = session_id
             if session_id and session_id != state.session_id and (state.session_id is None or state.is_verdict):
+                from phoenix_protocol._ids import session_id_of
+
+                adopted = session_id_of(session_id)  # only now: the state's own id was kept so already
+            if adopted and adopted != state.session_id and (state.session_id is None or state.is_verdict):
                 out.append(
                     Transition(
                         "session_adopted",
                         "warn",
-                        {"session_id": session_id, "previous_session_id": state.session_id},
+                        {"session_id": adopted, "previous_session_id": state.session_id},
                         trusted=True,
                     )
                 )
-                state.session_id = session_id
+                state.session_id = adopted
             meta: dict[str, Any] = {"tool": tool or "(stop)", "heartbeat_seq": state.heartbeat_seq}
             if not ok:
                 out.append(Transition("tool_failed", "warn", {**meta, "error": clean_error or ""}, trusted=True))

@@ -45,7 +45,7 @@ from phoenix_protocol._errors import (
     UsageError,
 )
 from phoenix_protocol._heartbeats import SKEW_MS, beat, classify, read_beat, runtime_dir
-from phoenix_protocol._ids import is_valid_id, validate_id
+from phoenix_protocol._ids import is_valid_id, validate_id, validate_session_id
 from phoenix_protocol._jsonio import JSONError, dumps_document, dumps_line, loads
 
 if TYPE_CHECKING:
@@ -495,6 +495,8 @@ class Team:
     def join(self, name: str, *, role: str = "engineer", session_id: str | None = None) -> dict[str, Any]:
         """Add (or update) a teammate; the first join makes a pending team active."""
         validate_id(name, "teammate name")
+        if session_id is not None:
+            validate_session_id(session_id)
         if role not in ROLES:
             raise UsageError(f"role must be one of {', '.join(ROLES)}, not {role!r}.")
         ms = self.clock.now_ms()

@@ -17,6 +17,15 @@ from phoenix_protocol._errors import CorruptStateError, UsageError
 from phoenix_protocol._home import Home
 
 
+def _started_over(agent: Agent) -> None:
+    """state.json replaced by a fresh one while the ops log keeps its history (as a lost
+    state.json was started again before Phoenix rebuilt it from the log): what restore merges."""
+    from phoenix_protocol._state import AgentState
+
+    with agent.state.lock():
+        agent.state.write_locked(AgentState())
+
+
 def _working(agent: Agent) -> None:
     agent.state.start_session("s1")
     agent.state.set_status("working", "Port the scheduler to asyncio", session_id="s1")
@@ -195,7 +204,9 @@ def test_threads_number_checkpoints_in_the_order_they_collected(agent: Agent) ->
 def test_restore_fills_an_empty_state_and_force_overwrites(agent: Agent, home: Home, clock: ManualClock) -> None:
     _working(agent)
     info = agent.checkpoints.create("routine")
-    os.unlink(agent.state.path)
+    os.unlink(agent.state.path)  # lost with its log (a lost state.json alone is rebuilt from the log)
+    for path in agent.ops.log.files():
+        os.unlink(path)
     result = agent.checkpoints.restore(info.name)
     state = agent.state.read()
     assert state.current_task == "Port the scheduler to asyncio"
@@ -680,7 +691,7 @@ def test_restore_puts_back_the_notes_a_lost_state_json_held(agent: Agent, clock:
     info = agent.checkpoints.create("routine")
     clock.advance(5)
     agent.state.resolve_note(3)
-    os.unlink(agent.state.path)
+    _started_over(agent)
     _state, number = agent.state.add_note("open_loop", "Written after the loss")
     assert number == 1
     agent.checkpoints.restore(info.name)
@@ -699,7 +710,7 @@ def test_restore_gives_back_notes_of_the_same_text_in_each_list(agent: Agent, cl
     agent.state.add_note("next_action", "Check the timer tests")
     info = agent.checkpoints.create("routine")
     clock.advance(5)
-    os.unlink(agent.state.path)
+    _started_over(agent)
     agent.checkpoints.restore(info.name)
     state = agent.state.read()
     assert [n["text"] for n in state.open_loops] == ["Timer drift under load", "Check the timer tests"]
@@ -710,7 +721,7 @@ def test_a_note_resolved_under_its_new_number_does_not_come_back(agent: Agent, c
     _working(agent)
     info = agent.checkpoints.create("routine")
     clock.advance(5)
-    os.unlink(agent.state.path)
+    _started_over(agent)
     agent.state.add_note("open_loop", "Written after the loss")  # takes number 1
     agent.checkpoints.restore(info.name)
     notes = {n["text"]: n["id"] for n in agent.state.read().open_loops}
@@ -737,13 +748,13 @@ def test_restore_after_a_stall_or_rotation_falls_back_to_putting_back(home: Home
     info = agent.checkpoints.create("routine")
     clock.advance(5)
     agent.state.set_status("error", "no progress for 20 minutes", source="watchdog", event="stalled")
-    os.unlink(agent.state.path)
+    _started_over(agent)
     agent.checkpoints.restore(info.name)
     assert agent.state.read().current_task == "Port the scheduler to asyncio"
     agent.state.resolve_note(1)
     rotate_past(agent)  # the snapshot
     assert agent.ops.read()[0][0]["seq"] > 10
-    os.unlink(agent.state.path)
+    _started_over(agent)
     agent.checkpoints.restore(info.name)
     assert "Timer drift under load" in [n["text"] for n in agent.state.read().open_loops]  # unknown: back
 
@@ -776,7 +787,7 @@ def test_restore_replays_what_happened_since_the_checkpoint(agent: Agent, clock:
     agent.state.set_status("working", "Port the scheduler")  # resumed
     agent.state.add_note("next_action", "Benchmark")  # 5, added since
     before = agent.state.read().note_seq
-    os.unlink(agent.state.path)
+    _started_over(agent)
     agent.sessions.begin("s2")
     loops, actions, seq = _notes(agent)
     assert loops == [(1, "Write the tests"), (3, "Flaky timer test")]
@@ -797,7 +808,7 @@ def test_restore_never_gives_two_notes_one_number(home: Home, clock: ManualClock
         agent.checkpoints.create("routine")
         if rotated:
             rotate_past(agent)
-        os.unlink(agent.state.path)
+        _started_over(agent)
         agent.state.add_note("open_loop", "Why did state.json vanish?")  # 1 again
         agent.sessions.begin("s2", force=force)
         loops, actions, _seq = _notes(agent)
@@ -842,7 +853,7 @@ def test_numbering_goes_on_past_every_number_the_log_gave(home: Home, clock: Man
             rotate_past(agent)
         agent.state.add_note("open_loop", "B")  # 2
         agent.state.add_note("open_loop", "C")  # 3
-        os.unlink(agent.state.path)
+        _started_over(agent)
         agent.sessions.begin("s2", force=force)
         _state, number = agent.state.add_note("open_loop", "D")
         assert number == 4, (force, rotated)
@@ -853,7 +864,7 @@ def test_a_task_done_since_the_checkpoint_does_not_come_back(agent: Agent, clock
     agent.state.set_status("working", "Port the scheduler")
     agent.checkpoints.create("routine")
     agent.state.set_status("idle", "scheduler merged")  # `phx state done`: the task kept, as done
-    os.unlink(agent.state.path)
+    _started_over(agent)
     agent.sessions.begin("s2")
     state = agent.state.read()
     assert (state.current_task, state.last_output) == ("", "scheduler merged")
@@ -861,7 +872,7 @@ def test_a_task_done_since_the_checkpoint_does_not_come_back(agent: Agent, clock
     agent.state.set_status("working", "Review the port")
     agent.checkpoints.create("routine")
     agent.sessions.end(summary="a session's end leaves the task to the next")
-    os.unlink(agent.state.path)
+    _started_over(agent)
     agent.sessions.begin("s3")
     assert agent.state.read().current_task == "Review the port"
 
@@ -875,7 +886,7 @@ def test_a_forced_restore_across_both_lists_and_its_task_agree_with_a_rebuild(ag
     agent.state.set_status("working", "Task A")
     agent.state.add_note("open_loop", "A")  # 1
     info = agent.checkpoints.create("routine")
-    os.unlink(agent.state.path)
+    _started_over(agent)
     agent.state.set_status("working", "Task B")
     agent.state.add_note("next_action", "X")  # 1 again, in the other list
     agent.checkpoints.restore(info.name, force=True)

@@ -59,6 +59,58 @@ def test_rebuild_recovers_what_the_log_knows(agent: Agent) -> None:
     assert events[-1]["event"] == "state_rebuilt"
 
 
+def test_a_lost_state_json_is_rebuilt_from_the_log_never_started_again(agent: Agent) -> None:
+    """state.json deleted (or lost with a disk) while the ops log holds its history: readers see
+    the rebuilt state, the next write writes it and logs ``state_rebuilt``; numbering goes on."""
+    _history(agent)
+    before = agent.state.read()
+    os.unlink(agent.state.path)
+    seen = agent.state.read()  # a reader: rebuilt, nothing written
+    assert not os.path.exists(agent.state.path)
+    assert (seen.status, seen.current_task, seen.session_id) == ("working", before.current_task, "s1")
+    assert agent.state.read_or_none() is not None
+    _state, number = agent.state.add_note("open_loop", "Written after the loss")
+    assert number == 4  # not 1 again: notes 1-3 were given before the loss
+    after = agent.state.read()
+    assert [n["text"] for n in after.open_loops] == ["Timer drift under load", "Written after the loss"]
+    assert [n["text"] for n in after.next_actions] == ["Benchmark with 1k timers"]
+    events, _ = agent.ops.read()
+    rebuilt = [e for e in events if e["event"] == "state_rebuilt"]
+    assert len(rebuilt) == 1 and rebuilt[0]["status"] == "warn" and rebuilt[0]["meta"]["reason"] == "missing"
+    assert events[-1]["event"] == "note_added"  # logged after the rebuild it needed
+
+
+def test_an_agent_whose_log_holds_no_state_starts_fresh(agent: Agent) -> None:
+    agent.record("note", "ok", {"what": "an event that is no state change"})
+    agent.state.add_note("open_loop", "First")
+    events, _ = agent.ops.read()
+    assert "state_rebuilt" not in [e["event"] for e in events]
+    assert check_agent(agent) and not [f for f in check_agent(agent) if "missing" in f.message]
+
+
+def test_doctor_reports_and_writes_a_lost_state_json(agent: Agent) -> None:
+    _history(agent)
+    os.unlink(agent.state.path)
+    found = [f for f in check_agent(agent, repair=False) if f.path == agent.state.path]
+    assert [f.level for f in found] == ["error"] and "missing, though the ops log holds its history" in found[0].message
+    assert not os.path.exists(agent.state.path)
+    fixed = [f for f in check_agent(agent) if f.path == agent.state.path]
+    assert [(f.level, f.repaired) for f in fixed] == [("warn", True)] and "rebuilt from the log" in fixed[0].message
+    assert agent.state.read().current_task == "Port the scheduler to asyncio" and os.path.exists(agent.state.path)
+    assert [f.level for f in check_agent(agent) if f.path == agent.state.path] == ["ok"]
+
+
+def test_a_checkpoint_after_a_lost_state_json_holds_the_state(agent: Agent) -> None:
+    """Found in review: the checkpoint taken after the loss held an empty state, so the next
+    restore from it brought nothing back."""
+    _history(agent)
+    os.unlink(agent.state.path)
+    info = agent.checkpoints.create("routine")
+    checkpoint = agent.checkpoints.read(info.name)
+    assert checkpoint.section("phoenix_state")["current_task"] == "Port the scheduler to asyncio"
+    assert [n["text"] for n in checkpoint.section("phoenix_state")["open_loops"]] == ["Timer drift under load"]
+
+
 def test_rebuild_from_empty_log_is_idle() -> None:
     state, used = rebuild_state([])
     assert state.status == "idle" and used == []

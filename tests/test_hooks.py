@@ -326,3 +326,16 @@ def test_a_heartbeat_adopts_a_new_session_id_as_the_start_would_keep_it(project:
     from phoenix_protocol._ids import session_id_of
 
     assert _agent(project).state.read().session_id == session_id_of("a/b")
+
+
+def test_a_heartbeat_after_state_json_was_lost_rebuilds_it_from_the_log(project: Path) -> None:
+    run(["session-start"], _payload(project, "SessionStart", source="startup"))
+    _agent(project).state.add_note("open_loop", "Timer drift under load")
+    os.unlink(_agent(project).state.path)
+    body = _payload(project, "PostToolUse", tool_name="Bash", tool_input={"command": "ls"}, tool_response={})
+    assert run(["post-tool-use"], body) == (0, "", "")
+    state = _agent(project).state.read()
+    assert (state.status, state.session_id) == ("working", "sess-1")
+    assert [n["text"] for n in state.open_loops] == ["Timer drift under load"]
+    events, _ = _agent(project).ops.read()
+    assert "state_rebuilt" in [e["event"] for e in events]

@@ -130,7 +130,11 @@ def test_a_session_comes_back_in_a_fresh_process(project: Path) -> None:
     assert TASK in brief
     identity = agent.identity.read()
     assert identity.mutable["state"]["last_session_at"] == iso_from_ms(T1 + WORK_S * 1000)  # set by end
-    os.unlink(agent.state.path)  # the state is lost: the checkpoint must bring the task and notes back
+    # The state and its log are lost (a lost state.json alone is rebuilt from the log): the
+    # checkpoint must bring the task and notes back.
+    os.unlink(agent.state.path)
+    for path in agent.ops.log.files():
+        os.unlink(path)
 
     second = run(PROCESS_2, home.root, str(T2))
     begin = second["begin"]

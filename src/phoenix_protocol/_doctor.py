@@ -5,7 +5,8 @@ For every agent it checks, and with ``repair=True`` fixes:
 - ``state.json`` that is empty, torn, not JSON or invalid: the bad file is kept as
   ``state.json.corrupt-<time>`` and a new one is rebuilt from ``ops.jsonl`` (all rotations),
   replaying every state transition, heartbeat and note; the report says what was recovered
-  and from which events. A file written by a newer Phoenix is reported and left alone.
+  and from which events. A file written by a newer Phoenix is reported and left alone. A
+  missing one whose history the log holds is written from it (``StateStore.lost``).
 - ``ops.jsonl`` and ``sessions/sessions.jsonl`` with a torn last line (cut off under the log's lock) or unreadable lines
   (reported with file and line; readers already skip them, and they stay for forensics).
 - temporary files left by writers that were killed (``.state.json.<pid>.<n>.<host tag>.tmp``): removed
@@ -423,6 +424,8 @@ def check_agent(agent: Agent, *, repair: bool = True) -> list[Finding]:
         agent.state.read_local()
         if agent.state.exists():
             findings.append(Finding("ok", "state.json is valid", agent=aid, path=agent.state.path))
+        else:
+            findings += _lost_state(agent, repair)
     except SchemaVersionError as exc:
         findings.append(Finding("error", str(exc), agent=aid, path=agent.state.path))
     except CorruptStateError as exc:
@@ -658,6 +661,26 @@ def _check_identity(agent: Agent, repair: bool) -> list[Finding]:
             )
         ]
     return [Finding("ok", "identity.yaml is valid and its core matches its seal", agent=agent.id, path=path)]
+
+
+def _lost_state(agent: Agent, repair: bool) -> list[Finding]:
+    """A missing state.json whose history the ops log holds (``StateStore.lost``): the next write
+    rebuilds it from the log; ``repair`` writes it now."""
+    lost = agent.state.lost()
+    if lost is None:
+        return []
+    state, meta = lost
+    what = (
+        f"missing, though the ops log holds its history (events seq {meta['first_seq']}..{meta['last_seq']}): "
+        f"status {state.status}, task {state.current_task or '(none)'!r}, {len(state.open_loops)} open loop(s), "
+        f"{len(state.next_actions)} next action(s)"
+    )
+    if not repair:
+        return [Finding("error", what + "; the next write rebuilds it (or run `phx doctor`)", agent=agent.id,
+                        path=agent.state.path)]  # fmt: skip
+    with agent.state.lock():
+        agent.state.change_locked(lambda _state: None)  # rebuilds it and logs state_rebuilt
+    return [Finding("warn", what + "; rebuilt from the log", agent=agent.id, path=agent.state.path, repaired=True)]
 
 
 def _rebuild(agent: Agent, events: list[dict[str, Any]]) -> Finding:

@@ -469,22 +469,51 @@ class StateStore:
         return self.read_local()
 
     def read_local(self) -> AgentState:
-        """This machine's ``state.json`` (see ``read``)."""
+        """This machine's ``state.json`` (see ``read``). A missing one is rebuilt from the ops
+        log when that holds the agent's state events (``lost``), else it is a fresh state."""
         data = read_bytes(self.path)
         if data is None:
-            return AgentState()
+            lost = self.lost()
+            return lost[0] if lost is not None else AgentState()
         return self.parse(data)
 
     def read_or_none(self) -> AgentState | None:
-        """The current state, or ``None`` when it is missing, corrupt or newer (for readers
-        that can do without it, such as checkpoint collectors)."""
+        """The current state, or ``None`` when it is missing (and not rebuilt from the ops log:
+        ``lost``), corrupt or newer (for readers that can do without it, such as checkpoint
+        collectors)."""
         try:
             if self.remote is not None:
                 return self.read()
             data = read_bytes(self.path)  # one open, no stat first
-            return None if data is None else self.parse(data)
+            if data is None:
+                lost = self.lost()
+                return lost[0] if lost is not None else None
+            return self.parse(data)
         except (CorruptStateError, SchemaVersionError):
             return None
+
+    def lost(self) -> tuple[AgentState, dict[str, Any]] | None:
+        """When ``state.json`` is missing though this machine's ops log holds the agent's state
+        events (it was deleted, or lost with a disk), the state rebuilt from them
+        (``_doctor.rebuild_state``, as ``phx doctor`` rebuilds a damaged one) and the meta of the
+        ``state_rebuilt`` event its next write logs; ``None`` when there is a file, or no such
+        history (a new agent starts fresh). Off the hot path: only a missing file reads the log."""
+        if os.path.exists(self.path) or not self.ops.log.files():
+            return None
+        from phoenix_protocol._doctor import rebuild_state
+
+        events, _problems = self.ops.log.read()
+        state, used = rebuild_state(events)
+        if not used:
+            return None
+        meta = {
+            "reason": "missing",
+            "events": len(events),
+            "first_seq": events[0]["seq"],
+            "last_seq": events[-1]["seq"],
+            "used": used,
+        }
+        return state, meta
 
     def parse(self, data: bytes) -> AgentState:
         """Parse the bytes of a ``state.json`` (see ``read``)."""
@@ -537,9 +566,15 @@ class StateStore:
         durable: bool = True,
         lock_timeout: float | None = None,
     ) -> AgentState:
-        """``change`` of this machine's copy, for a caller holding ``lock()``."""
-        state = self.read_local()
+        """``change`` of this machine's copy, for a caller holding ``lock()``. A missing
+        ``state.json`` whose history the ops log holds is rebuilt from it first (``lost``), and
+        the write logs ``state_rebuilt``: a lost state is never started again silently."""
+        data = read_bytes(self.path)
+        lost = self.lost() if data is None else None
+        state = self.parse(data) if data is not None else lost[0] if lost is not None else AgentState()
         transitions = mutate(state) or []
+        if lost is not None:
+            transitions.insert(0, Transition("state_rebuilt", "warn", lost[1], trusted=True))
         if not transitions:
             self.write_locked(state, durable=durable)
             return state

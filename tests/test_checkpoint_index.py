@@ -1019,3 +1019,92 @@ def test_a_damaged_log_does_not_bring_back_a_dropped_checkpoint_whose_file_staye
     reopened(store).flush()  # a writer's load
     assert not Path(store.dir, released).exists()
     assert released not in [e.name for e in reopened(store).entries()]
+
+
+def test_a_record_damaged_in_the_middle_of_the_log_does_not_end_it(tmp_path: Path) -> None:
+    """Bit rot in one record, with the header and the records after it intact: readers read past
+    it (the records after it chain on its stated hash), so a checkpoint only the log holds is not
+    lost and no number is given again; the next writer keeps the log aside, settles it and says so."""
+    store = open_store(tmp_path)
+    names = [take(store, summary=f"c{i}") for i in range(5)]
+    store.flush()
+    damaged = frames(store)[1]
+    assert damaged.meta["name"] == names[1]
+    data = bytearray(log_bytes(store))
+    data[damaged.end - 10] ^= 1  # in its checkpoint's bytes
+    Path(store.catalog.log_path).write_bytes(bytes(data))
+    os.unlink(Path(store.dir, names[3]))  # its writer killed before the write-behind: only the log holds it
+
+    reader = reopened(store)
+    assert [e.name for e in reader.entries()][::-1] == names  # the damaged one from its file
+    assert reader.read(names[3]).summary == "c3"
+    latest, problems = reader.latest()
+    assert latest is not None and latest.name == names[4]
+    assert len(problems) == 1 and "1 record(s) damaged in the middle of the log" in problems[0]
+
+    writer = reopened(store)
+    newest = take(writer, summary="after")
+    assert writer.read(newest).seq == 6
+    writer.flush()
+    assert writer.read(names[3]).summary == "c3" and os.path.exists(Path(store.dir, names[3]))
+    assert writer.read(names[1]).summary == "c1"
+    events = [e for e in writer.agent.ops.read()[0] if e["event"] == "checkpoint_log_frame_damaged"]
+    assert len(events) == 1 and "1 record(s) damaged" in events[0]["meta"]["detail"]
+    assert [n for n in os.listdir(store.dir) if n.startswith("index.log.corrupt-")]
+    again = reopened(store)
+    assert [e.name for e in again.entries()][::-1] == [*names, newest]
+    take(again)
+    assert len([e for e in again.agent.ops.read()[0] if e["event"] == "checkpoint_log_frame_damaged"]) == 1
+
+
+def test_a_torn_last_record_is_still_a_torn_tail(tmp_path: Path) -> None:
+    """The last record damaged, nothing after it: a writer killed mid-write, not bit rot."""
+    store = open_store(tmp_path)
+    names = [take(store, summary=f"c{i}") for i in range(3)]
+    store.flush()
+    last = frames(store)[-1]
+    data = bytearray(log_bytes(store))
+    data[last.end - 10] ^= 1
+    Path(store.catalog.log_path).write_bytes(bytes(data))
+    writer = reopened(store)
+    take(writer)
+    assert not [e for e in writer.agent.ops.read()[0] if e["event"] == "checkpoint_log_frame_damaged"]
+    assert writer.read(names[2]).summary == "c2"  # from its file
+
+
+def test_the_number_of_a_damaged_record_is_never_given_again(tmp_path: Path) -> None:
+    """A damaged checkpoint record followed only by the record that released it (an operation
+    that succeeded): no later checkpoint says how far numbering went; the damaged record's own
+    metadata, still legible, does."""
+    store = open_store(tmp_path)
+    take(store, summary="before")
+    with store.pre_operation("migrate db"):
+        pass  # released on success: its file removed, a record saying so
+    store.flush()
+    put, released = frames(store)[-2:]
+    assert put.meta["checkpoint_type"] == "pre-operation" and released.meta["k"] == "drop"
+    data = bytearray(log_bytes(store))
+    data[put.end - 10] ^= 1
+    Path(store.catalog.log_path).write_bytes(bytes(data))
+    writer = reopened(store)
+    newest = take(writer, summary="after")
+    assert writer.read(newest).seq == int(str(put.meta["seq"])) + 1
+
+
+def test_doctor_reports_and_settles_a_record_damaged_in_the_middle(tmp_path: Path) -> None:
+    from phoenix_protocol._doctor import check_agent
+
+    store = open_store(tmp_path)
+    names = [take(store, summary=f"c{i}") for i in range(3)]
+    store.flush()
+    data = bytearray(log_bytes(store))
+    data[frames(store)[0].end - 10] ^= 1
+    Path(store.catalog.log_path).write_bytes(bytes(data))
+    agent = reopened(store).agent
+    found = [f for f in check_agent(agent, repair=False) if "damaged in the middle" in f.message]
+    assert [f.level for f in found] == ["error"]
+    fixed = [f for f in check_agent(agent) if "damaged in the middle" in f.message]
+    assert [(f.level, f.repaired) for f in fixed] == [("warn", True)]
+    assert [e["event"] for e in agent.ops.read()[0]].count("checkpoint_log_frame_damaged") == 1
+    assert not [f for f in check_agent(agent) if "damaged in the middle" in f.message]
+    assert [e.name for e in reopened(store).entries()][::-1] == names

@@ -10,7 +10,9 @@ Two files next to the checkpoints, both owned by this module:
     of the payload seeded with ``seed``, the previous frame's hash (the first frame's: the salt):
     a reader takes frames from the header on while that chain holds and stops at the first frame
     that breaks it, a torn one (a writer killed mid-write) or one left from an earlier generation
-    (told by its seed alone, before its payload is read).
+    (told by its seed alone, before its payload is read). A frame whose payload does not verify
+    while the frames after it chain on its stated hash is damage in the middle (bit rot), not a
+    torn tail: readers read past it and the next writer settles the log (``_past_damage``).
     When a generation ends (settling, below) the header gets a new generation and salt and frames
     are written from offset 512 again, over the old ones: the log's blocks stay allocated, so the
     ``fdatasync`` of a record flushes that record alone and never the file's metadata, as SQLite's
@@ -124,6 +126,7 @@ BEHIND_BYTES = 32 * 1024 * 1024
 """Named files waiting to be written behind hold at most about this much memory."""
 _CHUNK = 64 * 1024  # what a reader reads at once past the end it knew
 _PROBE = 4096  # ... at first
+_DAMAGE_LOOKAHEAD = 8  # damaged frames in a row a reader looks past for one that verifies (``_past_damage``)
 _FRAME_HEAD = 56  # a frame header is at most this long: "@" + length + 2 x (" " + 16 hex digits) + "\n"
 _V1 = -1  # the seed of a frame of the earlier format (crc32, no seed)
 _EPOCH_DAY = _date(1970, 1, 1).toordinal()
@@ -416,6 +419,7 @@ class View:
         self.log_version = 0
         self.log_generation = -1  # -1: no usable log
         self.log_damaged = False  # a log whose header reads in neither format (see ``_salvage``)
+        self.damaged_frames: list[int] = []  # offsets of frames damaged mid-log, read past (``_past_damage``)
         self.salvage_from = 0  # with it: the snapshot's next_seq (the seqs its frames may add)
         self.snapshot_lost = False  # no snapshot read: missing, or unreadable (see ``_snapshot_lost``)
         self.snapshot_damaged: bytes | None = None  # an unreadable snapshot's bytes
@@ -593,6 +597,11 @@ class Catalog:
         from its frames until a writer salvages it)."""
         return self._view is not None and self._view.log_damaged
 
+    def frames_damaged(self) -> list[int]:
+        """Offsets of the records the view last loaded read past, damaged in the middle of the
+        log (``_past_damage``; a writer settles the log)."""
+        return list(self._view.damaged_frames) if self._view is not None else []
+
     def reload(self) -> View:
         """Forget the view and load again (after noticing it went stale)."""
         with self._mutex:
@@ -688,7 +697,18 @@ class Catalog:
                     break
                 start, end, i = start - i, end - i, 0
             if xxhash.xxh3_64_intdigest(memoryview(buf)[start:end], seed=view.chain) != digest:
-                break
+                past = self._past_damage(ino, pos + end - i, digest)
+                if past is None:
+                    break  # a torn tail (or nothing after it to tell)
+                view.damaged_frames.append(pos)  # its own checkpoint is left to its file
+                with contextlib.suppress(JSONError, TypeError):  # its number, if still legible, is never given again
+                    said = loads(buf[start : buf.find(b"\n", start, end)])
+                    if isinstance(said, dict) and type(said.get("seq")) is int and 0 < said["seq"] < 1 << 53:
+                        view.next_seq = max(view.next_seq, said["seq"] + 1)
+                pos, view.chain = past
+                buf, base, eof = self.log.read(pos, _CHUNK, ino=ino), pos, False
+                eof = len(buf) < _CHUNK
+                continue
             meta_end = buf.find(b"\n", start, end)
             if meta_end < 0:
                 break
@@ -701,6 +721,26 @@ class Catalog:
             view.chain = digest
             pos += end - i
         view.log_end = pos
+
+    def _past_damage(self, ino: int, at: int, claimed: int) -> tuple[int, int] | None:
+        """A frame whose head chains on but whose payload does not verify: damaged in the middle
+        of the log (bit rot), or a torn tail? The frames after it (from ``at``) chain on its
+        ``claimed`` hash up to one that verifies: damage, and that frame's offset and seed are
+        returned. A torn tail has nothing after it that chains (each frame is flushed before the
+        next is written; a frame of an earlier generation has another seed): ``None``."""
+        seed = claimed
+        for _ in range(_DAMAGE_LOOKAHEAD):
+            head = _frame_head(self.log.read(at, _FRAME_HEAD, ino=ino), 0)
+            if head is None or head[2] != seed:
+                return None
+            start, length, _seed, digest = head
+            data = self.log.read(at, start + length, ino=ino)
+            if len(data) < start + length:
+                return None
+            if xxhash.xxh3_64_intdigest(memoryview(data)[start:], seed=seed) == digest:
+                return at, seed
+            seed, at = digest, at + start + length  # damaged too: the next one may tell
+        return None
 
     def _replay_v1(self, view: View, data: bytes) -> None:
         """A log of the earlier, append-only format (``@<length> <crc32>``): read it all."""
@@ -940,9 +980,33 @@ class Catalog:
                         continue  # the next writer tries again
                 view.unchecked.discard(name)
             self.note_own_change()
+        if view.damaged_frames:
+            self._frames_damaged(view)
+            return
         if view.log_boot != boot_id():
             self._rewrite_after_reboot(view)
             self._settle(view)  # which flushes them
+
+    def _frames_damaged(self, view: View) -> None:
+        """Frames damaged in the middle of the log, which readers read past: settle it (the next
+        generation no longer holds them, and nothing is written over the frames after them),
+        rewriting first, after a reboot, the files written without a flush. Told through
+        ``on_damage``."""
+        at = list(view.damaged_frames)
+        view.damaged_frames.clear()
+        if view.log_boot != boot_id():
+            self._rewrite_after_reboot(view)
+        kept = keep_damaged(self.log_path, self.log.read(0, view.log_end, ino=view.log_ino), system_clock.now_ms())
+        self._settle(view)
+        if self.on_damage is not None:
+            with contextlib.suppress(Exception):
+                self.on_damage(
+                    "checkpoint_log_frame_damaged",
+                    f"{self.log_path}: {len(at)} record(s) damaged in the middle of the log (at byte "
+                    f"{', '.join(str(a) for a in at)}), kept as {os.path.basename(kept)}; the records after them were "
+                    "read and the log settled into a new generation. A checkpoint only a damaged record held, "
+                    "without its file, is lost",
+                )
 
     def _rewrite_after_reboot(self, view: View) -> None:
         """A reboot since the log started: files written without a flush may be lost or damaged.

@@ -594,13 +594,21 @@ class FileCheckpoints:
 
     def damage(self) -> str | None:
         """What a reader should be told of the catalogue as last loaded: an ``index.log`` whose
-        header does not read (its checkpoints read from its frames until a writer salvages it)."""
-        if not self.catalog.log_damaged():
-            return None
-        return (
-            f"{self.catalog.log_path}: its header does not read; the checkpoints only it holds were read from its "
-            "frames (the next checkpoint written, or `phx doctor`, keeps it aside and writes them back)"
-        )
+        header does not read (its checkpoints read from its frames until a writer salvages it), or
+        with records damaged in the middle (read past until a writer settles it)."""
+        if self.catalog.log_damaged():
+            return (
+                f"{self.catalog.log_path}: its header does not read; the checkpoints only it holds were read from "
+                "its frames (the next checkpoint written, or `phx doctor`, keeps it aside and writes them back)"
+            )
+        at = self.catalog.frames_damaged()
+        if at:
+            return (
+                f"{self.catalog.log_path}: {len(at)} record(s) damaged in the middle of the log (at byte "
+                f"{', '.join(str(a) for a in at)}), read past (the next checkpoint written, or `phx doctor`, keeps "
+                "it aside and settles it)"
+            )
+        return None
 
     def _files_failed(self, exc: StorageError) -> None:
         """A named file could not be created from the log: one ``checkpoint_files_failed`` event

@@ -497,6 +497,9 @@ def _check_checkpoints(agent: Agent, repair: bool) -> list[Finding]:
     valid = 0
     unlinked: list[str] = []  # read from the log, their file missing
     entries = store.entries()
+    damage = store.files.damage() if store.files is not None else None
+    if damage is not None:  # the index rebuild below (a writer) repairs it
+        findings.append(Finding("warn" if repair else "error", damage, agent=aid, path=store_dir, repaired=repair))
     if not on_files and not entries:
         return findings
     for info in entries:

@@ -242,7 +242,7 @@ def test_a_damaged_identity_is_restored_from_the_newest_checkpoint(agent: Agent,
     clock.advance(60)
     taken = agent.checkpoints.create("session")
     copy = agent.checkpoints.read(taken.name).section("identity")
-    assert copy["digest"] == Path(agent.identity.digest_path).read_text().strip()
+    assert copy["digest"] == Path(agent.identity.digest_path).read_text().splitlines()[0]
     clock.advance(60)
     # After the checkpoint: every kind of change the log carries, replayed over the copy.
     agent.identity.add("skill", {"name": "python", "level": "expert"})
@@ -767,6 +767,61 @@ def test_an_identity_deleted_emptied_or_cut_short_is_damage_restored_not_a_reset
     assert [f.level for f in check_agent(agent) if f.path == agent.identity.path] == ["ok"]
 
 
+def test_an_identity_cut_inside_a_list_is_damage_not_a_shorter_identity(agent: Agent, clock: ManualClock) -> None:
+    """Cut at a line inside a list, what is left still reads as YAML, with fewer skills and no
+    relationships: without its last line, a file that is not the one Phoenix wrote is damage."""
+    from phoenix_protocol._errors import CorruptStateError
+    from phoenix_protocol._sessions import start_session
+
+    agent.identity.reset_core({"name": "tester", "role": "release engineer"})
+    start_session(agent, "s1", restore=False)
+    for name in ("rust", "python", "go"):
+        agent.identity.add("skill", {"name": name, "level": "good"})
+    agent.identity.add("relationship", {"entity": "lead", "type": "reports-to"})
+    clock.advance(60)
+    agent.checkpoints.create("routine")
+    before = agent.identity.read().as_dict()
+    path = Path(agent.identity.path)
+    text = path.read_bytes()
+    path.write_bytes(text[: text.index(b"- name: python")])  # cut inside the list of skills
+    with pytest.raises(CorruptStateError, match="cut short"):
+        agent.identity.read()
+    with pytest.raises(CorruptStateError, match="cut short"):
+        agent.identity.add("skill", {"name": "zig", "level": "new"})  # nothing written over it
+    [checked] = [f for f in check_agent(agent, repair=False) if f.path == agent.identity.path]
+    assert checked.level == "error" and "cut short" in checked.message
+    restored = [f for f in check_agent(agent) if f.path == agent.identity.path]
+    assert all(f.repaired for f in restored)
+    assert agent.identity.read().as_dict() == before
+
+
+def test_an_identity_edited_by_hand_is_no_damage(agent: Agent) -> None:
+    """Edits by hand that keep the last line (anywhere above it, or entries added after it) are
+    edits; without that line, only a file Phoenix wrote is taken as it is. A seal written before
+    Phoenix kept the file's digest checks nothing of the kind."""
+    from phoenix_protocol._errors import CorruptStateError
+    from phoenix_protocol._identity import END_LINE
+
+    agent.identity.reset_core({"name": "tester", "role": "release engineer"})
+    agent.identity.add("skill", {"name": "rust", "level": "good"})
+    path = Path(agent.identity.path)
+    text = path.read_text()
+    path.write_text(text.replace("current_focus: ''", "current_focus: by hand"))
+    assert agent.identity.read().current_focus == "by hand"
+    path.write_text(
+        path.read_text().replace("  relationships: []\n", "") + "  relationships:\n  - entity: ops\n    type: peer\n"
+    )
+    assert agent.identity.read().mutable["relationships"] == [{"entity": "ops", "type": "peer"}]
+    agent.identity.set("state.current_focus", "written by Phoenix again")
+    assert path.read_bytes().endswith(END_LINE)
+    path.write_bytes(path.read_bytes().replace(END_LINE, b""))  # the last line alone taken away
+    with pytest.raises(CorruptStateError, match="put that line back"):
+        agent.identity.read()
+    seal = Path(agent.identity.digest_path)
+    seal.write_text(seal.read_text().splitlines()[0] + "\n")  # as written before the file's digest was kept
+    assert agent.identity.read().current_focus == "written by Phoenix again"
+
+
 def test_a_damaged_seal_is_judged_by_the_log_and_written_again(agent: Agent) -> None:
     """`identity.digest` holding garbage is not taken for a hand edit of the core: the ops log's
     last seal vouches for it, and `phx doctor` writes the seal again."""
@@ -780,7 +835,7 @@ def test_a_damaged_seal_is_judged_by_the_log_and_written_again(agent: Agent) -> 
         [checked] = [f for f in check_agent(agent, repair=False) if f.path == agent.identity.path]
         assert checked.level == "warn" and ("damaged" if bad else "empty") in checked.message
         [fixed] = [f for f in check_agent(agent) if f.path == agent.identity.digest_path]
-        assert fixed.repaired and seal.read_text().strip() == digest_of(agent.identity.read().immutable)
+        assert fixed.repaired and seal.read_text().splitlines()[0] == digest_of(agent.identity.read().immutable)
     assert agent.ops.read()[0][-1]["event"] == "identity_seal_repaired"
     # A damaged seal over a core that is not the one last sealed: refused, and not resealed.
     path = Path(agent.identity.path)

@@ -358,7 +358,7 @@ def test_a_core_edited_by_hand_is_refused_until_reset(home: Home, clock: ManualC
     agent = Agent.open("zero", home=home, clock=clock)
     sealed_identity(agent)
     path = Path(agent.identity.path)
-    old_digest = Path(agent.identity.digest_path).read_text().strip()
+    old_digest = Path(agent.identity.digest_path).read_text().splitlines()[0]
     edited = path.read_text().replace("role: release engineer", "role: database administrator")
     path.write_text(edited)
 
@@ -375,7 +375,7 @@ def test_a_core_edited_by_hand_is_refused_until_reset(home: Home, clock: ManualC
     identity = agent.identity.reset_core()  # the explicit, logged acceptance
     assert identity.immutable["role"] == "database administrator"
     assert agent.identity.read().immutable["role"] == "database administrator"
-    new_digest = Path(agent.identity.digest_path).read_text().strip()
+    new_digest = Path(agent.identity.digest_path).read_text().splitlines()[0]
     assert new_digest == digest_of(identity.immutable) != old_digest
     events, _ = agent.ops.read()
     resets = [e for e in events if e["event"] == "identity_core_reset"]

@@ -55,6 +55,18 @@ __all__ = [
 
 _REPAIR = "fix it by hand, or run `phx doctor` to restore it from the newest checkpoint."
 
+END_LINE = b"# end of identity.yaml (Phoenix writes this line last: without it, the file was cut short)\n"
+"""The last line Phoenix writes: a file changed since (``identity.digest`` keeps the digest of
+the file as written) that lost it was cut short, however well the rest still reads; one that
+kept it was edited by hand."""
+_WRITTEN = "document sha256:"  # identity.digest's second line: the file as Phoenix last wrote it
+
+
+def _seal_text(raw: bytes) -> str:
+    """The seal in ``identity.digest``'s bytes: its first line."""
+    return raw.decode("ascii", "replace").split("\n", 1)[0].strip()
+
+
 LOGGED_VALUE_MAX = 8 * 1024
 """A value set, an entry added, a changed part of the mutable section or a new core whose JSON is
 at most this many bytes goes into its ops event whole (redacted, as written), so that
@@ -482,12 +494,14 @@ class IdentityStore:
             return self.remote.exists()
         return os.path.exists(self.path)
 
-    def _parse(self, data: bytes, *, sealed: bool = False) -> tuple[Identity, list[str]]:
+    def _parse(self, data: bytes, *, sealed: bool = False, written: str | None = None) -> tuple[Identity, list[str]]:
         """The identity in ``data`` and its header comment lines; ``CorruptStateError`` when it
         does not read. ``sealed``: the document has a seal, so Phoenix wrote it, with both
         sections as mappings: one that lacks either (``mutable:`` with nothing under it) was cut
         short or damaged, not edited (a hand edit of the core is told apart by the seal). Keys of
-        the mutable section left out are taken as their defaults, as in a file written by hand."""
+        the mutable section left out are taken as their defaults, as in a file written by hand.
+        ``written``: the digest of the file as Phoenix last wrote it; a file that is not that one
+        and lost ``END_LINE`` was cut short, even where what is left reads (inside a list)."""
         import yaml
 
         header = []
@@ -527,6 +541,17 @@ class IdentityStore:
         problem = mutable_problem(merged) or json_problem(immutable, "immutable") or json_problem(merged, "mutable")
         if problem is not None:
             raise CorruptStateError(f"{self.path}: {problem}; {_REPAIR}", path=self.path)
+        if written is not None and END_LINE.rstrip() not in data:
+            import hashlib
+
+            if hashlib.sha256(data).hexdigest() != written:
+                raise CorruptStateError(
+                    f"{self.path} was cut short: its last line ({END_LINE.decode().split(' (')[0]!r}), which "
+                    "Phoenix writes last, is gone, and it is not the file Phoenix wrote (if you edited it by hand, "
+                    f"put that line back at the end); {_REPAIR}",
+                    path=self.path,
+                )
+
         return Identity(immutable, merged), header
 
     # -- where the document and its seal are ------------------------------------------------------
@@ -534,12 +559,28 @@ class IdentityStore:
     def read_files(self) -> tuple[bytes | None, str | None]:
         """``identity.yaml`` and the seal in ``identity.digest`` in this home (``None``: absent)."""
         digest = read_bytes(self.digest_path)
-        return read_bytes(self.path), (digest.decode("ascii", "replace").strip() if digest else None)
+        return read_bytes(self.path), (_seal_text(digest) if digest else None)
 
     def write_files(self, data: bytes, digest: str) -> None:
         self.agent.ensure()
         atomic_write(self.path, data)
-        atomic_write(self.digest_path, (digest + "\n").encode("ascii"))
+        self._write_seal(digest, data)
+
+    def _write_seal(self, digest: str, data: bytes) -> None:
+        """``identity.digest``: the seal, and the digest of the file as written (``END_LINE``)."""
+        import hashlib
+
+        text = f"{digest}\n{_WRITTEN}{hashlib.sha256(data).hexdigest()}\n"
+        atomic_write(self.digest_path, text.encode("ascii"))
+
+    def _written(self) -> str | None:
+        """The digest of ``identity.yaml`` as Phoenix last wrote it (``identity.digest``'s second
+        line; ``None``: a seal written before Phoenix kept it, or none)."""
+        raw = read_bytes(self.digest_path)
+        for line in raw.decode("ascii", "replace").split("\n")[1:] if raw else ():
+            if line.startswith(_WRITTEN):
+                return line[len(_WRITTEN) :].strip()
+        return None
 
     def _raw(self, *, copy: bool = False) -> tuple[bytes | None, str | None]:
         if self.remote is not None and not copy:
@@ -651,7 +692,7 @@ class IdentityStore:
             if header
             else "# Agent identity (Phoenix Protocol). The immutable section is sealed.\n"
         )
-        return (prefix + text).encode("utf-8"), digest_of(identity.immutable)
+        return (prefix + text).encode("utf-8") + END_LINE, digest_of(identity.immutable)
 
     def _load(self, data: bytes | None, stored: str | None, *, files: bool = True) -> tuple[Identity, list[str], bool]:
         """The identity in ``data`` (a default one when there is none), its header comment lines,
@@ -661,7 +702,7 @@ class IdentityStore:
             if stored is not None and files:
                 raise self._missing()
             return Identity({"name": self.agent.id}, _default_mutable()), [], False
-        identity, header = self._parse(data, sealed=stored is not None)
+        identity, header = self._parse(data, sealed=stored is not None, written=self._written() if files else None)
         return identity, header, True
 
     def update(self, mutate: Callable[[Identity], Any], *, log: bool = True) -> Identity:
@@ -809,7 +850,7 @@ class IdentityStore:
         raw = read_bytes(self.digest_path)
         if raw is None:
             return None
-        text = raw.decode("ascii", "replace").strip()
+        text = _seal_text(raw)
         if _well_formed(text):
             return None
         return f"{self.digest_path}, the seal of {self.path}, is {'empty' if not text else 'damaged'}"
@@ -832,7 +873,7 @@ class IdentityStore:
             digest = digest_of(identity.immutable)
             if self._last_sealed() != digest:
                 return False
-            atomic_write(self.digest_path, (digest + "\n").encode("ascii"))
+            self._write_seal(digest, data)
         self.agent.record("identity_seal_repaired", "warn", {"digest": digest}, trusted=True)
         return True
 
@@ -865,7 +906,7 @@ class IdentityStore:
                 damage = str(self._missing())
             else:
                 try:
-                    self._parse(data, sealed=stored is not None)
+                    self._parse(data, sealed=stored is not None, written=self._written())
                 except CorruptStateError as exc:
                     damage = str(exc)
                 else:

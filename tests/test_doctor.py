@@ -800,7 +800,7 @@ def test_an_identity_edited_by_hand_is_no_damage(agent: Agent) -> None:
     edits; without that line, only a file Phoenix wrote is taken as it is. A seal written before
     Phoenix kept the file's digest checks nothing of the kind."""
     from phoenix_protocol._errors import CorruptStateError
-    from phoenix_protocol._identity import END_LINE
+    from phoenix_protocol._identity import END_MARK
 
     agent.identity.reset_core({"name": "tester", "role": "release engineer"})
     agent.identity.add("skill", {"name": "rust", "level": "good"})
@@ -813,8 +813,9 @@ def test_an_identity_edited_by_hand_is_no_damage(agent: Agent) -> None:
     )
     assert agent.identity.read().mutable["relationships"] == [{"entity": "ops", "type": "peer"}]
     agent.identity.set("state.current_focus", "written by Phoenix again")
-    assert path.read_bytes().endswith(END_LINE)
-    path.write_bytes(path.read_bytes().replace(END_LINE, b""))  # the last line alone taken away
+    *kept, last = path.read_bytes().splitlines(keepends=True)
+    assert last.startswith(END_MARK + b", sealed sha256:")
+    path.write_bytes(b"".join(kept))  # the last line alone taken away
     with pytest.raises(CorruptStateError, match="put that line back"):
         agent.identity.read()
     seal = Path(agent.identity.digest_path)

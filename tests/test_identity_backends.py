@@ -429,3 +429,26 @@ def test_the_seal_outlives_the_ops_log_in_the_checkpoints(home: Home, clock: Man
     Path(agent.identity.digest_path).unlink()
     with pytest.raises(IdentityCoreError, match="is missing"):
         agent.identity.read()
+
+
+def test_the_seal_outlives_the_ops_log_without_a_checkpoint(home: Home, clock: ManualClock) -> None:
+    """The seal's record rotated out of the ops log and no checkpoint taken yet: the document's
+    last line names the seal it was written under, so deleting identity.digest and editing the
+    core is still refused."""
+    os.makedirs(home.root, exist_ok=True)
+    Path(home.root, "phoenix.toml").write_text("ops_max_bytes = 4096\nops_keep = 1\n")
+    agent = Agent.open("zero", home=home, clock=clock)
+    seeded(agent)
+    for _ in range(200):
+        agent.record("note", "ok", {"text": "x" * 40})
+    assert not any(e["event"] == "identity_core_reset" for e in agent.ops.read()[0])  # rotated out
+    assert agent.checkpoints.entries() == []
+    path = Path(agent.identity.path)
+    path.write_text(path.read_text().replace("release engineer", "anything goes"))
+    Path(agent.identity.digest_path).unlink()
+    with pytest.raises(IdentityCoreError, match="is missing"):
+        agent.identity.read()
+    with pytest.raises(IdentityCoreError, match="is missing"):
+        agent.identity.set("state.current_focus", "x")
+    path.write_text(path.read_text().replace("anything goes", "release engineer"))  # undone
+    assert agent.identity.read().immutable["role"] == "release engineer"

@@ -55,10 +55,30 @@ __all__ = [
 
 _REPAIR = "fix it by hand, or run `phx doctor` to restore it from the newest checkpoint."
 
-END_LINE = b"# end of identity.yaml (Phoenix writes this line last: without it, the file was cut short)\n"
-"""The last line Phoenix writes: a file changed since (``identity.digest`` keeps the digest of
-the file as written) that lost it was cut short, however well the rest still reads; one that
-kept it was edited by hand."""
+END_MARK = b"# end of identity.yaml"
+"""How the last line Phoenix writes starts (``end_line``): a file changed since (``identity.digest``
+keeps the digest of the file as written) that lost it was cut short, however well the rest still
+reads; one that kept it was edited by hand."""
+
+
+def end_line(seal: str) -> bytes:
+    """The last line of an identity.yaml Phoenix writes: ``END_MARK`` and the seal it was written
+    under, which stands in for ``identity.digest`` when that is gone (``_last_sealed``)."""
+    return END_MARK + f", sealed {seal} (Phoenix writes this line last: without it, the file was cut short)\n".encode(
+        "ascii"
+    )
+
+
+def _sealed_in(data: bytes) -> str | None:
+    """The seal the end line of ``data`` names, if it has one that reads."""
+    lead = b"\n" + END_MARK + b", sealed "
+    at = data.rfind(lead)
+    if at < 0:
+        return None
+    seal = data[at + len(lead) :].split(b" ", 1)[0].decode("ascii", "replace")
+    return seal if _well_formed(seal) else None
+
+
 _WRITTEN = "document sha256:"  # identity.digest's second line: the file as Phoenix last wrote it
 
 
@@ -501,7 +521,8 @@ class IdentityStore:
         short or damaged, not edited (a hand edit of the core is told apart by the seal). Keys of
         the mutable section left out are taken as their defaults, as in a file written by hand.
         ``written``: the digest of the file as Phoenix last wrote it; a file that is not that one
-        and lost ``END_LINE`` was cut short, even where what is left reads (inside a list)."""
+        and lost its last line (``END_MARK``) was cut short, even where what is left reads (inside a
+        list)."""
         import yaml
 
         header = []
@@ -541,12 +562,12 @@ class IdentityStore:
         problem = mutable_problem(merged) or json_problem(immutable, "immutable") or json_problem(merged, "mutable")
         if problem is not None:
             raise CorruptStateError(f"{self.path}: {problem}; {_REPAIR}", path=self.path)
-        if written is not None and END_LINE.rstrip() not in data:
+        if written is not None and b"\n" + END_MARK not in data:
             import hashlib
 
             if hashlib.sha256(data).hexdigest() != written:
                 raise CorruptStateError(
-                    f"{self.path} was cut short: its last line ({END_LINE.decode().split(' (')[0]!r}), which "
+                    f"{self.path} was cut short: its last line ({END_MARK.decode()!r} ...), which "
                     "Phoenix writes last, is gone, and it is not the file Phoenix wrote (if you edited it by hand, "
                     f"put that line back at the end); {_REPAIR}",
                     path=self.path,
@@ -567,7 +588,7 @@ class IdentityStore:
         self._write_seal(digest, data)
 
     def _write_seal(self, digest: str, data: bytes) -> None:
-        """``identity.digest``: the seal, and the digest of the file as written (``END_LINE``)."""
+        """``identity.digest``: the seal, and the digest of the file as written (``END_MARK``)."""
         import hashlib
 
         text = f"{digest}\n{_WRITTEN}{hashlib.sha256(data).hexdigest()}\n"
@@ -620,7 +641,7 @@ class IdentityStore:
         data, digest = self._raw(copy=local)
         identity, _header, exists = self._load(data, digest, files=self.remote is None or local)
         if exists:
-            self._check_seal(identity, digest)
+            self._check_seal(identity, digest, data)
         return identity
 
     def _missing(self) -> CorruptStateError:
@@ -631,7 +652,7 @@ class IdentityStore:
             path=self.path,
         )
 
-    def _check_seal(self, identity: Identity, stored: str | None) -> bool:
+    def _check_seal(self, identity: Identity, stored: str | None, data: bytes | None = None) -> bool:
         """Whether the document is sealed; raises ``IdentityCoreError`` when its core no longer
         matches the seal (someone edited it by hand), or when the seal is gone and the core is not
         the one the ops log says was last sealed (deleting ``identity.digest`` does not lift it)."""
@@ -648,7 +669,7 @@ class IdentityStore:
             return False
         # The seal is missing or damaged: the last one sealed (ops log, else newest checkpoint)
         # judges the core; the next write seals it again (`phx doctor` rewrites a damaged one now).
-        last = self._last_sealed()
+        last = self._last_sealed(data)
         if last is not None and last != digest:
             raise IdentityCoreError(
                 f"{self.digest_path}, the seal of {self.path}, is {'missing' if stored is None else 'damaged'}, "
@@ -658,10 +679,11 @@ class IdentityStore:
             )
         return False
 
-    def _last_sealed(self) -> str | None:
-        """The digest the ops log says this core was last sealed with, else the seal of the newest
-        checkpoint's copy (the record rotated out of the log); ``None``: never sealed. Read only
-        when ``identity.digest`` is missing or damaged: rare."""
+    def _last_sealed(self, data: bytes | None = None) -> str | None:
+        """The digest the ops log says this core was last sealed with, else (the record rotated
+        out of the log) the seal the document's last line names (``end_line``: ``data``, the
+        document's bytes), else the seal of the newest checkpoint's copy; ``None``: never sealed.
+        Read only when ``identity.digest`` is missing or damaged: rare."""
         try:
             events, _problems = self.agent.ops.read()
         except PhoenixError:
@@ -672,7 +694,10 @@ class IdentityStore:
                 return str(meta["digest"])
             if event.get("event") == "identity_core_reset" and isinstance(meta.get("new_digest"), str):
                 return str(meta["new_digest"])
-        # The record rotated out of the log: every checkpoint keeps the seal of its copy.
+        # The record rotated out of the log: the document names the seal it was last written
+        # under, and every checkpoint keeps the seal of its copy.
+        if data is not None and (named := _sealed_in(data)) is not None:
+            return named
         store = self.agent.checkpoints
         for info in store.entries():
             try:
@@ -692,7 +717,8 @@ class IdentityStore:
             if header
             else "# Agent identity (Phoenix Protocol). The immutable section is sealed.\n"
         )
-        return (prefix + text).encode("utf-8") + END_LINE, digest_of(identity.immutable)
+        digest = digest_of(identity.immutable)
+        return (prefix + text).encode("utf-8") + end_line(digest), digest
 
     def _load(self, data: bytes | None, stored: str | None, *, files: bool = True) -> tuple[Identity, list[str], bool]:
         """The identity in ``data`` (a default one when there is none), its header comment lines,
@@ -739,7 +765,7 @@ class IdentityStore:
         def work(data: bytes | None, stored: str | None) -> tuple[bytes, str]:
             done.clear()  # the PostgreSQL store may run it again on a fresh connection
             identity, header, exists = self._load(data, stored, files=self.remote is None)
-            sealed = self._check_seal(identity, stored) if exists else False
+            sealed = self._check_seal(identity, stored, data) if exists else False
             if not sealed:  # sealed for the first time (written by hand): never sealed with a secret in clear
                 identity.immutable = _redacted(identity.immutable)
             before = digest_of(identity.immutable)
@@ -871,7 +897,7 @@ class IdentityStore:
                 return False
             identity, _header = self._parse(data, sealed=True)
             digest = digest_of(identity.immutable)
-            if self._last_sealed() != digest:
+            if self._last_sealed(data) != digest:
                 return False
             self._write_seal(digest, data)
         self.agent.record("identity_seal_repaired", "warn", {"digest": digest}, trusted=True)
@@ -911,7 +937,7 @@ class IdentityStore:
                     damage = str(exc)
                 else:
                     return None
-            seal = stored if stored is not None and _well_formed(stored) else self._last_sealed()
+            seal = stored if stored is not None and _well_formed(stored) else self._last_sealed(data)
             found = self._rebuild(seal)
             if found is None:
                 raise CorruptStateError(

@@ -413,6 +413,28 @@ def test_a_hand_written_core_is_redacted_when_first_sealed(backend: str, agent: 
     assert "REDACTED" in agent.identity.read().immutable["notes"]
 
 
+def test_a_core_edited_by_hand_is_redacted_when_reset(backend: str, agent: Agent) -> None:
+    """`phx identity reset-core` after an edit by hand seals the core as it is in the document:
+    never with a secret in clear (it used to be sealed, and so written, as it was)."""
+    token = "ghp_" + "a1B2c3D4e5" * 4
+    seeded(agent)
+    path = Path(agent.identity.path)
+    if backend == "files":
+        path.write_text(path.read_text().replace("role: release engineer", f"role: deploys with {token}"))
+        agent.identity.reset_core()
+    else:  # the document is the server's: the same edit through the store's own read-modify-write
+        agent.identity.remote.change(  # type: ignore[union-attr]
+            lambda data, _seal: (
+                (data or b"").replace(b"role: release engineer", f"role: deploys with {token}".encode()),
+                _seal or "",
+            )
+        )
+        agent.identity.reset_core()
+    assert "REDACTED" in agent.identity.read().immutable["role"]
+    if path.exists():  # this machine's file (on PostgreSQL: its copy, if any)
+        assert token not in path.read_text()
+
+
 def test_the_seal_outlives_the_ops_log_in_the_checkpoints(home: Home, clock: ManualClock) -> None:
     """With the seal's record rotated out of the ops log, the newest checkpoint's copy still holds
     the seal: deleting identity.digest and editing the core is refused all the same."""

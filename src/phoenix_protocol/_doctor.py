@@ -594,7 +594,7 @@ def _check_identity(agent: Agent, repair: bool) -> list[Finding]:
 
     path = store.path
     try:
-        store.read()
+        identity = store.read()
     except CorruptStateError as exc:
         damaged = Finding("error", str(exc), agent=agent.id, path=path)
         if not repair:
@@ -663,6 +663,20 @@ def _check_identity(agent: Agent, repair: bool) -> list[Finding]:
                 path=store.digest_path,
             )
         ]
+    from phoenix_protocol._identity import redacted_core
+
+    clean = redacted_core(identity.immutable)
+    if clean != identity.immutable:
+        what = (
+            "the sealed core holds what looks like a secret in clear (sealed before Phoenix redacted a core "
+            "written by hand)"
+        )
+        if not repair:
+            return [
+                Finding("error", what + ": `phx doctor` seals it again with it redacted", agent=agent.id, path=path)
+            ]
+        store.reset_core(clean)  # logged as identity_core_reset, with both digests
+        return [Finding("warn", what + ": sealed again with it redacted", agent=agent.id, path=path, repaired=True)]
     return [Finding("ok", "identity.yaml is valid and its core matches its seal", agent=agent.id, path=path)]
 
 

@@ -135,6 +135,13 @@ def _redacted(value: Any) -> Any:
     return redact_value(valid(value))
 
 
+def redacted_core(immutable: dict[str, Any]) -> dict[str, Any]:
+    """A core as Phoenix seals it: its secrets redacted (``phx doctor`` seals again a core sealed
+    with one in clear, before Phoenix redacted cores written by hand)."""
+    clean: dict[str, Any] = _redacted(immutable)
+    return clean
+
+
 @functools.cache
 def _no_aliases_loader() -> Any:
     import yaml
@@ -1020,8 +1027,9 @@ class IdentityStore:
         def work(data: bytes | None, stored: str | None) -> tuple[bytes, str]:
             done.clear()
             identity, header, _exists = self._load(data, stored, files=self.remote is None)
-            if immutable is not None:
-                identity.immutable = immutable
+            # The core given, or the one in the document (edited by hand): never sealed with a
+            # secret in clear.
+            identity.immutable = immutable if immutable is not None else _redacted(identity.immutable)
             if not identity.immutable:
                 raise UsageError("an identity's core cannot be empty (give it at least a name); nothing was written.")
             done.append((identity, stored))

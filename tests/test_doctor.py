@@ -111,6 +111,90 @@ def test_a_checkpoint_after_a_lost_state_json_holds_the_state(agent: Agent) -> N
     assert [n["text"] for n in checkpoint.section("phoenix_state")["open_loops"]] == ["Timer drift under load"]
 
 
+def test_a_rebuilt_state_keeps_the_clocks_of_time_based_checkpoints(agent: Agent, clock: ManualClock) -> None:
+    """Found in review: a state rebuilt while working had no work clock, so no routine
+    checkpoint or forced refresh was ever due again in that session."""
+    agent.state.start_session("s1")
+    started = agent.state.read().work_started_ms
+    clock.advance(31 * 60)
+    due: list[str] = []
+    agent.state.heartbeat(session_id="s1", tool="Bash", due=due)
+    assert due == ["routine"]
+    claimed = agent.state.read().last_checkpoint_ms
+    os.unlink(agent.state.path)
+    rebuilt = agent.state.read()
+    assert (rebuilt.status, rebuilt.work_started_ms, rebuilt.last_checkpoint_ms) == ("working", started, claimed)
+    clock.advance(31 * 60)
+    again: list[str] = []
+    agent.state.heartbeat(session_id="s1", tool="Bash", due=again)
+    assert again == ["routine"]
+
+
+def test_a_lost_state_is_rebuilt_once_per_change_of_the_log_and_never_from_half_of_it(
+    agent: Agent, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Readers do not write the rebuilt state: the process keeps it until the log changes. A
+    rotation while the log is read (another process appending) makes it read the log again."""
+    from phoenix_protocol import _seqlog
+
+    _history(agent)
+    os.unlink(agent.state.path)
+    reads: list[str] = []
+    original = _seqlog.SeqLog._read_file
+
+    def counted(self: _seqlog.SeqLog, path: str) -> Any:
+        reads.append(path)
+        return original(self, path)
+
+    monkeypatch.setattr(_seqlog.SeqLog, "_read_file", counted)
+    for _ in range(3):
+        assert agent.state.read().current_task == "Port the scheduler to asyncio"
+    assert len(reads) == 1
+    monkeypatch.setattr(_seqlog.SeqLog, "_read_file", original)
+    log = agent.ops.log.path
+    agent.state.add_note("open_loop", "Kept in the newer file")  # state.json written again...
+    os.replace(log, log + ".1")  # ...the log rotated (by hand here), and the state lost again
+    agent.state.add_note("open_loop", "Only in the newest file")
+    os.unlink(agent.state.path)
+    other = Agent.open(agent.id, home=agent.home, clock=agent.clock)
+    rotated: list[bool] = []
+
+    def rotating(self: _seqlog.SeqLog, path: str) -> Any:
+        yield from original(self, path)
+        if not rotated:  # another process's append rotates the log after the oldest file was read
+            rotated.append(True)
+            os.replace(log + ".1", log + ".2")
+            os.replace(log, log + ".1")
+            other.record("note", "ok", {"after": "rotation"})
+
+    monkeypatch.setattr(_seqlog.SeqLog, "_read_file", rotating)
+    agent.state.add_note("next_action", "Written after the loss")
+    assert rotated
+    state = agent.state.read()
+    assert [n["text"] for n in state.open_loops] == [
+        "Timer drift under load",
+        "Kept in the newer file",
+        "Only in the newest file",
+    ]
+
+
+def test_doctor_leaves_the_postgresql_record_alone_when_the_copy_lost_its_state(
+    home: Home, clock: ManualClock, pg_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Found in review: on the PostgreSQL store the server's record is the state; a copy that
+    lost its state.json is not "missing" state, and must not overwrite the record with a rebuild."""
+    monkeypatch.setenv("PHOENIX_STORE", pg_url)
+    agent = Agent.open("zero", home=home, clock=clock)
+    agent.state.start_session("s1")
+    agent.state.set_status("working", "the real task")
+    good = agent.state.read().to_dict()
+    os.unlink(agent.state.path)
+    assert not [f for f in check_agent(agent, repair=False) if "missing, though" in f.message]
+    check_agent(agent)
+    assert agent.state.read().to_dict()["work_started_ms"] == good["work_started_ms"]
+    assert "state_rebuilt" not in [e["event"] for e in agent.ops.read()[0]]
+
+
 def test_rebuild_from_empty_log_is_idle() -> None:
     state, used = rebuild_state([])
     assert state.status == "idle" and used == []

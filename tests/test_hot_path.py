@@ -127,3 +127,33 @@ print(sys.flags.no_site, sys.prefix)
 """
     ran = subprocess.run([*HOOK_PREFIX[:-1], cold], capture_output=True, text=True, check=True, cwd=project)
     assert ran.stdout.split() == ["1", sys.prefix], ran.stderr  # set up on demand: this venv's prefix
+
+
+def test_a_teammate_whose_session_id_was_kept_as_a_hash_loads_nothing_more(project: Path, tmp_path: Path) -> None:
+    """Found in review: a teammate's heartbeat passes its session id on to the team; with an id
+    kept as a hash (a secret), each call checked it for secrets again, loading the redactor."""
+    import os
+
+    from conftest import run_hook
+    from phoenix_protocol._home import Home
+    from phoenix_protocol._teams import Team
+
+    team = Team.create(Home(str(project / ".phoenix")), "demo", lead="lead", team_id="demo-1")
+    team.join("alice")
+    secret = "ghp_" + "x7Yq2Lm9Pz4Rt6Vb8Nc1Kd3Fg5Hj0Ws2Ea4Ub"
+    env = {"XDG_RUNTIME_DIR": str(tmp_path), "PHOENIX_TEAM": "demo-1", "PHOENIX_TEAMMATE": "alice"}
+    started = run_hook(project, "session-start", "SessionStart", env, session_id=secret, source="startup")
+    assert started.returncode == 0, started.stderr
+    payload = {"session_id": secret, "cwd": str(project), "tool_name": "Bash", "tool_input": {}, "tool_response": {}}
+    proc = subprocess.run(
+        [sys.executable, "-P", "-c", PROBE],
+        input=json.dumps(payload).encode(),
+        capture_output=True,
+        check=True,
+        env={**os.environ, **env},
+    )
+    loaded = set(proc.stdout.decode().split())
+    team_path = ALLOWED | {"phoenix_protocol._heartbeats"}  # a teammate beats for the team too
+    assert loaded <= team_path, f"the hot path now also imports {sorted(loaded - team_path)}"
+    beats = [p for p in tmp_path.rglob("alice*") if p.is_file()]
+    assert beats and all(secret.encode() not in p.read_bytes() for p in beats)

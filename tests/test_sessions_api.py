@@ -170,6 +170,22 @@ def test_a_session_id_that_is_a_secret_is_refused_and_never_shown(
     team = Team.create(home, "Release", lead="lead", clock=clock)
     with pytest.raises(InvalidIdError, match="looks like a secret"):
         team.join("dev", session_id=secret)
+    # Found in review: the other ways in (ending a session, the state's own session calls, a
+    # teammate's heartbeat, a lead's resume) took it as it was.
+    team.join("dev")
+    from phoenix_protocol._team_resume import resume
+
+    for call in (
+        lambda: agent.sessions.end(secret),
+        lambda: agent.state.start_session(secret),
+        lambda: agent.state.end_session(secret),
+        lambda: team.heartbeat("dev", session_id=secret),
+        lambda: resume(home, team.id, session_id=secret, clock=clock),
+    ):
+        with pytest.raises(InvalidIdError, match="looks like a secret"):
+            call()
+    stored = [p for p in Path(home.root).rglob("*") if p.is_file() and secret.encode() in p.read_bytes()]
+    assert stored == []
 
 
 def test_the_default_summary_counts_what_remains(home: Home, clock: ManualClock) -> None:

@@ -48,7 +48,7 @@ from phoenix_protocol._durable import (
 from phoenix_protocol._errors import CorruptStateError, SchemaVersionError, StorageError, UsageError
 from phoenix_protocol._jsonio import dumps_document
 from phoenix_protocol._seqlog import SeqLog
-from phoenix_protocol._state import AgentState
+from phoenix_protocol._state import AgentState, _track_work
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -90,6 +90,26 @@ class Finding:
         }
 
 
+def _checkpoint_clock(state: AgentState, name: object, meta: dict[str, Any], ts: object) -> None:
+    """What a ``checkpoint_due`` claim (``claim_due_checkpoints``) or a time-based checkpoint taken
+    did to the clocks ``due_checkpoints`` reads: the last checkpoint's time, and a recovery's new
+    stretch of work."""
+    from phoenix_protocol._clock import ms_from_iso
+
+    try:
+        ms = ms_from_iso(ts) if isinstance(ts, str) else None
+    except ValueError:
+        ms = None
+    if ms is None:
+        return
+    kinds = meta.get("types") if name == "checkpoint_due" else [meta.get("type")]
+    if not isinstance(kinds, list) or not {"routine", "recovery", "session"} & set(map(str, kinds)):
+        return
+    state.last_checkpoint_ms = max(state.last_checkpoint_ms or 0, ms)
+    if name == "checkpoint_due" and "recovery" in kinds and state.status == "working":
+        state.work_started_ms = ms
+
+
 def rebuild_state(events: list[dict[str, Any]], start: AgentState | None = None) -> tuple[AgentState, list[str]]:
     """Replay ops events (oldest first) into a state (``start``: over a copy of that one, as a
     checkpoint's snapshot); returns it and a summary of what was used. A note added under a
@@ -109,6 +129,12 @@ def rebuild_state(events: list[dict[str, Any]], start: AgentState | None = None)
         meta: dict[str, Any] = raw_meta if isinstance(raw_meta, dict) else {}
         ts = event.get("ts")
         applied = True
+        previous = state.status
+        if name in ("checkpoint_due", "checkpoint_created"):
+            # The clocks of time-based checkpoints (not state changes of their own: a log of an
+            # agent that only takes checkpoints holds no state to rebuild).
+            _checkpoint_clock(state, name, meta, ts)
+            continue
         if name in ("task_started", "task_done", "task_error", "state_idle", "stalled", "status_changed"):
             to = meta.get("to")
             if to in ("idle", "working", "error"):
@@ -208,6 +234,7 @@ def rebuild_state(events: list[dict[str, Any]], start: AgentState | None = None)
                     continue
                 state.last_active_ms = ms
                 state.last_active = iso_from_ms(ms)
+                _track_work(state, previous)
     for item in displaced:
         state.note_seq = max([state.note_seq, *notes]) + 1
         notes[state.note_seq] = {**item, "id": state.note_seq}
@@ -424,7 +451,7 @@ def check_agent(agent: Agent, *, repair: bool = True) -> list[Finding]:
         agent.state.read_local()
         if agent.state.exists():
             findings.append(Finding("ok", "state.json is valid", agent=aid, path=agent.state.path))
-        else:
+        elif agent.state.remote is None:  # on PostgreSQL the server's record is the state (``_check_copy``)
             findings += _lost_state(agent, repair)
     except SchemaVersionError as exc:
         findings.append(Finding("error", str(exc), agent=aid, path=agent.state.path))

@@ -92,8 +92,14 @@ def _session_id(payload: dict[str, Any], state: AgentState | None = None) -> str
     is, a secret among them, becomes ``sid-`` and a hash of it, the same in every hook of that
     session). When it is ``state``'s own already, that is it: no secret check on the hot path."""
     raw = _raw_session_id(payload)
-    if raw is not None and state is not None and raw == state.session_id:
-        return raw
+    if raw is not None and state is not None and state.session_id is not None:
+        if raw == state.session_id:
+            return raw
+        if state.session_id.startswith("sid-"):
+            from phoenix_protocol._ids import hashed_session_id
+
+            if hashed_session_id(raw) == state.session_id:
+                return state.session_id  # the session's own id, kept as a hash (a secret, say)
     from phoenix_protocol._ids import session_id_of
 
     return session_id_of(raw)

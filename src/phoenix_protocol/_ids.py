@@ -116,7 +116,21 @@ def session_id_of(value: object) -> str | None:
     if is_valid_id(value, max_length=SESSION_ID_LENGTH) and secret_in_id(value) is None:  # type: ignore[arg-type]
         return value  # type: ignore[return-value]  # is_valid_id checked isinstance(value, str)
     if isinstance(value, str) and value:
+        return hashed_session_id(value)
+    return None
+
+
+def hashed_session_id(value: str) -> str:
+    """``sid-`` and a hash of ``value``: what ``session_id_of`` keeps for a session id it cannot
+    keep as it is. Cheap enough for the hot path (CPython's own sha256 module, not ``hashlib``),
+    so that a heartbeat can tell the state's ``sid-`` from its session's raw id without a secret
+    check."""
+    import sys
+
+    try:
+        sha256 = __import__("_sha256" if sys.version_info < (3, 12) else "_sha2").sha256
+    except (ImportError, AttributeError):  # pragma: no cover - another Python implementation
         import hashlib
 
-        return "sid-" + hashlib.sha256(value.encode("utf-8", "surrogatepass")).hexdigest()[:24]
-    return None
+        sha256 = hashlib.sha256
+    return "sid-" + str(sha256(value.encode("utf-8", "surrogatepass")).hexdigest()[:24])

@@ -396,7 +396,10 @@ def end_session(
     session record's (``current.json``), the checkpoint is taken, and the state's error is
     raised after it, with a note naming the checkpoint."""
     from phoenix_protocol._errors import CorruptStateError, LockTimeoutError, SchemaVersionError
+    from phoenix_protocol._ids import validate_session_id
 
+    if session_id is not None:
+        validate_session_id(session_id)  # before anything is written
     take = agent.config.checkpoint_on_exit if checkpoint is None else checkpoint
     try:
         after = agent.state.end_session(session_id, reason=reason)

@@ -451,6 +451,8 @@ class StateStore:
         self.ops = ops
         self.config = config or Config()
         self.clock = clock
+        self._lost: tuple[tuple[tuple[str, int, int, int], ...], tuple[AgentState, dict[str, Any]] | None] | None = None
+        """What ``lost`` last rebuilt, and from which files of the log (read again when they change)."""
         self.remote: Callable[[], Any] | None = None
         """On the PostgreSQL store: returns the agent's record on the server (``_state_pg``),
         through which ``read`` and ``change`` go; the file here is then this machine's copy."""
@@ -498,22 +500,47 @@ class StateStore:
         (``_doctor.rebuild_state``, as ``phx doctor`` rebuilds a damaged one) and the meta of the
         ``state_rebuilt`` event its next write logs; ``None`` when there is a file, or no such
         history (a new agent starts fresh). Off the hot path: only a missing file reads the log."""
-        if os.path.exists(self.path) or not self.ops.log.files():
+        if os.path.exists(self.path):
             return None
+        files = self._log_files()
+        if not files:
+            return None
+        if self._lost is not None and self._lost[0] == files:
+            found = self._lost[1]  # the log has not changed since this process rebuilt from it
+            return (found[0].copy(), dict(found[1])) if found is not None else None
         from phoenix_protocol._doctor import rebuild_state
 
-        events, _problems = self.ops.log.read()
+        for _ in range(3):  # a rotation during the read would hide a whole file of events: read again
+            events, _problems = self.ops.log.read()
+            after = self._log_files()
+            if after == files:
+                break
+            files = after
         state, used = rebuild_state(events)
-        if not used:
-            return None
-        meta = {
-            "reason": "missing",
-            "events": len(events),
-            "first_seq": events[0]["seq"],
-            "last_seq": events[-1]["seq"],
-            "used": used,
-        }
-        return state, meta
+        result = None
+        if used:
+            meta = {
+                "reason": "missing",
+                "events": len(events),
+                "first_seq": events[0]["seq"],
+                "last_seq": events[-1]["seq"],
+                "used": used,
+            }
+            result = (state, meta)
+        self._lost = (files, result)
+        return (state.copy(), dict(result[1])) if result is not None else None
+
+    def _log_files(self) -> tuple[tuple[str, int, int, int], ...]:
+        """The ops log's files as they are now (name, inode, size, change time): what ``lost``
+        rebuilt from, to tell whether it changed since."""
+        out = []
+        for path in self.ops.log.files():
+            try:
+                st = os.stat(path)
+            except FileNotFoundError:
+                continue
+            out.append((path, st.st_ino, st.st_size, st.st_mtime_ns))
+        return tuple(out)
 
     def parse(self, data: bytes) -> AgentState:
         """Parse the bytes of a ``state.json`` (see ``read``)."""
@@ -740,6 +767,9 @@ class StateStore:
         except that it answers a forced refresh (the flag is cleared, the work clock starts over).
         ``process`` is ``{"pid", "start_time", "host"}`` of the agent.
         """
+        from phoenix_protocol._ids import validate_session_id
+
+        validate_session_id(session_id)  # stored and logged in clear: never a secret (hooks give a hash)
         before: list[AgentState] = []
 
         def mutate(state: AgentState) -> list[Transition]:
@@ -837,9 +867,11 @@ class StateStore:
             out: list[Transition] = []
             adopted = session_id
             if session_id and session_id != state.session_id and (state.session_id is None or state.is_verdict):
-                from phoenix_protocol._ids import session_id_of
+                from phoenix_protocol._ids import hashed_session_id, session_id_of
 
-                adopted = session_id_of(session_id)  # only now: the state's own id was kept so already
+                # Only now (the state's own id was kept so already); its hash first, which is cheap.
+                own = state.session_id is not None and hashed_session_id(session_id) == state.session_id
+                adopted = state.session_id if own else session_id_of(session_id)
             if adopted and adopted != state.session_id and (state.session_id is None or state.is_verdict):
                 out.append(
                     Transition(
@@ -922,6 +954,10 @@ class StateStore:
     ) -> AgentState:
         """Record a clean session end (SessionEnd hook): status idle, unless the state already
         belongs to a newer session, in which case only the event is logged."""
+        if session_id is not None:
+            from phoenix_protocol._ids import validate_session_id
+
+            validate_session_id(session_id)  # logged in clear: never a secret (hooks give a hash)
 
         def mutate(state: AgentState) -> list[Transition]:
             meta: dict[str, Any] = {"session_id": session_id, "reason": reason}

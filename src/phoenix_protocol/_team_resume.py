@@ -112,6 +112,9 @@ def resume(
     attach: bool = True,
 ) -> ResumeResult:
     """Run the validation sequence and, unless ``attach=False`` (probe only), bind the lead."""
+    from phoenix_protocol._ids import validate_session_id
+
+    validate_session_id(session_id)  # stored in clear: never a secret
     result = ResumeResult(team_id)
     try:
         _resume(result, home, team_id, session_id=session_id, clock=clock, verify_facts=verify_facts, attach=attach)

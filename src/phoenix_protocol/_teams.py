@@ -533,6 +533,8 @@ class Team:
 
     def heartbeat(self, name: str, *, session_id: str | None = None) -> dict[str, Any]:
         """Record a heartbeat of ``name`` (fast path); the lead's also refreshes its binding."""
+        if session_id is not None:
+            validate_session_id(session_id)  # stored in clear (the hooks give a hash of a secret instead)
         data = self.read()
         if name not in self.teammate_names():
             raise UsageError(f"{name!r} is not in team {self.id} (`phx team join {self.id} {name}`).")

@@ -12,9 +12,11 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import threading
 import time
 import zlib
 from pathlib import Path
+from typing import Any
 
 import pytest
 import xxhash
@@ -1108,3 +1110,110 @@ def test_doctor_reports_and_settles_a_record_damaged_in_the_middle(tmp_path: Pat
     assert [e["event"] for e in agent.ops.read()[0]].count("checkpoint_log_frame_damaged") == 1
     assert not [f for f in check_agent(agent) if "damaged in the middle" in f.message]
     assert [e.name for e in reopened(store).entries()][::-1] == names
+
+
+def test_a_record_read_while_it_was_being_written_is_no_damage(tmp_path: Path) -> None:
+    """Found in review: a reader without the lock read a record while its writer was copying it
+    (the log is reused in place: its tail held the old generation's bytes), then saw the next
+    record chain on it, and took the record for damage: it left it out, and its own next write
+    settled the log without it, while its file was still to come from the writer's write-behind.
+    The record is read again once a later one shows it whole."""
+    writer = open_store(tmp_path, size=20000, checkpoint_files_delay=3600)
+    for i in range(8):
+        take(writer, summary=f"old{i}")
+    writer.flush()
+    writer.rebuild_index()  # settled: the next records are written over the old ones
+    writer.flush()
+    take(writer, summary="a")
+    writer.flush()
+    reader = reopened(writer)
+    reader.latest()
+    before = log_bytes(writer)
+    n = take(writer, summary="N")  # its file still to be written behind
+    take(writer, summary="N+1")
+    final = log_bytes(writer)
+    frame_n = next(f for f in frames(writer) if f.meta.get("name") == n)
+    half = bytearray(final)
+    half[frame_n.at + 4096 :] = before[frame_n.at + 4096 : len(final)]  # N half copied, N+1 not yet
+    log = Path(writer.catalog.log_path)
+    log.write_bytes(bytes(half))
+    looked = reader.catalog._past_damage
+
+    def the_writer_finishes_first(*args: Any) -> Any:
+        log.write_bytes(final)
+        return looked(*args)
+
+    reader.catalog._past_damage = the_writer_finishes_first  # type: ignore[method-assign,assignment]
+    latest, problems = reader.latest()
+    assert latest is not None and latest.summary == "N+1" and problems == []
+    assert n in {e.name for e in reader.entries()}
+    reader.catalog._past_damage = looked  # type: ignore[method-assign]
+    take(reader, summary="the reader's process writes next")
+    assert not [e for e in reader.agent.ops.read()[0] if e["event"] == "checkpoint_log_frame_damaged"]
+    writer.flush()
+    assert Path(writer.dir, n).exists() and n in {e.name for e in reopened(writer).entries()}
+
+
+def test_a_crafted_negative_length_is_no_frame(tmp_path: Path) -> None:
+    """Found in review: a head with a negative length whose stated hash was an earlier record's
+    seed sent a reader back to that record, forever."""
+    store = open_store(tmp_path, size=300)
+    names = [take(store, summary=f"c{i}") for i in range(6)]
+    store.flush()
+    fr = frames(store)
+    data = bytearray(log_bytes(store))
+    back, at = fr[1], fr[4]  # from record 4 back to record 1
+    for width in range(1, 12):  # a length whose own digits make the jump land on record 1
+        size = len(b"@%d %016x %016x\n" % (-(10 ** (width - 1)), fr[3].digest, fr[0].digest))
+        head = b"@%d %016x %016x\n" % (back.at - at.at - size, fr[3].digest, fr[0].digest)
+        if len(head) == size:
+            break
+    data[at.at : at.at + len(head)] = head
+    Path(store.catalog.log_path).write_bytes(bytes(data))
+    result: list[object] = []
+    worker = threading.Thread(target=lambda: result.append(reopened(store).latest()), daemon=True)
+    worker.start()
+    worker.join(10)
+    assert result, "latest() did not return"
+    assert {e.name for e in reopened(store).entries()} == set(names)  # the files are all there
+
+
+def test_the_number_of_a_record_damaged_in_its_metadata_is_never_given_again(tmp_path: Path) -> None:
+    """Found in review: damage in the record's metadata line hid its number; the record that
+    released it names it, and that name holds the number."""
+    store = open_store(tmp_path)
+    take(store, summary="before")
+    with store.pre_operation("migrate db"):
+        pass
+    store.flush()
+    put, _released = frames(store)[-2:]
+    data = bytearray(log_bytes(store))
+    quote = data.index(b'"', data.index(b"\n", put.at) + 3)  # a quote of its metadata's JSON
+    data[quote] = ord("'")
+    Path(store.catalog.log_path).write_bytes(bytes(data))
+    writer = reopened(store)
+    assert writer.read(take(writer, summary="after")).seq == int(str(put.meta["seq"])) + 1
+
+
+def test_damage_found_with_a_lost_snapshot_is_kept_and_told_once(tmp_path: Path) -> None:
+    """Found in review: with index.json lost too, the writer settled through the snapshot's repair
+    and neither kept the damaged log nor said so; the process then reported the damage again in
+    the new log."""
+    store = open_store(tmp_path)
+    for i in range(4):
+        take(store, summary=f"c{i}")
+    store.flush()
+    store.rebuild_index()
+    store.flush()
+    names = [take(store, summary=f"d{i}") for i in range(4)]
+    store.flush()
+    data = bytearray(log_bytes(store))
+    data[frames(store)[1].end - 10] ^= 1
+    Path(store.catalog.log_path).write_bytes(bytes(data))
+    os.unlink(store.catalog.index_path)
+    writer = reopened(store)
+    take(writer)
+    events = [e["event"] for e in writer.agent.ops.read()[0]]
+    assert events.count("checkpoint_log_frame_damaged") == 1 and events.count("checkpoint_index_rebuilt") == 1
+    assert [n for n in os.listdir(store.dir) if n.startswith("index.log.corrupt-")]
+    assert writer.latest()[1] == [] and set(names) <= {e.name for e in writer.entries()}

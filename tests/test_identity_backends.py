@@ -474,3 +474,15 @@ def test_the_seal_outlives_the_ops_log_without_a_checkpoint(home: Home, clock: M
         agent.identity.set("state.current_focus", "x")
     path.write_text(path.read_text().replace("anything goes", "release engineer"))  # undone
     assert agent.identity.read().immutable["role"] == "release engineer"
+
+
+def test_an_identity_copied_from_another_agent_is_sealed_as_its_own(home: Home, clock: ManualClock) -> None:
+    """Found in review: the last line of a file copied from another agent (a template) names that
+    agent's seal; for an agent never sealed, it must not stand in for this one's."""
+    alpha = Agent.open("alpha", home=home, clock=clock)
+    alpha.identity.set("state.current_focus", "review")
+    beta = Agent.open("beta", home=home, clock=clock)
+    beta.ensure()
+    Path(beta.identity.path).write_text(Path(alpha.identity.path).read_text().replace("name: alpha", "name: beta"))
+    beta.identity.set("state.current_focus", "start")
+    assert beta.identity.read().immutable == {"name": "beta"}

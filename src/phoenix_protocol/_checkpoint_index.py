@@ -266,6 +266,8 @@ def _frame_head(buf: bytes, pos: int) -> tuple[int, int, int, int] | None:
     if nl < 0:
         return None
     fields = buf[pos + 1 : nl].split(b" ")
+    if not fields[0].isdigit():  # a length is digits only (int() would take "-12" or " 12")
+        return None
     with contextlib.suppress(ValueError):  # not numbers: not a frame header
         if len(fields) == 3 and len(fields[1]) == len(fields[2]) == 16:
             return nl + 1, int(fields[0]), int(fields[1], 16), int(fields[2], 16)
@@ -391,6 +393,23 @@ def _first_seq_of_generation(data: bytes) -> int:
                     return int(record["seq"])
         seed, pos = digest, stop
     return 0
+
+
+def _never_again(view: View, payload: bytes) -> None:
+    """The seq of a damaged record (its ``payload``), if it still reads, is never handed out
+    again: from its metadata, else from the ``"seq":`` its bytes still hold."""
+    seq = None
+    meta_end = payload.find(b"\n")
+    with contextlib.suppress(JSONError, TypeError):
+        said = loads(payload[:meta_end] if meta_end >= 0 else payload)
+        if isinstance(said, dict) and type(said.get("seq")) is int:
+            seq = said["seq"]
+    if seq is None:
+        at = payload.find(b'"seq":', 0, meta_end if meta_end >= 0 else len(payload))
+        digits = payload[at + 6 : at + 22].split(b",")[0].split(b"}")[0].strip() if at >= 0 else b""
+        seq = int(digits) if digits.isdigit() else None
+    if seq is not None and 0 < seq < 1 << 53:
+        view.next_seq = max(view.next_seq, seq + 1)
 
 
 class Slot(NamedTuple):
@@ -583,6 +602,10 @@ class Catalog:
                 if view is None or ino is not None or view.log_ino is not None:
                     # no view yet, or a log now or before (of another version, appeared, vanished)
                     view = self._full_load(ino)
+            if writer and view.damaged_frames and view.log_ino is not None:
+                # Found by an earlier load without the lock: look again, whole, under it (no
+                # writer can be writing a frame now) before anything is repaired.
+                view = self._full_load(view.log_ino)
             if view.pending:
                 self._check_pending(view, writer=writer)
             if dir_mtime != view.dir_seen:
@@ -700,15 +723,19 @@ class Catalog:
                 past = self._past_damage(ino, pos + end - i, digest)
                 if past is None:
                     break  # a torn tail (or nothing after it to tell)
-                view.damaged_frames.append(pos)  # its own checkpoint is left to its file
-                with contextlib.suppress(JSONError, TypeError):  # its number, if still legible, is never given again
-                    said = loads(buf[start : buf.find(b"\n", start, end)])
-                    if isinstance(said, dict) and type(said.get("seq")) is int and 0 < said["seq"] < 1 << 53:
-                        view.next_seq = max(view.next_seq, said["seq"] + 1)
-                pos, view.chain = past
-                buf, base, eof = self.log.read(pos, _CHUNK, ino=ino), pos, False
-                eof = len(buf) < _CHUNK
-                continue
+                # A frame after it chains on its stated hash: so it was whole when that one was
+                # written. Read it again: a writer may have been writing it when it was read.
+                again = self.log.read(pos, end - i, ino=ino)
+                if len(again) == end - i and xxhash.xxh3_64_intdigest(again[start - i :], seed=view.chain) == digest:
+                    buf, base, eof = again, pos, False  # whole now: read on from it
+                    start, end, i = start - i, end - i, 0
+                else:
+                    view.damaged_frames.append(pos)  # its own checkpoint is left to its file
+                    _never_again(view, buf[start:end])
+                    pos, view.chain = past
+                    buf, base, eof = self.log.read(pos, _CHUNK, ino=ino), pos, False
+                    eof = len(buf) < _CHUNK
+                    continue
             meta_end = buf.find(b"\n", start, end)
             if meta_end < 0:
                 break
@@ -723,6 +750,7 @@ class Catalog:
         view.log_end = pos
 
     def _past_damage(self, ino: int, at: int, claimed: int) -> tuple[int, int] | None:
+        # (a head whose length is not digits never parses, so ``at`` is always past the frame)
         """A frame whose head chains on but whose payload does not verify: damaged in the middle
         of the log (bit rot), or a torn tail? The frames after it (from ``at``) chain on its
         ``claimed`` hash up to one that verifies: damage, and that frame's offset and seed are
@@ -800,6 +828,9 @@ class Catalog:
             view.dropped.add(str(name))
             if str(name) not in self.unlink_later:
                 view.unremoved.add(str(name))
+            parsed = parse_name(str(name))
+            if parsed is not None:  # its number was given (its own record may be the damaged one)
+                view.next_seq = max(view.next_seq, parsed[1] + 1)
 
     def _check_pending(self, view: View, *, writer: bool) -> None:
         for name in list(view.pending):
@@ -945,6 +976,9 @@ class Catalog:
         return True
 
     def _repair(self, view: View) -> None:
+        if view.damaged_frames:
+            self._frames_damaged(view)  # settles it (and rebuilds a lost snapshot on the way)
+            return
         if view.log_damaged:
             self._salvage(view)
             if view.snapshot_lost and self._snapshot_lost(view, log_damaged=True):
@@ -980,9 +1014,6 @@ class Catalog:
                         continue  # the next writer tries again
                 view.unchecked.discard(name)
             self.note_own_change()
-        if view.damaged_frames:
-            self._frames_damaged(view)
-            return
         if view.log_boot != boot_id():
             self._rewrite_after_reboot(view)
             self._settle(view)  # which flushes them
@@ -993,11 +1024,11 @@ class Catalog:
         rewriting first, after a reboot, the files written without a flush. Told through
         ``on_damage``."""
         at = list(view.damaged_frames)
-        view.damaged_frames.clear()
         if view.log_boot != boot_id():
             self._rewrite_after_reboot(view)
         kept = keep_damaged(self.log_path, self.log.read(0, view.log_end, ino=view.log_ino), system_clock.now_ms())
-        self._settle(view)
+        if not (view.snapshot_lost and self._snapshot_lost(view)):  # which settles, and says so
+            self._settle(view)
         if self.on_damage is not None:
             with contextlib.suppress(Exception):
                 self.on_damage(
@@ -1308,6 +1339,7 @@ class Catalog:
     def _start_log(self, view: View) -> None:
         """A new generation: the header rewritten in place (a file of this version), or a new
         log file (none yet, or one of the earlier format)."""
+        view.damaged_frames.clear()  # they were the old generation's
         generation = max(view.generation, view.log_generation, 0)
         salt = int.from_bytes(os.urandom(8), "big")
         meta = {

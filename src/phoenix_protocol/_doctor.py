@@ -692,18 +692,19 @@ def _check_identity(agent: Agent, repair: bool) -> list[Finding]:
         ]
     from phoenix_protocol._identity import redacted_core
 
-    clean = redacted_core(identity.immutable)
-    if clean != identity.immutable:
-        what = (
-            "the sealed core holds what looks like a secret in clear (sealed before Phoenix redacted a core "
-            "written by hand)"
-        )
-        if not repair:
-            return [
-                Finding("error", what + ": `phx doctor` seals it again with it redacted", agent=agent.id, path=path)
-            ]
-        store.reset_core(clean)  # logged as identity_core_reset, with both digests
-        return [Finding("warn", what + ": sealed again with it redacted", agent=agent.id, path=path, repaired=True)]
+    if redacted_core(identity.immutable) != identity.immutable:
+        # Reported, not changed: the core is the user's to change, and the redactor may take a
+        # value for a secret that is none (`auth: oauth2-pkce`).
+        return [
+            Finding(
+                "error",
+                "the sealed core holds what looks like a secret in clear (sealed before Phoenix redacted a core "
+                "written by hand): review identity.yaml, then `phx identity reset-core` seals it with the secret "
+                "redacted",
+                agent=agent.id,
+                path=path,
+            )
+        ]
     return [Finding("ok", "identity.yaml is valid and its core matches its seal", agent=agent.id, path=path)]
 
 

@@ -687,9 +687,10 @@ class IdentityStore:
         return False
 
     def _last_sealed(self, data: bytes | None = None) -> str | None:
-        """The digest the ops log says this core was last sealed with, else (the record rotated
-        out of the log) the seal the document's last line names (``end_line``: ``data``, the
-        document's bytes), else the seal of the newest checkpoint's copy; ``None``: never sealed.
+        """The digest the ops log says this core was last sealed with, else, when the log rotated
+        (the record may have gone with it), the seal the document's last line names (``end_line``:
+        ``data``, the document's bytes), else the seal of the newest checkpoint's copy; ``None``:
+        never sealed.
         Read only when ``identity.digest`` is missing or damaged: rare."""
         try:
             events, _problems = self.agent.ops.read()
@@ -702,8 +703,10 @@ class IdentityStore:
             if event.get("event") == "identity_core_reset" and isinstance(meta.get("new_digest"), str):
                 return str(meta["new_digest"])
         # The record rotated out of the log: the document names the seal it was last written
-        # under, and every checkpoint keeps the seal of its copy.
-        if data is not None and (named := _sealed_in(data)) is not None:
+        # under, and every checkpoint keeps the seal of its copy. Only then: a file copied from
+        # another agent (a template) names that agent's seal, which says nothing of this one.
+        rotated = bool(events) and int(events[0].get("seq") or 0) > 1
+        if rotated and data is not None and (named := _sealed_in(data)) is not None:
             return named
         store = self.agent.checkpoints
         for info in store.entries():

@@ -216,6 +216,9 @@ def test_heartbeat_status_and_zombie_mode(
     assert code == 0 and data["heartbeat"]["seq"] == 1 and data["heartbeat"]["ms"] == T0
     assert data["heartbeat"]["session_id"] == "claude-tm-7"
     assert phx(capsys, "team", "heartbeat", team_id, "alice")[1]["heartbeat"]["seq"] == 2
+    monkeypatch.setenv("PHOENIX_SESSION_ID", "")  # set but empty: no session (found in review)
+    assert phx(capsys, "team", "heartbeat", team_id, "alice")[1]["heartbeat"]["seq"] == 3
+    monkeypatch.setenv("PHOENIX_SESSION_ID", "claude-tm-7")
     code, data = phx(capsys, "team", "heartbeat", team_id, "mallory")
     assert code == 2
 

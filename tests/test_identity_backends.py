@@ -486,3 +486,26 @@ def test_an_identity_copied_from_another_agent_is_sealed_as_its_own(home: Home, 
     Path(beta.identity.path).write_text(Path(alpha.identity.path).read_text().replace("name: alpha", "name: beta"))
     beta.identity.set("state.current_focus", "start")
     assert beta.identity.read().immutable == {"name": "beta"}
+    # The same into an agent whose ops log rotated (so the log cannot tell it was never sealed).
+    os.makedirs(home.root, exist_ok=True)
+    gamma = Agent.open("gamma", home=home, clock=clock, config_overrides={"ops_max_bytes": 4096, "ops_keep": 1})
+    for _ in range(200):
+        gamma.record("note", "ok", {"text": "x" * 40})
+    assert gamma.ops.read()[0][0]["seq"] > 1
+    Path(gamma.identity.path).write_text(Path(alpha.identity.path).read_text().replace("name: alpha", "name: gamma"))
+    gamma.identity.set("state.current_focus", "start")
+    assert gamma.identity.read().immutable == {"name": "gamma"}
+
+
+def test_deleting_the_seal_and_the_ops_log_does_not_lift_it(home: Home, clock: ManualClock) -> None:
+    """Found in review: with the ops log gone too (and no checkpoint), the file's last line still
+    names the seal this agent's core was written under."""
+    agent = Agent.open("zero", home=home, clock=clock)
+    seeded(agent)
+    path = Path(agent.identity.path)
+    path.write_text(path.read_text().replace("release engineer", "anything goes"))
+    Path(agent.identity.digest_path).unlink()
+    for log in agent.ops.log.files():
+        os.unlink(log)
+    with pytest.raises(IdentityCoreError, match="is missing"):
+        agent.identity.read()

@@ -1444,7 +1444,8 @@ class CheckpointStore:
                 request = state.refresh_requested
                 if isinstance(request, dict) and request.get("at") == iso_from_ms(claimed_ms):
                     request["checkpoint"] = info.name
-            return [Transition("forced_refresh", "warn", {"reason": reason, "checkpoint": info.name})]
+            meta = {"reason": reason, "checkpoint": info.name, "claimed": claimed_ms is not None}
+            return [Transition("forced_refresh", "warn", meta)]
 
         self.agent.state.change(mutate)
         return info

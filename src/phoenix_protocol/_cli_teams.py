@@ -108,7 +108,9 @@ def team_join(home: Home, out: Output, team_id: str, name: str, role: str, sessi
 
     Example: phx team join release-1a2b3 alice --role engineer
     """
-    mate = _team(home, team_id).join(name, role=role, session_id=session or os.environ.get("PHOENIX_SESSION_ID"))
+    mate = _team(home, team_id).join(
+        name, role=role, session_id=session or os.environ.get("PHOENIX_SESSION_ID") or None
+    )
     if out.as_json:
         out.json({"teammate": mate})
     else:
@@ -382,7 +384,7 @@ def team_heartbeat(home: Home, out: Output, team_id: str, name: str) -> None:
 
     Example: phx team heartbeat TEAM alice
     """
-    record = _team(home, team_id).heartbeat(name, session_id=os.environ.get("PHOENIX_SESSION_ID"))
+    record = _team(home, team_id).heartbeat(name, session_id=os.environ.get("PHOENIX_SESSION_ID") or None)
     if out.as_json:
         out.json({"heartbeat": record})
     else:

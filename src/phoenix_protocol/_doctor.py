@@ -90,24 +90,45 @@ class Finding:
         }
 
 
-def _checkpoint_clock(state: AgentState, name: object, meta: dict[str, Any], ts: object) -> None:
-    """What a ``checkpoint_due`` claim (``claim_due_checkpoints``) or a time-based checkpoint taken
-    did to the clocks ``due_checkpoints`` reads: the last checkpoint's time, and a recovery's new
-    stretch of work."""
+_STATUS_EVENTS = ("task_started", "task_done", "task_error", "state_idle", "stalled", "status_changed")
+
+
+def _event_ms(ts: object) -> int | None:
     from phoenix_protocol._clock import ms_from_iso
 
     try:
-        ms = ms_from_iso(ts) if isinstance(ts, str) else None
+        return ms_from_iso(ts) if isinstance(ts, str) else None
     except ValueError:
-        ms = None
+        return None
+
+
+def _checkpoint_clock(state: AgentState, name: object, meta: dict[str, Any], ts: object) -> None:
+    """What a ``checkpoint_due`` claim (``claim_due_checkpoints``), a time-based checkpoint taken
+    or a forced refresh (``force_refresh``) did to the clocks ``due_checkpoints`` reads and to the
+    refresh flag: the last checkpoint's time, a recovery's new stretch of work and its request for
+    a fresh brief."""
+    ms = _event_ms(ts)
     if ms is None:
+        return
+    if name == "forced_refresh":
+        request = state.refresh_requested
+        if isinstance(request, dict) and request.get("checkpoint") is None and meta.get("claimed") is not False:
+            request["checkpoint"] = meta.get("checkpoint")  # the claim's: named once taken
+        elif not meta.get("claimed"):
+            state.refresh_requested = {"at": ts, "reason": meta.get("reason"), "checkpoint": meta.get("checkpoint")}
+            state.work_started_ms = ms
         return
     kinds = meta.get("types") if name == "checkpoint_due" else [meta.get("type")]
     if not isinstance(kinds, list) or not {"routine", "recovery", "session"} & set(map(str, kinds)):
         return
+    if name == "checkpoint_created" and (
+        state.status != "working" or state.work_started_ms is None or ms < state.work_started_ms
+    ):
+        return  # as ``_mark_taken``: only a working agent's clock (the event is written behind: it may come late)
     state.last_checkpoint_ms = max(state.last_checkpoint_ms or 0, ms)
     if name == "checkpoint_due" and "recovery" in kinds and state.status == "working":
         state.work_started_ms = ms
+        state.refresh_requested = {"at": ts, "reason": "continuous work", "checkpoint": None}
 
 
 def rebuild_state(events: list[dict[str, Any]], start: AgentState | None = None) -> tuple[AgentState, list[str]]:
@@ -130,12 +151,12 @@ def rebuild_state(events: list[dict[str, Any]], start: AgentState | None = None)
         ts = event.get("ts")
         applied = True
         previous = state.status
-        if name in ("checkpoint_due", "checkpoint_created"):
+        if name in ("checkpoint_due", "checkpoint_created", "forced_refresh"):
             # The clocks of time-based checkpoints (not state changes of their own: a log of an
             # agent that only takes checkpoints holds no state to rebuild).
             _checkpoint_clock(state, name, meta, ts)
             continue
-        if name in ("task_started", "task_done", "task_error", "state_idle", "stalled", "status_changed"):
+        if name in _STATUS_EVENTS:
             to = meta.get("to")
             if to in ("idle", "working", "error"):
                 state.status = to
@@ -149,13 +170,23 @@ def rebuild_state(events: list[dict[str, Any]], start: AgentState | None = None)
             state.status_event = str(name)
         elif name == "session_start":
             sid = meta.get("session_id")
-            if isinstance(sid, str) and (meta.get("source") in ("startup", "clear") or sid != state.session_id):
+            ms = _event_ms(ts)
+            # As ``is_new_session``: `claude --resume` keeps the id of the session it brings back.
+            if isinstance(sid, str) and (
+                meta.get("source") in ("startup", "clear", "resume") or sid != state.session_id
+            ):
+                if previous != "working" or state.work_started_ms is None or state.refresh_requested:
+                    state.work_started_ms = ms
+                state.refresh_requested = None  # the new session is the refresh
                 state.session_id = sid
                 state.session_started_at = ts if isinstance(ts, str) else None
                 state.status = "working"
                 state.updated_by = "hook"
                 state.status_event = "session_start"
                 state.error_message = None
+            elif state.refresh_requested and meta.get("source") == "compact":
+                state.refresh_requested = None  # answered by the compacted conversation's fresh brief
+                state.work_started_ms = ms if state.status == "working" else None
             if isinstance(meta.get("pid"), int):
                 state.pid = meta["pid"]
             if isinstance(meta.get("host"), str):
@@ -234,7 +265,8 @@ def rebuild_state(events: list[dict[str, Any]], start: AgentState | None = None)
                     continue
                 state.last_active_ms = ms
                 state.last_active = iso_from_ms(ms)
-                _track_work(state, previous)
+                if name in _STATUS_EVENTS or name == "session_end":  # a pulled state keeps its own clock
+                    _track_work(state, previous)
     for item in displaced:
         state.note_seq = max([state.note_seq, *notes]) + 1
         notes[state.note_seq] = {**item, "id": state.note_seq}
@@ -697,10 +729,10 @@ def _check_identity(agent: Agent, repair: bool) -> list[Finding]:
         # value for a secret that is none (`auth: oauth2-pkce`).
         return [
             Finding(
-                "error",
+                "warn",
                 "the sealed core holds what looks like a secret in clear (sealed before Phoenix redacted a core "
-                "written by hand): review identity.yaml, then `phx identity reset-core` seals it with the secret "
-                "redacted",
+                "written by hand): review identity.yaml; if it is one, `phx identity reset-core` seals it with the "
+                "secret redacted (if it is none, leave it)",
                 agent=agent.id,
                 path=path,
             )

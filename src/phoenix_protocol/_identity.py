@@ -61,17 +61,17 @@ keeps the digest of the file as written) that lost it was cut short, however wel
 reads; one that kept it was edited by hand."""
 
 
-def end_line(seal: str) -> bytes:
-    """The last line of an identity.yaml Phoenix writes: ``END_MARK`` and the seal it was written
-    under, which stands in for ``identity.digest`` when that is gone (``_last_sealed``)."""
-    return END_MARK + f", sealed {seal} (Phoenix writes this line last: without it, the file was cut short)\n".encode(
-        "ascii"
-    )
+def end_line(seal: str, agent_id: str) -> bytes:
+    """The last line of an identity.yaml Phoenix writes: ``END_MARK``, the agent and the seal it
+    was written under, which stands in for ``identity.digest`` when that is gone
+    (``_last_sealed``): for that agent only (a file copied from another names that one)."""
+    tail = f" of agent {agent_id}, sealed {seal} (Phoenix writes this line last: without it, the file was cut short)\n"
+    return END_MARK + tail.encode("ascii")
 
 
-def _sealed_in(data: bytes) -> str | None:
-    """The seal the end line of ``data`` names, if it has one that reads."""
-    lead = b"\n" + END_MARK + b", sealed "
+def _sealed_in(data: bytes, agent_id: str) -> str | None:
+    """The seal the end line of ``data`` names for agent ``agent_id``, if it has one that reads."""
+    lead = b"\n" + END_MARK + f" of agent {agent_id}, sealed ".encode("ascii")
     at = data.rfind(lead)
     if at < 0:
         return None
@@ -687,10 +687,9 @@ class IdentityStore:
         return False
 
     def _last_sealed(self, data: bytes | None = None) -> str | None:
-        """The digest the ops log says this core was last sealed with, else, when the log rotated
-        (the record may have gone with it), the seal the document's last line names (``end_line``:
-        ``data``, the document's bytes), else the seal of the newest checkpoint's copy; ``None``:
-        never sealed.
+        """The digest the ops log says this core was last sealed with, else the seal the document's
+        last line names for this agent (``end_line``: ``data``, the document's bytes), else the
+        seal of the newest checkpoint's copy; ``None``: never sealed.
         Read only when ``identity.digest`` is missing or damaged: rare."""
         try:
             events, _problems = self.agent.ops.read()
@@ -702,11 +701,10 @@ class IdentityStore:
                 return str(meta["digest"])
             if event.get("event") == "identity_core_reset" and isinstance(meta.get("new_digest"), str):
                 return str(meta["new_digest"])
-        # The record rotated out of the log: the document names the seal it was last written
-        # under, and every checkpoint keeps the seal of its copy. Only then: a file copied from
-        # another agent (a template) names that agent's seal, which says nothing of this one.
-        rotated = bool(events) and int(events[0].get("seq") or 0) > 1
-        if rotated and data is not None and (named := _sealed_in(data)) is not None:
+        # The record rotated out of the log (or the log is gone): the document names the seal it
+        # was last written under for this agent (a file copied from another agent names that
+        # one, which says nothing of this one), and every checkpoint keeps the seal of its copy.
+        if data is not None and (named := _sealed_in(data, self.agent.id)) is not None:
             return named
         store = self.agent.checkpoints
         for info in store.entries():
@@ -728,7 +726,7 @@ class IdentityStore:
             else "# Agent identity (Phoenix Protocol). The immutable section is sealed.\n"
         )
         digest = digest_of(identity.immutable)
-        return (prefix + text).encode("utf-8") + end_line(digest), digest
+        return (prefix + text).encode("utf-8") + end_line(digest, self.agent.id), digest
 
     def _load(self, data: bytes | None, stored: str | None, *, files: bool = True) -> tuple[Identity, list[str], bool]:
         """The identity in ``data`` (a default one when there is none), its header comment lines,

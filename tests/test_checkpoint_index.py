@@ -1217,3 +1217,40 @@ def test_damage_found_with_a_lost_snapshot_is_kept_and_told_once(tmp_path: Path)
     assert events.count("checkpoint_log_frame_damaged") == 1 and events.count("checkpoint_index_rebuilt") == 1
     assert [n for n in os.listdir(store.dir) if n.startswith("index.log.corrupt-")]
     assert writer.latest()[1] == [] and set(names) <= {e.name for e in writer.entries()}
+
+
+@pytest.mark.parametrize("field", ["at-sign", "length", "seed", "hash"])
+def test_a_record_whose_head_line_is_damaged_is_read_whole(tmp_path: Path, field: str) -> None:
+    """Found in review: one flipped byte in a record's head line (its length, seed, hash or
+    framing) ended the log as a torn tail does. Its payload is whole, and the next record's seed
+    is its hash: the record is read, and so is everything after it; the next writer settles the
+    log (writing the record's file from the bytes it read) and says so."""
+    store = open_store(tmp_path)
+    names = [take(store, summary=f"c{i}") for i in range(5)]
+    store.flush()
+    originals = {n: Path(store.dir, n).read_bytes() for n in names}
+    damaged = frames(store)[1]
+    data = bytearray(log_bytes(store))
+    head = bytes(data[damaged.at : data.index(b"\n", damaged.at)])
+    length, seed, _digest = head[1:].split(b" ")
+    where = {
+        "at-sign": 0,
+        "length": 1 + len(length) - 1,
+        "seed": 1 + len(length) + 1 + 3,
+        "hash": 1 + len(length) + 1 + len(seed) + 1 + 5,
+    }[field]
+    data[damaged.at + where] = (
+        ord("Z") if field == "at-sign" else ord("7" if data[damaged.at + where] != ord("7") else "8")
+    )
+    Path(store.catalog.log_path).write_bytes(bytes(data))
+    for n in (names[1], names[3]):
+        os.unlink(Path(store.dir, n))  # only the log holds them
+
+    reader = reopened(store)
+    assert [e.name for e in reader.entries()][::-1] == names
+    assert reader.read(names[1]).summary == "c1" and reader.read(names[3]).summary == "c3"
+    writer = reopened(store)
+    assert writer.read(take(writer, summary="after")).seq == 6
+    writer.flush()
+    assert {n: Path(store.dir, n).read_bytes() for n in names} == originals
+    assert [e["event"] for e in writer.agent.ops.read()[0]].count("checkpoint_log_frame_damaged") == 1

@@ -12,7 +12,9 @@ Two files next to the checkpoints, both owned by this module:
     that breaks it, a torn one (a writer killed mid-write) or one left from an earlier generation
     (told by its seed alone, before its payload is read). A frame whose payload does not verify
     while the frames after it chain on its stated hash is damage in the middle (bit rot), not a
-    torn tail: readers read past it and the next writer settles the log (``_past_damage``).
+    torn tail: readers read past it and the next writer settles the log (``_past_damage``). One
+    whose head line only is damaged is read whole: its payload, up to the next frame, hashes on
+    the chain to that frame's seed (``_resync``).
     When a generation ends (settling, below) the header gets a new generation and salt and frames
     are written from offset 512 again, over the old ones: the log's blocks stay allocated, so the
     ``fdatasync`` of a record flushes that record alone and never the file's metadata, as SQLite's
@@ -126,6 +128,7 @@ BEHIND_BYTES = 32 * 1024 * 1024
 """Named files waiting to be written behind hold at most about this much memory."""
 _CHUNK = 64 * 1024  # what a reader reads at once past the end it knew
 _PROBE = 4096  # ... at first
+_RESYNC_SLACK = 64 * 1024  # beyond INLINE_LIMIT: a record's metadata line and the next head (``_resync``)
 _DAMAGE_LOOKAHEAD = 8  # damaged frames in a row a reader looks past for one that verifies (``_past_damage``)
 _FRAME_HEAD = 56  # a frame header is at most this long: "@" + length + 2 x (" " + 16 hex digits) + "\n"
 _V1 = -1  # the seed of a frame of the earlier format (crc32, no seed)
@@ -439,6 +442,8 @@ class View:
         self.log_generation = -1  # -1: no usable log
         self.log_damaged = False  # a log whose header reads in neither format (see ``_salvage``)
         self.damaged_frames: list[int] = []  # offsets of frames damaged mid-log, read past (``_past_damage``)
+        self.recovered: dict[str, bytes] = {}  # checkpoints of frames whose head only was damaged (``_resync``)
+        self.resync_tried: tuple[int, int] | None = None  # (offset, chain) a ``_resync`` found nothing at
         self.salvage_from = 0  # with it: the snapshot's next_seq (the seqs its frames may add)
         self.snapshot_lost = False  # no snapshot read: missing, or unreadable (see ``_snapshot_lost``)
         self.snapshot_damaged: bytes | None = None  # an unreadable snapshot's bytes
@@ -710,7 +715,14 @@ class Catalog:
                 eof = len(buf) < _CHUNK
             head = _frame_head(buf, i)
             if head is None or head[2] != view.chain:  # torn, or from an earlier generation
-                break
+                if not self._ours(view, buf[i : i + _FRAME_HEAD], head):
+                    break
+                if (found := self._resync(view, ino, pos)) is None:
+                    break
+                pos = self._apply_recovered(view, pos, *found)
+                buf, base, eof = self.log.read(pos, _CHUNK, ino=ino), pos, False
+                eof = len(buf) < _CHUNK
+                continue
             start, length, _seed, digest = head
             end = start + length
             if end > len(buf):  # a frame larger than what was read: read it whole
@@ -722,7 +734,14 @@ class Catalog:
             if xxhash.xxh3_64_intdigest(memoryview(buf)[start:end], seed=view.chain) != digest:
                 past = self._past_damage(ino, pos + end - i, digest)
                 if past is None:
-                    break  # a torn tail (or nothing after it to tell)
+                    # A torn tail (or nothing after it to tell), or a damaged length or hash:
+                    # the payload may still chain on to a later record.
+                    if (found := self._resync(view, ino, pos)) is None:
+                        break
+                    pos = self._apply_recovered(view, pos, *found)
+                    buf, base, eof = self.log.read(pos, _CHUNK, ino=ino), pos, False
+                    eof = len(buf) < _CHUNK
+                    continue
                 # A frame after it chains on its stated hash: so it was whole when that one was
                 # written. Read it again: a writer may have been writing it when it was read.
                 again = self.log.read(pos, end - i, ino=ino)
@@ -748,6 +767,60 @@ class Catalog:
             view.chain = digest
             pos += end - i
         view.log_end = pos
+
+    @staticmethod
+    def _ours(view: View, head_bytes: bytes, head: tuple[int, int, int, int] | None) -> bool:
+        """Whether the head at the end of the chain is this generation's, damaged (its seed field
+        reads as the chain, or one hex digit off it), rather than the end of the log (zeros, or a
+        record of an earlier generation, whose seed is another)."""
+        if head is not None:  # one hex digit off: the other fifteen agree
+            x = head[2] ^ view.chain
+            shift = (x.bit_length() - 1) & ~3
+            if x and x >> shift < 16 and not x & ((1 << shift) - 1):
+                return True
+        return b"%016x" % view.chain in head_bytes
+
+    def _resync(self, view: View, ino: int, pos: int) -> tuple[bytes, int, int] | None:
+        """A record at ``pos`` whose head line is damaged (its length, seed, hash or framing)
+        while its payload is whole: the payload runs from the head line's end to the next record,
+        whose seed is the payload's hash on the chain. Returns ``(record bytes, payload start,
+        hash)``, or ``None`` (nothing after it chains on: a torn tail). Tried once per place."""
+        if view.resync_tried == (pos, view.chain):
+            return None
+        view.resync_tried = (pos, view.chain)
+        window = self.log.read(pos, INLINE_LIMIT + _RESYNC_SLACK, ino=ino)
+        payload_at = window.find(b"\n", 0, _FRAME_HEAD) + 1
+        if payload_at <= 0:
+            return None
+        q = window.find(b"@", payload_at)
+        while q >= 0:
+            head = _frame_head(window, q)
+            if (
+                head is not None
+                and head[2] != _V1
+                and xxhash.xxh3_64_intdigest(memoryview(window)[payload_at:q], seed=view.chain) == head[2]
+            ):
+                return window[:q], payload_at, head[2]
+            q = window.find(b"@", q + 1)
+        return None
+
+    def _apply_recovered(self, view: View, pos: int, frame: bytes, payload_at: int, digest: int) -> int:
+        """Take a record ``_resync`` recovered (its head damaged, its payload verified by the chain):
+        applied as read, its checkpoint's bytes kept in memory (the log's copy no longer verifies
+        on its own), and the damage noted for the next writer. Returns where the next record is."""
+        view.damaged_frames.append(pos)
+        meta_end = frame.find(b"\n", payload_at)
+        try:
+            meta = loads(frame[payload_at:meta_end]) if meta_end >= 0 else None
+        except JSONError:
+            meta = None
+        if isinstance(meta, dict):
+            content_at = meta_end + 1
+            self._apply(view, meta, Slot(pos, len(frame), content_at, view.chain), len(frame) - content_at)
+            if meta.get("k") == "put" and len(frame) > content_at and isinstance(meta.get("name"), str):
+                view.recovered[meta["name"]] = frame[content_at:]
+        view.chain = digest
+        return pos + len(frame)
 
     def _past_damage(self, ino: int, at: int, claimed: int) -> tuple[int, int] | None:
         # (a head whose length is not digits never parses, so ``at`` is always past the frame)
@@ -891,6 +964,9 @@ class Catalog:
             written = self.deferred.get(name)
             if written is not None:
                 return written[1]
+            recovered = view.recovered.get(name)
+            if recovered is not None:
+                return recovered  # its record's head is damaged (``_resync``): verified when read
             slot = view.inline.get(name)
         if slot is None:
             return None
@@ -1340,6 +1416,8 @@ class Catalog:
         """A new generation: the header rewritten in place (a file of this version), or a new
         log file (none yet, or one of the earlier format)."""
         view.damaged_frames.clear()  # they were the old generation's
+        view.recovered.clear()
+        view.resync_tried = None
         generation = max(view.generation, view.log_generation, 0)
         salt = int.from_bytes(os.urandom(8), "big")
         meta = {

@@ -792,15 +792,16 @@ class Catalog:
         payload_at = window.find(b"\n", 0, _FRAME_HEAD) + 1
         if payload_at <= 0:
             return None
+        hasher = xxhash.xxh3_64(seed=view.chain)  # one pass: each candidate end adds what lies before it
+        hashed = payload_at
         q = window.find(b"@", payload_at)
         while q >= 0:
             head = _frame_head(window, q)
-            if (
-                head is not None
-                and head[2] != _V1
-                and xxhash.xxh3_64_intdigest(memoryview(window)[payload_at:q], seed=view.chain) == head[2]
-            ):
-                return window[:q], payload_at, head[2]
+            if head is not None and head[2] != _V1:
+                hasher.update(memoryview(window)[hashed:q])
+                hashed = q
+                if hasher.intdigest() == head[2]:
+                    return window[:q], payload_at, head[2]
             q = window.find(b"@", q + 1)
         return None
 

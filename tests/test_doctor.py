@@ -1140,3 +1140,36 @@ def test_a_state_pulled_from_the_server_keeps_its_work_clock_in_a_rebuild() -> N
     ]
     rebuilt, _used = rebuild_state(events)
     assert (rebuilt.status, rebuilt.work_started_ms) == ("working", pulled.work_started_ms)
+
+
+def test_an_agent_that_only_takes_checkpoints_never_reads_its_log_for_a_state(
+    agent: Agent, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Found by the benchmark: an agent without a state (checkpoints only, from Python) has an ops
+    log; each checkpoint read it whole to look for a lost state. Only a state written here (its
+    lock file says so) is looked for; `phx doctor` looks all the same."""
+    from phoenix_protocol import _seqlog
+
+    for _ in range(3):
+        agent.checkpoints.create("routine")
+    agent.checkpoints.flush()
+    reads: list[str] = []
+    original = _seqlog.SeqLog.read
+
+    def counted(self: _seqlog.SeqLog, *args: Any, **kwargs: Any) -> Any:
+        reads.append(self.path)
+        return original(self, *args, **kwargs)
+
+    monkeypatch.setattr(_seqlog.SeqLog, "read", counted)
+    for _ in range(3):
+        agent.checkpoints.create("routine")
+        assert agent.state.read_or_none() is None
+    assert reads == [] and not os.path.exists(agent.state.path)
+    monkeypatch.setattr(_seqlog.SeqLog, "read", original)
+    _history(agent)
+    os.unlink(agent.state.path)
+    os.unlink(agent.state.path + ".lock")  # both gone: readers start fresh, the doctor looks
+    assert agent.state.read().current_task == ""
+    fixed = [f for f in check_agent(agent) if f.path == agent.state.path]
+    assert [(f.level, f.repaired) for f in fixed] == [("warn", True)]
+    assert agent.state.read().current_task == "Port the scheduler to asyncio"

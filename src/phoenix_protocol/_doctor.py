@@ -743,7 +743,7 @@ def _check_identity(agent: Agent, repair: bool) -> list[Finding]:
 def _lost_state(agent: Agent, repair: bool) -> list[Finding]:
     """A missing state.json whose history the ops log holds (``StateStore.lost``): the next write
     rebuilds it from the log; ``repair`` writes it now."""
-    lost = agent.state.lost()
+    lost = agent.state.lost(thorough=True)
     if lost is None:
         return []
     state, meta = lost

@@ -494,13 +494,18 @@ class StateStore:
         except (CorruptStateError, SchemaVersionError):
             return None
 
-    def lost(self) -> tuple[AgentState, dict[str, Any]] | None:
+    def lost(self, *, thorough: bool = False) -> tuple[AgentState, dict[str, Any]] | None:
         """When ``state.json`` is missing though this machine's ops log holds the agent's state
         events (it was deleted, or lost with a disk), the state rebuilt from them
         (``_doctor.rebuild_state``, as ``phx doctor`` rebuilds a damaged one) and the meta of the
         ``state_rebuilt`` event its next write logs; ``None`` when there is a file, or no such
-        history (a new agent starts fresh). Off the hot path: only a missing file reads the log."""
+        history (a new agent starts fresh). Off the hot path: only a missing file reads the log,
+        and only when its lock file says a state was written here (an agent that only takes
+        checkpoints has a log, and never a state: its reads must not read the log each time);
+        ``thorough`` (``phx doctor``) reads it all the same."""
         if os.path.exists(self.path):
+            return None
+        if not thorough and not os.path.exists(self.path + ".lock"):
             return None
         files = self._log_files()
         if not files:

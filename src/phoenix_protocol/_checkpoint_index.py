@@ -444,6 +444,7 @@ class View:
         self.damaged_frames: list[int] = []  # offsets of frames damaged mid-log, read past (``_past_damage``)
         self.recovered: dict[str, bytes] = {}  # checkpoints of frames whose head only was damaged (``_resync``)
         self.resync_tried: tuple[int, int] | None = None  # (offset, chain) a ``_resync`` found nothing at
+        self.end_seen: tuple[int, bytes] | None = None  # where the chain ended, and the bytes there (``_ours``)
         self.salvage_from = 0  # with it: the snapshot's next_seq (the seqs its frames may add)
         self.snapshot_lost = False  # no snapshot read: missing, or unreadable (see ``_snapshot_lost``)
         self.snapshot_damaged: bytes | None = None  # an unreadable snapshot's bytes
@@ -715,7 +716,9 @@ class Catalog:
                 eof = len(buf) < _CHUNK
             head = _frame_head(buf, i)
             if head is None or head[2] != view.chain:  # torn, or from an earlier generation
-                if not self._ours(view, buf[i : i + _FRAME_HEAD], head):
+                seen = (pos, buf[i : i + _FRAME_HEAD])
+                if seen == view.end_seen or not self._ours(view, seen[1], head):
+                    view.end_seen = seen  # the end, as the last load found it: not looked at again
                     break
                 if (found := self._resync(view, ino, pos)) is None:
                     break

@@ -776,12 +776,11 @@ class Catalog:
         """Whether the head at the end of the chain is this generation's, damaged (its seed field
         reads as the chain, or one hex digit off it), rather than the end of the log (zeros, or a
         record of an earlier generation, whose seed is another)."""
-        if head is not None:  # one hex digit off: the other fifteen agree
+        if head is not None:  # it reads: ours if its seed is one hex digit off (the other fifteen agree)
             x = head[2] ^ view.chain
             shift = (x.bit_length() - 1) & ~3
-            if x and x >> shift < 16 and not x & ((1 << shift) - 1):
-                return True
-        return b"%016x" % view.chain in head_bytes
+            return bool(x) and x >> shift < 16 and not x & ((1 << shift) - 1)
+        return b"%016x" % view.chain in head_bytes  # it does not read: its seed field may
 
     def _resync(self, view: View, ino: int, pos: int) -> tuple[bytes, int, int] | None:
         """A record at ``pos`` whose head line is damaged (its length, seed, hash or framing)

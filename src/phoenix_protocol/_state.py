@@ -475,7 +475,7 @@ class StateStore:
         log when that holds the agent's state events (``lost``), else it is a fresh state."""
         data = read_bytes(self.path)
         if data is None:
-            lost = self.lost()
+            lost = self.lost(missing=True)
             return lost[0] if lost is not None else AgentState()
         return self.parse(data)
 
@@ -488,13 +488,13 @@ class StateStore:
                 return self.read()
             data = read_bytes(self.path)  # one open, no stat first
             if data is None:
-                lost = self.lost()
+                lost = self.lost(missing=True)
                 return lost[0] if lost is not None else None
             return self.parse(data)
         except (CorruptStateError, SchemaVersionError):
             return None
 
-    def lost(self, *, thorough: bool = False) -> tuple[AgentState, dict[str, Any]] | None:
+    def lost(self, *, thorough: bool = False, missing: bool = False) -> tuple[AgentState, dict[str, Any]] | None:
         """When ``state.json`` is missing though this machine's ops log holds the agent's state
         events (it was deleted, or lost with a disk), the state rebuilt from them
         (``_doctor.rebuild_state``, as ``phx doctor`` rebuilds a damaged one) and the meta of the
@@ -502,8 +502,9 @@ class StateStore:
         history (a new agent starts fresh). Off the hot path: only a missing file reads the log,
         and only when its lock file says a state was written here (an agent that only takes
         checkpoints has a log, and never a state: its reads must not read the log each time);
-        ``thorough`` (``phx doctor``) reads it all the same."""
-        if os.path.exists(self.path):
+        ``thorough`` (``phx doctor``) reads it all the same. ``missing``: the caller just found no
+        file (it is not looked for again)."""
+        if not missing and os.path.exists(self.path):
             return None
         if not thorough and not os.path.exists(self.path + ".lock"):
             return None
@@ -602,7 +603,7 @@ class StateStore:
         ``state.json`` whose history the ops log holds is rebuilt from it first (``lost``), and
         the write logs ``state_rebuilt``: a lost state is never started again silently."""
         data = read_bytes(self.path)
-        lost = self.lost() if data is None else None
+        lost = self.lost(missing=True) if data is None else None
         state = self.parse(data) if data is not None else lost[0] if lost is not None else AgentState()
         transitions = mutate(state) or []
         if lost is not None:

@@ -1219,7 +1219,7 @@ def test_damage_found_with_a_lost_snapshot_is_kept_and_told_once(tmp_path: Path)
     assert writer.latest()[1] == [] and set(names) <= {e.name for e in writer.entries()}
 
 
-@pytest.mark.parametrize("field", ["at-sign", "length", "seed", "hash"])
+@pytest.mark.parametrize("field", ["at-sign", "length", "seed", "hash", "seed-not-hex", "newline", "length-past-end"])
 def test_a_record_whose_head_line_is_damaged_is_read_whole(tmp_path: Path, field: str) -> None:
     """Found in review: one flipped byte in a record's head line (its length, seed, hash or
     framing) ended the log as a torn tail does. Its payload is whole, and the next record's seed
@@ -1229,7 +1229,7 @@ def test_a_record_whose_head_line_is_damaged_is_read_whole(tmp_path: Path, field
     names = [take(store, summary=f"c{i}") for i in range(5)]
     store.flush()
     originals = {n: Path(store.dir, n).read_bytes() for n in names}
-    damaged = frames(store)[1]
+    damaged = frames(store)[3 if field == "length-past-end" else 1]
     data = bytearray(log_bytes(store))
     head = bytes(data[damaged.at : data.index(b"\n", damaged.at)])
     length, seed, _digest = head[1:].split(b" ")
@@ -1238,10 +1238,14 @@ def test_a_record_whose_head_line_is_damaged_is_read_whole(tmp_path: Path, field
         "length": 1 + len(length) - 1,
         "seed": 1 + len(length) + 1 + 3,
         "hash": 1 + len(length) + 1 + len(seed) + 1 + 5,
+        "seed-not-hex": 1 + len(length) + 1 + 3,
+        "newline": len(head),
+        "length-past-end": 1,
     }[field]
-    data[damaged.at + where] = (
-        ord("Z") if field == "at-sign" else ord("7" if data[damaged.at + where] != ord("7") else "8")
-    )
+    replaced = {"at-sign": "Z", "seed-not-hex": "s", "newline": "J", "length-past-end": "9"}.get(field)
+    data[damaged.at + where] = ord(replaced or ("7" if data[damaged.at + where] != ord("7") else "8"))
+    if field == "length-past-end":
+        assert damaged.at + int(bytes(data[damaged.at + 1 : damaged.at + 1 + len(length)])) > len(data)
     Path(store.catalog.log_path).write_bytes(bytes(data))
     for n in (names[1], names[3]):
         os.unlink(Path(store.dir, n))  # only the log holds them
@@ -1254,3 +1258,25 @@ def test_a_record_whose_head_line_is_damaged_is_read_whole(tmp_path: Path, field
     writer.flush()
     assert {n: Path(store.dir, n).read_bytes() for n in names} == originals
     assert [e["event"] for e in writer.agent.ops.read()[0]].count("checkpoint_log_frame_damaged") == 1
+
+
+def test_a_reader_looks_again_for_what_follows_a_broken_last_record(tmp_path: Path) -> None:
+    """Found in review: a reader that found no record after a broken last one never looked
+    again, though another writer (whose view was past it) wrote after it since; its own next
+    write then went over them."""
+    writer = open_store(tmp_path, size=3000)
+    names = [take(writer, summary=f"c{i}") for i in range(4)]
+    writer.flush()
+    last = frames(writer)[-1]
+    data = bytearray(log_bytes(writer))
+    digit = data.index(b"\n", last.at) - 3  # one digit of its hash field
+    data[digit] = ord("7") if data[digit] != ord("7") else ord("8")
+    Path(writer.catalog.log_path).write_bytes(bytes(data))
+    reader = reopened(writer)
+    assert len(reader.entries()) == 4
+    more = [take(writer, summary=f"after{i}") for i in range(3)]  # written after the broken record
+    writer.flush()
+    for name in more:
+        os.unlink(Path(writer.dir, name))  # only the log holds them
+    take(reader, summary="the reader's process writes")  # a writer looks again at once
+    assert {e.name for e in reopened(writer).entries()} >= set(names + more)

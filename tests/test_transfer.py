@@ -137,6 +137,22 @@ def test_import_refuses_a_target_that_has_any_of_it(tmp_path: Path, clock: Manua
     assert sorted(str(p) for p in Path(target.root).rglob("*")) == before
 
 
+def test_an_imported_state_lost_later_is_rebuilt_from_the_log(tmp_path: Path, clock: ManualClock) -> None:
+    """Found in review: an import wrote state.json without its lock file (lock files are not
+    exported), which is what says a state was written here: lost later, it was started fresh."""
+    from phoenix_protocol._agent import Agent
+
+    source = Agent.open("zero", home=Home(str(tmp_path / "a")), clock=clock)
+    source.state.start_session("s1")
+    source.state.set_status("working", "Port the scheduler", session_id="s1")
+    path = str(tmp_path / "a.jsonl")
+    export_home(source.home, path)
+    import_home(Home(str(tmp_path / "b")), path)
+    moved = Agent.open("zero", home=Home(str(tmp_path / "b")), clock=clock)
+    os.unlink(moved.state.path)
+    assert moved.state.read().current_task == "Port the scheduler"
+
+
 def test_a_damaged_or_foreign_export_is_refused(tmp_path: Path) -> None:
     home = Home(str(tmp_path / "h"))
     bad = tmp_path / "bad.jsonl"

@@ -128,6 +128,7 @@ BEHIND_BYTES = 32 * 1024 * 1024
 """Named files waiting to be written behind hold at most about this much memory."""
 _CHUNK = 64 * 1024  # what a reader reads at once past the end it knew
 _PROBE = 4096  # ... at first
+_RESYNC_AGAIN_S = 1.0  # a reader looks again after this long for a successor of a broken record (``_resync``)
 _RESYNC_SLACK = 64 * 1024  # beyond INLINE_LIMIT: a record's metadata line and the next head (``_resync``)
 _DAMAGE_LOOKAHEAD = 8  # damaged frames in a row a reader looks past for one that verifies (``_past_damage``)
 _FRAME_HEAD = 56  # a frame header is at most this long: "@" + length + 2 x (" " + 16 hex digits) + "\n"
@@ -398,6 +399,29 @@ def _first_seq_of_generation(data: bytes) -> int:
     return 0
 
 
+def _seed_at(view: View, head_bytes: bytes, head: tuple[int, int, int, int] | None) -> int | None:
+    """Where the seed field is in the head at the end of the chain (``head_bytes``, ``head`` as
+    parsed) when that head is this generation's, damaged (its seed reads as the chain, or one hex
+    digit off it, a digit that may be no hex digit any more), rather than the end of the log
+    (zeros, or a record of an earlier generation, whose seed is another); else ``None``."""
+    if head is not None:  # it reads: ours if its seed is one hex digit off (the other fifteen agree)
+        x = head[2] ^ view.chain
+        shift = (x.bit_length() - 1) & ~3
+        one_off = bool(x) and x >> shift < 16 and not x & ((1 << shift) - 1)
+        return head_bytes.find(b" ") + 1 if one_off else None
+    chain = b"%016x" % view.chain
+    at = head_bytes.find(chain)
+    if at >= 0:
+        return at
+    if head_bytes[:1] != b"@":
+        return None  # zeros, or what an earlier generation left
+    for at in range(3, 11):  # "@", 1 to 8 length digits, " "
+        field = head_bytes[at : at + 16]
+        if len(field) == 16 and sum(a != b for a, b in zip(field, chain, strict=True)) == 1:
+            return at
+    return None
+
+
 def _never_again(view: View, payload: bytes) -> None:
     """The seq of a damaged record (its ``payload``), if it still reads, is never handed out
     again: from its metadata, else from the ``"seq":`` its bytes still hold."""
@@ -443,7 +467,7 @@ class View:
         self.log_damaged = False  # a log whose header reads in neither format (see ``_salvage``)
         self.damaged_frames: list[int] = []  # offsets of frames damaged mid-log, read past (``_past_damage``)
         self.recovered: dict[str, bytes] = {}  # checkpoints of frames whose head only was damaged (``_resync``)
-        self.resync_tried: tuple[int, int] | None = None  # (offset, chain) a ``_resync`` found nothing at
+        self.resync_tried: tuple[int, int, float] | None = None  # (offset, chain, when) a ``_resync`` last tried
         self.end_seen: tuple[int, bytes] | None = None  # where the chain ended, and the bytes there (``_ours``)
         self.salvage_from = 0  # with it: the snapshot's next_seq (the seqs its frames may add)
         self.snapshot_lost = False  # no snapshot read: missing, or unreadable (see ``_snapshot_lost``)
@@ -564,6 +588,7 @@ class Catalog:
         self.delay = delay  # seconds before the write-behind runs (what follows meanwhile joins it)
         self._view: View | None = None
         self._mutex = threading.RLock()  # threads of one process share the view
+        self._as_writer = False  # the load under way is a writer's (``_resync``)
         # Written by this process, not yet done on disk (the write-behind's work; under _mutex):
         # name -> (its entry, its bytes, the log generation it was written in)
         self.deferred: dict[str, tuple[CheckpointInfo, bytes, int]] = {}  # named file not created yet
@@ -586,40 +611,48 @@ class Catalog:
         log holds are created, large records without a file dropped, an old or unusable log
         replaced, and after a reboot every file the log holds is checked and rewritten from it."""
         with self._mutex:
+            self._as_writer = writer
             try:
-                dir_mtime = os.stat(self.dir).st_mtime_ns
-            except FileNotFoundError:
-                dir_mtime = -1
-            log = self.log
-            view = self._view
-            if view is not None and view.log_ino is not None and view.log_version == LOG_VERSION:
-                # The common case: one call reads the header and what follows the end we knew.
-                # Replacing or deleting the log changes the directory: a reader whose directory
-                # did not change reads through the descriptor it has; a writer always checks it.
-                seen = log.look(0, HEADER_SIZE, view.log_end, _PROBE, check=writer or dir_mtime != view.dir_seen)
-                if seen is None:
-                    view = self._full_load(None)  # the log vanished
-                elif seen[0] != view.log_ino or seen[1] != view.log_header:
-                    view = self._full_load(seen[0])  # another file, or a new generation
-                else:
-                    self._replay(view, seen[0], seen[2])
+                return self._load(writer)
+            finally:
+                self._as_writer = False
+
+    def _load(self, writer: bool) -> View:
+        """``load``, holding ``_mutex``."""
+        try:
+            dir_mtime = os.stat(self.dir).st_mtime_ns
+        except FileNotFoundError:
+            dir_mtime = -1
+        log = self.log
+        view = self._view
+        if view is not None and view.log_ino is not None and view.log_version == LOG_VERSION:
+            # The common case: one call reads the header and what follows the end we knew.
+            # Replacing or deleting the log changes the directory: a reader whose directory
+            # did not change reads through the descriptor it has; a writer always checks it.
+            seen = log.look(0, HEADER_SIZE, view.log_end, _PROBE, check=writer or dir_mtime != view.dir_seen)
+            if seen is None:
+                view = self._full_load(None)  # the log vanished
+            elif seen[0] != view.log_ino or seen[1] != view.log_header:
+                view = self._full_load(seen[0])  # another file, or a new generation
             else:
-                ino = log.identity()
-                if view is None or ino is not None or view.log_ino is not None:
-                    # no view yet, or a log now or before (of another version, appeared, vanished)
-                    view = self._full_load(ino)
-            if writer and view.damaged_frames and view.log_ino is not None:
-                # Found by an earlier load without the lock: look again, whole, under it (no
-                # writer can be writing a frame now) before anything is repaired.
-                view = self._full_load(view.log_ino)
-            if view.pending:
-                self._check_pending(view, writer=writer)
-            if dir_mtime != view.dir_seen:
-                self._reconcile(view, dir_mtime)
-            if writer:
-                self._repair(view)
-            self._view = view
-            return view
+                self._replay(view, seen[0], seen[2])
+        else:
+            ino = log.identity()
+            if view is None or ino is not None or view.log_ino is not None:
+                # no view yet, or a log now or before (of another version, appeared, vanished)
+                view = self._full_load(ino)
+        if writer and view.damaged_frames and view.log_ino is not None:
+            # Found by an earlier load without the lock: look again, whole, under it (no
+            # writer can be writing a frame now) before anything is repaired.
+            view = self._full_load(view.log_ino)
+        if view.pending:
+            self._check_pending(view, writer=writer)
+        if dir_mtime != view.dir_seen:
+            self._reconcile(view, dir_mtime)
+        if writer:
+            self._repair(view)
+        self._view = view
+        return view
 
     def log_damaged(self) -> bool:
         """Whether the view last loaded found the log's header unreadable (its checkpoints read
@@ -717,10 +750,11 @@ class Catalog:
             head = _frame_head(buf, i)
             if head is None or head[2] != view.chain:  # torn, or from an earlier generation
                 seen = (pos, buf[i : i + _FRAME_HEAD])
-                if seen == view.end_seen or not self._ours(view, seen[1], head):
+                seed_at = None if seen == view.end_seen else _seed_at(view, seen[1], head)
+                if seed_at is None:
                     view.end_seen = seen  # the end, as the last load found it: not looked at again
                     break
-                if (found := self._resync(view, ino, pos)) is None:
+                if (found := self._resync(view, ino, pos, seed_at)) is None:
                     break
                 pos = self._apply_recovered(view, pos, *found)
                 buf, base, eof = self.log.read(pos, _CHUNK, ino=ino), pos, False
@@ -731,15 +765,20 @@ class Catalog:
             if end > len(buf):  # a frame larger than what was read: read it whole
                 need = end - i
                 buf, base, eof = self.log.read(pos, need, ino=ino), pos, False
-                if len(buf) < need:
-                    break
+                if len(buf) < need:  # past the file's end: torn, or a damaged length
+                    if (found := self._resync(view, ino, pos, buf.find(b" ") + 1)) is None:
+                        break
+                    pos = self._apply_recovered(view, pos, *found)
+                    buf, base, eof = self.log.read(pos, _CHUNK, ino=ino), pos, False
+                    eof = len(buf) < _CHUNK
+                    continue
                 start, end, i = start - i, end - i, 0
             if xxhash.xxh3_64_intdigest(memoryview(buf)[start:end], seed=view.chain) != digest:
                 past = self._past_damage(ino, pos + end - i, digest)
                 if past is None:
                     # A torn tail (or nothing after it to tell), or a damaged length or hash:
                     # the payload may still chain on to a later record.
-                    if (found := self._resync(view, ino, pos)) is None:
+                    if (found := self._resync(view, ino, pos, buf.find(b" ", i) + 1 - i)) is None:
                         break
                     pos = self._apply_recovered(view, pos, *found)
                     buf, base, eof = self.log.read(pos, _CHUNK, ino=ino), pos, False
@@ -771,29 +810,24 @@ class Catalog:
             pos += end - i
         view.log_end = pos
 
-    @staticmethod
-    def _ours(view: View, head_bytes: bytes, head: tuple[int, int, int, int] | None) -> bool:
-        """Whether the head at the end of the chain is this generation's, damaged (its seed field
-        reads as the chain, or one hex digit off it), rather than the end of the log (zeros, or a
-        record of an earlier generation, whose seed is another)."""
-        if head is not None:  # it reads: ours if its seed is one hex digit off (the other fifteen agree)
-            x = head[2] ^ view.chain
-            shift = (x.bit_length() - 1) & ~3
-            return bool(x) and x >> shift < 16 and not x & ((1 << shift) - 1)
-        return b"%016x" % view.chain in head_bytes  # it does not read: its seed field may
-
-    def _resync(self, view: View, ino: int, pos: int) -> tuple[bytes, int, int] | None:
+    def _resync(self, view: View, ino: int, pos: int, seed_at: int) -> tuple[bytes, int, int] | None:
         """A record at ``pos`` whose head line is damaged (its length, seed, hash or framing)
-        while its payload is whole: the payload runs from the head line's end to the next record,
-        whose seed is the payload's hash on the chain. Returns ``(record bytes, payload start,
-        hash)``, or ``None`` (nothing after it chains on: a torn tail). Tried once per place."""
-        if view.resync_tried == (pos, view.chain):
+        while its payload is whole: the payload runs from the head line's end (after the seed
+        field at ``seed_at``, a space, the hash field and the newline) to the next record, whose
+        seed is the payload's hash on the chain. Returns ``(record bytes, payload start, hash)``,
+        or ``None`` (nothing after it chains on: a torn tail). A reader tries a place again after
+        ``_RESYNC_AGAIN_S`` (another process may have written after it since); a writer, under the
+        lock and about to write there, always does."""
+        now = time.monotonic()
+        tried = view.resync_tried
+        recent = tried is not None and tried[:2] == (pos, view.chain) and now - tried[2] < _RESYNC_AGAIN_S
+        if recent and not self._as_writer:
             return None
-        view.resync_tried = (pos, view.chain)
+        view.resync_tried = (pos, view.chain, now)
+        if seed_at <= 0:
+            return None
         window = self.log.read(pos, INLINE_LIMIT + _RESYNC_SLACK, ino=ino)
-        payload_at = window.find(b"\n", 0, _FRAME_HEAD) + 1
-        if payload_at <= 0:
-            return None
+        payload_at = seed_at + 16 + 1 + 16 + 1
         hasher = xxhash.xxh3_64(seed=view.chain)  # one pass: each candidate end adds what lies before it
         hashed = payload_at
         q = window.find(b"@", payload_at)
@@ -810,8 +844,21 @@ class Catalog:
     def _apply_recovered(self, view: View, pos: int, frame: bytes, payload_at: int, digest: int) -> int:
         """Take a record ``_resync`` recovered (its head damaged, its payload verified by the chain):
         applied as read, its checkpoint's bytes kept in memory (the log's copy no longer verifies
-        on its own), and the damage noted for the next writer. Returns where the next record is."""
-        view.damaged_frames.append(pos)
+        on its own), and the damage noted for the next writer; one whose head reads and verifies
+        now (a writer was writing it when it was first read) is taken as it is. Returns where the
+        next record is."""
+        head = _frame_head(frame, 0)
+        whole = (
+            head is not None
+            and head[0] + head[1] == len(frame)
+            and head[2] == view.chain
+            and head[3] == digest
+            and xxhash.xxh3_64_intdigest(memoryview(frame)[head[0] :], seed=view.chain) == digest
+        )
+        if whole:
+            payload_at = head[0]  # type: ignore[index]  # whole: head is a head
+        else:
+            view.damaged_frames.append(pos)
         meta_end = frame.find(b"\n", payload_at)
         try:
             meta = loads(frame[payload_at:meta_end]) if meta_end >= 0 else None
@@ -820,18 +867,18 @@ class Catalog:
         if isinstance(meta, dict):
             content_at = meta_end + 1
             self._apply(view, meta, Slot(pos, len(frame), content_at, view.chain), len(frame) - content_at)
-            if meta.get("k") == "put" and len(frame) > content_at and isinstance(meta.get("name"), str):
+            if not whole and meta.get("k") == "put" and len(frame) > content_at and isinstance(meta.get("name"), str):
                 view.recovered[meta["name"]] = frame[content_at:]
         view.chain = digest
         return pos + len(frame)
 
     def _past_damage(self, ino: int, at: int, claimed: int) -> tuple[int, int] | None:
-        # (a head whose length is not digits never parses, so ``at`` is always past the frame)
         """A frame whose head chains on but whose payload does not verify: damaged in the middle
         of the log (bit rot), or a torn tail? The frames after it (from ``at``) chain on its
         ``claimed`` hash up to one that verifies: damage, and that frame's offset and seed are
         returned. A torn tail has nothing after it that chains (each frame is flushed before the
-        next is written; a frame of an earlier generation has another seed): ``None``."""
+        next is written; a frame of an earlier generation has another seed): ``None``. (A head
+        whose length is not digits never parses, so ``at`` is always past the frame.)"""
         seed = claimed
         for _ in range(_DAMAGE_LOOKAHEAD):
             head = _frame_head(self.log.read(at, _FRAME_HEAD, ino=ino), 0)

@@ -37,7 +37,7 @@ from typing import TYPE_CHECKING, Any
 from phoenix_protocol._checkpoint_index import CheckpointInfo
 from phoenix_protocol._clock import ManualClock, system_clock
 from phoenix_protocol._config import load_config
-from phoenix_protocol._durable import atomic_write, ensure_dir, iter_lines, read_bytes
+from phoenix_protocol._durable import FileLock, atomic_write, ensure_dir, iter_lines, read_bytes
 from phoenix_protocol._errors import CorruptStateError, SchemaVersionError, UsageError
 from phoenix_protocol._jsonio import JSONError, dumps_line, loads
 
@@ -356,7 +356,13 @@ def import_home(home: Home, path: str, *, progress: Progress | None = None) -> d
             store_files.append(record)
             continue
         ensure_dir(os.path.dirname(target))
-        atomic_write(target, base64.b64decode(record["content"]))
+        if os.path.basename(target) == "state.json":
+            # Written under its lock, as every state write is: the lock file left says a state was
+            # written here (``StateStore.lost`` looks for a lost one only then).
+            with FileLock(target):
+                atomic_write(target, base64.b64decode(record["content"]))
+        else:
+            atomic_write(target, base64.b64decode(record["content"]))
     if store_files:
         say(f"{len(store_files)} checkpoint and session files")
         _import_pg_store_files(config.store, config.pg_pool_size, store_files)

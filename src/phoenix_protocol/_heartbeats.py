@@ -21,7 +21,7 @@ from __future__ import annotations
 import os
 
 from phoenix_protocol._durable import atomic_write, ensure_dir, read_bytes
-from phoenix_protocol._ids import validate_id
+from phoenix_protocol._ids import short_digest, validate_id
 from phoenix_protocol._jsonio import dumps_line, loads_object
 
 TYPE_CHECKING = False
@@ -38,15 +38,7 @@ SKEW_MS = 30_000
 def runtime_dir(home_root: str, team_id: str) -> str:
     """Where a team's heartbeats live: per user, per home, per team."""
     base = os.environ.get("XDG_RUNTIME_DIR") or os.environ.get("TMPDIR") or "/tmp"  # noqa: S108 - per-user subdir, 0700
-    try:
-        from _sha256 import sha256  # type: ignore[import-not-found]  # CPython 3.11 (hashlib costs more)
-    except ImportError:  # pragma: no cover - 3.12+ names it _sha2
-        try:
-            from _sha2 import sha256  # type: ignore[import-not-found]
-        except ImportError:
-            from hashlib import sha256
-
-    digest = str(sha256(home_root.encode("utf-8", "surrogatepass")).hexdigest()[:16])
+    digest = short_digest(home_root.encode("utf-8", "surrogatepass"))
     return os.path.join(base, f"phoenix-{os.getuid()}", digest, validate_id(team_id, "team id"))
 
 

@@ -130,15 +130,9 @@ def _digest(value: object) -> str | None:
         data = dumps_canonical(_normalized(value)).encode("utf-8", "surrogatepass")
     except (TypeError, ValueError):
         return None
-    # CPython's own module, cheaper to import than hashlib; named by version, so that the hot path
-    # never imports a module that is missing (under the hook's -S that would set up the site).
-    try:
-        sha256 = __import__("_sha256" if sys.version_info < (3, 12) else "_sha2").sha256
-    except (ImportError, AttributeError):  # pragma: no cover - another Python implementation
-        import hashlib
+    from phoenix_protocol._ids import short_digest
 
-        sha256 = hashlib.sha256
-    return str(sha256(data).hexdigest()[:16])
+    return short_digest(data)
 
 
 def _tool_outcome(event: str, payload: dict[str, Any]) -> tuple[bool, str | None]:

@@ -16,9 +16,11 @@ from phoenix_protocol._errors import InvalidIdError
 __all__ = [
     "MAX_ID_LENGTH",
     "SESSION_ID_LENGTH",
+    "hashed_session_id",
     "is_valid_id",
     "secret_in_id",
     "session_id_of",
+    "short_digest",
     "validate_id",
     "validate_session_id",
 ]
@@ -122,9 +124,16 @@ def session_id_of(value: object) -> str | None:
 
 def hashed_session_id(value: str) -> str:
     """``sid-`` and a hash of ``value``: what ``session_id_of`` keeps for a session id it cannot
-    keep as it is. Cheap enough for the hot path (CPython's own sha256 module, not ``hashlib``),
-    so that a heartbeat can tell the state's ``sid-`` from its session's raw id without a secret
-    check."""
+    keep as it is. Cheap enough for the hot path (``short_digest``), so that a heartbeat can tell
+    the state's ``sid-`` from its session's raw id without a secret check."""
+    return "sid-" + short_digest(value.encode("utf-8", "surrogatepass"), 24)
+
+
+def short_digest(data: bytes, length: int = 16) -> str:
+    """The first ``length`` hex digits of the sha256 of ``data``: the hot path's hashes (tool
+    inputs, session ids, a team's runtime directory). CPython's own module, cheaper to import than
+    ``hashlib``, named by version, so that the hot path never imports a module that is missing
+    (under the hook's ``-S`` that would set up the site packages)."""
     import sys
 
     try:
@@ -133,4 +142,4 @@ def hashed_session_id(value: str) -> str:
         import hashlib
 
         sha256 = hashlib.sha256
-    return "sid-" + str(sha256(value.encode("utf-8", "surrogatepass")).hexdigest()[:24])
+    return str(sha256(data).hexdigest()[:length])

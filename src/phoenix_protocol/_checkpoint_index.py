@@ -757,8 +757,7 @@ class Catalog:
                 if (found := self._resync(view, ino, pos, seed_at)) is None:
                     break
                 pos = self._apply_recovered(view, pos, *found)
-                buf, base, eof = self.log.read(pos, _CHUNK, ino=ino), pos, False
-                eof = len(buf) < _CHUNK
+                buf, base, eof = self._chunk(pos, ino)
                 continue
             start, length, _seed, digest = head
             end = start + length
@@ -769,8 +768,7 @@ class Catalog:
                     if (found := self._resync(view, ino, pos, buf.find(b" ") + 1)) is None:
                         break
                     pos = self._apply_recovered(view, pos, *found)
-                    buf, base, eof = self.log.read(pos, _CHUNK, ino=ino), pos, False
-                    eof = len(buf) < _CHUNK
+                    buf, base, eof = self._chunk(pos, ino)
                     continue
                 start, end, i = start - i, end - i, 0
             if xxhash.xxh3_64_intdigest(memoryview(buf)[start:end], seed=view.chain) != digest:
@@ -781,8 +779,7 @@ class Catalog:
                     if (found := self._resync(view, ino, pos, buf.find(b" ", i) + 1 - i)) is None:
                         break
                     pos = self._apply_recovered(view, pos, *found)
-                    buf, base, eof = self.log.read(pos, _CHUNK, ino=ino), pos, False
-                    eof = len(buf) < _CHUNK
+                    buf, base, eof = self._chunk(pos, ino)
                     continue
                 # A frame after it chains on its stated hash: so it was whole when that one was
                 # written. Read it again: a writer may have been writing it when it was read.
@@ -794,8 +791,7 @@ class Catalog:
                     view.damaged_frames.append(pos)  # its own checkpoint is left to its file
                     _never_again(view, buf[start:end])
                     pos, view.chain = past
-                    buf, base, eof = self.log.read(pos, _CHUNK, ino=ino), pos, False
-                    eof = len(buf) < _CHUNK
+                    buf, base, eof = self._chunk(pos, ino)
                     continue
             meta_end = buf.find(b"\n", start, end)
             if meta_end < 0:
@@ -871,6 +867,12 @@ class Catalog:
                 view.recovered[meta["name"]] = frame[content_at:]
         view.chain = digest
         return pos + len(frame)
+
+    def _chunk(self, pos: int, ino: int) -> tuple[bytes, int, bool]:
+        """``_replay``'s buffer read on from ``pos``: its bytes, their log offset, and whether the
+        file ends in them."""
+        buf = self.log.read(pos, _CHUNK, ino=ino)
+        return buf, pos, len(buf) < _CHUNK
 
     def _past_damage(self, ino: int, at: int, claimed: int) -> tuple[int, int] | None:
         """A frame whose head chains on but whose payload does not verify: damaged in the middle
@@ -1064,16 +1066,14 @@ class Catalog:
                 atomic_write(path, content)
             made.append(name)
         view.log_damaged = False
-        if self.on_damage is not None:
-            with contextlib.suppress(Exception):
-                self.on_damage(
-                    "checkpoint_log_salvaged",
-                    f"{self.log_path}: its header does not read (damaged, or written by a newer Phoenix); kept as "
-                    f"{os.path.basename(kept)}, {len(made)} checkpoint(s) it held (files missing or damaged) written "
-                    "back from its frames"
-                    + (f" ({', '.join(made[:5])}{' ...' if len(made) > 5 else ''})" if made else "")
-                    + "; a new log was started",
-                )
+        self._tell(
+            "checkpoint_log_salvaged",
+            f"{self.log_path}: its header does not read (damaged, or written by a newer Phoenix); kept as "
+            f"{os.path.basename(kept)}, {len(made)} checkpoint(s) it held (files missing or damaged) written "
+            "back from its frames"
+            + (f" ({', '.join(made[:5])}{' ...' if len(made) > 5 else ''})" if made else "")
+            + "; a new log was started",
+        )
         if made:
             self._reconcile(view, None)
 
@@ -1090,16 +1090,20 @@ class Catalog:
             return False  # never settled (a damaged log's header cannot say: reported all the same): the first log holds everything, no snapshot was written yet
         kept = keep_damaged(self.index_path, damaged, system_clock.now_ms()) if damaged is not None else None
         self._settle(view)
+        self._tell(
+            "checkpoint_index_rebuilt",
+            f"{self.index_path}: "
+            + (f"does not read (kept as {os.path.basename(kept)})" if kept else "missing")
+            + f"; rebuilt from index.log and the directory: {len(view.entries)} checkpoint(s), "
+            f"the next number {view.next_seq}",
+        )
+        return True
+
+    def _tell(self, event: str, message: str) -> None:
+        """Report damage found (and repaired) through ``on_damage``: the report must not fail it."""
         if self.on_damage is not None:
             with contextlib.suppress(Exception):
-                self.on_damage(
-                    "checkpoint_index_rebuilt",
-                    f"{self.index_path}: "
-                    + (f"does not read (kept as {os.path.basename(kept)})" if kept else "missing")
-                    + f"; rebuilt from index.log and the directory: {len(view.entries)} checkpoint(s), "
-                    f"the next number {view.next_seq}",
-                )
-        return True
+                self.on_damage(event, message)
 
     def _repair(self, view: View) -> None:
         if view.damaged_frames:
@@ -1155,15 +1159,13 @@ class Catalog:
         kept = keep_damaged(self.log_path, self.log.read(0, view.log_end, ino=view.log_ino), system_clock.now_ms())
         if not (view.snapshot_lost and self._snapshot_lost(view)):  # which settles, and says so
             self._settle(view)
-        if self.on_damage is not None:
-            with contextlib.suppress(Exception):
-                self.on_damage(
-                    "checkpoint_log_frame_damaged",
-                    f"{self.log_path}: {len(at)} record(s) damaged in the middle of the log (at byte "
-                    f"{', '.join(str(a) for a in at)}), kept as {os.path.basename(kept)}; the records after them were "
-                    "read and the log settled into a new generation. A checkpoint only a damaged record held, "
-                    "without its file, is lost",
-                )
+        self._tell(
+            "checkpoint_log_frame_damaged",
+            f"{self.log_path}: {len(at)} record(s) damaged in the middle of the log (at byte "
+            f"{', '.join(str(a) for a in at)}), kept as {os.path.basename(kept)}; the records after them were "
+            "read and the log settled into a new generation. A checkpoint only a damaged record held, "
+            "without its file, is lost",
+        )
 
     def _rewrite_after_reboot(self, view: View) -> None:
         """A reboot since the log started: files written without a flush may be lost or damaged.

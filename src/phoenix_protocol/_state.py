@@ -473,11 +473,17 @@ class StateStore:
     def read_local(self) -> AgentState:
         """This machine's ``state.json`` (see ``read``). A missing one is rebuilt from the ops
         log when that holds the agent's state events (``lost``), else it is a fresh state."""
+        state, _lost = self._local()
+        return state if state is not None else AgentState()
+
+    def _local(self) -> tuple[AgentState | None, dict[str, Any] | None]:
+        """This machine's ``state.json`` (one open, no stat first), or, missing, the state
+        ``lost`` rebuilds and the meta of its ``state_rebuilt`` event; ``(None, None)``: neither."""
         data = read_bytes(self.path)
-        if data is None:
-            lost = self.lost(missing=True)
-            return lost[0] if lost is not None else AgentState()
-        return self.parse(data)
+        if data is not None:
+            return self.parse(data), None
+        lost = self.lost(missing=True)
+        return (lost[0], lost[1]) if lost is not None else (None, None)
 
     def read_or_none(self) -> AgentState | None:
         """The current state, or ``None`` when it is missing (and not rebuilt from the ops log:
@@ -486,11 +492,7 @@ class StateStore:
         try:
             if self.remote is not None:
                 return self.read()
-            data = read_bytes(self.path)  # one open, no stat first
-            if data is None:
-                lost = self.lost(missing=True)
-                return lost[0] if lost is not None else None
-            return self.parse(data)
+            return self._local()[0]
         except (CorruptStateError, SchemaVersionError):
             return None
 
@@ -602,12 +604,11 @@ class StateStore:
         """``change`` of this machine's copy, for a caller holding ``lock()``. A missing
         ``state.json`` whose history the ops log holds is rebuilt from it first (``lost``), and
         the write logs ``state_rebuilt``: a lost state is never started again silently."""
-        data = read_bytes(self.path)
-        lost = self.lost(missing=True) if data is None else None
-        state = self.parse(data) if data is not None else lost[0] if lost is not None else AgentState()
+        found, rebuilt = self._local()
+        state = found if found is not None else AgentState()
         transitions = mutate(state) or []
-        if lost is not None:
-            transitions.insert(0, Transition("state_rebuilt", "warn", lost[1], trusted=True))
+        if rebuilt is not None:
+            transitions.insert(0, Transition("state_rebuilt", "warn", rebuilt, trusted=True))
         if not transitions:
             self.write_locked(state, durable=durable)
             return state

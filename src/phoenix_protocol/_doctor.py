@@ -256,13 +256,7 @@ def rebuild_state(events: list[dict[str, Any]], start: AgentState | None = None)
             applied = False
         if applied:
             used[str(name)] = used.get(str(name), 0) + 1
-            if isinstance(ts, str):
-                from phoenix_protocol._clock import ms_from_iso
-
-                try:
-                    ms = ms_from_iso(ts)
-                except ValueError:
-                    continue
+            if (ms := _event_ms(ts)) is not None:
                 state.last_active_ms = ms
                 state.last_active = iso_from_ms(ms)
                 if name in _STATUS_EVENTS or name == "session_end":  # a pulled state keeps its own clock

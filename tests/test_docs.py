@@ -78,10 +78,10 @@ def test_python_examples_run(doc: Path, tmp_path: Path) -> None:
 
 # -- the ops events docs/state.md lists -------------------------------------------------------------
 
-_EVENT_CALLS = {"record", "record_later", "make_entry", "_log_best_effort", "Transition", "on_damage"}
+_EVENT_CALLS = {"record", "record_later", "make_entry", "_log_best_effort", "Transition", "on_damage", "_tell"}
 """What writes an ops event, its name the first argument: ``Agent.record``, ``OpsLog.record`` /
 ``record_later`` / ``make_entry``, the hook's ``_log_best_effort``, a state ``Transition``, the
-checkpoint catalogue's ``on_damage`` (its store logs the event it names); and
+checkpoint catalogue's ``on_damage``, called through ``_tell`` (its store logs the event it names); and
 any call's ``event=`` keyword (``set_status(..., event="stalled")``)."""
 
 

@@ -909,6 +909,43 @@ def test_an_identity_edited_by_hand_is_no_damage(agent: Agent) -> None:
     assert agent.identity.read().current_focus == "written by Phoenix again"
 
 
+def test_an_identity_written_again_by_a_yaml_library_is_an_edit(agent: Agent) -> None:
+    """A YAML library's load and dump drops every comment, Phoenix's first and last lines alike:
+    no cut keeps the end of a file and loses its start, so that is an edit (the seal still checks
+    its core), not damage; Phoenix's next write puts both lines back. A cut file keeps its first
+    line and is still damage."""
+    import yaml
+
+    from phoenix_protocol._errors import CorruptStateError
+    from phoenix_protocol._identity import END_MARK, IdentityCoreError
+
+    agent.identity.reset_core({"name": "tester", "role": "release engineer"})
+    agent.identity.add("skill", {"name": "rust", "level": "good"})
+    path = Path(agent.identity.path)
+
+    def round_trip(change: Any) -> None:
+        document = yaml.safe_load(path.read_text())
+        change(document)
+        path.write_text(yaml.safe_dump(document, sort_keys=False))
+        assert b"#" not in path.read_bytes()
+
+    round_trip(lambda d: d["mutable"]["skills"].append({"name": "go", "level": "new"}))
+    assert [s["name"] for s in agent.identity.read().mutable["skills"]] == ["rust", "go"]
+    assert [f.level for f in check_agent(agent, repair=False) if f.path == agent.identity.path] == ["ok"]
+    agent.identity.set("state.current_focus", "after the tool")
+    text = path.read_bytes()
+    assert text.startswith(b"# ") and text.splitlines()[-1].startswith(END_MARK)
+    assert [s["name"] for s in agent.identity.read().mutable["skills"]] == ["rust", "go"]
+
+    path.write_bytes(text[: text.index(b"- name: go")])  # cut: the first line stays
+    with pytest.raises(CorruptStateError, match="cut short"):
+        agent.identity.read()
+    path.write_bytes(text)
+    round_trip(lambda d: d["immutable"].update(role="anything goes"))
+    with pytest.raises(IdentityCoreError, match="changed outside Phoenix"):
+        agent.identity.read()
+
+
 def test_a_core_sealed_with_a_secret_in_clear_is_reported(agent: Agent) -> None:
     """A core sealed before Phoenix redacted cores written by hand (the seal matches it, secret
     and all): reported, never changed by the doctor (the core is the user's, and the redactor may

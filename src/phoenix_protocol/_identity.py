@@ -529,7 +529,9 @@ class IdentityStore:
         the mutable section left out are taken as their defaults, as in a file written by hand.
         ``written``: the digest of the file as Phoenix last wrote it; a file that is not that one
         and lost its last line (``END_MARK``) was cut short, even where what is left reads (inside a
-        list)."""
+        list). Unless it lost its first line too: Phoenix writes a comment there as well, and a cut
+        keeps the start of a file, so a file without any comment at either end was written again by
+        a tool that drops comments (a YAML library's load and dump): an edit, checked as one."""
         import yaml
 
         header = []
@@ -569,7 +571,7 @@ class IdentityStore:
         problem = mutable_problem(merged) or json_problem(immutable, "immutable") or json_problem(merged, "mutable")
         if problem is not None:
             raise CorruptStateError(f"{self.path}: {problem}; {_REPAIR}", path=self.path)
-        if written is not None and b"\n" + END_MARK not in data:
+        if written is not None and header and b"\n" + END_MARK not in data:
             import hashlib
 
             if hashlib.sha256(data).hexdigest() != written:

@@ -940,6 +940,22 @@ def test_an_identity_written_again_by_a_yaml_library_is_an_edit(agent: Agent) ->
     path.write_bytes(text[: text.index(b"- name: go")])  # cut: the first line stays
     with pytest.raises(CorruptStateError, match="cut short"):
         agent.identity.read()
+    # Edits that put something before Phoenix's first line (and keep its last) still have
+    # comments: cut, they are damage, not edits.
+    for top in (b"---\n", b"\n", b"\xef\xbb\xbf"):
+        edited = top + text
+        path.write_bytes(edited)
+        assert [s["name"] for s in agent.identity.read().mutable["skills"]] == ["rust", "go"]
+        path.write_bytes(edited[: edited.index(b"- name: go")])
+        with pytest.raises(CorruptStateError, match="cut short"):
+            agent.identity.read()
+    path.write_bytes(
+        text.replace(b"current_focus: after the tool", b"current_focus: |-\n      # a heading\n      text")
+    )
+    assert agent.identity.read().current_focus == "# a heading\ntext"  # an edit that keeps the last line
+    document = yaml.safe_load(path.read_text())
+    path.write_text(yaml.safe_dump(document, sort_keys=False, explicit_start=True))  # a block of text: no comment
+    assert agent.identity.read().current_focus == "# a heading\ntext"
     path.write_bytes(text)
     round_trip(lambda d: d["immutable"].update(role="anything goes"))
     with pytest.raises(IdentityCoreError, match="changed outside Phoenix"):

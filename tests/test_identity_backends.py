@@ -153,6 +153,33 @@ def test_an_edit_by_hand_is_treated_as_on_files(backend: str, agent: Agent, tmp_
     assert [e["event"] for e in agent.ops.read()[0]].count("identity_core_reset") == 2
 
 
+def test_a_copy_cut_short_is_damage_and_never_reaches_elsewhere(backend: str, agent: Agent, tmp_path: Path) -> None:
+    """This home's file cut inside a list (its first line kept, its last lost) is damage on either
+    store: refused, nothing passed on; `phx doctor` keeps it aside and restores the identity (on
+    PostgreSQL from the server's row, which the cut never reached)."""
+    from phoenix_protocol._doctor import check_agent
+
+    seeded(agent)
+    for name in ("rust", "go"):
+        agent.identity.add("skill", {"name": name, "level": "good"})
+    agent.checkpoints.create("routine")  # the file store restores from a checkpoint's copy
+    before = agent.identity.read().as_dict()
+    path = Path(agent.identity.path)
+    text = path.read_bytes()
+    path.write_bytes(text[: text.index(b"- name: go")])
+    with pytest.raises(CorruptStateError, match="cut short"):
+        agent.identity.read()
+    with pytest.raises(CorruptStateError, match="cut short"):
+        agent.identity.set("state.current_focus", "over the cut")
+    if backend == "postgres":
+        assert elsewhere(agent, backend, tmp_path).identity.read().as_dict() == before
+    found = [f for f in check_agent(agent) if f.path == str(path)]
+    assert [f.level for f in found] == ["error", "warn"] and all(f.repaired for f in found)
+    assert ("PostgreSQL" in found[1].message) == (backend == "postgres")
+    assert agent.identity.read().as_dict() == before
+    assert [p.name for p in path.parent.glob("identity.yaml.corrupt-*")] != []
+
+
 def test_secrets_never_reach_the_identity_in_clear(backend: str, agent: Agent, tmp_path: Path) -> None:
     token = "ghp_" + "a1B2c3D4e5" * 4
     agent.identity.reset_core({"name": "zero", "notes": f"deploys with {token}"})

@@ -676,9 +676,12 @@ def _check_identity(agent: Agent, repair: bool) -> list[Finding]:
             if done.kept_as is not None
             else "the file was missing"
         )
+        source = f"checkpoint {done.checkpoint}" if done.checkpoint is not None else "the PostgreSQL store's record"
+        if done.checkpoint is None:
+            replayed = ""
         restored = Finding(
             "warn",
-            f"identity.yaml restored from checkpoint {done.checkpoint} ({kept}){replayed}{later}",
+            f"identity.yaml restored from {source} ({kept}){replayed}{later}",
             agent=agent.id,
             path=path,
             repaired=True,

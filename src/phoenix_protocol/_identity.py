@@ -79,6 +79,13 @@ def _sealed_in(data: bytes, agent_id: str) -> str | None:
     return seal if _well_formed(seal) else None
 
 
+def _commented(data: bytes) -> bool:
+    """Whether ``data`` holds a comment line (``#`` first on a line; a byte-order mark before
+    the first is no matter). Every identity.yaml Phoenix writes starts with one; a YAML library's
+    dump holds none (its indented lines are values, such as ``# heading`` in a text block)."""
+    return data.removeprefix(b"\xef\xbb\xbf").startswith(b"#") or b"\n#" in data
+
+
 _WRITTEN = "document sha256:"  # identity.digest's second line: the file as Phoenix last wrote it
 
 
@@ -307,12 +314,13 @@ class IdentityCoreError(RefusedError):
 
 
 class IdentityRepair:
-    """What ``IdentityStore.repair`` did: the checkpoint the identity came from, where the damaged
+    """What ``IdentityStore.repair`` did: the checkpoint the identity came from (``None``: the
+    PostgreSQL store's row, over this machine's copy), where the damaged
     file was kept (``None``: the file was missing), the changes made after that checkpoint that were replayed from the ops log
     (``replayed``), and those that could not be (``later_changes``: not in the restored file)."""
 
     def __init__(
-        self, checkpoint: str, kept_as: str | None, later_changes: list[str], replayed: list[str] | None = None
+        self, checkpoint: str | None, kept_as: str | None, later_changes: list[str], replayed: list[str] | None = None
     ) -> None:
         self.checkpoint = checkpoint
         self.kept_as = kept_as
@@ -529,9 +537,9 @@ class IdentityStore:
         the mutable section left out are taken as their defaults, as in a file written by hand.
         ``written``: the digest of the file as Phoenix last wrote it; a file that is not that one
         and lost its last line (``END_MARK``) was cut short, even where what is left reads (inside a
-        list). Unless it lost its first line too: Phoenix writes a comment there as well, and a cut
-        keeps the start of a file, so a file without any comment at either end was written again by
-        a tool that drops comments (a YAML library's load and dump): an edit, checked as one."""
+        list). Unless it holds no comment at all: Phoenix writes one first as well, and a cut keeps
+        the start of a file, so such a file was written again by a tool that drops comments (a
+        YAML library's load and dump): an edit, checked as one (``_commented``)."""
         import yaml
 
         header = []
@@ -571,7 +579,7 @@ class IdentityStore:
         problem = mutable_problem(merged) or json_problem(immutable, "immutable") or json_problem(merged, "mutable")
         if problem is not None:
             raise CorruptStateError(f"{self.path}: {problem}; {_REPAIR}", path=self.path)
-        if written is not None and header and b"\n" + END_MARK not in data:
+        if written is not None and b"\n" + END_MARK not in data and _commented(data):
             import hashlib
 
             if hashlib.sha256(data).hexdigest() != written:
@@ -738,7 +746,10 @@ class IdentityStore:
             if stored is not None and files:
                 raise self._missing()
             return Identity({"name": self.agent.id}, _default_mutable()), [], False
-        identity, header = self._parse(data, sealed=stored is not None, written=self._written() if files else None)
+        written = self._written() if files else None
+        if not files and self.remote is not None:  # this machine's copy, when it is the one read
+            written = self.remote.written_here(data)
+        identity, header = self._parse(data, sealed=stored is not None, written=written)
         return identity, header, True
 
     def update(self, mutate: Callable[[Identity], Any], *, log: bool = True) -> Identity:
@@ -930,9 +941,10 @@ class IdentityStore:
         ``None``: nothing to repair (neither file, or it reads; a core edited by hand is not damage:
         it is refused by ``read`` until ``reset_core`` or an undo). Raises ``CorruptStateError``
         when no copy gives the sealed core (the file is left as it is). On the PostgreSQL store
-        the document is the server's row: nothing is done here."""
+        the document is the server's row: a copy here that does not read is kept aside and the row
+        written in its place (``PgIdentity.repair_copy``)."""
         if self.remote is not None:
-            return None
+            return self.remote.repair_copy()
         self.agent.ensure()
         with FileLock(self.path, self.agent.config.lock_timeout):
             data, stored = self.read_files()

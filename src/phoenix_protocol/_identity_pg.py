@@ -22,12 +22,12 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from phoenix_protocol import _pg
-from phoenix_protocol._durable import atomic_write, read_bytes
+from phoenix_protocol._durable import atomic_write, keep_damaged, read_bytes
 
 if TYPE_CHECKING:
     import psycopg
 
-    from phoenix_protocol._identity import IdentityStore
+    from phoenix_protocol._identity import IdentityRepair, IdentityStore
 
 __all__ = ["COPY_MARK", "PgIdentity", "agents_with_identity", "export_identity", "import_identity"]
 
@@ -63,6 +63,52 @@ class PgIdentity(_pg.PgBound):
         if mark is not None and mark.decode("ascii", "replace").strip() == hashlib.sha256(data).hexdigest():
             return None
         return data, digest
+
+    def written_here(self, data: bytes) -> str | None:
+        """When ``data`` is this machine's copy, the sha256 of the copy this store last wrote here
+        (else of the file Phoenix last wrote here, ``identity.digest``): a copy cut short since is
+        damage, as on files, and never passed on to the server. ``None`` for the server's row."""
+        if read_bytes(self.store.path) != data:
+            return None
+        mark = read_bytes(self.mark_path)
+        return mark.decode("ascii", "replace").strip() if mark else self.store._written()
+
+    def repair_copy(self) -> IdentityRepair | None:
+        """This machine's copy when it no longer reads (cut short, damaged): kept beside it as
+        ``identity.yaml.corrupt-<time>``, and the server's row written in its place (the row is
+        the identity; a copy that does not read never reaches it). ``None``: nothing to repair
+        (the copy is the one this store wrote, or it reads, or the server has no row)."""
+        from phoenix_protocol._errors import CorruptStateError
+        from phoenix_protocol._identity import IdentityRepair
+
+        edited = self.edited_copy()
+        if edited is None or edited[0] is None:
+            return None
+        data, seal = edited[0], edited[1]
+        try:
+            self.store._parse(data, sealed=seal is not None, written=self.written_here(data))
+        except CorruptStateError:
+            pass
+        else:
+            return None
+        row = self._run(self._row)
+        if row is None:
+            return None
+        kept = keep_damaged(self.store.path, data, self.agent.clock.now_ms())
+        self._write_copy(*row)
+        self.agent.record(
+            "identity_repaired",
+            "warn",
+            {
+                "checkpoint": None,
+                "from": "server",
+                "kept_as": os.path.basename(kept),
+                "replayed": 0,
+                "later_changes": [],
+            },
+            trusted=True,
+        )
+        return IdentityRepair(None, kept, [])
 
     def _write_copy(self, data: bytes, digest: str | None) -> None:
         """Make this machine's copy ``data`` and ``digest`` (nothing is written when it is)."""

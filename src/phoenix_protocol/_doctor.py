@@ -659,11 +659,15 @@ def _check_identity(agent: Agent, repair: bool) -> list[Finding]:
         if done is None:  # changed meanwhile (fixed by hand, or the PostgreSQL store's row)
             return _check_identity(agent, repair=False)
         damaged.repaired = True
-        replayed = (
-            f"; {len(done.replayed)} change(s) made after it replayed from the ops log"
-            if done.replayed
-            else "; no change made after it to replay"
-        )
+        if done.checkpoint is None:  # the PostgreSQL store's row: nothing to replay over it
+            source, replayed = "the PostgreSQL store's record", ""
+        else:
+            source = f"checkpoint {done.checkpoint}"
+            replayed = (
+                f"; {len(done.replayed)} change(s) made after it replayed from the ops log"
+                if done.replayed
+                else "; no change made after it to replay"
+            )
         later = (
             f"; {len(done.later_changes)} change(s) logged without their value are not in it: "
             + "; ".join(done.later_changes[:5])
@@ -676,9 +680,6 @@ def _check_identity(agent: Agent, repair: bool) -> list[Finding]:
             if done.kept_as is not None
             else "the file was missing"
         )
-        source = f"checkpoint {done.checkpoint}" if done.checkpoint is not None else "the PostgreSQL store's record"
-        if done.checkpoint is None:
-            replayed = ""
         restored = Finding(
             "warn",
             f"identity.yaml restored from {source} ({kept}){replayed}{later}",

@@ -746,9 +746,8 @@ class IdentityStore:
             if stored is not None and files:
                 raise self._missing()
             return Identity({"name": self.agent.id}, _default_mutable()), [], False
-        written = self._written() if files else None
-        if not files and self.remote is not None:  # this machine's copy, when it is the one read
-            written = self.remote.written_here(data)
+        # Not this home's files: the server's row, or this machine's copy when that is what was read.
+        written = self._written() if files or self.remote is None else self.remote.written_here(data)
         identity, header = self._parse(data, sealed=stored is not None, written=written)
         return identity, header, True
 

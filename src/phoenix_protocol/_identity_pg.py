@@ -16,6 +16,7 @@ fresh connection only when nothing was sent (the change is a pure function of wh
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 from collections.abc import Callable
@@ -59,10 +60,14 @@ class PgIdentity(_pg.PgBound):
         data, digest = self.store.read_files()
         if data is None:
             return None
-        mark = read_bytes(self.mark_path)
-        if mark is not None and mark.decode("ascii", "replace").strip() == hashlib.sha256(data).hexdigest():
+        if self._marked() == hashlib.sha256(data).hexdigest():
             return None
         return data, digest
+
+    def _marked(self) -> str | None:
+        """The sha256 of the copy this store last wrote here (``COPY_MARK``), if it keeps one."""
+        mark = read_bytes(self.mark_path)
+        return mark.decode("ascii", "replace").strip() if mark is not None else None
 
     def written_here(self, data: bytes) -> str | None:
         """When ``data`` is this machine's copy, the sha256 of the copy this store last wrote here
@@ -70,8 +75,7 @@ class PgIdentity(_pg.PgBound):
         damage, as on files, and never passed on to the server. ``None`` for the server's row."""
         if read_bytes(self.store.path) != data:
             return None
-        mark = read_bytes(self.mark_path)
-        return mark.decode("ascii", "replace").strip() if mark else self.store._written()
+        return self._marked() or self.store._written()
 
     def repair_copy(self) -> IdentityRepair | None:
         """This machine's copy when it no longer reads (cut short, damaged): kept beside it as
@@ -85,12 +89,9 @@ class PgIdentity(_pg.PgBound):
         if edited is None or edited[0] is None:
             return None
         data, seal = edited[0], edited[1]
-        try:
+        with contextlib.suppress(CorruptStateError):
             self.store._parse(data, sealed=seal is not None, written=self.written_here(data))
-        except CorruptStateError:
-            pass
-        else:
-            return None
+            return None  # it reads: nothing to repair
         row = self._run(self._row)
         if row is None:
             return None

@@ -153,6 +153,41 @@ def test_an_edit_by_hand_is_treated_as_on_files(backend: str, agent: Agent, tmp_
     assert [e["event"] for e in agent.ops.read()[0]].count("identity_core_reset") == 2
 
 
+@pytest.mark.parametrize(
+    "top",
+    [
+        "# zero's identity: ask Ada before changing the core\n\n# (kept in git)\n---\n",
+        "---\n",
+        "\n\n",
+        "\ufeff# with a byte-order mark\n",
+    ],
+    ids=["comments-blank-start", "document-start", "blank-lines", "bom"],
+)
+def test_the_lines_a_user_put_above_the_identity_are_kept_when_phoenix_writes_it(
+    backend: str, agent: Agent, top: str
+) -> None:
+    """Comments, blank lines and ``---`` above the mapping survive Phoenix's next write; a file
+    written with no comment on top still gets Phoenix's first line (which tells a cut later)."""
+    seeded(agent)
+    agent.identity.read()  # the PostgreSQL store refreshes this machine's copy
+    path = Path(agent.identity.path)
+    body = path.read_text(encoding="utf-8").split("\n", 1)[1]  # without Phoenix's first line
+    path.write_text(top + body, encoding="utf-8")
+    assert agent.identity.read().current_focus == "ship 1.2"
+    agent.identity.set("state.current_focus", "ship 1.3")
+    written = path.read_text(encoding="utf-8")
+    kept = top.removeprefix("\ufeff")
+    if "#" in top:
+        assert written.startswith(kept)
+    else:
+        assert written.startswith("# Agent identity (Phoenix Protocol).") and written.split("\n", 1)[1].startswith(kept)
+    assert agent.identity.read().current_focus == "ship 1.3"
+    cut = written.encode("utf-8")
+    path.write_bytes(cut[: cut.index(b"# end of identity.yaml")])  # reads as YAML; only the end line is gone
+    with pytest.raises(CorruptStateError, match="cut short"):
+        agent.identity.read()
+
+
 def test_a_copy_cut_short_is_damage_and_never_reaches_elsewhere(backend: str, agent: Agent, tmp_path: Path) -> None:
     """This home's file cut inside a list (its first line kept, its last lost) is damage on either
     store: refused, nothing passed on; `phx doctor` keeps it aside and restores the identity (on

@@ -86,6 +86,15 @@ def _commented(data: bytes) -> bool:
     return data.removeprefix(b"\xef\xbb\xbf").startswith(b"#") or b"\n#" in data
 
 
+def _heading(line: str) -> bool:
+    """Whether ``line`` belongs to the lines above an identity's mapping that Phoenix keeps when
+    it writes the file again: comments, blank lines and the document start (``---``)."""
+    text = line.strip()
+    return not text or text.startswith(("#", "--- #")) or text == "---"
+
+
+_DEFAULT_HEADER = "# Agent identity (Phoenix Protocol). The immutable section is sealed."
+
 _WRITTEN = "document sha256:"  # identity.digest's second line: the file as Phoenix last wrote it
 
 
@@ -543,8 +552,8 @@ class IdentityStore:
         import yaml
 
         header = []
-        for line in data.decode("utf-8", "replace").splitlines():
-            if line.startswith("#"):
+        for line in data.decode("utf-8", "replace").removeprefix("\ufeff").splitlines():
+            if _heading(line):
                 header.append(line)
             else:
                 break
@@ -730,11 +739,9 @@ class IdentityStore:
         import yaml
 
         text = yaml.safe_dump(identity.as_dict(), sort_keys=False, allow_unicode=True, default_flow_style=False)
-        prefix = (
-            "\n".join(header) + "\n"
-            if header
-            else "# Agent identity (Phoenix Protocol). The immutable section is sealed.\n"
-        )
+        if not any(line.startswith("#") for line in header):
+            header = [_DEFAULT_HEADER, *header]  # a comment on top tells a cut from a YAML library's dump
+        prefix = "\n".join(header) + "\n"
         digest = digest_of(identity.immutable)
         return (prefix + text).encode("utf-8") + end_line(digest, self.agent.id), digest
 

@@ -96,6 +96,29 @@ def test_redact_examples(text: str, expected: str) -> None:
     assert redact(text) == expected
 
 
+@pytest.mark.parametrize(
+    "text",
+    [
+        "auth: oauth2-pkce",
+        "signing_key: hmac-sha256",
+        "ENCRYPTION_KEY=AES-256-GCM",
+        "token: api-v2",
+        "auth = basic_auth.v1",
+    ],
+)
+def test_a_scheme_or_algorithm_under_a_secret_name_is_kept(text: str) -> None:
+    """Words joined by ``-``/``_``/``.`` (each perhaps with a number after it) name a setting,
+    not a credential: an identity's core saying ``auth: oauth2-pkce`` must reach the file as is."""
+    assert redact(text) is text
+
+
+@pytest.mark.parametrize(
+    "text", ["token: ab12-cd34-ef56", "auth: x7k2p9q3-zz", "api_key: Qm9v-YmFy-cXV4-2024", "token: abc123def456ghi789"]
+)
+def test_values_that_mix_letters_and_digits_at_random_are_still_redacted(text: str) -> None:
+    assert "[REDACTED:generic-secret]" in redact(text)
+
+
 def test_whole_pem_block_is_replaced() -> None:
     body = "\n".join(["MIIEowIBAAKCAQEA" + "q" * 48] + ["Zm9vYmFy" * 8] * 5 + ["AbCd=="])
     key = f"-----BEGIN RSA PRIVATE KEY-----\n{body}\n-----END RSA PRIVATE KEY-----"

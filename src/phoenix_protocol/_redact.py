@@ -36,6 +36,8 @@ What is deliberately not redacted (false positives cost more here than they save
 - Code that names a secret without containing one: ``password: str``, ``token = get_token()``,
   ``api_key = os.environ["KEY"]``, ``self.secret = secret``, ``${{ secrets.X }}``, ``$TOKEN``,
   ``<your-api-key>``, ``********``, ``sk-...``: placeholders, type names, variables and calls.
+- The name of a scheme or an algorithm under a secret-named key (``auth: oauth2-pkce``,
+  ``signing_key: hmac-sha256``): words joined by ``-``/``_``/``.`` (``_WORDS``).
 - Git SHAs, UUIDs, digests, base64 data, paths, timestamps, versions: none of them match a rule,
   and no entropy heuristic is used.
 
@@ -114,6 +116,12 @@ _NOT_SECRETS = frozenset(
 )  # fmt: skip
 _PLACEHOLDER_PREFIXES = ("your_", "your-", "my_", "my-", "<", "xxx", "redacted", "example", "changeme_")
 _IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(?:(?:\.|::|->)[A-Za-z_][A-Za-z0-9_]*)*\Z")
+# A name made of words, each perhaps with a number after it, joined by ``-``, ``_`` or ``.``:
+# ``oauth2-pkce``, ``aes-256-gcm``, ``hmac-sha256``, ``api-v2``, ``basic_auth``. The setting of a
+# scheme or an algorithm, not a credential: generated ones mix letters and digits at random.
+_WORDS = re.compile(
+    r"(?:[a-z]{3,}[0-9]{0,3}|v[0-9]{1,2}|[0-9]{1,4})(?:[-_.](?:[a-z]{3,}[0-9]{0,3}|v[0-9]{1,2}|[0-9]{1,4}))+\Z"
+)
 _NUMBER = re.compile(r"[-+]?[0-9][0-9_,]*(?:\.[0-9]+)?\Z")
 _YAML_TAG = re.compile(r"!!?[A-Za-z_]+\Z")
 
@@ -151,6 +159,8 @@ def _plausible(value: str, *, password: bool, bare: bool) -> bool:
         # one short dictionary-like word: "required", "enabled", "Hidden"
         return not (value.isalpha() and len(value) <= 12)
     if len(value) < 8:
+        return False
+    if _WORDS.match(value.lower() if value.isupper() else value) is not None:
         return False
     has_digit = any(c.isdigit() for c in value)
     has_upper = any(c.isupper() for c in value)

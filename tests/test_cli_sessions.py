@@ -25,6 +25,23 @@ def _in_project(project: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(project)
 
 
+def test_a_checkpoint_over_a_damaged_identity_says_which_sections_it_could_not_collect(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    cli(["identity", "set", "state.current_focus", "ship it"])
+    code, data = phx_json(capsys, "checkpoint", "--type", "routine")
+    assert code == 0 and data["failed_sections"] == []
+    code, shown = phx_json(capsys, "checkpoint", "show", data["checkpoint"]["name"])
+    agent_dir = Path(shown["path"]).parent.parent  # agents/<id>/checkpoints/<name>
+    agent_dir.joinpath("identity.yaml").write_text("mutable: [\n")
+    code, data = phx_json(capsys, "checkpoint", "--type", "routine")
+    assert code == 0 and data["failed_sections"] == ["identity"]
+    capsys.readouterr()
+    assert cli(["checkpoint", "--type", "routine"]) == 0
+    printed = capsys.readouterr().out
+    assert "sections not collected: identity" in " ".join(printed.split())
+
+
 def test_checkpoint_cycle(capsys: pytest.CaptureFixture[str]) -> None:
     cli(["state", "working", "Implement namespace isolation"])
     code, data = phx_json(capsys, "checkpoint", "--type", "routine")

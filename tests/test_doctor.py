@@ -365,6 +365,47 @@ def test_a_damaged_identity_is_restored_from_the_newest_checkpoint(agent: Agent,
     assert [f.level for f in check_agent(agent) if f.path == agent.identity.path] == ["ok"]
 
 
+def test_checkpoints_taken_while_identity_and_state_are_damaged_say_so_and_keep_the_last_copies(
+    agent: Agent, clock: ManualClock
+) -> None:
+    """Found in review: a checkpoint taken over a damaged identity.yaml (or state.json) held
+    ``null`` for it, its event said ok, and after three routine checkpoints retention had pruned
+    the last copy ``phx doctor`` restores from. Now each such section records its error, the event
+    is a warning naming it, and retention keeps the newest checkpoint holding a copy, also through
+    ``prune`` and the end of an operation, until a checkpoint holds one again."""
+    agent.identity.add("skill", {"name": "python", "level": "expert"})
+    agent.identity.set("state.current_focus", "important focus")
+    agent.state.set_status("working", "Port the scheduler")
+    good = agent.checkpoints.create("routine")
+    before = agent.identity.read().as_dict()
+    _damage(agent)
+    Path(agent.state.path).write_text("{not json")
+    for _ in range(4):
+        clock.advance(60)
+        info = agent.checkpoints.create("routine")
+        assert info.failed_sections == ("identity", "phoenix_state")
+    agent.checkpoints.flush()
+    latest = agent.checkpoints.read(info.name)
+    assert "CorruptStateError" in latest.section("identity")["error"]
+    assert "CorruptStateError" in latest.section("phoenix_state")["error"]
+    created = [e for e in agent.ops.read()[0] if e["event"] == "checkpoint_created"]
+    assert created[-1]["status"] == "warn"
+    assert created[-1]["meta"]["failed_sections"] == ["identity", "phoenix_state"]
+    names = [i.name for i in agent.checkpoints.entries()]
+    assert len(names) == 4 and names[-1] == good.name  # the 3 newest routine ones, and the last copy
+    assert agent.checkpoints.prune() == []
+    with agent.checkpoints.pre_operation("migrate"):
+        pass
+    assert good.name in [i.name for i in agent.checkpoints.entries()]
+
+    restored = [f for f in check_agent(agent) if f.path == agent.identity.path]
+    assert restored and all(f.repaired for f in restored)
+    assert agent.identity.read().as_dict() == before
+    clock.advance(60)
+    assert agent.checkpoints.create("routine").failed_sections == ()  # state.json rebuilt by the doctor too
+    assert good.name not in [i.name for i in agent.checkpoints.entries()]  # a copy again: kept no longer
+
+
 def test_a_damaged_identity_gets_the_changes_logged_after_its_copy(agent: Agent, clock: ManualClock) -> None:
     """Values set, entries added, parts changed by ``update``, a core reset and session starts
     after the last checkpoint are replayed from the ops log; a value logged by its size only (and
@@ -515,9 +556,10 @@ def test_a_damaged_identity_without_a_copy_of_its_sealed_core_is_left_as_it_is(a
     assert "no valid checkpoint holds a copy of this identity that gives the sealed core" in findings[0].message
     assert damaged.read_text() == "immutable: {name: tester, role: reviewer}\nmutable: [\n"
     assert not [n for n in os.listdir(agent.dir) if n.startswith("identity.yaml.corrupt-")]
-    # A checkpoint taken while the identity is damaged is taken all the same, without a copy.
+    # A checkpoint taken while the identity is damaged is taken all the same, with the error for a copy.
     info = agent.checkpoints.create("session")
-    assert agent.checkpoints.read(info.name).section("identity") is None
+    assert info.failed_sections == ("identity",)
+    assert "not valid YAML" in agent.checkpoints.read(info.name).section("identity")["error"]
 
 
 def test_a_store_never_settled_is_not_reported_as_a_damaged_index(agent: Agent) -> None:

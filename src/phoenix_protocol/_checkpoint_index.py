@@ -141,7 +141,17 @@ _SETTLED_NS = 50_000_000  # a modification time older than this is past any time
 class CheckpointInfo:
     """What the catalogue knows of a checkpoint, without reading it."""
 
-    __slots__ = ("_encoded", "checkpoint_type", "label", "name", "operation_id", "seq", "size", "timestamp_ms")
+    __slots__ = (
+        "_encoded",
+        "checkpoint_type",
+        "failed_sections",
+        "label",
+        "name",
+        "operation_id",
+        "seq",
+        "size",
+        "timestamp_ms",
+    )
 
     def __init__(
         self,
@@ -161,6 +171,9 @@ class CheckpointInfo:
         self.label = label
         self.operation_id = operation_id
         self.size = size
+        self.failed_sections: tuple[str, ...] = ()
+        """The sections whose collector failed, as ``create`` returns them (not stored in the
+        catalogue: read the checkpoint for those of another)."""
         self._encoded: str | None = None
 
     @property

@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from phoenix_protocol._agent import Agent
     from phoenix_protocol._checkpoints import CheckpointStore, CollectContext
+    from phoenix_protocol._errors import PhoenixError
     from phoenix_protocol._identity import Identity
     from phoenix_protocol._state import AgentState
 
@@ -46,21 +47,27 @@ def _state(ctx: CollectContext) -> AgentState | None:
     return _state_read(ctx)[1]
 
 
-def _state_read(ctx: CollectContext) -> tuple[int | None, AgentState | None]:
+def _state_read(ctx: CollectContext) -> tuple[int | None, AgentState | None, PhoenixError | None]:
     """The state, read once per checkpoint, and the seq of the newest ops event read before it
-    (``_events``, read first for that): every event after it may be missing from the state."""
+    (``_events``, read first for that): every event after it may be missing from the state. The
+    state is ``None`` when there is none, or when it does not read: then the error too (the
+    ``phoenix_state`` section records it; the other sections do without the state)."""
 
-    def read() -> tuple[int | None, AgentState | None]:
-        from phoenix_protocol._errors import PhoenixError
+    def read() -> tuple[int | None, AgentState | None, PhoenixError | None]:
+        from phoenix_protocol._errors import CorruptStateError, PhoenixError, SchemaVersionError
 
         try:
             events = _events(ctx)
         except PhoenixError:  # the ops log does not read: restore falls back to the earlier rule
             events = [{"seq": None}]
         seq = events[-1].get("seq") if events else 0
-        return (seq if type(seq) is int else None), ctx.agent.state.read_or_none()
+        try:
+            state, error = ctx.agent.state.read_if_any(), None
+        except (CorruptStateError, SchemaVersionError) as exc:
+            state, error = None, exc
+        return (seq if type(seq) is int else None), state, error
 
-    found: tuple[int | None, AgentState | None] = ctx.cached("state", read)
+    found: tuple[int | None, AgentState | None, PhoenixError | None] = ctx.cached("state", read)
     return found
 
 
@@ -165,24 +172,25 @@ def _current_session_file(agent: Agent) -> dict[str, Any]:
 
 def _identity(ctx: CollectContext) -> Identity | None:
     """The agent's identity, read once per checkpoint (``None``: there is none, or it does not read:
-    an identity problem is reported by the identity commands and ``phx doctor``, not here)."""
+    the ``identity`` section records why; the others do without it)."""
     return _identity_read(ctx)[1]
 
 
-def _identity_read(ctx: CollectContext) -> tuple[int, Identity | None]:
-    """``_identity``, and the time (ms) just before it was read: every change logged from then on
-    may be missing from it (``IdentityStore.repair`` replays them over the copy)."""
+def _identity_read(ctx: CollectContext) -> tuple[int, Identity | None, PhoenixError | None]:
+    """``_identity``, the time (ms) just before it was read (every change logged from then on may
+    be missing from it: ``IdentityStore.repair`` replays them over the copy), and the error that
+    kept it from reading."""
 
-    def read() -> tuple[int, Identity | None]:
+    def read() -> tuple[int, Identity | None, PhoenixError | None]:
         from phoenix_protocol._errors import PhoenixError
 
         ms = ctx.agent.clock.now_ms()
         try:
-            return ms, (ctx.agent.identity.read() if ctx.agent.identity.exists() else None)
-        except PhoenixError:
-            return ms, None
+            return ms, (ctx.agent.identity.read() if ctx.agent.identity.exists() else None), None
+        except PhoenixError as exc:
+            return ms, None, exc
 
-    found: tuple[int, Identity | None] = ctx.cached("identity", read)
+    found: tuple[int, Identity | None, PhoenixError | None] = ctx.cached("identity", read)
     return found
 
 
@@ -236,7 +244,11 @@ def collect_working_memory(ctx: CollectContext) -> dict[str, Any]:
 
 
 def collect_state_snapshot(ctx: CollectContext) -> dict[str, Any] | None:
-    ops_seq, state = _state_read(ctx)
+    """The restorable part of state.json; a state.json that does not read fails the section (the
+    checkpoint records the error: a copy of nothing must not pass for one)."""
+    ops_seq, state, error = _state_read(ctx)
+    if error is not None:
+        raise error
     if state is None:
         return None
     return {
@@ -433,7 +445,9 @@ def restore_state_snapshot(value: Any, agent: Agent, force: bool) -> dict[str, A
 def collect_identity(ctx: CollectContext) -> dict[str, Any] | None:
     """A copy of the identity as it reads now (its seal checked) and that seal: what ``phx doctor``
     writes back when identity.yaml is damaged (``IdentityStore.repair``)."""
-    read_ms, identity = _identity_read(ctx)
+    read_ms, identity, error = _identity_read(ctx)
+    if error is not None:
+        raise error  # recorded as the section's error: this checkpoint holds no copy to restore
     if identity is None:
         return None
     from phoenix_protocol._identity import digest_of

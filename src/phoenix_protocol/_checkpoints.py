@@ -134,6 +134,11 @@ stored under ``extensions`` and read back as the envelope's)."""
 EXACT_NUMBERS = "exact_numbers"
 """Envelope key set (``true``) when the file holds numbers the fast JSON reader would not read
 exactly (integers beyond 64 bits): such a file is read with the standard library's reader."""
+KEPT_COPIES = ("identity", "phoenix_state")
+"""Sections Phoenix repairs from (``phx doctor`` writes identity.yaml back from the newest copy;
+``restore`` puts the task and notes back): while a new checkpoint fails one of them (its file is
+damaged), retention keeps the newest checkpoint that holds it (``_holders``), whatever its type or
+age, so that the last good copy is never pruned away."""
 SECTION_FAILED = "collector_failed"
 """The key that marks a section's content as the error its collector met, not its data:
 ``{"error": "...", "collector_failed": true}``. ``restore`` does not hand such a section to its
@@ -1004,6 +1009,8 @@ class CheckpointStore:
         except (TypeError, ValueError, RecursionError):  # a section JSON cannot hold (NaN, a cycle)
             sections = writable_sections(collected, redacted=False)
         state = self.agent.state.read_or_none()
+        failed = {k for k in KEPT_COPIES if failed_section(sections.get(k))}
+        keep = self._holders(failed) if failed else frozenset()
 
         def build(view: View, completed: Callable[[], set[str]]) -> tuple[CheckpointInfo, bytes, list[CheckpointInfo]]:
             nonlocal sections
@@ -1024,7 +1031,7 @@ class CheckpointStore:
                 operation_id=(operation or {}).get("id"),
                 size=len(data),
             )
-            return info, data, self._retain(view, completed, now_ms=ms, new=info)
+            return info, data, self._retain(view, completed, now_ms=ms, new=info, keep=keep)
 
         def envelope_of(next_seq: int, ms: int) -> dict[str, Any]:
             envelope: dict[str, Any] = {
@@ -1077,6 +1084,7 @@ class CheckpointStore:
                 self.agent.ops.retract_later(entry)
             raise
         self._mark_taken(checkpoint_type, info.timestamp_ms, state)  # not fsynced (see _mark_taken)
+        info.failed_sections = tuple(sorted(k for k, v in sections.items() if failed_section(v)))
         return info
 
     def _metadata(self, ms: int, state: AgentState | None) -> dict[str, Any]:
@@ -1120,13 +1128,41 @@ class CheckpointStore:
         with contextlib.suppress(PhoenixError):
             self.agent.state.change(mutate, durable=False, lock_timeout=wait)
 
+    def _holders(self, missing: set[str]) -> frozenset[str]:
+        """The newest checkpoint that holds each section of ``missing`` as collected (not failed,
+        not empty), newest first, stopping once each has one: what retention keeps while those
+        sections fail (``KEPT_COPIES``). Checkpoints that do not read are passed over."""
+        keep: set[str] = set()
+        wanted = set(missing)
+        for info in self.entries():
+            if not wanted:
+                break
+            try:
+                checkpoint = self._read(info.name)
+            except PhoenixError:
+                continue
+            if checkpoint.agent_id != self.agent.id:
+                continue
+            held = {k for k in wanted if (v := checkpoint.section(k)) is not None and not failed_section(v)}
+            if held:
+                keep.add(info.name)
+                wanted -= held
+        return frozenset(keep)
+
     def _retain(
-        self, view: View, completed: Callable[[], set[str]], *, now_ms: int, new: CheckpointInfo | None = None
+        self,
+        view: View,
+        completed: Callable[[], set[str]],
+        *,
+        now_ms: int,
+        new: CheckpointInfo | None = None,
+        keep: frozenset[str] = frozenset(),
     ) -> list[CheckpointInfo]:
         """What the retention policy drops from the catalogue (plus ``new``, about to be written):
         routine beyond the newest ``keep_routine``, session beyond the newest
         ``keep_session_checkpoints``, recovery older than ``recovery_retention_days``,
-        pre-operation whose operation succeeded. Looks only at the types that can drop."""
+        pre-operation whose operation succeeded. Looks only at the types that can drop. Never
+        the checkpoints named in ``keep`` (``_holders``)."""
         config = self.agent.config
         groups = view.by_type()
 
@@ -1154,12 +1190,19 @@ class CheckpointStore:
         if operations:
             done = completed()
             drop += [e for e in operations if e.operation_id in done]
+        if keep:
+            drop = [e for e in drop if e.name not in keep]
         return sorted(drop, key=lambda e: e.seq) if len(drop) > 1 else drop
 
     def prune(self) -> list[CheckpointInfo]:
-        """Enforce retention now (it is also enforced on every write); returns what was removed."""
+        """Enforce retention now (it is also enforced on every write); returns what was removed.
+        While the newest checkpoint failed a section of ``KEPT_COPIES``, the newest that holds it
+        is kept (``_holders``)."""
         now = self.agent.clock.now_ms()
-        drop = self.backend.prune(lambda view, completed: self._retain(view, completed, now_ms=now))
+        newest, _problems = self.latest()
+        failed = {k for k in KEPT_COPIES if newest is not None and failed_section(newest.section(k))}
+        keep = self._holders(failed) if failed else frozenset()
+        drop = self.backend.prune(lambda view, completed: self._retain(view, completed, now_ms=now, keep=keep))
         if drop:
             self.agent.record("checkpoints_pruned", "ok", {"names": [d.name for d in drop]}, trusted=True)
         return drop

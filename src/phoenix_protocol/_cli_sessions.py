@@ -263,8 +263,15 @@ def checkpoint_group(agent: Agent, out: Output, summary: str | None, checkpoint_
         "no session was started for this agent, so this one has no start or duration in `phx sessions`; "
         "`phx restore` (or the SessionStart hook) starts one."
     )
+    failed = (
+        f"sections not collected: {', '.join(info.failed_sections)} (the checkpoint holds each one's error instead; "
+        f"`phx checkpoint show {info.name}` shows them, `phx doctor` checks and repairs the agent's files)."
+        if info.failed_sections
+        else None
+    )
     if out.as_json:
         data: dict[str, Any] = {"agent": agent.id, "checkpoint": info.as_dict()}
+        data["failed_sections"] = list(info.failed_sections)
         if checkpoint_type == "session":
             data["session_started"] = not unstarted
             if unstarted:
@@ -274,6 +281,8 @@ def checkpoint_group(agent: Agent, out: Output, summary: str | None, checkpoint_
         from rich.markup import escape
 
         out.console.print(f"[green]checkpoint[/] {escape(info.name)} ({info.size / 1024:.1f} KB)")
+        if failed is not None:
+            out.console.print(f"[yellow]warning:[/] {escape(failed)}")
         if unstarted:
             out.console.print(f"[yellow]note:[/] {escape(note)}")
 

@@ -485,14 +485,18 @@ class StateStore:
         lost = self.lost(missing=True)
         return (lost[0], lost[1]) if lost is not None else (None, None)
 
+    def read_if_any(self) -> AgentState | None:
+        """The current state, or ``None`` when it is missing (and not rebuilt from the ops log:
+        ``lost``). Raises as ``read`` does."""
+        if self.remote is not None:
+            return self.read()
+        return self._local()[0]
+
     def read_or_none(self) -> AgentState | None:
         """The current state, or ``None`` when it is missing (and not rebuilt from the ops log:
-        ``lost``), corrupt or newer (for readers that can do without it, such as checkpoint
-        collectors)."""
+        ``lost``), corrupt or newer (for readers that can do without it)."""
         try:
-            if self.remote is not None:
-                return self.read()
-            return self._local()[0]
+            return self.read_if_any()
         except (CorruptStateError, SchemaVersionError):
             return None
 

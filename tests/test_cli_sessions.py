@@ -232,6 +232,12 @@ def test_checkpoint_list_numbers_its_rows_and_show_and_restore_take_the_number(
     assert code == 0 and shown["name"] == routine["name"]
     code, restored = phx_json(capsys, "restore", "--agent", "w", "--checkpoint", f"#{routine['seq']}")
     assert code == 0 and restored["checkpoint"] == routine["name"]
+    # Found in review: the session was recorded as restored from nothing (the restore came first).
+    code, listed = phx_json(capsys, "sessions", "--agent", "w")
+    assert listed["sessions"][-1]["restored_from"] == routine["name"]
+    events, _ = Agent.open("w", home=Home.resolve()).ops.read()
+    begun = [e for e in events if e["event"] in ("session_begun", "session_restored")][-1]
+    assert begun["event"] == "session_restored" and begun["meta"]["checkpoint"] == routine["name"]
     code, data = phx_json(capsys, "checkpoint", "show", "7", "--agent", "w")
     assert code == 2 and data["error"]["type"] == "NotFoundError" and "#7" in data["error"]["message"]
 

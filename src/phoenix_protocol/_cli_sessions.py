@@ -430,15 +430,11 @@ def restore_command(agent: Agent, out: Output, name: str | None, force: bool, se
     """
     from phoenix_protocol._sessions import start_session
 
-    if name is not None:
-        result = agent.checkpoints.restore(name, force=force)  # validates ownership, checksum, version first
-    started = start_session(agent, session, source="restore", restore=name is None, force=force)
-    checkpoint = result.checkpoint if name is not None else started.checkpoint
+    # A named checkpoint is restored first: ownership, checksum and version refused before anything is written.
+    result = agent.checkpoints.restore(name, force=force) if name is not None else None
+    started = start_session(agent, session, source="restore", restore=name is None, force=force, restored=result)
+    checkpoint = started.checkpoint
     data = started.as_dict()
-    if name is not None:
-        data["checkpoint"] = result.checkpoint.name
-        data["restored"] = result.applied
-        data["problems"] = result.problems + started.problems
     if out.as_json:
         out.json({"agent": agent.id, **data})
         return

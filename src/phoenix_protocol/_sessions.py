@@ -273,11 +273,15 @@ def begin(
     source: str = "startup",
     restore: bool = True,
     force: bool = False,
+    restored: RestoreResult | None = None,
 ) -> SessionStart:
     """Start a session (PAIF restore). Problems (a damaged checkpoint, an identity whose core was
     edited by hand or that holds what JSON cannot) are reported in the result and the ops log;
     the session starts anyway. The start is recorded before the identity's
-    ``accumulated_experience`` is incremented, so that no failure counts a session never started."""
+    ``accumulated_experience`` is incremented, so that no failure counts a session never started.
+    ``restored``: a restore already made for this session (``phx restore --checkpoint``, which
+    refuses a bad checkpoint before anything is written), recorded as the session's in place of
+    one made here (``restore`` is then not looked at)."""
     from phoenix_protocol._ids import validate_session_id
     from phoenix_protocol._redact import redact_value
 
@@ -290,9 +294,11 @@ def begin(
         identity = agent.identity.read()
     except PhoenixError as exc:
         problems.append(str(exc))
-    checkpoint = None
-    result = None
-    if restore:
+    checkpoint = restored.checkpoint if restored is not None else None
+    result = restored
+    if restored is not None:
+        problems += restored.problems
+    elif restore:
         try:
             result = agent.checkpoints.restore(force=force)
             checkpoint = result.checkpoint
@@ -356,11 +362,13 @@ def start_session(
     restore: bool | None = None,
     force: bool = False,
     process_from: int | None = None,
+    restored: RestoreResult | None = None,
 ) -> SessionStart:
     """Start a session as ``phx restore`` does: the session in the state (status working, the
     agent's process: found upwards from ``process_from``, default this process's parent, as for
-    ``phx``), then ``begin`` (restore per ``restore``, default the ``restore_on_start`` setting;
-    identity; start record). ``session_id``: default a new one."""
+    ``phx``), then ``begin`` (restore per ``restore``, default the ``restore_on_start`` setting,
+    or the restore already made, ``restored``; identity; start record). ``session_id``: default a
+    new one."""
     from phoenix_protocol._ids import validate_session_id
     from phoenix_protocol._process import find_agent_process
 
@@ -372,7 +380,7 @@ def start_session(
         process={"pid": proc.pid, "start_time": proc.start_time, "host": proc.host} if proc else None,
     )
     wanted = agent.config.restore_on_start if restore is None else restore
-    return begin(agent, sid, source=source, restore=wanted, force=force)
+    return begin(agent, sid, source=source, restore=wanted, force=force, restored=restored)
 
 
 def end_session(

@@ -188,6 +188,27 @@ def test_the_lines_a_user_put_above_the_identity_are_kept_when_phoenix_writes_it
         agent.identity.read()
 
 
+@pytest.mark.parametrize("above", ["---\n", "\n", "#\n"])
+def test_an_end_line_moved_above_the_mapping_is_not_kept_there(backend: str, agent: Agent, above: str) -> None:
+    """Found in review: an end line among the lines kept on top made every later file hold the
+    end mark, so a cut read as an edit (and, on PostgreSQL, reached the server)."""
+    seeded(agent)
+    agent.identity.add("skill", {"name": "rust", "level": "good"})
+    agent.identity.read()  # the PostgreSQL store refreshes this machine's copy
+    path = Path(agent.identity.path)
+    lines = path.read_text(encoding="utf-8").splitlines(keepends=True)
+    end = lines.pop()
+    path.write_text(above + end + "".join(lines[1:]), encoding="utf-8")
+    agent.identity.set("state.current_focus", "ship 1.3")
+    written = path.read_bytes()
+    assert written.count(b"# end of identity.yaml") == 1 and written.rstrip().splitlines()[-1].startswith(b"# end")
+    path.write_bytes(written[: written.index(b"- name: rust")])
+    with pytest.raises(CorruptStateError, match="cut short"):
+        agent.identity.read()
+    with pytest.raises(CorruptStateError):
+        agent.identity.set("state.current_focus", "over the cut")
+
+
 def test_a_copy_cut_short_is_damage_and_never_reaches_elsewhere(backend: str, agent: Agent, tmp_path: Path) -> None:
     """This home's file cut inside a list (its first line kept, its last lost) is damage on either
     store: refused, nothing passed on; `phx doctor` keeps it aside and restores the identity (on

@@ -102,21 +102,44 @@ def test_redact_examples(text: str, expected: str) -> None:
         "auth: oauth2-pkce",
         "signing_key: hmac-sha256",
         "ENCRYPTION_KEY=AES-256-GCM",
+        "auth: jwt-rs256",
+        "secret_key_type: x25519-v2",
         "token: api-v2",
         "auth = basic_auth.v1",
     ],
 )
 def test_a_scheme_or_algorithm_under_a_secret_name_is_kept(text: str) -> None:
-    """Words joined by ``-``/``_``/``.`` (each perhaps with a number after it) name a setting,
-    not a credential: an identity's core saying ``auth: oauth2-pkce`` must reach the file as is."""
+    """Scheme and algorithm names (``_SCHEME_WORDS``, each perhaps with a number after it) joined
+    by ``-``/``_``/``.`` name a setting, not a credential: an identity's core saying
+    ``auth: oauth2-pkce`` must reach the file as is."""
     assert redact(text) is text
 
 
 @pytest.mark.parametrize(
-    "text", ["token: ab12-cd34-ef56", "auth: x7k2p9q3-zz", "api_key: Qm9v-YmFy-cXV4-2024", "token: abc123def456ghi789"]
+    "text",
+    [
+        "token: ab12-cd34-ef56",
+        "auth: x7k2p9q3-zz",
+        "api_key: Qm9v-YmFy-cXV4-2024",
+        "token: abc123def456ghi789",
+        # Found in review of the rule's first version (any words of three letters or more):
+        # passphrases and made-up secrets with a number in them are credentials.
+        "API_TOKEN=trombone-duly7-pedigree",
+        "JWT_SECRET=acme-prod-secret-2024",
+        "ENCRYPTION_KEY=COMPANY-SECRET-2024",
+        "secret: keyboard-cat-42",
+        "phx login --token correct-horse-battery-staple-42",
+        "the token was trombone-duly7-pedigree",
+    ],
 )
-def test_values_that_mix_letters_and_digits_at_random_are_still_redacted(text: str) -> None:
-    assert "[REDACTED:generic-secret]" in redact(text)
+def test_words_that_name_no_scheme_are_still_redacted(text: str) -> None:
+    assert "[REDACTED:" in redact(text)
+
+
+@pytest.mark.parametrize("value", ["trombone-duly7-pedigree", "acme-webhook-2024", "COMPANY-SECRET-2024"])
+def test_a_passphrase_under_a_secret_named_key_is_redacted_in_values(value: str) -> None:
+    assert redact_value({"custom": {"api_token": value}}) == {"custom": {"api_token": "[REDACTED:generic-secret]"}}
+    assert redact_value({"auth": "oauth2-pkce"}) == {"auth": "oauth2-pkce"}
 
 
 def test_whole_pem_block_is_replaced() -> None:

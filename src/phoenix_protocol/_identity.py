@@ -93,6 +93,7 @@ def _heading(line: str) -> bool:
     return not text or text.startswith(("#", "--- #")) or text == "---"
 
 
+_END_TEXT = END_MARK.decode("ascii")
 _DEFAULT_HEADER = "# Agent identity (Phoenix Protocol). The immutable section is sealed."
 
 _WRITTEN = "document sha256:"  # identity.digest's second line: the file as Phoenix last wrote it
@@ -553,10 +554,10 @@ class IdentityStore:
 
         header = []
         for line in data.decode("utf-8", "replace").removeprefix("\ufeff").splitlines():
-            if _heading(line):
-                header.append(line)
-            else:
+            if not _heading(line):
                 break
+            if not line.startswith(_END_TEXT):  # an end line on top would hide every later cut: Phoenix writes its own
+                header.append(line)
         try:
             raw = load_yaml(data)
         except (yaml.YAMLError, ValueError) as exc:  # ValueError: an unquoted date that is none (2026-13-45)

@@ -37,7 +37,8 @@ What is deliberately not redacted (false positives cost more here than they save
   ``api_key = os.environ["KEY"]``, ``self.secret = secret``, ``${{ secrets.X }}``, ``$TOKEN``,
   ``<your-api-key>``, ``********``, ``sk-...``: placeholders, type names, variables and calls.
 - The name of a scheme or an algorithm under a secret-named key (``auth: oauth2-pkce``,
-  ``signing_key: hmac-sha256``): words joined by ``-``/``_``/``.`` (``_WORDS``).
+  ``signing_key: hmac-sha256``): words of ``_SCHEME_WORDS`` joined by ``-``/``_``/``.``
+  (``_WORDS``); a passphrase (``trombone-duly7-pedigree``) is still a credential.
 - Git SHAs, UUIDs, digests, base64 data, paths, timestamps, versions: none of them match a rule,
   and no entropy heuristic is used.
 
@@ -116,12 +117,17 @@ _NOT_SECRETS = frozenset(
 )  # fmt: skip
 _PLACEHOLDER_PREFIXES = ("your_", "your-", "my_", "my-", "<", "xxx", "redacted", "example", "changeme_")
 _IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(?:(?:\.|::|->)[A-Za-z_][A-Za-z0-9_]*)*\Z")
-# A name made of words, each perhaps with a number after it, joined by ``-``, ``_`` or ``.``:
-# ``oauth2-pkce``, ``aes-256-gcm``, ``hmac-sha256``, ``api-v2``, ``basic_auth``. The setting of a
-# scheme or an algorithm, not a credential: generated ones mix letters and digits at random.
-_WORDS = re.compile(
-    r"(?:[a-z]{3,}[0-9]{0,3}|v[0-9]{1,2}|[0-9]{1,4})(?:[-_.](?:[a-z]{3,}[0-9]{0,3}|v[0-9]{1,2}|[0-9]{1,4}))+\Z"
+# The name of a scheme or an algorithm: words of this vocabulary (each perhaps with a number
+# after it), version tags and short numbers, joined by ``-``, ``_`` or ``.``: ``oauth2-pkce``,
+# ``aes-256-gcm``, ``hmac-sha256``, ``jwt-rs256``. Any other word is not taken (a passphrase with a
+# number, ``trombone-duly7-pedigree``, or ``acme-prod-secret-2024`` is a credential).
+_SCHEME_WORDS = (
+    "oauth|oidc|openid|pkce|saml|jwt|jws|jwe|jwk|hs|rs|es|ps|eddsa|hmac|sha|md|aes|gcm|cbc|ctr|ccm|ecb|xts|rsa"
+    "|oaep|pss|pkcs|ecdsa|ecdh|ed|x|curve|chacha|poly|argon|argon2id|argon2i|bcrypt|scrypt|pbkdf|blake|"
+    "kerberos|ntlm|ldap|ldaps|basic|bearer|digest|mtls|tls|ssl|ssh|gpg|pgp|kms|hsm|iam|sigv|aws|none|plain"
 )
+_SCHEME_PART = rf"(?:(?:{_SCHEME_WORDS})[0-9]{{0,5}}|v[0-9]{{1,2}}|[0-9]{{1,4}})"
+_WORDS = re.compile(rf"{_SCHEME_PART}(?:[-_.]{_SCHEME_PART})+\Z")
 _NUMBER = re.compile(r"[-+]?[0-9][0-9_,]*(?:\.[0-9]+)?\Z")
 _YAML_TAG = re.compile(r"!!?[A-Za-z_]+\Z")
 

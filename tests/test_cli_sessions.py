@@ -91,6 +91,11 @@ def test_restore_and_its_refusals(capsys: pytest.CaptureFixture[str], project: P
     assert (
         code == 4 and data["error"]["type"] == "CheckpointOwnershipError" and "belongs to a" in data["error"]["message"]
     )
+    code, data = phx_json(capsys, "checkpoint", "show", name, "--agent", "b")  # as `restore` refuses it
+    assert code == 4 and data["error"]["type"] == "CheckpointOwnershipError"
+    # Any limit above the count lists them all (found in review: a traceback past 2**63).
+    code, data = phx_json(capsys, "checkpoint", "list", "--agent", "a", "--limit", str(2**63))
+    assert code == 0 and len(data["checkpoints"]) == 1
     # A damaged checkpoint is a data problem (once the checkpoint log holds no copy of it).
     Agent.open("a", home=Home(str(project / ".phoenix"))).checkpoints.rebuild_index()
     raw = (source / name).read_bytes()
@@ -108,6 +113,14 @@ def test_identity_commands(capsys: pytest.CaptureFixture[str], project: Path) ->
     assert code == 2
     code, data = phx_json(capsys, "identity", "set", "immutable.name", "other")
     assert code == 4 and data["error"]["type"] == "IdentityCoreError"
+    # A path with an empty part is refused, nothing written (found in review: `custom.` replaced
+    # the whole `custom` mapping, `state..x` set state.x).
+    cli(["identity", "set", "custom.a.b", "1"])
+    for bad in ("custom.", "state..x", ".state.current_focus"):
+        code, data = phx_json(capsys, "identity", "set", bad, "2")
+        assert code == 2 and "empty part" in data["error"]["message"]
+    code, data = phx_json(capsys, "identity", "show")
+    assert data["identity"]["mutable"]["custom"] == {"a": {"b": 1}} and "x" not in data["identity"]["mutable"]["state"]
     path = project / ".phoenix/agents/default/identity.yaml"
     path.write_text(path.read_text().replace("name: default", "name: impostor"))
     code, data = phx_json(capsys, "identity", "show")

@@ -44,6 +44,7 @@ import contextlib
 import hashlib
 import itertools
 import os
+import sys
 import threading
 from collections.abc import Callable, Iterable, Iterator
 from typing import TYPE_CHECKING, Any, Protocol
@@ -866,9 +867,14 @@ class CheckpointStore:
         return self.files.rebuild() if self.files is not None else 0
 
     def entries(self, checkpoint_type: str | None = None, *, limit: int | None = None) -> list[CheckpointInfo]:
-        """Checkpoints on disk, newest first (from the index; nothing is read)."""
+        """Checkpoints on disk, newest first (from the index; nothing is read); at most ``limit``
+        (at least 1; any number above the count lists them all)."""
         if checkpoint_type is not None and checkpoint_type not in CHECKPOINT_TYPES:
             raise UsageError(f"checkpoint type must be one of {', '.join(CHECKPOINT_TYPES)}, not {checkpoint_type!r}.")
+        if limit is not None:
+            if type(limit) is not int or limit < 1:
+                raise UsageError(f"a limit must be a whole number of at least 1, not {limit!r}.")
+            limit = min(limit, sys.maxsize)  # islice and SQL take no more
         return list(self.backend.newest(checkpoint_type, limit))
 
     def path_of(self, name: str) -> str:
@@ -894,8 +900,16 @@ class CheckpointStore:
     def read(self, name: str) -> Checkpoint:
         """Read and verify one checkpoint by file name or number (see ``resolve``). A file that
         is missing or damaged while the checkpoint log still holds its bytes is read from the log
-        (for a damaged one, ``recovered`` says so)."""
-        return self._read(self.resolve(name))
+        (for a damaged one, ``recovered`` says so). A name that says it is another agent's is
+        refused (``CheckpointOwnershipError``), as ``restore`` refuses its content."""
+        name = self.resolve(name)
+        parsed = parse_name(name)
+        if parsed is not None and parsed[0] != self.agent.id:  # the name says whose it is
+            raise CheckpointOwnershipError(
+                f"checkpoint {name} belongs to {parsed[0]}, not {self.agent.id}; "
+                "reading or restoring another agent's checkpoint is refused."
+            )
+        return self._read(name)
 
     def _read(self, name: str) -> Checkpoint:
         """``read`` of a name known to be well formed (from the catalogue)."""
@@ -1308,14 +1322,7 @@ class CheckpointStore:
                     + "."
                 )
         else:
-            name = self.resolve(name)
-            parsed = parse_name(name)
-            if parsed is not None and parsed[0] != self.agent.id:  # the name says whose it is
-                raise CheckpointOwnershipError(
-                    f"checkpoint {name} belongs to {parsed[0]}, not {self.agent.id}; "
-                    "restoring another agent's checkpoint is refused."
-                )
-            checkpoint = self.read(name)
+            checkpoint = self.read(name)  # refuses a name that says it is another agent's
         if checkpoint.agent_id != self.agent.id:
             raise CheckpointOwnershipError(
                 f"checkpoint {checkpoint.name} belongs to {checkpoint.agent_id}, not {self.agent.id}; "

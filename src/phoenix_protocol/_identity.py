@@ -825,8 +825,14 @@ class IdentityStore:
         """Set a mutable value by dotted path (``state.current_focus``; a leading ``mutable.`` is
         optional). Paths under ``immutable`` are refused (``IdentityCoreError``); a value Phoenix
         could not read back (``mutable_problem``) or that is not a plain JSON value
-        (``json_problem``: bytes, a set, NaN...) is refused with ``UsageError``, nothing written."""
-        parts = [p for p in path.split(".") if p]
+        (``json_problem``: bytes, a set, NaN...) is refused with ``UsageError``, nothing written,
+        and so is a path with an empty part (``custom.``, ``state..x``)."""
+        parts = path.split(".")
+        if not all(parts):
+            raise UsageError(
+                f"{path!r} has an empty part (a dot at either end, or two in a row): give a path such as "
+                "state.current_focus; nothing was written."
+            )
         if parts[:1] == ["immutable"]:
             raise IdentityCoreError(
                 f"{path} is in the immutable section; it changes only through `phx identity reset-core`."

@@ -562,6 +562,30 @@ def test_a_damaged_identity_without_a_copy_of_its_sealed_core_is_left_as_it_is(a
     assert "not valid YAML" in agent.checkpoints.read(info.name).section("identity")["error"]
 
 
+def test_check_reports_a_damaged_index_and_names_checkpoints_deleted_by_hand(agent: Agent) -> None:
+    """Found in review: `--check` said healthy over an index.json that did not read (the repair
+    run then rebuilt it), and a checkpoint file deleted after a settle vanished from `list` and
+    `latest` with no finding naming it."""
+    infos = [agent.checkpoints.create("session") for _ in range(3)]
+    assert agent.checkpoints.rebuild_index() == 0  # settled: index.json written
+    index = Path(agent.checkpoints.index_path)
+    index.write_text("garbage")
+    fresh = Agent.open(agent.id, home=agent.home, clock=agent.clock)  # a new process's view
+    [found] = [f for f in check_agent(fresh, repair=False) if f.path == str(index)]
+    assert found.level == "error" and "does not read" in found.message and not found.repaired
+    assert index.read_text() == "garbage"  # --check touches nothing
+    assert any(f.path == str(index) and f.repaired for f in check_agent(fresh))
+    os.unlink(agent.checkpoints.path_of(infos[1].name))
+    other = Agent.open(agent.id, home=agent.home, clock=agent.clock)
+    assert [i.name for i in other.checkpoints.entries()] == [infos[2].name, infos[0].name]
+    [gone] = [f for f in check_agent(other, repair=False) if "deleted outside Phoenix" in f.message]
+    assert gone.level == "warn" and infos[1].name in gone.message and not gone.repaired
+    [gone] = [f for f in check_agent(other) if "deleted outside Phoenix" in f.message]
+    assert gone.repaired and "rebuilt without them" in gone.message
+    again = Agent.open(agent.id, home=agent.home, clock=agent.clock)
+    assert not [f for f in check_agent(again, repair=False) if "deleted outside Phoenix" in f.message]
+
+
 def test_a_store_never_settled_is_not_reported_as_a_damaged_index(agent: Agent) -> None:
     """Before its first settle a store has no index.json: the log holds everything, nothing to
     report. Once settled, a lost index.json is reported (and rebuilt)."""

@@ -485,6 +485,7 @@ class View:
         self.salvage_from = 0  # with it: the snapshot's next_seq (the seqs its frames may add)
         self.snapshot_lost = False  # no snapshot read: missing, or unreadable (see ``_snapshot_lost``)
         self.snapshot_damaged: bytes | None = None  # an unreadable snapshot's bytes
+        self.vanished: set[str] = set()  # listed, left out: no file and no copy in the log (``_reconcile``)
         self.chain = 0  # the last frame's hash (the salt, before the first frame): the next frame's seed
         self.log_boot = ""
         self.log_header = b""  # the header as last read or written (a refresh compares bytes)
@@ -671,6 +672,25 @@ class Catalog:
         """Whether the view last loaded found the log's header unreadable (its checkpoints read
         from its frames until a writer salvages it)."""
         return self._view is not None and self._view.log_damaged
+
+    def snapshot_problem(self) -> str | None:
+        """What is wrong with ``index.json`` as the view last loaded found it: unreadable, or
+        missing though the log was settled before (a store never settled has none); a writer
+        rebuilds it from the log and the directory."""
+        view = self._view
+        if view is None:
+            return None
+        if view.snapshot_damaged is not None:
+            return f"{self.index_path} does not read"
+        if view.snapshot_lost and view.log_version == LOG_VERSION and view.log_generation > 0:
+            return f"{self.index_path} is missing"
+        return None
+
+    def vanished(self) -> list[str]:
+        """The checkpoints the view last loaded left out: listed by the snapshot or the log, with
+        neither a file nor a copy in the log (deleted outside Phoenix). Forgotten once a writer
+        settles the log."""
+        return sorted(self._view.vanished) if self._view is not None else []
 
     def frames_damaged(self) -> list[int]:
         """Offsets of the records the view last loaded read past, damaged in the middle of the
@@ -988,6 +1008,7 @@ class Catalog:
         for name in list(view.entries):
             if name not in names and name not in view.inline and name not in view.pending:
                 view.remove(name)
+                view.vanished.add(name)
         unknown = []
         for name in names:
             if name in view.entries or name in view.dropped or not name.endswith(SUFFIX):

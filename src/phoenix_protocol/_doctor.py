@@ -553,6 +553,36 @@ def _check_checkpoints(agent: Agent, repair: bool) -> list[Finding]:
     damage = store.files.damage() if store.files is not None else None
     if damage is not None:  # the index rebuild below (a writer) repairs it
         findings.append(Finding("warn" if repair else "error", damage, agent=aid, path=store_dir, repaired=repair))
+    if store.files is not None:
+        snapshot = store.files.catalog.snapshot_problem()
+        if snapshot is not None and not repair:  # the rebuild below repairs it, and says so
+            findings.append(
+                Finding(
+                    "error",
+                    f"{snapshot}: the checkpoints are read from index.log and the directory until "
+                    "`phx doctor` (or the next checkpoint written) rebuilds it",
+                    agent=aid,
+                    path=store.index_path,
+                )
+            )
+        gone = store.files.catalog.vanished()
+        if gone:
+            findings.append(
+                Finding(
+                    "warn",
+                    f"{len(gone)} checkpoint(s) listed by the index have neither a file nor a copy in index.log "
+                    f"(deleted outside Phoenix?), and `list`, `latest` and restore leave them out: {', '.join(gone[:5])}"
+                    f"{' ...' if len(gone) > 5 else ''}; "
+                    + (
+                        "the index was rebuilt without them"
+                        if repair
+                        else "`phx doctor` rebuilds the index without them"
+                    ),
+                    agent=aid,
+                    path=store_dir,
+                    repaired=repair,
+                )
+            )
     if not on_files and not entries:
         return findings
     for info in entries:

@@ -228,3 +228,39 @@ def test_install_dry_run_shows_the_settings_as_written(project: Path, capsys: py
     assert cli(args) == 0
     out = capsys.readouterr().out
     assert '"Bash(échec)"' in out and "\\u00e9" not in out
+
+
+@pytest.mark.parametrize(
+    ("args", "code"),
+    [
+        (["checkpoint", "--type", "routine"], 0),
+        (["checkpoint", "list"], 0),
+        (["checkpoint", "list", "--json"], 0),
+        (["checkpoint", "show", "nope", "--json"], 2),
+        (["checkpoint", "show", "nope"], 2),
+    ],
+)
+def test_a_reader_that_goes_away_leaves_the_exit_code_as_it_was(tmp_path: Path, args: list[str], code: int) -> None:
+    """Found in review: `phx checkpoint --type routine | true` exited 1 (rich's default on a broken
+    pipe) though the checkpoint was written; scripts under `set -o pipefail` took it for a failure."""
+    home = str(tmp_path / "home")
+    subprocess.run(
+        [sys.executable, "-m", "phoenix_protocol", "checkpoint", "--type", "routine", "--agent", "zero", "--home", home],
+        check=True,
+        capture_output=True,
+        timeout=60,
+    )
+    read, write = os.pipe()
+    os.close(read)  # no reader: the first write fails with EPIPE
+    try:
+        proc = subprocess.run(
+            [sys.executable, "-m", "phoenix_protocol", *args, "--agent", "zero", "--home", home],
+            stdout=write,
+            stderr=subprocess.PIPE,
+            check=False,
+            timeout=60,
+        )
+    finally:
+        os.close(write)
+    assert proc.returncode == code, proc.stderr.decode("utf-8", "replace")
+    assert b"Traceback" not in proc.stderr and b"BrokenPipe" not in proc.stderr

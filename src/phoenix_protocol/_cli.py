@@ -27,7 +27,7 @@ import functools
 import os
 import sys
 from collections.abc import Callable, Iterator
-from typing import Any, TypeVar
+from typing import Any, NoReturn, TypeVar
 
 import click
 
@@ -88,7 +88,24 @@ def _console_class() -> Any:
         def render_str(self, text: str, **kwargs: Any) -> Any:
             return super().render_str(visible(text), **kwargs)
 
+        def on_broken_pipe(self) -> None:
+            self.quiet = True
+            if not self.stderr:
+                stdout_gone()
+
     return _Console
+
+
+def stdout_gone() -> NoReturn:
+    """The reader of stdout went away (``phx checkpoint list | head -1``): the command ends there
+    with exit 0, as it did what it was asked and only its output is not wanted any more (a loop,
+    ``--follow``, stops); stdout points at /dev/null from then on, so that nothing fails later
+    (rich, whose default is exit 1, and the interpreter's last flush)."""
+    with contextlib.suppress(OSError):
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    raise _Exit(EXIT_OK)
 
 
 def _make_console(*, stderr: bool = False) -> Any:
@@ -133,7 +150,11 @@ class Output:
         and a ``\\udce9`` escape would hand the reader one back. Indented, or ``one_line`` for
         a stream of documents, one a line (``phx watchdog --loop``, ``phx team inbox --follow``).
         Use ``json`` for an answer (``"ok": true``); this for a document whose ``ok`` is its own."""
-        sys.stdout.write(dumps_output(document, one_line=one_line) + "\n")
+        try:
+            sys.stdout.write(dumps_output(document, one_line=one_line) + "\n")
+            sys.stdout.flush()
+        except BrokenPipeError:
+            stdout_gone()
 
     def json(self, data: dict[str, Any], *, one_line: bool = False) -> None:
         """The answer ``{"ok": true, **data}`` (``write_document``)."""
@@ -142,9 +163,10 @@ class Output:
     def error(self, exc: BaseException, code: int, *, message: str | None = None) -> None:
         message = " ".join((str(exc) if message is None else message).split()) or type(exc).__name__
         if self.as_json:
-            self.write_document(
-                {"ok": False, "error": {"type": type(exc).__name__, "message": message, "exit_code": code}}
-            )
+            with contextlib.suppress(_Exit):  # stdout gone (``stdout_gone``): the error's own code stands
+                self.write_document(
+                    {"ok": False, "error": {"type": type(exc).__name__, "message": message, "exit_code": code}}
+                )
         else:
             from rich.markup import escape
 

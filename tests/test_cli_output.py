@@ -244,17 +244,13 @@ def test_a_reader_that_goes_away_leaves_the_exit_code_as_it_was(tmp_path: Path, 
     """Found in review: `phx checkpoint --type routine | true` exited 1 (rich's default on a broken
     pipe) though the checkpoint was written; scripts under `set -o pipefail` took it for a failure."""
     home = str(tmp_path / "home")
-    subprocess.run(
-        [sys.executable, "-m", "phoenix_protocol", "checkpoint", "--type", "routine", "--agent", "zero", "--home", home],
-        check=True,
-        capture_output=True,
-        timeout=60,
-    )
+    phx = [sys.executable, "-m", "phoenix_protocol"]
+    subprocess.run([*phx, "checkpoint", "--type", "routine", "--agent", "zero", "--home", home], check=True, timeout=60)
     read, write = os.pipe()
     os.close(read)  # no reader: the first write fails with EPIPE
     try:
         proc = subprocess.run(
-            [sys.executable, "-m", "phoenix_protocol", *args, "--agent", "zero", "--home", home],
+            [*phx, *args, "--agent", "zero", "--home", home],
             stdout=write,
             stderr=subprocess.PIPE,
             check=False,

@@ -238,14 +238,20 @@ def test_install_dry_run_shows_the_settings_as_written(project: Path, capsys: py
         (["checkpoint", "list", "--json"], 0),
         (["checkpoint", "show", "nope", "--json"], 2),
         (["checkpoint", "show", "nope"], 2),
+        (["doctor", "--check"], 3),  # decided after the findings are printed
+        (["doctor", "--check", "--json"], 3),
+        (["watchdog", "--interval", "1"], 0),  # a loop: ends at its first pass, not every second forever
+        (["watchdog", "--interval", "1", "--json"], 0),
     ],
 )
 def test_a_reader_that_goes_away_leaves_the_exit_code_as_it_was(tmp_path: Path, args: list[str], code: int) -> None:
     """Found in review: `phx checkpoint --type routine | true` exited 1 (rich's default on a broken
-    pipe) though the checkpoint was written; scripts under `set -o pipefail` took it for a failure."""
+    pipe) though the checkpoint was written; scripts under `set -o pipefail` took it for a failure.
+    The command goes on and ends with its own code; a loop ends."""
     home = str(tmp_path / "home")
     phx = [sys.executable, "-m", "phoenix_protocol"]
     subprocess.run([*phx, "checkpoint", "--type", "routine", "--agent", "zero", "--home", home], check=True, timeout=60)
+    (tmp_path / "home" / "agents" / "zero" / "state.json").write_text("{not json")  # for doctor to find
     read, write = os.pipe()
     os.close(read)  # no reader: the first write fails with EPIPE
     try:

@@ -7,6 +7,9 @@ and lead re-attachment are tested without sleeping.
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -435,3 +438,31 @@ def test_inspected_diff_shows_control_characters(
     assert "\n+\tindented\n" in out  # the layout stays
     code, data = phx(capsys, "team", "consolidate", team_id, "--resolve", "inspect")
     assert code == 0 and "+x = '\x1b]0;pwned\x07\x1b[2J'  # \u202eevil" in data["consolidation"]["diff"]
+
+
+@pytest.mark.parametrize("as_json", [False, True])
+def test_inbox_follow_whose_reader_went_away_stops_and_delivers_nothing(
+    capsys: pytest.CaptureFixture[str], team_id: str, as_json: bool
+) -> None:
+    """`phx team inbox --follow | ...` whose reader went away ends (exit 0) instead of waiting
+    forever, and marks nothing delivered: the message is still there for the next look."""
+    code, _data = phx(
+        capsys, "team", "send", team_id, "--from", "alice", "--to", "bob", "--subject", "s", "--body", "b"
+    )
+    assert code == 0
+    read, write = os.pipe()
+    os.close(read)
+    try:
+        proc = subprocess.run(
+            [sys.executable, "-m", "phoenix_protocol", "team", "inbox", team_id, "--as", "bob", "--follow"]
+            + (["--json"] if as_json else []),
+            stdout=write,
+            stderr=subprocess.PIPE,
+            check=False,
+            timeout=60,
+        )
+    finally:
+        os.close(write)
+    assert proc.returncode == 0 and b"Traceback" not in proc.stderr, proc.stderr.decode("utf-8", "replace")
+    code, data = phx(capsys, "team", "inbox", team_id, "--as", "bob")
+    assert code == 0 and [m["subject"] for m in data["messages"]] == ["s"]

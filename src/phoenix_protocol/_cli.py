@@ -27,7 +27,7 @@ import functools
 import os
 import sys
 from collections.abc import Callable, Iterator
-from typing import Any, NoReturn, TypeVar
+from typing import Any, TypeVar
 
 import click
 
@@ -91,21 +91,37 @@ def _console_class() -> Any:
         def on_broken_pipe(self) -> None:
             self.quiet = True
             if not self.stderr:
-                stdout_gone()
+                lose_stdout()
 
     return _Console
 
 
-def stdout_gone() -> NoReturn:
-    """The reader of stdout went away (``phx checkpoint list | head -1``): the command ends there
-    with exit 0, as it did what it was asked and only its output is not wanted any more (a loop,
-    ``--follow``, stops); stdout points at /dev/null from then on, so that nothing fails later
-    (rich, whose default is exit 1, and the interpreter's last flush)."""
-    with contextlib.suppress(OSError):
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, sys.stdout.fileno())
-        os.close(devnull)
-    raise _Exit(EXIT_OK)
+_stdout_lost = [False]  # one command line at a time (``cli`` resets it)
+
+
+def lose_stdout() -> None:
+    """The reader of stdout went away (``phx checkpoint list | head -1``): stdout points at
+    /dev/null from then on, so that what the command still writes (and the interpreter's last
+    flush) fails nothing, and the command ends with its own exit code (rich's default was exit 1).
+    What must not go on unread asks ``stdout_lost``: a loop stops, a delivery is not marked."""
+    from phoenix_protocol._entry import stdout_to_devnull
+
+    _stdout_lost[0] = True
+    stdout_to_devnull()
+
+
+def stdout_lost() -> bool:
+    """Whether the reader of stdout went away during this command (``lose_stdout``)."""
+    return _stdout_lost[0]
+
+
+def write_stdout(text: str) -> None:
+    """``text`` on stdout, flushed; a reader gone is ``lose_stdout``, not an error."""
+    try:
+        sys.stdout.write(text)
+        sys.stdout.flush()
+    except BrokenPipeError:
+        lose_stdout()
 
 
 def _make_console(*, stderr: bool = False) -> Any:
@@ -150,11 +166,7 @@ class Output:
         and a ``\\udce9`` escape would hand the reader one back. Indented, or ``one_line`` for
         a stream of documents, one a line (``phx watchdog --loop``, ``phx team inbox --follow``).
         Use ``json`` for an answer (``"ok": true``); this for a document whose ``ok`` is its own."""
-        try:
-            sys.stdout.write(dumps_output(document, one_line=one_line) + "\n")
-            sys.stdout.flush()
-        except BrokenPipeError:
-            stdout_gone()
+        write_stdout(dumps_output(document, one_line=one_line) + "\n")
 
     def json(self, data: dict[str, Any], *, one_line: bool = False) -> None:
         """The answer ``{"ok": true, **data}`` (``write_document``)."""
@@ -163,10 +175,9 @@ class Output:
     def error(self, exc: BaseException, code: int, *, message: str | None = None) -> None:
         message = " ".join((str(exc) if message is None else message).split()) or type(exc).__name__
         if self.as_json:
-            with contextlib.suppress(_Exit):  # stdout gone (``stdout_gone``): the error's own code stands
-                self.write_document(
-                    {"ok": False, "error": {"type": type(exc).__name__, "message": message, "exit_code": code}}
-                )
+            self.write_document(
+                {"ok": False, "error": {"type": type(exc).__name__, "message": message, "exit_code": code}}
+            )
         else:
             from rich.markup import escape
 
@@ -680,7 +691,7 @@ def _install_output(out: Output, result: Any, verb: str) -> None:
     if result.dry_run:
         out.console.print(f"[bold]dry run[/]: {escape(result.path)} would become:")
         # as the file is written: indented, non-ASCII text as itself (a lone surrogate as U+FFFD)
-        sys.stdout.write(dumps_output(result.settings) + "\n")
+        write_stdout(dumps_output(result.settings) + "\n")
     if not result.changed:
         out.console.print(f"{escape(result.path)}: nothing to {verb}, already up to date")
         return
@@ -847,6 +858,7 @@ def _print_demo_step(out: Output, step: Any) -> None:
 
 def cli(argv: list[str] | None = None) -> int:
     """Run ``phx`` with ``argv``; returns the exit code. Never raises for user errors."""
+    _stdout_lost[0] = False
     try:
         return _run(sys.argv[1:] if argv is None else argv)
     finally:

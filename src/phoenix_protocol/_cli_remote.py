@@ -25,7 +25,7 @@ import click
 from click.core import ParameterSource
 
 from phoenix_protocol import _cli_sessions, _cli_teams
-from phoenix_protocol._cli import Output, hand_down, handed_down, main_group, reported
+from phoenix_protocol._cli import Output, hand_down, handed_down, main_group, reported, stdout_lost, write_stdout
 from phoenix_protocol._errors import UsageError
 
 if TYPE_CHECKING:
@@ -245,7 +245,6 @@ def _team_send(
 
 
 def _team_inbox(client: PhoenixClient, out: Output, team_id: str, name: str, follow: bool, limit: int | None) -> None:
-    import sys
 
     def deliver() -> list[dict[str, Any]]:
         messages = client.team_inbox(team_id, name, limit=limit)
@@ -253,7 +252,7 @@ def _team_inbox(client: PhoenixClient, out: Output, team_id: str, name: str, fol
             out.json({"messages": messages}, one_line=True)
         else:
             _cli_teams._print_messages(out, _messages(messages))
-        sys.stdout.flush()
+        write_stdout("")  # handed over (a reader gone: the loop below stops)
         return messages
 
     first = deliver()
@@ -262,7 +261,7 @@ def _team_inbox(client: PhoenixClient, out: Output, team_id: str, name: str, fol
             out.console.print("(no new messages)")
         return
     try:
-        while True:
+        while not stdout_lost():
             time.sleep(1.0)
             deliver()
     except KeyboardInterrupt:

@@ -7,13 +7,20 @@ Registered on the ``phx`` group by ``_cli``. FastAPI and uvicorn are imported on
 from __future__ import annotations
 
 import os
-import sys
 from collections.abc import Callable
 from typing import Any, TypeVar
 
 import click
 
-from phoenix_protocol._cli import Output, _Exit, _exit_code_for, _make_console, home_common, main_group
+from phoenix_protocol._cli import (
+    Output,
+    _Exit,
+    _exit_code_for,
+    _make_console,
+    home_common,
+    main_group,
+    write_stdout,
+)
 from phoenix_protocol._errors import PhoenixError, UsageError
 from phoenix_protocol._home import Home
 
@@ -165,8 +172,7 @@ def token_create(
         f"{escape(', '.join(info.scopes))}, expires {expiry}"
     )
     out.console.print("Store it now: it is shown only this once (Phoenix keeps only its hash).")
-    sys.stdout.flush()
-    sys.stdout.write(token + "\n")
+    write_stdout(token + "\n")
 
 
 @token_group.command("list")

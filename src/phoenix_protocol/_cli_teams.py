@@ -9,13 +9,12 @@ step not allowed); ``phx team resume`` and ``probe`` use the seed's codes: 0 att
 from __future__ import annotations
 
 import os
-import sys
 from collections.abc import Callable
 from typing import Any, TypeVar
 
 import click
 
-from phoenix_protocol._cli import Output, _Exit, home_common, main_group, visible
+from phoenix_protocol._cli import EXIT_OK, Output, _Exit, home_common, main_group, stdout_lost, visible, write_stdout
 from phoenix_protocol._errors import PhoenixError
 from phoenix_protocol._home import Home
 
@@ -94,7 +93,7 @@ def team_create(
         out.json({"team": team.read()})
     else:
         out.console.print(f"created team [bold]{team.id}[/] (lead {lead})")
-        sys.stdout.write(team.id + "\n")
+        write_stdout(team.id + "\n")
 
 
 @team_group.command("join")
@@ -323,7 +322,9 @@ def team_inbox(home: Home, out: Output, team_id: str, name: str, follow: bool, l
             out.json({"messages": [m.as_dict() for m in messages]}, one_line=True)
         else:
             _print_messages(out, messages)
-        sys.stdout.flush()  # handed over: only now is it delivered
+        write_stdout("")  # handed over: only now is it delivered
+        if stdout_lost():
+            raise _Exit(EXIT_OK)  # the reader went away: nothing more is delivered, and this was not
         if messages.through_seq:  # past the messages shown and the ones not for NAME in between
             mailbox.mark_delivered(name, messages.through_seq)
         return messages
@@ -461,7 +462,7 @@ def team_consolidate(home: Home, out: Output, team_id: str, resolve: str | None)
         out.json({"team_id": team_id, "consolidation": result})
         return
     if "diff" in result:  # the staged changes as git shows them: teammates' text, made visible
-        sys.stdout.write(visible(result["diff"]))
+        write_stdout(visible(result["diff"]))
         return
     if result.get("green"):
         out.console.print("[green]check green[/]: commit the work, then `phx team complete " + team_id + "`")

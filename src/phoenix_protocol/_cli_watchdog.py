@@ -7,14 +7,13 @@ from __future__ import annotations
 
 import os
 import signal
-import sys
 import time
 from typing import Any
 
 import click
 
 from phoenix_protocol._agent import Agent
-from phoenix_protocol._cli import EXIT_ATTENTION, Output, _Exit, common, main_group
+from phoenix_protocol._cli import EXIT_ATTENTION, Output, _Exit, common, main_group, stdout_lost
 from phoenix_protocol._config import SETTINGS
 from phoenix_protocol._home import Home
 
@@ -108,8 +107,7 @@ def watchdog_command(
     def one_pass() -> Any:
         report = run_pass(home, clock=agent.clock, act=not dry_run, tmux=use_tmux, config_overrides=overrides)
         if out.as_json:
-            out.json(report.as_dict(), one_line=True)  # one line per pass, handed over at once
-            sys.stdout.flush()
+            out.json(report.as_dict(), one_line=True)  # one line per pass, handed over at once (flushed)
         else:
             _render(out, report)
         return report
@@ -126,10 +124,10 @@ def watchdog_command(
 
     previous = {sig: signal.signal(sig, handle) for sig in (signal.SIGTERM, signal.SIGINT)}
     try:
-        while not stop["now"]:
+        while not stop["now"] and not stdout_lost():  # a reader gone (`| head`): the loop ends
             one_pass()
             deadline = time.monotonic() + interval
-            while not stop["now"] and time.monotonic() < deadline:
+            while not stop["now"] and not stdout_lost() and time.monotonic() < deadline:
                 time.sleep(min(0.2, max(0.0, deadline - time.monotonic())))
     finally:
         for sig, handler in previous.items():

@@ -72,11 +72,32 @@ def _team_resume_json(command: str, args: list[str]) -> int | None:
         code = _exit_code(exc)
         message = " ".join(str(exc).split()) or type(exc).__name__
         error = {"type": type(exc).__name__, "message": message, "exit_code": code}
-        sys.stdout.write(dumps_output({"ok": False, "error": error}) + "\n")
+        _write(dumps_output({"ok": False, "error": error}) + "\n")
         return code
     # The text the full CLI writes (Output.write_document): é as itself, a lone surrogate as U+FFFD.
-    sys.stdout.write(dumps_output({"ok": result.exit_code == 0, **result.as_dict()}) + "\n")
+    _write(dumps_output({"ok": result.exit_code == 0, **result.as_dict()}) + "\n")
     return result.exit_code
+
+
+def _write(text: str) -> None:
+    """``text`` on stdout, flushed; a reader gone away leaves the exit code as it is."""
+    try:
+        sys.stdout.write(text)
+        sys.stdout.flush()
+    except BrokenPipeError:
+        stdout_to_devnull()
+
+
+def stdout_to_devnull() -> None:
+    """Point stdout's descriptor at /dev/null (its reader went away): what is still written, and
+    the interpreter's last flush, then fail nothing."""
+    import contextlib
+    import os
+
+    with contextlib.suppress(OSError):  # no descriptor (a test's captured stdout): nothing to point
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
 
 
 def _exit_code(exc: BaseException) -> int:

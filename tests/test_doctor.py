@@ -586,6 +586,21 @@ def test_check_reports_a_damaged_index_and_names_checkpoints_deleted_by_hand(age
     assert not [f for f in check_agent(again, repair=False) if "deleted outside Phoenix" in f.message]
 
 
+def test_an_agent_directory_copied_under_another_name_is_reported_not_a_crash(agent: Agent) -> None:
+    """Found in review: with `read()` refusing a name that says it is another agent's, the doctor
+    stopped on it (exit 4, no finding for any agent with --all-agents) instead of reporting it."""
+    import shutil
+
+    agent.checkpoints.create("routine")
+    agent.checkpoints.create("session")
+    agent.checkpoints.flush()
+    shutil.copytree(agent.dir, os.path.join(os.path.dirname(agent.dir), "renamed"))
+    renamed = Agent.open("renamed", home=agent.home, clock=agent.clock)
+    found = [f for f in check_agent(renamed, repair=False) if "belongs to agent" in f.message]
+    assert len(found) == 2 and all(f.level == "error" and f"{agent.id!r}" in f.message for f in found)
+    assert any("belongs to agent" in f.message for f in check_home(agent.home, [agent, renamed], repair=False))
+
+
 def test_a_store_never_settled_is_not_reported_as_a_damaged_index(agent: Agent) -> None:
     """Before its first settle a store has no index.json: the log holds everything, nothing to
     report. Once settled, a lost index.json is reported (and rebuilt)."""

@@ -522,6 +522,14 @@ def _check_copy(agent: Agent, repair: bool) -> Finding:
         return Finding("error", str(exc), agent=agent.id, path=record.server)
 
 
+def _owner_by_name(name: str) -> str | None:
+    """The agent a checkpoint's file name says it belongs to (``None``: a name of no such form)."""
+    from phoenix_protocol._checkpoint_index import parse_name
+
+    parsed = parse_name(name)
+    return parsed[0] if parsed is not None else None
+
+
 def _check_checkpoints(agent: Agent, repair: bool) -> list[Finding]:
     """Every checkpoint verifies; the index agrees with the directory; no temp files remain."""
     store_dir = os.path.join(agent.dir, "checkpoints")
@@ -587,13 +595,15 @@ def _check_checkpoints(agent: Agent, repair: bool) -> list[Finding]:
         return findings
     for info in entries:
         try:
-            checkpoint = store.read(info.name)
-            if checkpoint.agent_id != aid:
+            owner = _owner_by_name(info.name)
+            checkpoint = store.read(info.name) if owner in (None, aid) else None
+            if checkpoint is None or checkpoint.agent_id != aid:
                 findings.append(
                     Finding(
                         "error",
-                        f"belongs to agent {checkpoint.agent_id!r}, not {aid!r} (copied in?): `latest` and "
-                        "restore skip it; move it to its agent once inspected",
+                        f"belongs to agent {owner if checkpoint is None else checkpoint.agent_id!r}, not {aid!r} "
+                        "(copied in, or the agent's directory renamed?): `latest` and restore skip it; move it to "
+                        "its agent once inspected",
                         agent=aid,
                         path=store.backend.where(info.name),
                     )
@@ -828,8 +838,17 @@ def check_home(home: Home, agents: list[Agent], *, repair: bool = True) -> list[
     _check_modes(home.root, repair, findings)
     findings.extend(_check_store(home, repair))
     findings.extend(_check_hook_commands(home))
+    from phoenix_protocol._errors import PhoenixError
+
     for agent in agents:
-        findings.extend(check_agent(agent, repair=repair))
+        try:
+            findings.extend(check_agent(agent, repair=repair))
+        except PhoenixError as exc:  # one agent's trouble does not hide the others'
+            findings.append(
+                Finding(
+                    "error", f"its check stopped: {exc}", agent=agent.id, path=getattr(exc, "path", None) or agent.dir
+                )
+            )
     return findings
 
 

@@ -172,6 +172,8 @@ def test_restore_with_named_checkpoint_and_refusals(client: TestClient, served: 
     client.post("/checkpoint/zero", json={"summary": "first", "checkpoint_type": "routine"})
     name = client.get("/checkpoint/zero/latest").json()["name"]
     assert client.post("/restore/zero", json={"checkpoint": name, "force": True}).json()["checkpoint"] == name
+    # Recorded as the session's (found in review: through the server it said restored from nothing).
+    assert client.get("/sessions/zero").json()["sessions"][-1]["restored_from"] == name
     seq = str(int(name.split("-")[1].split("_")[0]))
     for ref in (seq, f"#{seq}"):  # its number, as `phx checkpoint list` shows it
         assert client.post("/restore/zero", json={"checkpoint": ref}).json()["checkpoint"] == name

@@ -204,12 +204,8 @@ def restore(
         result = agent.checkpoints.restore(checkpoint, force=force)  # ownership, checksum, version first
     sid = session_id or str(uuid.uuid4())
     agent.state.start_session(sid, source="startup", process=None)
-    started = begin(agent, sid, source="restore", restore=checkpoint is None, force=force)
+    started = begin(agent, sid, source="restore", restore=checkpoint is None, force=force, restored=result)
     data = started.as_dict()
-    if result is not None:
-        data["checkpoint"] = result.checkpoint.name
-        data["restored"] = result.applied
-        data["problems"] = result.problems + started.problems
     data["problems"] = [scrub(str(p), agent.home) for p in data["problems"]]
     return data
 

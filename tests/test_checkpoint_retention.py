@@ -12,6 +12,10 @@ step the checkpoints on disk and in ``entries()`` are exactly what the policy ke
 
 The model below knows nothing of the store's ``_retain``; it only sees the names ``create``
 returns, so a store that kept or dropped one checkpoint too many is caught.
+
+The store here has only its own section collector, which never fails: the one exception to the
+policy, the last good copy of a damaged identity.yaml or state.json kept whatever its type or age
+(``KEPT_COPIES``), is tested in tests/test_doctor.py.
 """
 
 from __future__ import annotations

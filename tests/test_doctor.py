@@ -406,6 +406,39 @@ def test_checkpoints_taken_while_identity_and_state_are_damaged_say_so_and_keep_
     assert good.name not in [i.name for i in agent.checkpoints.entries()]  # a copy again: kept no longer
 
 
+def test_an_identity_deleted_by_hand_fails_its_section_and_keeps_the_last_copy(
+    agent: Agent, clock: ManualClock
+) -> None:
+    """Found in review: identity.yaml deleted while its seal remains was collected as no identity
+    (null, no warning), so retention pruned the copies `phx doctor` restores it from."""
+    agent.identity.add("skill", {"name": "python", "level": "expert"})
+    good = agent.checkpoints.create("routine")
+    before = agent.identity.read().as_dict()
+    os.unlink(agent.identity.path)
+    for _ in range(4):
+        clock.advance(60)
+        assert agent.checkpoints.create("routine").failed_sections == ("identity",)
+    assert good.name in [i.name for i in agent.checkpoints.entries()]
+    assert all(f.repaired for f in check_agent(agent) if f.path == agent.identity.path)
+    assert agent.identity.read().as_dict() == before
+
+
+def test_a_users_own_identity_collector_that_fails_keeps_nothing_back(agent: Agent, clock: ManualClock) -> None:
+    """The last copy is kept for Phoenix's own collectors only: a collector of the user's under
+    that name that raises every time must not hold an old checkpoint forever."""
+    agent.identity.add("skill", {"name": "python", "level": "expert"})
+    first = agent.checkpoints.create("routine")
+
+    def broken(ctx: Any) -> Any:
+        raise RuntimeError("my collector is broken")
+
+    agent.checkpoints.register("identity", broken)
+    for _ in range(4):
+        clock.advance(60)
+        assert agent.checkpoints.create("routine").failed_sections == ("identity",)
+    assert first.name not in [i.name for i in agent.checkpoints.entries()]
+
+
 def test_a_damaged_identity_gets_the_changes_logged_after_its_copy(agent: Agent, clock: ManualClock) -> None:
     """Values set, entries added, parts changed by ``update``, a core reset and session starts
     after the last checkpoint are replayed from the ops log; a value logged by its size only (and

@@ -185,8 +185,11 @@ def _identity_read(ctx: CollectContext) -> tuple[int, Identity | None, PhoenixEr
         from phoenix_protocol._errors import PhoenixError
 
         ms = ctx.agent.clock.now_ms()
+        store = ctx.agent.identity
         try:
-            return ms, (ctx.agent.identity.read() if ctx.agent.identity.exists() else None), None
+            # A seal without its file is damage too (deleted by hand): ``read`` says so.
+            there = store.exists() or (store.remote is None and os.path.exists(store.digest_path))
+            return ms, (store.read() if there else None), None
         except PhoenixError as exc:
             return ms, None, exc
 

@@ -137,9 +137,11 @@ EXACT_NUMBERS = "exact_numbers"
 exactly (integers beyond 64 bits): such a file is read with the standard library's reader."""
 KEPT_COPIES = ("identity", "phoenix_state")
 """Sections Phoenix repairs from (``phx doctor`` writes identity.yaml back from the newest copy;
-``restore`` puts the task and notes back): while a new checkpoint fails one of them (its file is
-damaged), retention keeps the newest checkpoint that holds it (``_holders``), whatever its type or
-age, so that the last good copy is never pruned away."""
+``restore`` puts the task and notes back): while identity.yaml or state.json does not read, so
+that Phoenix's own collector fails its section, retention keeps the newest checkpoint that holds a
+good copy (``_holders``), whatever its type or age, so that the last one is never pruned away.
+Not for a collector of the user's own under those names, nor for the identity on the PostgreSQL
+store (the server's record is what ``phx doctor`` restores from there)."""
 SECTION_FAILED = "collector_failed"
 """The key that marks a section's content as the error its collector met, not its data:
 ``{"error": "...", "collector_failed": true}``. ``restore`` does not hand such a section to its
@@ -308,6 +310,16 @@ def clean_reason(reason: str) -> str:
         raise UsageError(f"a recovery's reason must be text, not {type(reason).__name__}.")
     clean = redact(" ".join(valid_text(reason).split()))
     return clean if len(clean) <= REASON_LIMIT else clean[: REASON_LIMIT - 1] + "\u2026"
+
+
+def good_copy(section: str, value: object) -> bool:
+    """Whether ``value`` is a copy of ``section`` Phoenix can repair from (``KEPT_COPIES``): the
+    identity's document and seal, or the state's snapshot (not a collector's error)."""
+    if type(value) is not dict or failed_section(value):
+        return False
+    if section == "identity":
+        return isinstance(value.get("document"), dict) and isinstance(value.get("digest"), str)
+    return True
 
 
 def failed_section(value: object) -> bool:
@@ -1023,7 +1035,7 @@ class CheckpointStore:
         except (TypeError, ValueError, RecursionError):  # a section JSON cannot hold (NaN, a cycle)
             sections = writable_sections(collected, redacted=False)
         state = self.agent.state.read_or_none()
-        failed = {k for k in KEPT_COPIES if failed_section(sections.get(k))}
+        failed = {k for k in self._kept_copies() if failed_section(sections.get(k))}
         keep = self._holders(failed) if failed else frozenset()
 
         def build(view: View, completed: Callable[[], set[str]]) -> tuple[CheckpointInfo, bytes, list[CheckpointInfo]]:
@@ -1142,10 +1154,43 @@ class CheckpointStore:
         with contextlib.suppress(PhoenixError):
             self.agent.state.change(mutate, durable=False, lock_timeout=wait)
 
+    def _kept_copies(self) -> list[str]:
+        """The sections of ``KEPT_COPIES`` this store keeps a last copy of: those Phoenix's own
+        collector fills (the identity's only on the file store)."""
+        from phoenix_protocol import _checkpoint_providers as providers
+
+        own = {"identity": providers.collect_identity, "phoenix_state": providers.collect_state_snapshot}
+        return [
+            k
+            for k in KEPT_COPIES
+            if self._collectors.get(k) is own[k] and not (k == "identity" and self.agent.identity.remote is not None)
+        ]
+
+    def _failing_now(self) -> set[str]:
+        """The sections of ``_kept_copies`` whose file does not read now (what ``prune`` asks,
+        instead of reading the newest checkpoint)."""
+        from phoenix_protocol import _checkpoint_providers as providers
+
+        kept = self._kept_copies()
+        if not kept:
+            return set()
+        ctx = CollectContext(self.agent, "routine", None, {})
+        failing = set()
+        for section in kept:
+            try:
+                if section == "identity":
+                    providers.collect_identity(ctx)
+                else:
+                    self.agent.state.read_if_any()
+            except PhoenixError:
+                failing.add(section)
+        return failing
+
     def _holders(self, missing: set[str]) -> frozenset[str]:
-        """The newest checkpoint that holds each section of ``missing`` as collected (not failed,
-        not empty), newest first, stopping once each has one: what retention keeps while those
-        sections fail (``KEPT_COPIES``). Checkpoints that do not read are passed over."""
+        """The newest checkpoint that holds a good copy of each section of ``missing``
+        (``good_copy``), newest first, stopping once each has one: what retention keeps while those
+        sections fail (``KEPT_COPIES``). Checkpoints that do not read are passed over. Reads every
+        checkpoint newer than the copies kept: only while a file is damaged."""
         keep: set[str] = set()
         wanted = set(missing)
         for info in self.entries():
@@ -1157,7 +1202,7 @@ class CheckpointStore:
                 continue
             if checkpoint.agent_id != self.agent.id:
                 continue
-            held = {k for k in wanted if (v := checkpoint.section(k)) is not None and not failed_section(v)}
+            held = {k for k in wanted if good_copy(k, checkpoint.section(k))}
             if held:
                 keep.add(info.name)
                 wanted -= held
@@ -1210,11 +1255,10 @@ class CheckpointStore:
 
     def prune(self) -> list[CheckpointInfo]:
         """Enforce retention now (it is also enforced on every write); returns what was removed.
-        While the newest checkpoint failed a section of ``KEPT_COPIES``, the newest that holds it
-        is kept (``_holders``)."""
+        While the file of a section of ``KEPT_COPIES`` does not read, the newest checkpoint that
+        holds a good copy of it is kept (``_holders``)."""
         now = self.agent.clock.now_ms()
-        newest, _problems = self.latest()
-        failed = {k for k in KEPT_COPIES if newest is not None and failed_section(newest.section(k))}
+        failed = self._failing_now()
         keep = self._holders(failed) if failed else frozenset()
         drop = self.backend.prune(lambda view, completed: self._retain(view, completed, now_ms=now, keep=keep))
         if drop:

@@ -312,6 +312,20 @@ def clean_reason(reason: str) -> str:
     return clean if len(clean) <= REASON_LIMIT else clean[: REASON_LIMIT - 1] + "\u2026"
 
 
+def _identity_files(agent: Agent) -> tuple[Any, ...]:
+    """identity.yaml and identity.digest as they are now (inode, size, times; ``None``: missing):
+    what ``_failing_now`` found to read before, it does not read again."""
+    out: list[Any] = []
+    for path in (agent.identity.path, agent.identity.digest_path):
+        try:
+            st = os.stat(path)
+        except FileNotFoundError:
+            out.append(None)
+            continue
+        out.append((st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns))
+    return tuple(out)
+
+
 def good_copy(section: str, value: object) -> bool:
     """Whether ``value`` is a copy of ``section`` Phoenix can repair from (``KEPT_COPIES``): the
     identity's document and seal, or the state's snapshot (not a collector's error)."""
@@ -779,6 +793,9 @@ class CheckpointStore:
         self._collectors: dict[str, Collector] = {}
         self._restorers: dict[str, Restorer] = {}
         self._taking = threading.RLock()  # one checkpoint at a time per process (see ``create``)
+        self._identity_read_fine: tuple[Any, ...] | None = (
+            None  # the identity files as last found to read (``_failing_now``)
+        )
         self.backend: CheckpointBackend
         self.files: FileCheckpoints | None = None
         from phoenix_protocol._pg import is_postgres_url
@@ -1179,7 +1196,10 @@ class CheckpointStore:
         for section in kept:
             try:
                 if section == "identity":
-                    providers.collect_identity(ctx)
+                    files = _identity_files(self.agent)
+                    if files != self._identity_read_fine:  # a YAML parse and a seal check: 2 ms
+                        providers.collect_identity(ctx)
+                        self._identity_read_fine = files
                 else:
                     self.agent.state.read_if_any()
             except PhoenixError:

@@ -45,7 +45,7 @@ from phoenix_protocol._durable import (
     repair_tail,
     temp_writer,
 )
-from phoenix_protocol._errors import CorruptStateError, SchemaVersionError, StorageError, UsageError
+from phoenix_protocol._errors import CorruptStateError, NotFoundError, SchemaVersionError, StorageError, UsageError
 from phoenix_protocol._jsonio import dumps_document
 from phoenix_protocol._seqlog import SeqLog
 from phoenix_protocol._state import AgentState, _track_work
@@ -574,6 +574,10 @@ def _check_checkpoints(agent: Agent, repair: bool) -> list[Finding]:
                 )
             )
         gone = store.files.catalog.vanished()
+        if gone:  # looked at again under the store's lock: a writer settling or dropping meanwhile is no deletion
+            with store.files.lock():
+                store.files.catalog.reload()
+                gone = store.files.catalog.vanished()
         if gone:
             findings.append(
                 Finding(
@@ -631,6 +635,8 @@ def _check_checkpoints(agent: Agent, repair: bool) -> list[Finding]:
                 Finding("error", f"{exc} `latest` skips it", agent=aid, path=store.backend.where(info.name))
             )
         except (CorruptStateError, SchemaVersionError, UsageError) as exc:
+            if isinstance(exc, NotFoundError) and info.name not in {e.name for e in store.entries()}:
+                continue  # dropped by a writer (retention) since it was listed: nothing is wrong
             newer = isinstance(exc, SchemaVersionError)
             findings.append(
                 Finding(

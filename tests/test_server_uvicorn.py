@@ -449,3 +449,28 @@ def test_phx_serve(served: Home, admin: str) -> None:
         _out, err = proc.communicate(timeout=10)
     assert b"memory bridge for" in err
     assert admin.encode() not in err
+
+
+def test_a_remote_inbox_whose_reader_went_away_delivers_nothing(
+    url: str, admin: str, team: Team, tmp_path: Path
+) -> None:
+    """Found in review: `phx team inbox --server` marked the messages delivered before printing
+    them, so a reader gone away lost them; now they are marked once handed over, as locally."""
+    with PhoenixClient(url, admin) as phx:
+        phx.team_send("release-1", sender="alice", to="bob", subject="s", body="b")
+        read, write = os.pipe()
+        os.close(read)
+        try:
+            proc = subprocess.run(
+                [sys.executable, "-m", "phoenix_protocol", "team", "inbox", "release-1", "--as", "bob"],
+                stdout=write,
+                stderr=subprocess.PIPE,
+                cwd=tmp_path,
+                env={**os.environ, "PHOENIX_SERVER": url, "PHOENIX_TOKEN": admin},
+                check=False,
+                timeout=60,
+            )
+        finally:
+            os.close(write)
+        assert proc.returncode == 0, proc.stderr.decode("utf-8", "replace")
+        assert [m["subject"] for m in phx.team_inbox("release-1", "bob")] == ["s"]  # still undelivered

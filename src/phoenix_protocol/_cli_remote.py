@@ -25,7 +25,17 @@ import click
 from click.core import ParameterSource
 
 from phoenix_protocol import _cli_sessions, _cli_teams
-from phoenix_protocol._cli import Output, hand_down, handed_down, main_group, reported, stdout_lost, write_stdout
+from phoenix_protocol._cli import (
+    EXIT_OK,
+    Output,
+    _Exit,
+    hand_down,
+    handed_down,
+    main_group,
+    reported,
+    stdout_lost,
+    write_stdout,
+)
 from phoenix_protocol._errors import UsageError
 
 if TYPE_CHECKING:
@@ -247,12 +257,17 @@ def _team_send(
 def _team_inbox(client: PhoenixClient, out: Output, team_id: str, name: str, follow: bool, limit: int | None) -> None:
 
     def deliver() -> list[dict[str, Any]]:
-        messages = client.team_inbox(team_id, name, limit=limit)
+        page = client.team_inbox_page(team_id, name, limit=limit)
+        messages: list[dict[str, Any]] = page["messages"]
         if out.as_json:
             out.json({"messages": messages}, one_line=True)
         else:
             _cli_teams._print_messages(out, _messages(messages))
-        write_stdout("")  # handed over (a reader gone: the loop below stops)
+        write_stdout("")  # handed over: only now is it delivered
+        if stdout_lost():
+            raise _Exit(EXIT_OK)  # the reader went away: nothing more is delivered, and this was not
+        if messages:
+            client.team_mark_delivered(team_id, name, page["through_seq"])
         return messages
 
     first = deliver()
@@ -261,7 +276,7 @@ def _team_inbox(client: PhoenixClient, out: Output, team_id: str, name: str, fol
             out.console.print("(no new messages)")
         return
     try:
-        while not stdout_lost():
+        while True:
             time.sleep(1.0)
             deliver()
     except KeyboardInterrupt:

@@ -381,11 +381,20 @@ class PhoenixClient:
         """Messages ``name`` has not received yet, oldest first. With ``confirm`` (needs
         ``team:write``) they are then marked delivered, once this client has them, as the CLI
         does; without it the same messages come back next time."""
-        base = f"/teams/{_segment(team_id)}/inbox/{_segment(name)}"
-        data = self._get(base, limit=limit)
+        data = self.team_inbox_page(team_id, name, limit=limit)
         if confirm and data["messages"]:
-            self._post(base + "/delivered", {"through_seq": data["through_seq"]})
+            self.team_mark_delivered(team_id, name, data["through_seq"])
         return data["messages"]  # type: ignore[no-any-return]
+
+    def team_inbox_page(self, team_id: str, name: str, *, limit: int | None = None) -> dict[str, Any]:
+        """``{"messages", "through_seq"}``: what ``team_inbox`` returns, not yet marked delivered
+        (``team_mark_delivered`` once it is handed over, as ``phx team inbox --server`` does)."""
+        page: dict[str, Any] = self._get(f"/teams/{_segment(team_id)}/inbox/{_segment(name)}", limit=limit)
+        return page
+
+    def team_mark_delivered(self, team_id: str, name: str, through_seq: int) -> None:
+        """Mark ``name``'s messages up to ``through_seq`` (a page's) delivered (needs ``team:write``)."""
+        self._post(f"/teams/{_segment(team_id)}/inbox/{_segment(name)}/delivered", {"through_seq": through_seq})
 
     def team_ack(self, team_id: str, seq: int, name: str) -> dict[str, Any]:
         """Acknowledge message ``seq`` as ``name``: ``{"seq", "acked_by"}``."""

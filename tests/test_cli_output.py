@@ -196,11 +196,17 @@ def test_remote_inbox_json_writes_text_as_itself(capsys: pytest.CaptureFixture[s
     from phoenix_protocol._cli import Output
     from phoenix_protocol._cli_remote import _team_inbox
 
+    delivered: list[int] = []
+
     class Client:
-        def team_inbox(self, team_id: str, name: str, *, limit: int | None = None) -> list[dict[str, Any]]:
-            return [{"seq": 1, "subject": "Sujet é\udce9\u2029", "body": "b"}]
+        def team_inbox_page(self, team_id: str, name: str, *, limit: int | None = None) -> dict[str, Any]:
+            return {"messages": [{"seq": 1, "subject": "Sujet é\udce9\u2029", "body": "b"}], "through_seq": 1}
+
+        def team_mark_delivered(self, team_id: str, name: str, through_seq: int) -> None:
+            delivered.append(through_seq)
 
     _team_inbox(Client(), Output(True), "rel-1", "bob", follow=False, limit=None)  # type: ignore[arg-type]
+    assert delivered == [1]  # once written
     out = capsys.readouterr().out
     assert len(out.splitlines()) == 1
     assert _utf8_json(out) == {"ok": True, "messages": [{"seq": 1, "subject": "Sujet é\ufffd\u2029", "body": "b"}]}

@@ -423,6 +423,50 @@ def test_an_identity_deleted_by_hand_fails_its_section_and_keeps_the_last_copy(
     assert agent.identity.read().as_dict() == before
 
 
+def test_an_identity_gone_with_its_seal_emptied_is_damage_not_a_default_copy(agent: Agent, clock: ManualClock) -> None:
+    """Found in review: identity.yaml deleted and identity.digest emptied made each checkpoint hold
+    the default identity as a good copy, so the real one was pruned."""
+    agent.identity.add("skill", {"name": "python", "level": "expert"})
+    good = agent.checkpoints.create("routine")
+    os.unlink(agent.identity.path)
+    Path(agent.identity.digest_path).write_text("")
+    for _ in range(4):
+        clock.advance(60)
+        info = agent.checkpoints.create("routine")
+        assert info.failed_sections == ("identity",)
+    assert "is missing" in agent.checkpoints.read(info.name).section("identity")["error"]
+    assert good.name in [i.name for i in agent.checkpoints.entries()]
+
+
+def test_prune_with_an_identity_file_that_cannot_be_looked_at_keeps_the_copy(agent: Agent) -> None:
+    """Found in review: a stat error other than a missing file (a symlink loop) made prune, and
+    so a successful end-op, fail instead of counting the identity as damaged."""
+    agent.identity.add("skill", {"name": "python", "level": "expert"})
+    agent.checkpoints.create("routine")
+    os.unlink(agent.identity.path)
+    os.symlink("identity.yaml", agent.identity.path)  # a loop: stat says ELOOP
+    assert agent.checkpoints.prune() == []
+    with agent.checkpoints.pre_operation("migrate"):
+        pass
+
+
+def test_doctor_with_many_agents_reports_them_all_when_one_check_stops(
+    agent: Agent, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Found in review: with ten agents or more (a progress bar), the text output stopped at the
+    first agent whose check raised; the others were never checked."""
+    for i in range(11):
+        other = Agent.open(f"a{i}", home=agent.home, clock=agent.clock)
+        other.state.set_status("working", f"task {i}")
+    broken = Path(agent.home.agent_dir("a1"), "ops.jsonl")
+    broken.unlink()
+    broken.mkdir()
+    code = cli(["doctor", "--home", agent.home.root, "--all-agents", "--check"])
+    out = capsys.readouterr().out
+    assert code == 3 and "its check stopped" in " ".join(out.split())
+    assert "a10" in out
+
+
 def test_a_users_own_identity_collector_that_fails_keeps_nothing_back(agent: Agent, clock: ManualClock) -> None:
     """The last copy is kept for Phoenix's own collectors only: a collector of the user's under
     that name that raises every time must not hold an old checkpoint forever."""

@@ -182,14 +182,22 @@ def _identity_read(ctx: CollectContext) -> tuple[int, Identity | None, PhoenixEr
     kept it from reading."""
 
     def read() -> tuple[int, Identity | None, PhoenixError | None]:
-        from phoenix_protocol._errors import PhoenixError
+        from phoenix_protocol._errors import CorruptStateError, PhoenixError
 
         ms = ctx.agent.clock.now_ms()
         store = ctx.agent.identity
         try:
-            # A seal without its file is damage too (deleted by hand): ``read`` says so.
-            there = store.exists() or (store.remote is None and os.path.exists(store.digest_path))
-            return ms, (store.read() if there else None), None
+            if store.remote is None and not store.exists():
+                if not os.path.exists(store.digest_path):
+                    return ms, None, None  # no identity
+                # A seal without its file is damage (deleted by hand): ``read`` says so, unless the
+                # seal does not read either (it would give the default identity: a copy of nothing).
+                store.read()
+                raise CorruptStateError(
+                    f"{store.path} is missing while {store.digest_path} is there; run `phx doctor`",
+                    path=store.path,
+                )
+            return ms, (store.read() if store.exists() else None), None
         except PhoenixError as exc:
             return ms, None, exc
 

@@ -312,7 +312,7 @@ def clean_reason(reason: str) -> str:
     return clean if len(clean) <= REASON_LIMIT else clean[: REASON_LIMIT - 1] + "\u2026"
 
 
-def _identity_files(agent: Agent) -> tuple[Any, ...]:
+def _identity_files(agent: Agent) -> tuple[Any, ...] | None:
     """identity.yaml and identity.digest as they are now (inode, size, times; ``None``: missing):
     what ``_failing_now`` found to read before, it does not read again."""
     out: list[Any] = []
@@ -322,6 +322,8 @@ def _identity_files(agent: Agent) -> tuple[Any, ...]:
         except FileNotFoundError:
             out.append(None)
             continue
+        except OSError:
+            return None  # a file that cannot be looked at: read it (and fail) every time
         out.append((st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns))
     return tuple(out)
 
@@ -1197,7 +1199,7 @@ class CheckpointStore:
             try:
                 if section == "identity":
                     files = _identity_files(self.agent)
-                    if files != self._identity_read_fine:  # a YAML parse and a seal check: 2 ms
+                    if files is None or files != self._identity_read_fine:  # a YAML parse and a seal check: 2 ms
                         providers.collect_identity(ctx)
                         self._identity_read_fine = files
                 else:

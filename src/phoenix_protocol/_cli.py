@@ -643,11 +643,11 @@ def doctor_command(agent: Agent, out: Output, check_only: bool, all_agents: bool
     else:
         from rich.progress import track
 
-        from phoenix_protocol._doctor import check_agent
+        from phoenix_protocol._doctor import check_agent_apart
 
         findings = check_home(agent.home, [], repair=not check_only)
         for each in track(agents, description="checking agents", console=out.console, transient=True):
-            findings.extend(check_agent(each, repair=not check_only))
+            findings.extend(check_agent_apart(each, repair=not check_only))
     remaining = [f for f in findings if f.level == "error" and not f.repaired]
     repaired = [f for f in findings if f.repaired]
     if out.as_json:
@@ -897,7 +897,7 @@ def _run(args: list[str]) -> int:
         return exc.code
     except click.UsageError as exc:
         if type(exc).__name__ == "NoArgsIsHelpError" and exc.ctx is not None:  # click >= 8.2: bare `phx`
-            click.echo(exc.ctx.get_help())
+            write_stdout(exc.ctx.get_help() + "\n")
             return EXIT_OK
         hint = f" (see `{exc.ctx.command_path} --help`)" if exc.ctx else ""
         _click_error(out, UsageError(f"{exc.format_message()}{hint}"), EXIT_USAGE)

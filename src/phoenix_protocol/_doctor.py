@@ -844,18 +844,20 @@ def check_home(home: Home, agents: list[Agent], *, repair: bool = True) -> list[
     _check_modes(home.root, repair, findings)
     findings.extend(_check_store(home, repair))
     findings.extend(_check_hook_commands(home))
+    for agent in agents:
+        findings.extend(check_agent_apart(agent, repair=repair))
+    return findings
+
+
+def check_agent_apart(agent: Agent, *, repair: bool = True) -> list[Finding]:
+    """``check_agent``, its failure a finding: one agent's trouble does not hide the others'."""
     from phoenix_protocol._errors import PhoenixError
 
-    for agent in agents:
-        try:
-            findings.extend(check_agent(agent, repair=repair))
-        except PhoenixError as exc:  # one agent's trouble does not hide the others'
-            findings.append(
-                Finding(
-                    "error", f"its check stopped: {exc}", agent=agent.id, path=getattr(exc, "path", None) or agent.dir
-                )
-            )
-    return findings
+    try:
+        return check_agent(agent, repair=repair)
+    except PhoenixError as exc:
+        path = getattr(exc, "path", None) or agent.dir
+        return [Finding("error", f"its check stopped: {exc}", agent=agent.id, path=path)]
 
 
 def _check_hook_commands(home: Home) -> list[Finding]:

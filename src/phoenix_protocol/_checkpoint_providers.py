@@ -197,7 +197,7 @@ def _identity_read(ctx: CollectContext) -> tuple[int, Identity | None, PhoenixEr
                     f"{store.path} is missing while {store.digest_path} is there; run `phx doctor`",
                     path=store.path,
                 )
-            return ms, (store.read() if store.exists() else None), None
+            return ms, (store.read() if store.remote is None or store.exists() else None), None
         except PhoenixError as exc:
             return ms, None, exc
 

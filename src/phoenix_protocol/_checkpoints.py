@@ -795,9 +795,8 @@ class CheckpointStore:
         self._collectors: dict[str, Collector] = {}
         self._restorers: dict[str, Restorer] = {}
         self._taking = threading.RLock()  # one checkpoint at a time per process (see ``create``)
-        self._identity_read_fine: tuple[Any, ...] | None = (
-            None  # the identity files as last found to read (``_failing_now``)
-        )
+        # The identity files as last found to read (``_failing_now``).
+        self._identity_read_fine: tuple[Any, ...] | None = None
         self.backend: CheckpointBackend
         self.files: FileCheckpoints | None = None
         from phoenix_protocol._pg import is_postgres_url
@@ -1054,7 +1053,9 @@ class CheckpointStore:
         except (TypeError, ValueError, RecursionError):  # a section JSON cannot hold (NaN, a cycle)
             sections = writable_sections(collected, redacted=False)
         state = self.agent.state.read_or_none()
-        failed = {k for k in self._kept_copies() if failed_section(sections.get(k))}
+        failed = {k for k in KEPT_COPIES if failed_section(sections.get(k))}
+        if failed:  # rare: the write path asks nothing more otherwise
+            failed.intersection_update(self._kept_copies())
         keep = self._holders(failed) if failed else frozenset()
 
         def build(view: View, completed: Callable[[], set[str]]) -> tuple[CheckpointInfo, bytes, list[CheckpointInfo]]:

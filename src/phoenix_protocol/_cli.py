@@ -32,6 +32,8 @@ from typing import Any, TypeVar
 import click
 
 from phoenix_protocol._agent import Agent
+from phoenix_protocol._entry import stdout_to_devnull
+from phoenix_protocol._entry import write_stdout as _write_stdout
 from phoenix_protocol._errors import (
     CorruptStateError,
     OperationError,
@@ -104,8 +106,6 @@ def lose_stdout() -> None:
     /dev/null from then on, so that what the command still writes (and the interpreter's last
     flush) fails nothing, and the command ends with its own exit code (rich's default was exit 1).
     What must not go on unread asks ``stdout_lost``: a loop stops, a delivery is not marked."""
-    from phoenix_protocol._entry import stdout_to_devnull
-
     _stdout_lost[0] = True
     stdout_to_devnull()
 
@@ -117,11 +117,8 @@ def stdout_lost() -> bool:
 
 def write_stdout(text: str) -> None:
     """``text`` on stdout, flushed; a reader gone is ``lose_stdout``, not an error."""
-    try:
-        sys.stdout.write(text)
-        sys.stdout.flush()
-    except BrokenPipeError:
-        lose_stdout()
+    if not _write_stdout(text):
+        _stdout_lost[0] = True
 
 
 def _make_console(*, stderr: bool = False) -> Any:

@@ -72,20 +72,23 @@ def _team_resume_json(command: str, args: list[str]) -> int | None:
         code = _exit_code(exc)
         message = " ".join(str(exc).split()) or type(exc).__name__
         error = {"type": type(exc).__name__, "message": message, "exit_code": code}
-        _write(dumps_output({"ok": False, "error": error}) + "\n")
+        write_stdout(dumps_output({"ok": False, "error": error}) + "\n")
         return code
     # The text the full CLI writes (Output.write_document): é as itself, a lone surrogate as U+FFFD.
-    _write(dumps_output({"ok": result.exit_code == 0, **result.as_dict()}) + "\n")
+    write_stdout(dumps_output({"ok": result.exit_code == 0, **result.as_dict()}) + "\n")
     return result.exit_code
 
 
-def _write(text: str) -> None:
-    """``text`` on stdout, flushed; a reader gone away leaves the exit code as it is."""
+def write_stdout(text: str) -> bool:
+    """``text`` on stdout, flushed; ``False`` when its reader went away (stdout then points at
+    /dev/null: the exit code stays as it is). The CLI's ``_cli.write_stdout`` is this one."""
     try:
         sys.stdout.write(text)
         sys.stdout.flush()
     except BrokenPipeError:
         stdout_to_devnull()
+        return False
+    return True
 
 
 def stdout_to_devnull() -> None:

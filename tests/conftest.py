@@ -6,8 +6,10 @@ from __future__ import annotations
 import os
 import shlex
 import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -157,3 +159,22 @@ def terminate_transactions_on(pg_url: str, table: str) -> int:
             (f"%{table}%",),
         ).fetchall()
     return len(rows)
+
+
+def phx_unread(args: list[str], **kwargs: Any) -> subprocess.CompletedProcess[bytes]:
+    """Run ``phx args`` in a fresh interpreter whose stdout is a pipe nobody reads (its reader
+    closed first: every write fails with EPIPE), stderr captured; ``kwargs`` go to
+    ``subprocess.run`` (``cwd``, ``env``)."""
+    read, write = os.pipe()
+    os.close(read)
+    try:
+        return subprocess.run(
+            [sys.executable, "-m", "phoenix_protocol", *args],
+            stdout=write,
+            stderr=subprocess.PIPE,
+            check=False,
+            timeout=60,
+            **kwargs,
+        )
+    finally:
+        os.close(write)

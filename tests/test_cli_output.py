@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from conftest import phx_unread
 from phoenix_protocol._agent import Agent
 from phoenix_protocol._cli import cli, visible
 from phoenix_protocol._home import Home
@@ -258,17 +259,6 @@ def test_a_reader_that_goes_away_leaves_the_exit_code_as_it_was(tmp_path: Path, 
     phx = [sys.executable, "-m", "phoenix_protocol"]
     subprocess.run([*phx, "checkpoint", "--type", "routine", "--agent", "zero", "--home", home], check=True, timeout=60)
     (tmp_path / "home" / "agents" / "zero" / "state.json").write_text("{not json")  # for doctor to find
-    read, write = os.pipe()
-    os.close(read)  # no reader: the first write fails with EPIPE
-    try:
-        proc = subprocess.run(
-            [*phx, *args, "--agent", "zero", "--home", home],
-            stdout=write,
-            stderr=subprocess.PIPE,
-            check=False,
-            timeout=60,
-        )
-    finally:
-        os.close(write)
+    proc = phx_unread([*args, "--agent", "zero", "--home", home])
     assert proc.returncode == code, proc.stderr.decode("utf-8", "replace")
     assert b"Traceback" not in proc.stderr and b"BrokenPipe" not in proc.stderr

@@ -7,15 +7,12 @@ and lead re-attachment are tested without sleeping.
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from conftest import git
+from conftest import git, phx_unread
 from phoenix_protocol._cli import cli
 
 T0 = 1_767_225_600_000  # 2026-01-01T00:00:00Z
@@ -450,19 +447,7 @@ def test_inbox_follow_whose_reader_went_away_stops_and_delivers_nothing(
         capsys, "team", "send", team_id, "--from", "alice", "--to", "bob", "--subject", "s", "--body", "b"
     )
     assert code == 0
-    read, write = os.pipe()
-    os.close(read)
-    try:
-        proc = subprocess.run(
-            [sys.executable, "-m", "phoenix_protocol", "team", "inbox", team_id, "--as", "bob", "--follow"]
-            + (["--json"] if as_json else []),
-            stdout=write,
-            stderr=subprocess.PIPE,
-            check=False,
-            timeout=60,
-        )
-    finally:
-        os.close(write)
+    proc = phx_unread(["team", "inbox", team_id, "--as", "bob", "--follow"] + (["--json"] if as_json else []))
     assert proc.returncode == 0 and b"Traceback" not in proc.stderr, proc.stderr.decode("utf-8", "replace")
     code, data = phx(capsys, "team", "inbox", team_id, "--as", "bob")
     assert code == 0 and [m["subject"] for m in data["messages"]] == ["s"]

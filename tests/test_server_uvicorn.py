@@ -20,6 +20,7 @@ from typing import Any
 import pytest
 import uvicorn
 
+from conftest import phx_unread
 from phoenix_protocol._agent import Agent
 from phoenix_protocol._checkpoints import CheckpointOwnershipError
 from phoenix_protocol._cli import cli
@@ -458,19 +459,10 @@ def test_a_remote_inbox_whose_reader_went_away_delivers_nothing(
     them, so a reader gone away lost them; now they are marked once handed over, as locally."""
     with PhoenixClient(url, admin) as phx:
         phx.team_send("release-1", sender="alice", to="bob", subject="s", body="b")
-        read, write = os.pipe()
-        os.close(read)
-        try:
-            proc = subprocess.run(
-                [sys.executable, "-m", "phoenix_protocol", "team", "inbox", "release-1", "--as", "bob"],
-                stdout=write,
-                stderr=subprocess.PIPE,
-                cwd=tmp_path,
-                env={**os.environ, "PHOENIX_SERVER": url, "PHOENIX_TOKEN": admin},
-                check=False,
-                timeout=60,
-            )
-        finally:
-            os.close(write)
+        proc = phx_unread(
+            ["team", "inbox", "release-1", "--as", "bob"],
+            cwd=tmp_path,
+            env={**os.environ, "PHOENIX_SERVER": url, "PHOENIX_TOKEN": admin},
+        )
         assert proc.returncode == 0, proc.stderr.decode("utf-8", "replace")
         assert [m["subject"] for m in phx.team_inbox("release-1", "bob")] == ["s"]  # still undelivered

@@ -1,0 +1,570 @@
+"""The database's schema: numbered migrations, run forward on both engines by the same code.
+
+Each ``Migration`` has the SQL for PostgreSQL and for SQLite: the same tables, columns and
+indexes, in each engine's types (``jsonb``/``text[]``/``bytea`` on PostgreSQL are ``TEXT`` holding
+JSON and ``BLOB`` on SQLite; full-text search is a ``tsvector`` column there and an FTS5 table
+here). ``phx_schema_migrations`` records what was applied. ``ensure`` runs on the first use of a
+database in each process: it applies what is pending, each migration in the transaction that
+records it (PostgreSQL: under an advisory lock; SQLite: ``BEGIN IMMEDIATE``, under the file's
+lock), and refuses a database that a newer Phoenix migrated (``SchemaVersionError``), writing
+nothing to it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar
+
+from phoenix_protocol._errors import SchemaVersionError
+
+if TYPE_CHECKING:
+    from phoenix_protocol.store._db import Database, Tx
+
+__all__ = ["LATEST", "MIGRATIONS", "Migration", "current", "ensure", "status"]
+
+T = TypeVar("T")
+ADVISORY_KEY = 0x50484F454E4958  # "PHOENIX": serialises migrations across processes (PostgreSQL)
+
+
+class Migration(NamedTuple):
+    """One step of the schema: ``version`` (applied in order), what it does, and its SQL per engine."""
+
+    version: int
+    description: str
+    postgresql: str
+    sqlite: str
+
+    def sql(self, engine: str) -> str:
+        return self.postgresql if engine == "postgresql" else self.sqlite
+
+
+MIGRATIONS: list[Migration] = [
+    Migration(
+        1,
+        "teams: tasks, mailbox, cursors, acks, heartbeats, checkpoints",
+        postgresql="""
+        CREATE TABLE phx_teams (
+            team_id     text PRIMARY KEY,
+            metadata    jsonb NOT NULL,
+            roster      jsonb NOT NULL DEFAULT '[]'::jsonb,
+            created_ms  bigint NOT NULL
+        );
+        CREATE TABLE phx_tasks (
+            team_id      text NOT NULL REFERENCES phx_teams(team_id) ON DELETE CASCADE,
+            task_id      text NOT NULL,
+            position     integer NOT NULL,
+            status       text NOT NULL,
+            assigned_to  text,
+            dependencies text[] NOT NULL DEFAULT '{}',
+            record       jsonb NOT NULL,
+            PRIMARY KEY (team_id, task_id)
+        );
+        CREATE INDEX phx_tasks_ready ON phx_tasks (team_id, position) WHERE status = 'pending';
+        CREATE TABLE phx_team_seq (
+            team_id   text PRIMARY KEY REFERENCES phx_teams(team_id) ON DELETE CASCADE,
+            last_seq  bigint NOT NULL DEFAULT 0
+        );
+        CREATE TABLE phx_messages (
+            team_id    text NOT NULL REFERENCES phx_teams(team_id) ON DELETE CASCADE,
+            seq        bigint NOT NULL,
+            msg_id     text NOT NULL,
+            sender     text NOT NULL,
+            recipient  text NOT NULL,
+            type       text NOT NULL,
+            subject    text NOT NULL,
+            body       text NOT NULL,
+            ts         text NOT NULL,
+            ts_ms      bigint NOT NULL,
+            PRIMARY KEY (team_id, seq),
+            UNIQUE (team_id, msg_id)
+        );
+        CREATE INDEX phx_messages_to ON phx_messages (team_id, recipient, seq);
+        CREATE TABLE phx_cursors (
+            team_id    text NOT NULL REFERENCES phx_teams(team_id) ON DELETE CASCADE,
+            reader     text NOT NULL,
+            delivered  bigint NOT NULL DEFAULT 0,
+            PRIMARY KEY (team_id, reader)
+        );
+        CREATE TABLE phx_acks (
+            team_id   text NOT NULL,
+            seq       bigint NOT NULL,
+            reader    text NOT NULL,
+            acked_ms  bigint NOT NULL,
+            PRIMARY KEY (team_id, seq, reader),
+            FOREIGN KEY (team_id, seq) REFERENCES phx_messages(team_id, seq) ON DELETE CASCADE
+        );
+        CREATE TABLE phx_heartbeats (
+            team_id     text NOT NULL REFERENCES phx_teams(team_id) ON DELETE CASCADE,
+            name        text NOT NULL,
+            seq         bigint NOT NULL,
+            ms          bigint NOT NULL,
+            session_id  text,
+            host        text,
+            pid         integer,
+            PRIMARY KEY (team_id, name)
+        );
+        CREATE TABLE phx_team_checkpoints (
+            team_id  text NOT NULL REFERENCES phx_teams(team_id) ON DELETE CASCADE,
+            seq      bigint NOT NULL,
+            kind     text NOT NULL,
+            record   jsonb NOT NULL,
+            PRIMARY KEY (team_id, seq)
+        );
+        CREATE INDEX phx_team_checkpoints_kind ON phx_team_checkpoints (team_id, kind, seq DESC);
+        """,
+        sqlite="""
+        CREATE TABLE phx_teams (
+            team_id     TEXT PRIMARY KEY,
+            metadata    TEXT NOT NULL,
+            roster      TEXT NOT NULL DEFAULT '[]',
+            created_ms  INTEGER NOT NULL
+        );
+        CREATE TABLE phx_tasks (
+            team_id      TEXT NOT NULL REFERENCES phx_teams(team_id) ON DELETE CASCADE,
+            task_id      TEXT NOT NULL,
+            position     INTEGER NOT NULL,
+            status       TEXT NOT NULL,
+            assigned_to  TEXT,
+            dependencies TEXT NOT NULL DEFAULT '[]',
+            record       TEXT NOT NULL,
+            PRIMARY KEY (team_id, task_id)
+        );
+        CREATE INDEX phx_tasks_ready ON phx_tasks (team_id, position) WHERE status = 'pending';
+        CREATE TABLE phx_team_seq (
+            team_id   TEXT PRIMARY KEY REFERENCES phx_teams(team_id) ON DELETE CASCADE,
+            last_seq  INTEGER NOT NULL DEFAULT 0
+        );
+        CREATE TABLE phx_messages (
+            team_id    TEXT NOT NULL REFERENCES phx_teams(team_id) ON DELETE CASCADE,
+            seq        INTEGER NOT NULL,
+            msg_id     TEXT NOT NULL,
+            sender     TEXT NOT NULL,
+            recipient  TEXT NOT NULL,
+            type       TEXT NOT NULL,
+            subject    TEXT NOT NULL,
+            body       TEXT NOT NULL,
+            ts         TEXT NOT NULL,
+            ts_ms      INTEGER NOT NULL,
+            PRIMARY KEY (team_id, seq),
+            UNIQUE (team_id, msg_id)
+        );
+        CREATE INDEX phx_messages_to ON phx_messages (team_id, recipient, seq);
+        CREATE TABLE phx_cursors (
+            team_id    TEXT NOT NULL REFERENCES phx_teams(team_id) ON DELETE CASCADE,
+            reader     TEXT NOT NULL,
+            delivered  INTEGER NOT NULL DEFAULT 0,
+            PRIMARY KEY (team_id, reader)
+        );
+        CREATE TABLE phx_acks (
+            team_id   TEXT NOT NULL,
+            seq       INTEGER NOT NULL,
+            reader    TEXT NOT NULL,
+            acked_ms  INTEGER NOT NULL,
+            PRIMARY KEY (team_id, seq, reader),
+            FOREIGN KEY (team_id, seq) REFERENCES phx_messages(team_id, seq) ON DELETE CASCADE
+        );
+        CREATE TABLE phx_heartbeats (
+            team_id     TEXT NOT NULL REFERENCES phx_teams(team_id) ON DELETE CASCADE,
+            name        TEXT NOT NULL,
+            seq         INTEGER NOT NULL,
+            ms          INTEGER NOT NULL,
+            session_id  TEXT,
+            host        TEXT,
+            pid         INTEGER,
+            PRIMARY KEY (team_id, name)
+        );
+        CREATE TABLE phx_team_checkpoints (
+            team_id  TEXT NOT NULL REFERENCES phx_teams(team_id) ON DELETE CASCADE,
+            seq      INTEGER NOT NULL,
+            kind     TEXT NOT NULL,
+            record   TEXT NOT NULL,
+            PRIMARY KEY (team_id, seq)
+        );
+        CREATE INDEX phx_team_checkpoints_kind ON phx_team_checkpoints (team_id, kind, seq DESC);
+        """,
+    ),
+    Migration(
+        2,
+        "memory: namespaced memories with full-text search",
+        postgresql="""
+        CREATE FUNCTION phx_words(text[]) RETURNS text LANGUAGE sql IMMUTABLE PARALLEL SAFE
+            AS $$ SELECT array_to_string($1, ' ') $$;
+        CREATE TABLE phx_memories (
+            id          text PRIMARY KEY,
+            namespace   text NOT NULL,
+            text        text NOT NULL,
+            tags        text[] NOT NULL DEFAULT '{}',
+            metadata    jsonb NOT NULL DEFAULT '{}'::jsonb,
+            created_ms  bigint NOT NULL,
+            document    tsvector GENERATED ALWAYS AS (
+                to_tsvector('english'::regconfig, text || ' ' || phx_words(tags))
+            ) STORED
+        );
+        CREATE INDEX phx_memories_namespace ON phx_memories (namespace, created_ms DESC);
+        CREATE INDEX phx_memories_document ON phx_memories USING gin (document);
+        CREATE INDEX phx_memories_tags ON phx_memories USING gin (tags);
+        """,
+        sqlite="""
+        CREATE TABLE phx_memories (
+            seq         INTEGER PRIMARY KEY,
+            id          TEXT NOT NULL UNIQUE,
+            namespace   TEXT NOT NULL,
+            text        TEXT NOT NULL,
+            tags        TEXT NOT NULL DEFAULT '[]',
+            metadata    TEXT NOT NULL DEFAULT '{}',
+            created_ms  INTEGER NOT NULL
+        );
+        CREATE INDEX phx_memories_namespace ON phx_memories (namespace, created_ms DESC);
+        CREATE TABLE phx_memory_tags (
+            memory_seq  INTEGER NOT NULL,
+            tag         TEXT NOT NULL,
+            PRIMARY KEY (tag, memory_seq)
+        );
+        CREATE VIRTUAL TABLE phx_memories_fts USING fts5(
+            text, tags, content='phx_memories', content_rowid='seq', tokenize='porter unicode61'
+        );
+        CREATE TRIGGER phx_memories_ai AFTER INSERT ON phx_memories BEGIN
+            INSERT INTO phx_memories_fts (rowid, text, tags) VALUES (new.seq, new.text, new.tags);
+            INSERT INTO phx_memory_tags (memory_seq, tag) SELECT new.seq, value FROM json_each(new.tags);
+        END;
+        CREATE TRIGGER phx_memories_ad AFTER DELETE ON phx_memories BEGIN
+            INSERT INTO phx_memories_fts (phx_memories_fts, rowid, text, tags) VALUES ('delete', old.seq, old.text, old.tags);
+            DELETE FROM phx_memory_tags WHERE memory_seq = old.seq;
+        END;
+        """,
+    ),
+    Migration(
+        3,
+        "mailbox: a byte counter and an index of broadcasts (inboxes stay fast as the mailbox grows)",
+        postgresql="""
+        ALTER TABLE phx_team_seq ADD COLUMN bytes bigint NOT NULL DEFAULT 0;
+        UPDATE phx_team_seq s SET bytes = coalesce((SELECT sum(octet_length(m.subject) + octet_length(m.body))
+            FROM phx_messages m WHERE m.team_id = s.team_id), 0);
+        CREATE INDEX phx_messages_broadcast ON phx_messages (team_id, seq) WHERE recipient = '*';
+        """,
+        sqlite="""
+        ALTER TABLE phx_team_seq ADD COLUMN bytes INTEGER NOT NULL DEFAULT 0;
+        UPDATE phx_team_seq SET bytes = coalesce((SELECT sum(length(CAST(m.subject AS BLOB)) + length(CAST(m.body AS BLOB)))
+            FROM phx_messages m WHERE m.team_id = phx_team_seq.team_id), 0);
+        CREATE INDEX phx_messages_broadcast ON phx_messages (team_id, seq) WHERE recipient = '*';
+        """,
+    ),
+    Migration(
+        4,
+        "mailbox: counters that make a reader's unread count constant-time",
+        postgresql="""
+        ALTER TABLE phx_team_seq ADD COLUMN broadcasts bigint NOT NULL DEFAULT 0;
+        CREATE TABLE phx_mailbox_counts (
+            team_id          text NOT NULL REFERENCES phx_teams(team_id) ON DELETE CASCADE,
+            name             text NOT NULL,
+            direct           bigint NOT NULL DEFAULT 0,
+            broadcasts_sent  bigint NOT NULL DEFAULT 0,
+            PRIMARY KEY (team_id, name)
+        );
+        ALTER TABLE phx_cursors ADD COLUMN addressed bigint NOT NULL DEFAULT 0;
+        UPDATE phx_team_seq s SET broadcasts = (SELECT count(*) FROM phx_messages m
+            WHERE m.team_id = s.team_id AND m.recipient = '*');
+        INSERT INTO phx_mailbox_counts (team_id, name, direct, broadcasts_sent)
+            SELECT team_id, name, sum(direct), sum(sent) FROM (
+                SELECT team_id, recipient AS name, count(*) AS direct, 0 AS sent FROM phx_messages
+                    WHERE recipient <> '*' GROUP BY team_id, recipient
+                UNION ALL
+                SELECT team_id, sender, 0, count(*) FROM phx_messages WHERE recipient = '*' GROUP BY team_id, sender
+            ) AS c GROUP BY team_id, name;
+        UPDATE phx_cursors c SET addressed = (SELECT count(*) FROM phx_messages m WHERE m.team_id = c.team_id
+            AND m.seq <= c.delivered AND (m.recipient = c.reader OR (m.recipient = '*' AND m.sender <> c.reader)));
+        """,
+        sqlite="""
+        ALTER TABLE phx_team_seq ADD COLUMN broadcasts INTEGER NOT NULL DEFAULT 0;
+        CREATE TABLE phx_mailbox_counts (
+            team_id          TEXT NOT NULL REFERENCES phx_teams(team_id) ON DELETE CASCADE,
+            name             TEXT NOT NULL,
+            direct           INTEGER NOT NULL DEFAULT 0,
+            broadcasts_sent  INTEGER NOT NULL DEFAULT 0,
+            PRIMARY KEY (team_id, name)
+        );
+        ALTER TABLE phx_cursors ADD COLUMN addressed INTEGER NOT NULL DEFAULT 0;
+        UPDATE phx_team_seq SET broadcasts = (SELECT count(*) FROM phx_messages m
+            WHERE m.team_id = phx_team_seq.team_id AND m.recipient = '*');
+        INSERT INTO phx_mailbox_counts (team_id, name, direct, broadcasts_sent)
+            SELECT team_id, name, sum(direct), sum(sent) FROM (
+                SELECT team_id, recipient AS name, count(*) AS direct, 0 AS sent FROM phx_messages
+                    WHERE recipient <> '*' GROUP BY team_id, recipient
+                UNION ALL
+                SELECT team_id, sender, 0, count(*) FROM phx_messages WHERE recipient = '*' GROUP BY team_id, sender
+            ) AS c GROUP BY team_id, name;
+        UPDATE phx_cursors SET addressed = (SELECT count(*) FROM phx_messages m WHERE m.team_id = phx_cursors.team_id
+            AND m.seq <= phx_cursors.delivered AND (m.recipient = phx_cursors.reader
+            OR (m.recipient = '*' AND m.sender <> phx_cursors.reader)));
+        """,
+    ),
+    Migration(
+        5,
+        "agents' checkpoints (envelopes, a seq counter per agent, operation outcomes) and sessions",
+        postgresql="""
+        CREATE TABLE phx_checkpoint_seq (
+            agent_id  text PRIMARY KEY,
+            next_seq  bigint NOT NULL
+        );
+        CREATE TABLE phx_checkpoints (
+            agent_id         text NOT NULL,
+            seq              bigint NOT NULL,
+            name             text NOT NULL,
+            checkpoint_type  text NOT NULL,
+            timestamp_ms     bigint NOT NULL,
+            label            text,
+            operation_id     text,
+            size             integer NOT NULL,
+            content          bytea NOT NULL,
+            PRIMARY KEY (agent_id, seq),
+            UNIQUE (agent_id, name)
+        );
+        CREATE INDEX phx_checkpoints_by_type ON phx_checkpoints (agent_id, checkpoint_type, seq DESC);
+        CREATE TABLE phx_checkpoint_operations (
+            agent_id  text NOT NULL,
+            line      bigserial,
+            op_id     text NOT NULL,
+            outcome   text NOT NULL,
+            at        text NOT NULL,
+            PRIMARY KEY (agent_id, line)
+        );
+        CREATE INDEX phx_checkpoint_operations_done ON phx_checkpoint_operations (agent_id, op_id)
+            WHERE outcome = 'succeeded';
+        CREATE TABLE phx_session_current (
+            agent_id  text PRIMARY KEY,
+            record    text NOT NULL
+        );
+        CREATE TABLE phx_session_log (
+            agent_id  text NOT NULL,
+            seq       bigint NOT NULL,
+            line      text NOT NULL,
+            PRIMARY KEY (agent_id, seq)
+        );
+        """,
+        sqlite="""
+        CREATE TABLE phx_checkpoint_seq (
+            agent_id  TEXT PRIMARY KEY,
+            next_seq  INTEGER NOT NULL
+        );
+        CREATE TABLE phx_checkpoints (
+            agent_id         TEXT NOT NULL,
+            seq              INTEGER NOT NULL,
+            name             TEXT NOT NULL,
+            checkpoint_type  TEXT NOT NULL,
+            timestamp_ms     INTEGER NOT NULL,
+            label            TEXT,
+            operation_id     TEXT,
+            size             INTEGER NOT NULL,
+            content          BLOB NOT NULL,
+            PRIMARY KEY (agent_id, seq),
+            UNIQUE (agent_id, name)
+        );
+        CREATE INDEX phx_checkpoints_by_type ON phx_checkpoints (agent_id, checkpoint_type, seq DESC);
+        CREATE TABLE phx_checkpoint_operations (
+            line      INTEGER PRIMARY KEY AUTOINCREMENT,
+            agent_id  TEXT NOT NULL,
+            op_id     TEXT NOT NULL,
+            outcome   TEXT NOT NULL,
+            at        TEXT NOT NULL
+        );
+        CREATE INDEX phx_checkpoint_operations_by_agent ON phx_checkpoint_operations (agent_id, line);
+        CREATE INDEX phx_checkpoint_operations_done ON phx_checkpoint_operations (agent_id, op_id)
+            WHERE outcome = 'succeeded';
+        CREATE TABLE phx_session_current (
+            agent_id  TEXT PRIMARY KEY,
+            record    TEXT NOT NULL
+        );
+        CREATE TABLE phx_session_log (
+            agent_id  TEXT NOT NULL,
+            seq       INTEGER NOT NULL,
+            line      TEXT NOT NULL,
+            PRIMARY KEY (agent_id, seq)
+        );
+        """,
+    ),
+    Migration(
+        6,
+        "agents' state (one record per agent, with its revision) and every copy's ops events",
+        postgresql="""
+        CREATE TABLE phx_agent_state (
+            agent_id    text PRIMARY KEY,
+            state       text NOT NULL,
+            rev         bigint NOT NULL,
+            origin      text NOT NULL,
+            host        text,
+            updated_at  timestamptz NOT NULL DEFAULT now()
+        );
+        CREATE TABLE phx_ops_events (
+            agent_id  text NOT NULL,
+            origin    text NOT NULL,
+            seq       bigint NOT NULL,
+            ts        text NOT NULL,
+            event     text NOT NULL,
+            status    text NOT NULL,
+            line      text NOT NULL,
+            PRIMARY KEY (agent_id, origin, seq)
+        );
+        CREATE INDEX phx_ops_events_by_seq ON phx_ops_events (agent_id, seq);
+        """,
+        sqlite="""
+        CREATE TABLE phx_agent_state (
+            agent_id    TEXT PRIMARY KEY,
+            state       TEXT NOT NULL,
+            rev         INTEGER NOT NULL,
+            origin      TEXT NOT NULL,
+            host        TEXT,
+            updated_at  TEXT NOT NULL DEFAULT CURRENT_TIMESTAMP
+        );
+        CREATE TABLE phx_ops_events (
+            agent_id  TEXT NOT NULL,
+            origin    TEXT NOT NULL,
+            seq       INTEGER NOT NULL,
+            ts        TEXT NOT NULL,
+            event     TEXT NOT NULL,
+            status    TEXT NOT NULL,
+            line      TEXT NOT NULL,
+            PRIMARY KEY (agent_id, origin, seq)
+        );
+        CREATE INDEX phx_ops_events_by_seq ON phx_ops_events (agent_id, seq);
+        """,
+    ),
+    Migration(
+        7,
+        "agents' identities (identity.yaml and its seal)",
+        postgresql="""
+        CREATE TABLE phx_identity (
+            agent_id  text PRIMARY KEY,
+            document  bytea NOT NULL,
+            digest    text
+        );
+        """,
+        sqlite="""
+        CREATE TABLE phx_identity (
+            agent_id  TEXT PRIMARY KEY,
+            document  BLOB NOT NULL,
+            digest    TEXT
+        );
+        """,
+    ),
+]
+MIGRATIONS.append(
+    Migration(
+        8,
+        "the memory bridge's tokens (moved from tokens.json)",
+        postgresql="""
+        CREATE TABLE phx_tokens (
+            id        text PRIMARY KEY,
+            position  bigint NOT NULL,
+            record    text NOT NULL
+        );
+        """,
+        sqlite="""
+        CREATE TABLE phx_tokens (
+            id        TEXT PRIMARY KEY,
+            position  INTEGER NOT NULL,
+            record    TEXT NOT NULL
+        );
+        """,
+    )
+)
+
+LATEST = MIGRATIONS[-1].version
+
+_BOOKKEEPING = {
+    "postgresql": """
+        CREATE TABLE IF NOT EXISTS phx_schema_migrations (
+            version     integer PRIMARY KEY,
+            description text NOT NULL,
+            applied_at  timestamptz NOT NULL DEFAULT now()
+        )""",
+    "sqlite": """
+        CREATE TABLE IF NOT EXISTS phx_schema_migrations (
+            version     INTEGER PRIMARY KEY,
+            description TEXT NOT NULL,
+            applied_at  TEXT NOT NULL DEFAULT (strftime('%Y-%m-%dT%H:%M:%fZ', 'now'))
+        )""",
+}
+
+Runner = Callable[[Callable[["Tx"], Any], bool], Any]
+"""How ``ensure`` runs a transaction: ``run(work, write)`` (the database's own, without ``ensure``)."""
+
+
+def current(tx: Tx) -> int:
+    """The newest migration applied (0 for an empty database)."""
+    if tx.dialect.postgres:
+        present = tx.scalar("SELECT to_regclass('phx_schema_migrations') IS NOT NULL")
+    else:
+        present = tx.scalar("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'phx_schema_migrations'")
+    if not present:
+        return 0
+    return int(tx.scalar("SELECT coalesce(max(version), 0) FROM phx_schema_migrations") or 0)
+
+
+def _refuse_newer(db: Database, found: int) -> None:
+    if found > LATEST:
+        raise SchemaVersionError(
+            f"the database {db.where} was migrated by a newer Phoenix (schema {found}; this one knows up to "
+            f"{LATEST}): upgrade phoenix-protocol. Nothing was written.",
+            path=db.where,
+            found=found,
+            supported=LATEST,
+        )
+
+
+def _apply(db: Database, run: Runner) -> list[dict[str, Any]]:
+    applied: list[dict[str, Any]] = []
+    for step in MIGRATIONS:
+
+        def work(tx: Tx, step: Migration = step) -> bool:
+            if tx.dialect.postgres:
+                tx.execute("SELECT pg_advisory_xact_lock(?)", (ADVISORY_KEY,))
+            tx.script(_BOOKKEEPING[tx.dialect.name])
+            found = current(tx)
+            _refuse_newer(db, found)
+            if step.version <= found:
+                return False
+            tx.script(step.sql(tx.dialect.name))
+            tx.execute(
+                "INSERT INTO phx_schema_migrations (version, description) VALUES (?, ?)",
+                (step.version, step.description),
+            )
+            return True
+
+        if run(work, True):
+            applied.append({"version": step.version, "description": step.description})
+    return applied
+
+
+def ensure(db: Database, run: Runner) -> list[dict[str, Any]]:
+    """Migrate ``db`` if it is behind (what was applied), or refuse it if it is ahead."""
+    found = int(run(current, False))
+    _refuse_newer(db, found)
+    if found >= LATEST:
+        return []
+    return _apply(db, run)
+
+
+def status(db: Database) -> dict[str, Any]:
+    """``{database, engine, current, latest, applied: [...], pending: [...]}`` (changes nothing)."""
+
+    def work(tx: Tx) -> tuple[int, list[Any]]:
+        found = current(tx)
+        rows = (
+            tx.all("SELECT version, description, applied_at FROM phx_schema_migrations ORDER BY version")
+            if found
+            else []
+        )
+        return found, rows
+
+    found, rows = db.peek(work) if db.exists() else (0, [])
+    return {
+        "database": db.where,
+        "engine": db.engine,
+        "current": found,
+        "latest": LATEST,
+        "applied": [
+            {"version": int(v), "description": d, "applied_at": a if isinstance(a, str) else a.isoformat()}
+            for v, d, a in rows
+        ],
+        "pending": [{"version": m.version, "description": m.description} for m in MIGRATIONS if m.version > found],
+    }

@@ -55,7 +55,9 @@ def test_a_database_a_newer_phoenix_migrated_is_refused_and_left_alone(db: Datab
         from phoenix_protocol import _pg
 
         _pg.ready.clear()
-    fresh = type(db)(db.url) if db.engine == "postgresql" else type(db)(db.where)  # type: ignore[attr-defined]
+    fresh: Database = (
+        _db.PostgresDatabase(db.url) if isinstance(db, _db.PostgresDatabase) else _db.SqliteDatabase(db.where)
+    )
     with pytest.raises(SchemaVersionError, match="newer Phoenix"):
         fresh.transaction(lambda tx: tx.execute("DELETE FROM phx_tokens"))
     assert fresh.peek(lambda tx: tx.scalar("SELECT max(version) FROM phx_schema_migrations")) == 999

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from pytest_postgresql import factories
 
 from phoenix_protocol._agent import Agent
 from phoenix_protocol._clock import ManualClock
@@ -115,11 +116,89 @@ def agent(home: Home, clock: ManualClock) -> Iterator[Agent]:
 
 
 PG_SERVER = os.environ.get("PHOENIX_TEST_PG", "postgresql://postgres@127.0.0.1:5432/test")
-"""The PostgreSQL server the tests use (these machines run one: trust auth, database ``test``)."""
+"""The PostgreSQL server the tests use when it answers (CI's machines run one: trust auth,
+database ``test``); otherwise ``pg_server`` starts a throwaway one, or skips."""
+
+
+def _answers(url: str) -> bool:
+    import psycopg
+
+    try:
+        psycopg.connect(url, connect_timeout=3).close()
+    except psycopg.Error:
+        return False
+    return True
+
+
+def _pg_ctl() -> str | None:
+    """PostgreSQL's ``pg_ctl``: on the PATH, else the newest Debian-style install."""
+    import glob
+    import shutil
+
+    found = shutil.which("pg_ctl")
+    if found:
+        return found
+    candidates = sorted(glob.glob("/usr/lib/postgresql/*/bin/pg_ctl"), key=lambda p: int(p.split("/")[4]))
+    return candidates[-1] if candidates else None
+
+
+postgresql_throwaway = factories.postgresql_proc(executable=_pg_ctl() or "pg_ctl", port=None)
+"""A throwaway server (pytest-postgresql), started only when ``pg_server`` asks for it."""
+
+
+def _uses_postgres(item: pytest.Item) -> bool:
+    callspec = getattr(item, "callspec", None)
+    params = callspec.params.values() if callspec is not None else ()
+    return "pg_server" in getattr(item, "fixturenames", ()) or "postgres" in params
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """With no PostgreSQL server to use, the PostgreSQL suite is left out with one line, not
+    hundreds of skips."""
+    if _answers(PG_SERVER) or (_pg_ctl() is not None and os.geteuid() != 0):
+        return
+    left_out = [item for item in items if _uses_postgres(item)]
+    if not left_out:
+        return
+    keep = set(map(id, left_out))
+    items[:] = [item for item in items if id(item) not in keep]
+    config.hook.pytest_deselected(items=left_out)
+    why = "no PostgreSQL binaries" if _pg_ctl() is None else "initdb cannot run as root"
+    config.stash[_PG_NOTE] = (
+        f"PostgreSQL suite not run ({len(left_out)} tests): no server at {PG_SERVER} and {why}; "
+        "start a server (or install PostgreSQL and run as a normal user), or set PHOENIX_TEST_PG=postgresql://user@host:port/db."
+    )
+
+
+_PG_NOTE = pytest.StashKey[str]()
+
+
+def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
+    note = config.stash.get(_PG_NOTE, None)
+    if note:
+        terminalreporter.write_line(note, yellow=True)
+
+
+@pytest.fixture(scope="session")
+def pg_server(request: pytest.FixtureRequest) -> str:
+    """A PostgreSQL server for the suites that run on it: ``PHOENIX_TEST_PG`` (default the local
+    server at 127.0.0.1:5432) when it answers; else a throwaway server that pytest-postgresql
+    starts from the installed binaries (``initdb`` refuses to run as root); else the test is
+    skipped with one line saying how to run it."""
+    if _answers(PG_SERVER):
+        return PG_SERVER
+    how = "start one, or set PHOENIX_TEST_PG=postgresql://user@host:port/db"
+    pg_ctl = _pg_ctl()
+    if pg_ctl is None:
+        pytest.skip(f"PostgreSQL suite skipped: no server at {PG_SERVER} and no PostgreSQL binaries ({how}).")
+    if os.geteuid() == 0:
+        pytest.skip(f"PostgreSQL suite skipped: no server at {PG_SERVER}, and initdb cannot run as root ({how}).")
+    proc = request.getfixturevalue("postgresql_throwaway")
+    return f"postgresql://{proc.user}@{proc.host}:{proc.port}/postgres"
 
 
 @pytest.fixture
-def pg_url() -> Iterator[str]:
+def pg_url(pg_server: str) -> Iterator[str]:
     """A PostgreSQL store URL of its own: a fresh schema, dropped afterwards (with this process's pools)."""
     import uuid
 
@@ -128,13 +207,13 @@ def pg_url() -> Iterator[str]:
     from phoenix_protocol import _pg
 
     schema = "phx_test_" + uuid.uuid4().hex[:12]
-    with psycopg.connect(PG_SERVER, autocommit=True, connect_timeout=5) as conn:
+    with psycopg.connect(pg_server, autocommit=True, connect_timeout=5) as conn:
         conn.execute(f"CREATE SCHEMA {schema}")
     try:
-        yield f"{PG_SERVER}?options=-csearch_path%3D{schema}"
+        yield f"{pg_server}?options=-csearch_path%3D{schema}"
     finally:
         _pg.close_all()
-        with psycopg.connect(PG_SERVER, autocommit=True, connect_timeout=5) as conn:
+        with psycopg.connect(pg_server, autocommit=True, connect_timeout=5) as conn:
             conn.execute(f"DROP SCHEMA {schema} CASCADE")
 
 

@@ -33,6 +33,7 @@ lint: $(VENV)/.installed-test
 
 typecheck: $(VENV)/.installed-test
 	$(BIN)/mypy
+	$(BIN)/lint-imports
 
 pytest: $(VENV)/.installed-test
 	$(BIN)/pytest

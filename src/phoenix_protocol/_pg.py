@@ -55,7 +55,17 @@ T = TypeVar("T")
 
 SCHEMES = ("postgresql://", "postgres://")
 CONNECT_TIMEOUT = 5
+POOL_WAIT = 10.0
+POOL_FIRST_WAIT = 0.25
+BROKEN_FOR = 5.0
+"""After a connection was lost, transactions use connections of their own, not the pool's (whose
+idle ones may be dead too), for this long: the pool refills with a growing back-off meanwhile."""
+_broken_until: dict[tuple[int, str], float] = {}
+"""Longest wait for a free pooled connection (all of them busy in other threads)."""
 RETRIES = 3
+"""Attempts of a transaction whose connection failed before its commit was sent (the later ones on
+a new connection, not the pool's): a server dropping every connection gives a clear error in
+well under a second instead of minutes of waits."""
 
 
 class PgError(StorageError):
@@ -174,11 +184,52 @@ def _retryable(exc: BaseException) -> bool:
 
 
 @contextmanager
-def _connection(url: str) -> Iterator[psycopg.Connection[Any]]:
+def _pooled(url: str) -> Iterator[psycopg.Connection[Any]]:
+    """A pooled connection. A pool that has none ready within ``POOL_FIRST_WAIT`` because it is refilling
+    (connections lost) is not waited for: a new connection is made directly. Only a pool whose
+    every connection is busy in other threads is waited for, up to ``POOL_WAIT``."""
+    from psycopg_pool import PoolTimeout
+
     p = pool(url)
+    key = (os.getpid(), url)
     try:
-        with p.connection() as conn:
-            yield conn
+        if _broken_until.get(key, 0.0) > time.monotonic():
+            raise PoolTimeout("the pool is refilling after lost connections")
+        cm = p.connection(timeout=POOL_FIRST_WAIT)
+        conn = cm.__enter__()
+    except PoolTimeout:
+        stats = p.get_stats()
+        if stats.get("pool_size", 0) >= p.max_size and not stats.get("pool_available", 0):
+            cm = p.connection(timeout=POOL_WAIT - POOL_FIRST_WAIT)  # busy, not broken: wait
+            conn = cm.__enter__()
+        else:
+            _broken_until[key] = time.monotonic() + BROKEN_FOR
+            psycopg = _require()
+            with psycopg.connect(url, connect_timeout=CONNECT_TIMEOUT, autocommit=False) as direct:
+                yield direct
+            return
+    try:
+        yield conn
+    except BaseException as exc:
+        if not cm.__exit__(type(exc), exc, exc.__traceback__):
+            raise
+    else:
+        cm.__exit__(None, None, None)
+
+
+@contextmanager
+def _connection(url: str, *, direct: bool = False) -> Iterator[psycopg.Connection[Any]]:
+    """A connection from the process's pool, or (``direct``) a new one of its own, closed after:
+    the retry after a lost connection does not wait for the pool, which refills with a growing
+    back-off while the server keeps dropping connections."""
+    try:
+        if direct:
+            psycopg = _require()
+            with psycopg.connect(url, connect_timeout=CONNECT_TIMEOUT, autocommit=False) as conn:
+                yield conn
+        else:
+            with _pooled(url) as conn:
+                yield conn
     except StorageError:
         raise
     except Exception as exc:
@@ -200,7 +251,7 @@ def transaction(url: str, work: Callable[[psycopg.Connection[Any]], T], *, retry
         attempt += 1
         committing = False
         try:
-            with _connection(url) as conn:
+            with _connection(url, direct=attempt > 1) as conn:
                 try:
                     result = work(conn)
                     committing = True
@@ -213,9 +264,17 @@ def transaction(url: str, work: Callable[[psycopg.Connection[Any]], T], *, retry
                     raise
         except PgError as exc:
             cause = exc.__cause__
+            if cause is not None and _retryable(cause):
+                _broken_until[(os.getpid(), url)] = time.monotonic() + BROKEN_FOR
             if retry and not committing and cause is not None and _retryable(cause) and attempt < RETRIES:
-                time.sleep(0.05 * attempt)
+                time.sleep(0.02 * attempt)
                 continue
+            if not committing and cause is not None and _retryable(cause) and retry:
+                raise PgError(
+                    f"PostgreSQL server {describe(url)} dropped the connection {attempt} times in a row; nothing "
+                    f"was written: check the server and try again ({_reason(cause)}).",
+                    server=describe(url),
+                ) from cause
             if committing:
                 raise PgError(
                     f"PostgreSQL server {describe(url)}: the connection was lost while committing, so "

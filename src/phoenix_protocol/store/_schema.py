@@ -23,7 +23,6 @@ if TYPE_CHECKING:
 __all__ = ["LATEST", "MIGRATIONS", "Migration", "current", "ensure", "status"]
 
 T = TypeVar("T")
-ADVISORY_KEY = 0x50484F454E4958  # "PHOENIX": serialises migrations across processes (PostgreSQL)
 
 
 class Migration(NamedTuple):
@@ -517,7 +516,8 @@ def _apply(db: Database, run: Runner) -> list[dict[str, Any]]:
 
         def work(tx: Tx, step: Migration = step) -> bool:
             if tx.dialect.postgres:
-                tx.execute("SELECT pg_advisory_xact_lock(?)", (ADVISORY_KEY,))
+                # Serialises the migrations of one schema across processes (other schemas' go on).
+                tx.execute("SELECT pg_advisory_xact_lock(hashtext('phoenix migrations ' || current_schema()))")
             tx.script(_BOOKKEEPING[tx.dialect.name])
             found = current(tx)
             _refuse_newer(db, found)

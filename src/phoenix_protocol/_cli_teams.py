@@ -95,9 +95,7 @@ def team_create(
     """
     from phoenix_protocol._teams import Team
 
-    team = Team.create(
-        home, name, lead=lead, check_command=check_command, facts_command=facts_command, team_id=team_id
-    )
+    team = Team.create(home, name, lead=lead, check_command=check_command, facts_command=facts_command, team_id=team_id)
     if out.as_json:
         out.json({"team": team.read()})
     else:

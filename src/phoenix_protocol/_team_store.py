@@ -214,6 +214,13 @@ def _json(tx: Tx, value: Any, where: str) -> Any:
     try:
         return tx.dialect.read_json(value)
     except ValueError as exc:
+        if isinstance(value, str):  # a hand edit may hold what orjson refuses (a lone surrogate escape)
+            from phoenix_protocol._jsonio import JSONError, loads
+
+            try:
+                return loads(value.encode("utf-8", "surrogatepass"))
+            except JSONError:
+                pass
         raise CorruptStateError(f"{where} is not valid JSON ({exc}); restore it from a team checkpoint.") from None
 
 

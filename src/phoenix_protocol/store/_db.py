@@ -141,7 +141,12 @@ class Dialect:
             from psycopg.types.json import Jsonb
 
             return Jsonb(value)
-        return orjson.dumps(value).decode()
+        try:
+            return orjson.dumps(value).decode()
+        except TypeError:  # a lone surrogate read from a hand edit: written back escaped, as read
+            from phoenix_protocol._jsonio import dumps_line
+
+            return dumps_line(value)
 
     def array_table(self, column: str) -> str:
         """A ``text_array`` column as a table ``dep`` with one row per element (column ``value``)."""

@@ -160,11 +160,12 @@ def list_teams(home: Home, *, config: Any = None) -> list[str]:
 def _database(home: Home, config: Any = None) -> Any:
     """The home's database, with a home written by an earlier release's team folders moved in
     first (``_team_files.import_home_teams``, once)."""
-    from phoenix_protocol._team_files import import_home_teams
     from phoenix_protocol.store._db import open_database
 
     db = open_database(home, config)
     if os.path.isdir(os.path.join(home.root, "teams")):
+        from phoenix_protocol._team_files import import_home_teams
+
         import_home_teams(home, db)
     return db
 
@@ -285,16 +286,18 @@ class Team:
         *,
         allow_completed: bool = False,
         task_id: str | None = None,
+        metadata_only: bool = False,
     ) -> tuple[dict[str, Any], Any]:
         """Run ``mutate`` on the team under its lock. ``task_id``: ``mutate`` looks at that task
-        only, and ``data["tasks"]`` may hold just it (the other tasks are left as they are)."""
+        only, and ``data["tasks"]`` may hold just it (the other tasks are left as they are);
+        ``metadata_only``: ``mutate`` changes no task, and ``data["tasks"]`` is empty."""
 
         def guarded(data: dict[str, Any]) -> Any:
             if data["status"] == "completed" and not allow_completed:
                 raise TeamReadOnlyError(f"team {self.id} is completed: its state is read-only.")
             return mutate(data)
 
-        return self.store.change(guarded, task_id=task_id)
+        return self.store.change(guarded, task_id=task_id, metadata_only=metadata_only)
 
     def _change_roster(self, mutate: Callable[[list[dict[str, Any]]], Any]) -> Any:
         return self.store.change_roster(mutate)
@@ -355,7 +358,7 @@ class Team:
             teammates.append(mate)
             return mate
 
-        data = self.read()
+        data = self.store.read_metadata()
         if data["status"] == "completed":
             raise TeamReadOnlyError(f"team {self.id} is completed: its state is read-only.")
         mate: dict[str, Any] = self._change_roster(mutate)
@@ -371,7 +374,7 @@ class Team:
         """Record a heartbeat of ``name`` (fast path); the lead's also refreshes its binding."""
         if session_id is not None:
             validate_session_id(session_id)  # stored in clear (the hooks give a hash of a secret instead)
-        data = self.read()
+        data = self.store.read_metadata()
         if name not in self.teammate_names():
             raise UsageError(f"{name!r} is not in team {self.id} (`phx team join {self.id} {name}`).")
         record: dict[str, Any] = self.store.beat(name, now_ms=self.clock.now_ms(), session_id=session_id)
@@ -383,7 +386,7 @@ class Team:
                     meta["lead_last_seen_ms"] = record["ms"]
                     meta["lead_last_seen"] = iso_from_ms(record["ms"])
 
-                self._change(mutate)
+                self._change(mutate, metadata_only=True)
         return record
 
     def liveness(self, name: str, *, now_ms: int | None = None) -> dict[str, Any]:
@@ -665,7 +668,7 @@ class Team:
 
     def sweep(self) -> list[dict[str, Any]]:
         """Return tasks held by suspended or stale teammates to the queue (checkpoints kept)."""
-        lead = self.read()["lead"]
+        lead = self.store.read_metadata()["lead"]
         dead = {
             name
             for name, live in self.liveness_all().items()
@@ -769,7 +772,7 @@ class Team:
     def facts_hash(self) -> dict[str, Any]:
         """Seed 004's "verify facts": the hash of the facts command's output (default: git HEAD
         and a hash of tracked changes)."""
-        data = self.read()
+        data = self.store.read_metadata()
         command = (data.get("settings") or {}).get("facts_command")
         root = self.home.project_root or os.path.dirname(self.home.root)
         if command:
@@ -803,7 +806,9 @@ class Team:
 
         # A task record needs only its task: the store may load just that one (PostgreSQL does).
         only = task["task_id"] if task is not None and kind != "full" else None
-        data, _ = self._change(mutate, allow_completed=kind == "full", task_id=only)
+        data, _ = self._change(
+            mutate, allow_completed=kind == "full", task_id=only, metadata_only=kind != "full" and task is None
+        )
         seq = holder["seq"]
         roster = self.roster()
         beats = self.store.read_beats([m["name"] for m in roster])
@@ -855,7 +860,7 @@ class Team:
     def lead_silence_ms(self, *, now_ms: int | None = None) -> int | None:
         """Milliseconds since the lead was last seen (its heartbeat or binding), or ``None``."""
         now = self.clock.now_ms() if now_ms is None else now_ms
-        data = self.read()
+        data = self.store.read_metadata()
         seen = [int(data["lead_last_seen_ms"])] if data.get("lead_last_seen_ms") else []
         hb = self.store.read_beat(data["lead"])
         if hb is not None:
@@ -878,7 +883,7 @@ class Team:
             def mutate(meta: dict[str, Any]) -> None:
                 meta["session_log"]["lead_timeout_detected_at"] = self.clock.now_iso()
 
-            self._change(mutate)
+            self._change(mutate, metadata_only=True)
         mine = [t for t in data["tasks"] if t["assigned_to"] == name and t["status"] != "completed"]
         out = {
             "team_id": self.id,
@@ -901,7 +906,7 @@ class Team:
     def consolidate(self) -> dict[str, Any]:
         """Mark consolidating, run the check command, record the last good commit. Green stays
         consolidating (commit, then ``complete``); red goes back to active."""
-        data = self.read()
+        data = self.store.read_metadata()
         root = self.home.project_root or os.path.dirname(self.home.root)
         head = _git(root, "rev-parse", "HEAD")
         if data["status"] != "consolidating":
@@ -938,7 +943,7 @@ class Team:
         """Mark the team completed (read-only from then on); refused while git has uncommitted
         changes unless ``force``."""
         root = self.home.project_root
-        status = self.read()["status"]
+        status = self.store.read_metadata()["status"]
         if "completed" not in _TRANSITIONS[status]:
             raise RefusedError(
                 f"team {self.id} is {status}: only a consolidating team can complete (`phx team consolidate`)."
@@ -952,7 +957,7 @@ class Team:
 
     def partial_consolidation(self) -> dict[str, Any] | None:
         """Status consolidating plus staged or dirty changes in git: a lead died mid-consolidation."""
-        data = self.read()
+        data = self.store.read_metadata()
         if data["status"] != "consolidating":
             return None
         root = self.home.project_root
@@ -972,7 +977,7 @@ class Team:
     def resolve_consolidation(self, choice: str) -> dict[str, Any]:
         """retry (run the check again) | abort (reset to the last good commit, reopen tasks) |
         inspect (the staged diff)."""
-        data = self.read()
+        data = self.store.read_metadata()
         root = self.home.project_root
         if choice == "retry":
             return {"choice": "retry", **self.consolidate()}

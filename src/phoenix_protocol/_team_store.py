@@ -1053,8 +1053,9 @@ class Mailbox:
         return int(self.db.read(lambda tx: tx.scalar(_UNREAD_SQL, (t, reader, t, t, reader))) or 0)
 
     def cursor_state(self, reader: str) -> dict[str, Any]:
-        """Delivered seq, acknowledged-through seq (every message for the reader up to it is
-        acknowledged) and the acknowledged seqs beyond it, as runs ``[first, last]``."""
+        """Delivered seq, acknowledged-through seq (the last message of the reader's first run of
+        acknowledged ones: every message for it up to there is acknowledged; 0 if none) and the
+        acknowledged seqs beyond it, as runs ``[first, last]``."""
         return self.cursor_states([reader])[validate_id(reader, "reader")]
 
     def cursor_states(self, readers: list[str]) -> dict[str, dict[str, Any]]:
@@ -1075,7 +1076,15 @@ class Mailbox:
                 ),
             ]
             first = min((int(f) for f in firsts if f is not None), default=None)
-            through = delivered if first is None else first - 1
+            # Every message for the reader before ``first`` is acknowledged: the last of them.
+            bound = delivered + 1 if first is None else first
+            through = int(
+                tx.scalar(
+                    "SELECT coalesce(max(seq), 0) FROM phx_acks WHERE team_id = ? AND reader = ? AND seq < ?",
+                    (self.team_id, name, bound),
+                )
+                or 0
+            )
             acked = tx.all(
                 "SELECT seq FROM phx_acks WHERE team_id = ? AND reader = ? AND seq > ? ORDER BY seq",
                 (self.team_id, name, through),

@@ -5,15 +5,15 @@
 
 With ``--pg URL`` (issue 8) the same two teams are also built on the PostgreSQL store (a fresh
 schema of that server, dropped afterwards; messages loaded with ``COPY``) and timed in the same
-rounds, side by side with the file store.
+rounds, side by side with the embedded store (SQLite ``phoenix.db``).
 
 Builds, in a temporary git project, two teams that differ only in their mailbox: 1,000 tasks
 (300 completed, 200 in progress, 500 pending, a third of them with dependencies), 20 teammates
 plus the lead (heartbeats of every age: online, idle, suspended, stale), readers' delivered and
 acknowledged cursors, a full checkpoint (so "verify facts" has a hash to compare), and 10,000
 messages in one, 1,000,000 in the other. The state is written through the library (``Team``'s
-locked read-modify-write for the tasks, ``Mailbox._bulk_load`` for the messages, then
-``Mailbox.reindex`` to build the mailbox's derived indexes as sends would have), not timed.
+one change for the tasks, rows inserted straight into ``phx_messages`` for the messages (``COPY``
+on PostgreSQL), then ``recount`` for the counters sends would have kept), not timed.
 
 Then, after ``compileall`` of the package, times ``phx team resume TEAM --json --session ...``
 as a user runs it: the ``phx`` console script in a new process, median of ``--runs`` rounds (one
@@ -50,8 +50,8 @@ FLOORS = (
     ("the interpreter (`python -c pass`)", "pass"),
     ("the CLI's imports (`import phoenix_protocol._cli`: click, every command module)", "import phoenix_protocol._cli"),
     (
-        "what resume needs (`import phoenix_protocol._team_resume, phoenix_protocol._mailbox`)",
-        "import phoenix_protocol._team_resume, phoenix_protocol._mailbox",
+        "what resume needs (`import phoenix_protocol._team_resume, phoenix_protocol._team_store`)",
+        "import phoenix_protocol._team_resume, phoenix_protocol._team_store",
     ),
 )
 
@@ -67,7 +67,7 @@ def _git(cwd: str, *args: str) -> None:
 
 
 def build_team(project: str, name: str, messages: int, store: str | None = None) -> tuple[str, dict[str, Any]]:
-    """A team with 1,000 tasks, 20 teammates and ``messages`` messages, on the file store or on
+    """A team with 1,000 tasks, 20 teammates and ``messages`` messages, on SQLite or on
     the PostgreSQL ``store``; returns (id, counts)."""
     if store:
         os.environ["PHOENIX_STORE"] = store
@@ -93,6 +93,32 @@ def _copy_messages(store: str, team_id: str, records: list[dict[str, Any]], firs
             (first_seq + len(records) - 1, size, team_id),
         )
         conn.commit()
+
+
+def _insert_messages(team: Any, records: list[dict[str, Any]], first_seq: int) -> None:
+    """Messages straight into ``phx_messages`` in one transaction (``recount`` fixes the counters after)."""
+    rows = [
+        (
+            team.id,
+            first_seq + k,
+            r["msg_id"],
+            r["from"],
+            r["to"],
+            r["type"],
+            r["subject"],
+            r["body"],
+            r["ts"],
+            r["ts_ms"],
+        )
+        for k, r in enumerate(records)
+    ]
+    team.store.db.transaction(
+        lambda tx: tx.executemany(
+            "INSERT INTO phx_messages (team_id, seq, msg_id, sender, recipient, type, subject, body, ts, ts_ms) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            rows,
+        )
+    )
 
 
 def _build_team(project: str, name: str, messages: int, store: str | None) -> tuple[str, dict[str, Any]]:
@@ -177,27 +203,26 @@ def _build_team(project: str, name: str, messages: int, store: str | None) -> tu
         if store:
             _copy_messages(store, team.id, records, sent + 1)
         else:
-            mailbox._bulk_load(records)
+            _insert_messages(team, records, sent + 1)
         sent += n
-    if not store:
-        mailbox.reindex()
+    from phoenix_protocol._team_store import recount
+
+    team.store.db.transaction(lambda tx: recount(tx, team.id))  # the counters sends would have kept
     last = mailbox.stats()["count"]
     for k, mate in enumerate(mates):  # readers at every distance from the end
         upto = max(1, last - k * (last // 25))
         mailbox.mark_delivered(mate, upto)
     team.checkpoint(reason="benchmark setup")  # records the facts hash
     if store:
-        mailbox_bytes = metadata_bytes = 0  # shared tables: see the PostgreSQL row's note
+        mailbox_bytes = 0  # shared tables: see the PostgreSQL row's note
     else:
-        mailbox_bytes = sum(
-            os.path.getsize(os.path.join(team.dir, f)) for f in os.listdir(team.dir) if f.startswith("mailbox.")
-        )
-        metadata_bytes = os.path.getsize(team.metadata_path)
+        db_path = os.path.join(home.root, "phoenix.db")
+        mailbox_bytes = sum(os.path.getsize(p) for p in (db_path, db_path + "-wal") if os.path.exists(p))
     return team.id, {
         "messages": last,
         "mailbox_bytes": mailbox_bytes,
-        "metadata_bytes": metadata_bytes,
-        "segments": mailbox.stats()["segments"],
+        "metadata_bytes": len(str(team.read())),
+        "segments": 1,
         "home": home.root,
         "store": store,
     }
@@ -370,12 +395,12 @@ def main(argv: list[str] | None = None) -> int:
         f"| small | {s_info['messages']:,} | {s_info['mailbox_bytes'] / 1e6:.1f} MB | "
         f"{s_info['metadata_bytes'] / 1e3:.0f} KB | {small * 1000:.0f} ms | {min(times[0]) * 1000:.0f} ms | "
         f"{max(times[0]) * 1000:.0f} ms | <= 150 ms: **{'met' if small <= target else 'missed'}** |",
-        f"| big | {b_info['messages']:,} | {b_info['mailbox_bytes'] / 1e6:.0f} MB ({b_info['segments']} segments) | "
+        f"| big | {b_info['messages']:,} | {b_info['mailbox_bytes'] / 1e6:.0f} MB | "
         f"{b_info['metadata_bytes'] / 1e3:.0f} KB | {big * 1000:.0f} ms | {min(times[1]) * 1000:.0f} ms | "
         f"{max(times[1]) * 1000:.0f} ms | <= 1.2x small: **{'met' if ratio <= 1.2 else 'missed'}** ({ratio:.2f}x) |",
         *[
             f"| {label} on PostgreSQL | {info['messages']:,} | (tables) | (rows) | {statistics.median(t) * 1000:.0f} ms | "
-            f"{min(t) * 1000:.0f} ms | {max(t) * 1000:.0f} ms | {statistics.median(t) / ref:.2f}x the file store |"
+            f"{min(t) * 1000:.0f} ms | {max(t) * 1000:.0f} ms | {statistics.median(t) / ref:.2f}x SQLite |"
             for label, (_tid, info), t, ref in zip(("small", "big"), teams[2:], times[2:], (small, big), strict=False)
         ],
         *[

@@ -155,7 +155,10 @@ def team_home(
 
 
 def _team_id(root: str) -> str:
-    (team_id,) = os.listdir(os.path.join(root, "teams"))
+    from phoenix_protocol._home import Home
+    from phoenix_protocol._teams import list_teams
+
+    (team_id,) = list_teams(Home(root))
     return team_id
 
 

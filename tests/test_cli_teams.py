@@ -7,6 +7,7 @@ and lead re-attachment are tested without sleeping.
 from __future__ import annotations
 
 import json
+import sqlite3
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +15,15 @@ import pytest
 
 from conftest import git, phx_unread
 from phoenix_protocol._cli import cli
+
+
+def metadata_row(project: Path, team_id: str, text: str | None = None) -> str:
+    """The team's metadata column in ``.phoenix/phoenix.db`` (replaced by ``text``, a hand edit)."""
+    with sqlite3.connect(project / ".phoenix" / "phoenix.db") as db:
+        if text is not None:
+            db.execute("UPDATE phx_teams SET metadata = ? WHERE team_id = ?", (text, team_id))
+        return str(db.execute("SELECT metadata FROM phx_teams WHERE team_id = ?", (team_id,)).fetchone()[0])
+
 
 T0 = 1_767_225_600_000  # 2026-01-01T00:00:00Z
 MIN = 60_000
@@ -56,7 +66,8 @@ def test_create_join_list(capsys: pytest.CaptureFixture[str], project: Path) -> 
     tid = team["team_id"]
     assert tid.startswith("engine-schema-") and team["status"] == "pending" and team["schema_version"] == "1.1"
     assert team["settings"] == {"check_command": None, "facts_command": "git rev-parse HEAD"}
-    assert (project / ".phoenix" / "teams" / tid / "metadata.json").is_file()
+    assert json.loads(metadata_row(project, tid))["team_id"] == tid
+    assert not (project / ".phoenix" / "teams").exists()
 
     code, data = phx(capsys, "team", "join", tid, "alice", "--role", "tester", "--session", "claude-tm-1")
     assert code == 0 and data["teammate"]["role"] == "tester" and data["teammate"]["session_id"] == "claude-tm-1"
@@ -74,7 +85,7 @@ def test_create_join_list(capsys: pytest.CaptureFixture[str], project: Path) -> 
     capsys.readouterr()
     assert cli(["team", "create", "second", "--lead", "lead"]) == 0
     last = capsys.readouterr().out.strip().splitlines()[-1]
-    assert last.startswith("second-") and (project / ".phoenix" / "teams" / last).is_dir()
+    assert last.startswith("second-") and json.loads(metadata_row(project, last))["name"] == "second"
     assert cli(["team", "list"]) == 0 and last in capsys.readouterr().out
 
 
@@ -144,7 +155,9 @@ def test_claim_release_done_reassign_sweep(
     assert code == 0 and data["task"]["status"] == "completed"
     assert data["task"]["checkpoint"]["files_modified"] == ["src/a.py", "src/b.py"]
     latest = data["task"]["checkpoint"]["name"]
-    assert (Path(".phoenix/teams") / team_id / "checkpoints" / latest).is_file()
+    code, exported = phx(capsys, "team", "export", team_id, ".team-state")
+    assert code == 0 and exported["directory"] == str(Path(".team-state", team_id))
+    assert json.loads((Path(".team-state") / team_id / "checkpoints" / latest).read_text())["team_id"] == team_id
     code, data = phx(capsys, "team", "reassign", team_id, "task-0001", "alice")
     assert code == 4
     capsys.readouterr()
@@ -173,10 +186,15 @@ def test_send_inbox_ack_replay(capsys: pytest.CaptureFixture[str], team_id: str)
         message["seq"] == 1 and message["from"] == "alice" and message["to"] == "bob" and message["type"] == "question"
     )
     code, data = phx(
-        capsys, "team", "send", team_id, "--from", "alice", "--to", "bob", "--subject", "Deadlock?",
-        "--body", "line 427", "--id", "msg-001",
+        capsys, "team", "send", team_id, "--from", "alice", "--to", "bob", "--type", "question",
+        "--subject", "Deadlock?", "--body", "line 427", "--id", "msg-001",
     )  # fmt: skip
     assert code == 0 and data["duplicate"] is True and data["message"]["seq"] == 1
+    code, data = phx(
+        capsys, "team", "send", team_id, "--from", "alice", "--to", "bob", "--subject", "Deadlock?",
+        "--body", "another body", "--id", "msg-001",
+    )  # fmt: skip
+    assert code == 4 and data["error"]["type"] == "MessageConflictError"
     code, data = phx(capsys, "team", "send", team_id, "--from", "bob", "--to", "*", "--subject", "all", "--body", "b")
     assert code == 0 and data["message"]["seq"] == 2
     code, data = phx(
@@ -366,9 +384,8 @@ def test_resume_and_probe_exit_codes(
     text = capsys.readouterr().out
     assert "summary" in text and f"Team {team_id}" in text
 
-    # A corrupt metadata.json: permanent (resume exit 2); other commands say "corrupt" (exit 3).
-    meta = project / ".phoenix" / "teams" / team_id / "metadata.json"
-    meta.write_text("{")
+    # A corrupt metadata record: permanent (resume exit 2); other commands say "corrupt" (exit 3).
+    metadata_row(project, team_id, "{")
     code, data = phx(capsys, "team", "resume", team_id, "--session", "lead-2")
     assert code == 2 and "not valid JSON" in data["steps"][0]["detail"]
     code, data = phx(capsys, "team", "tasks", team_id)
@@ -376,10 +393,9 @@ def test_resume_and_probe_exit_codes(
 
 
 def test_newer_schema_exit_3(capsys: pytest.CaptureFixture[str], team_id: str, project: Path) -> None:
-    meta = project / ".phoenix" / "teams" / team_id / "metadata.json"
-    data = json.loads(meta.read_text())
+    data = json.loads(metadata_row(project, team_id))
     data["schema_version"] = "9.0"
-    meta.write_text(json.dumps(data))
+    metadata_row(project, team_id, json.dumps(data))
     code, out = phx(capsys, "team", "ready", team_id)
     assert code == 3 and out["error"]["type"] == "SchemaVersionError" and "newer Phoenix" in out["error"]["message"]
     code, out = phx(capsys, "team", "list")

@@ -365,24 +365,27 @@ def test_lone_surrogates_in_hand_written_files_are_answered(
     monkeypatch: pytest.MonkeyPatch,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    """A ``\\udXXX`` escape standing alone in identity.yaml, state.json or a team's files reads as
-    a lone surrogate, which UTF-8 cannot encode: the answers hold U+FFFD instead (they were 500)."""
+    """A ``\\udXXX`` escape standing alone in identity.yaml, state.json or a team's JSON in the
+    database reads as a lone surrogate, which UTF-8 cannot encode: the answers hold U+FFFD instead
+    (they were 500)."""
     agent = Agent.open("zero", home=served)
     agent.state.set_status("working", "task")
     agent.identity.set("state.current_focus", "focus")
     _hand_edit(agent.identity.path, "current_focus: focus", 'current_focus: "bad \\udce9 focus"')
     _hand_edit(agent.state.path, '"current_task": "task"', '"current_task": "bad \\udce9 task"')
     team.send("alice", "bob", type="info", subject="Found it", body="line 427")
-    team_dir = Path(served.root, "teams", "release-1")
-    _hand_edit(team_dir / "metadata.json", "Write the parser", "Write the \\udce9 parser")
-    _hand_edit(team_dir / "mailbox.jsonl", "line 427", "line \\udce9 427")
+    team.store.db.transaction(  # a hand edit of phoenix.db
+        lambda tx: tx.execute(
+            "UPDATE phx_tasks SET record = replace(record, 'Write the parser', 'Write the \\udce9 parser')"
+        )
+    )
 
     with PhoenixClient(url, admin) as phx:
         assert phx.identity_get("zero")["mutable"]["state"]["current_focus"] == "bad \ufffd focus"
         started = phx.restore("zero", session_id="s-1")
         assert started["identity"]["mutable"]["state"]["current_focus"] == "bad \ufffd focus"
         assert phx.team_tasks("release-1")[0]["title"] == "Write the \ufffd parser"
-        assert [m["body"] for m in phx.team_inbox("release-1", "bob")] == ["line \ufffd 427"]
+        assert [m["body"] for m in phx.team_inbox("release-1", "bob")] == ["line 427"]
         assert phx.team_claim("release-1", "task-0001", "alice")["title"] == "Write the \ufffd parser"
         phx.checkpoint("zero", "done")  # collects the state and the identity
         latest = phx.latest_checkpoint("zero")["checkpoint"]

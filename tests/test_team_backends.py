@@ -1,5 +1,6 @@
-"""One conformance suite for teams, run on both stores: the home's files and PostgreSQL
-(``PHOENIX_STORE=postgresql://…``, a fresh schema on the real server per test)."""
+"""One conformance suite for teams, run on both engines of the one team store: SQLite
+(``phoenix.db`` in the home) and PostgreSQL (``PHOENIX_STORE=postgresql://…``, a fresh schema on
+the real server per test)."""
 
 from __future__ import annotations
 
@@ -14,9 +15,9 @@ from phoenix_protocol import _teams
 from phoenix_protocol._clock import ManualClock
 from phoenix_protocol._errors import UsageError
 from phoenix_protocol._home import Home
+from phoenix_protocol._team_store import MessageConflictError
 from phoenix_protocol._teams import (
     ClaimConflictError,
-    FileTeamStore,
     Team,
     TeamNotFoundError,
     TeamReadOnlyError,
@@ -32,16 +33,10 @@ def team(backend: str, home: Home, clock: ManualClock) -> Team:
     return team
 
 
-def test_the_configured_store_is_used(backend: str, team: Team) -> None:
-    from phoenix_protocol._teams_pg import PgMailbox, PgTeamStore
-
-    if backend == "postgres":
-        assert isinstance(team.store, PgTeamStore)
-        mailbox: object = team.mailbox
-        assert isinstance(mailbox, PgMailbox)
-        assert not os.path.exists(team.metadata_path)
-    else:
-        assert isinstance(team.store, FileTeamStore)
+def test_the_configured_engine_is_used(backend: str, team: Team, home: Home) -> None:
+    assert team.store.db.engine == ("postgresql" if backend == "postgres" else "sqlite")
+    assert os.path.exists(os.path.join(home.root, "phoenix.db")) == (backend != "postgres")
+    assert not os.path.exists(os.path.join(home.root, "teams"))  # no team folders any more
 
 
 def test_create_open_list(team: Team, home: Home, clock: ManualClock) -> None:
@@ -107,7 +102,11 @@ def test_mailbox(team: Team) -> None:
     team.send("bob", "*", type="question", subject="who owns CI?", body="")
     token = "ghp_" + "a" * 36
     team.send("lead", "alice", subject="creds", body=f"use {token}")
-    assert [m.seq for m in box.replay(10)] == [1, 2, 3]  # no gap for the duplicate
+    with pytest.raises(MessageConflictError, match="different content"):
+        team.send("alice", "bob", subject="hello", body="something else", msg_id="m-1")
+    with pytest.raises(MessageConflictError):
+        team.send("bob", "alice", subject="hello", body="parser ready", msg_id="m-1")
+    assert [m.seq for m in box.replay(10)] == [1, 2, 3]  # no gap for the duplicate or the conflicts
     inbox = box.fetch("bob")
     assert [m.subject for m in inbox] == ["hello"] and inbox.through_seq == 3  # not its own broadcast
     assert box.unread_count("alice") == 2
@@ -212,7 +211,11 @@ def test_unread_counts_match_the_inboxes_through_random_traffic(team: Team) -> N
         if rng.random() < 0.7:
             sender = rng.choice(names)
             to = rng.choice(["*", *[n for n in names if n != sender]])
-            team.send(sender, to, subject=f"step {step}", body="", msg_id=f"m-{step}" if step % 7 else "m-dup")
+            msg_id = f"m-{step}" if step % 7 else "m-dup"
+            try:
+                team.send(sender, to, subject=f"step {step}", body="", msg_id=msg_id)
+            except MessageConflictError:
+                assert msg_id == "m-dup" and step > 0  # the id is taken by other content
         else:
             reader = rng.choice(names)
             inbox = box.fetch(reader, limit=rng.randint(1, 4))

@@ -257,8 +257,10 @@ def test_5_network_partition_message_delivery_timeout(phome: Home, clock: Manual
     team.heartbeat("engineer-b")
     back = team.sweep()
     assert [t["task_id"] for t in back] == ["task-0001"]
-    msgs = [json.loads(line) for line in Path(team.dir, "mailbox.jsonl").read_text().splitlines()]
+    exported = Path(team.export(str(phome.root + "-export"))["directory"])
+    msgs = [json.loads(line) for line in (exported / "mailbox.jsonl").read_text().splitlines()]
     assert [m["msg_id"] for m in msgs] == ["msg-001", reply.msg_id]
+    assert msgs[0]["acked_by"] == ["engineer-a"]
 
 
 def test_6_clock_skew_negative_elapsed_handling(phome: Home, clock: ManualClock) -> None:

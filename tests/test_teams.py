@@ -64,8 +64,19 @@ def make_team(home: Home, clock: ManualClock, *mates: str, **kwargs: Any) -> Tea
 
 
 def checkpoints(team: Team) -> list[dict[str, Any]]:
-    names = sorted(os.listdir(team.checkpoint_dir)) if os.path.isdir(team.checkpoint_dir) else []
-    return [json.loads(Path(team.checkpoint_dir, n).read_text()) for n in names]
+    return team.store.read_checkpoints()
+
+
+def raw_metadata(team: Team) -> Any:
+    """The team's metadata column as the database holds it."""
+    return team.store.db.read(lambda tx: tx.scalar("SELECT metadata FROM phx_teams WHERE team_id = ?", (team.id,)))
+
+
+def set_raw_metadata(team: Team, text: str) -> None:
+    """Replace the team's metadata column with ``text`` (a hand edit of ``phoenix.db``)."""
+    team.store.db.transaction(
+        lambda tx: tx.execute("UPDATE phx_teams SET metadata = ? WHERE team_id = ?", (text, team.id))
+    )
 
 
 def task_of(team: Team, task_id: str) -> dict[str, Any]:
@@ -97,7 +108,8 @@ def test_team_ids_are_generated_readable_and_safe(home: Home, clock: ManualClock
 
     team = Team.create(home, "Release 2.0", lead="lead", clock=clock)
     assert team.id.startswith("release-2-0-")
-    assert os.path.isdir(os.path.join(home.root, "teams", team.id))
+    assert team.exists() and os.path.isfile(os.path.join(home.root, "phoenix.db"))
+    assert not os.path.exists(os.path.join(home.root, "teams"))
     assert list_teams(home) == [team.id]
     for bad in ("../escape", "a/b", ".git", "x" * 65):
         with pytest.raises(InvalidIdError):
@@ -112,13 +124,13 @@ def test_team_ids_are_generated_readable_and_safe(home: Home, clock: ManualClock
         Team.create(home, "again", lead="lead", team_id=team.id, clock=clock)
     with pytest.raises(TeamNotFoundError, match=team.id):  # names the teams that do exist
         Team.open(home, "no-such-team")
-    assert not os.path.exists(os.path.join(home.root, "teams", "no-such-team"))
+    assert list_teams(home) == [team.id]
 
 
 # -- schema versions and migration -------------------------------------------------------------
 
 
-def test_every_record_has_a_schema_version(phome: Home, clock: ManualClock) -> None:
+def test_every_record_has_a_schema_version(phome: Home, clock: ManualClock, tmp_path: Path) -> None:
     team = make_team(phome, clock)
     task = team.add_task("Parse the schema")
     team.claim(task["task_id"], "alice")  # the first checkpoint is a full one
@@ -131,13 +143,14 @@ def test_every_record_has_a_schema_version(phome: Home, clock: ManualClock) -> N
     team.mailbox.ack("bob", inbox[0].seq)
     team.checkpoint()
 
-    assert loads(Path(team.metadata_path).read_bytes())["schema_version"] == "1.1"
-    assert loads(Path(team.teammates_path).read_bytes())["schema_version"] == "1.1"
+    exported = Path(team.export(str(tmp_path / "export"))["directory"])
+    assert loads((exported / "metadata.json").read_bytes())["schema_version"] == "1.1"
+    assert loads((exported / "teammates.json").read_bytes())["schema_version"] == "1.1"
     records = checkpoints(team)
     assert records and all(r["schema_version"] == "1.1" for r in records)
     assert {r["checkpoint_type"] for r in records} >= {"full", "task", "messages"}
     assert read_beat(team.heartbeat_dir, "alice")["schema_version"] == 1  # type: ignore[index]
-    lines = Path(team.dir, "mailbox.jsonl").read_text().splitlines()
+    lines = (exported / "mailbox.jsonl").read_text().splitlines()
     assert len(lines) == 6 and all(json.loads(line)["schema_version"] == 1 for line in lines)
     assert team.mailbox.cursor_state("bob")["schema_version"] == 1
     assert team.mailbox.stats()["schema_version"] == 1
@@ -194,47 +207,44 @@ def _write_1_0_team(home: Home, team_id: str) -> Path:
 def test_migration_1_0_to_1_1_adds_checkpoint_seq_0(home: Home, clock: ManualClock) -> None:
     directory = _write_1_0_team(home, "old-team-abcde")
     before = (directory / "metadata.json").read_bytes()
-    team = Team.open(home, "old-team-abcde", clock=clock)
+    team = Team.open(home, "old-team-abcde", clock=clock)  # the folder moves into the database
+    (kept,) = Path(home.root).glob("teams.migrated-*")
     data = team.read()
     assert data["schema_version"] == "1.1"
     assert data["checkpoint_seq"] == 0
     assert data["tasks"][0]["checkpoint"]["checkpoint_seq"] == 0
     assert data["tasks"][0]["checkpoint"]["files_modified"] == ["yawl/engine/YNetRunner.java"]
-    assert (directory / "metadata.json").read_bytes() == before, "reading migrates in memory only"
+    assert (kept / "old-team-abcde" / "metadata.json").read_bytes() == before, "the old folder is kept as it was"
+    assert not directory.exists()
     roster = team.roster()
     assert [m["name"] for m in roster] == ["lead", "alice"]
-
-    # The first change writes the migrated record.
+    stored = json.loads(raw_metadata(team))
+    assert stored["schema_version"] == "1.1" and stored["checkpoint_seq"] == 0 and "tasks" not in stored
     team.add_task("Schema")
-    on_disk = json.loads((directory / "metadata.json").read_text())
-    assert on_disk["schema_version"] == "1.1" and on_disk["checkpoint_seq"] >= 0
-    assert on_disk["tasks"][0]["checkpoint"]["checkpoint_seq"] == 0
+    assert [t["checkpoint"]["checkpoint_seq"] for t in team.read()["tasks"]] == [0, 0]
     team.join("bob")
-    roster_doc = json.loads((directory / "teammates.json").read_text())
-    assert roster_doc["schema_version"] == "1.1"
-    assert set(roster_doc) == {"schema_version", "teammates"}, "team-only fields leaked into teammates.json"
+    assert [m["name"] for m in team.roster()] == ["lead", "alice", "bob"]
 
 
 def test_a_newer_schema_is_refused_clearly(home: Home, clock: ManualClock) -> None:
     team = make_team(home, clock)
-    path = Path(team.metadata_path)
-    data = json.loads(path.read_text())
+    data = json.loads(raw_metadata(team))
     data["schema_version"] = "2.0"
-    path.write_text(json.dumps(data))
-    before = path.read_bytes()
+    set_raw_metadata(team, json.dumps(data))
+    before = raw_metadata(team)
     with pytest.raises(SchemaVersionError, match=r"newer Phoenix \(team schema 2\.0; this one reads up to 1\.1\)"):
         team.read()
     with pytest.raises(SchemaVersionError):
         team.add_task("anything")
-    assert path.read_bytes() == before, "the file was left as it is"
+    assert raw_metadata(team) == before, "the record was left as it is"
     result = resume(home, team.id, session_id="s1", clock=clock)
     assert result.exit_code == EXIT_PERMANENT and "newer Phoenix" in result.steps[-1]["detail"]
 
     data["schema_version"] = "one.zero"
-    path.write_text(json.dumps(data))
+    set_raw_metadata(team, json.dumps(data))
     with pytest.raises(CorruptStateError, match="not a version"):
         team.read()
-    path.write_text("{not json")
+    set_raw_metadata(team, "{not json")
     with pytest.raises(CorruptStateError, match="not valid JSON"):
         team.read()
 
@@ -256,14 +266,14 @@ def test_tasks_with_dependencies_cycles_refused_and_ready(home: Home, clock: Man
         team.add_task("   ")
 
     # Cycles: a direct one, a longer one, a task on itself. Nothing is changed.
-    before = Path(team.metadata_path).read_bytes()
+    before = team.read()
     with pytest.raises(UsageError, match=r"cycle: task-0001 → task-0003 → .*task-0001; refused"):
         team.add_dependency("task-0001", "task-0003")
     with pytest.raises(UsageError, match="cycle"):
         team.add_dependency("task-0001", "task-0002")
     with pytest.raises(UsageError, match="cycle"):
         team.add_dependency("task-0002", "task-0002")
-    assert Path(team.metadata_path).read_bytes() == before
+    assert team.read() == before
     docs = team.add_task("Docs")
     assert team.add_dependency(docs["task_id"], "task-0003")["dependencies"] == ["task-0003"]
     team.add_dependency(docs["task_id"], "task-0003")  # idempotent
@@ -371,7 +381,8 @@ def test_release_reassign_and_checkpoint_inheritance(home: Home, clock: ManualCl
     assert cp["files_modified"] == ["yawl/engine/YEngine.java", "yawl/engine/YNetRunner.java"]
     assert cp["check_status"] == "red"
     assert cp["checkpoint_seq"] > seq_before and cp["name"] == f"checkpoint-{cp['checkpoint_seq']:08d}.json"
-    saved = json.loads(Path(team.checkpoint_dir, cp["name"]).read_text())
+    saved = team.store.read_checkpoint(cp["name"])
+    assert saved is not None
     assert saved["reason"] == f"{tid} reassigned from alice"
     assert (saved.get("task") or next(t for t in saved["metadata"]["tasks"] if t["task_id"] == tid))[
         "assigned_to"
@@ -539,7 +550,7 @@ def test_clock_skew_is_reported_and_ordering_falls_back_to_sequences(home: Home,
     assert alice_far.heartbeat("alice")["seq"] == 3
     live = lead.liveness("alice")
     assert live["skew"] and live["seq"] == 3 and live["class"] == "online"
-    assert json.loads(Path(lead.teammates_path).read_text())["teammates"][1]["last_heartbeat_seq"] == 3
+    assert lead.roster()[1]["last_heartbeat_seq"] == 3
 
     # The mailbox orders by seq, not by timestamps: a message stamped earlier but sent later
     # comes later.
@@ -577,8 +588,8 @@ def test_lifecycle_is_enforced_and_completed_is_read_only(phome: Home, clock: Ma
     team.complete()
     assert team.read()["status"] == "completed"
 
-    metadata = Path(team.metadata_path).read_bytes()
-    roster = Path(team.teammates_path).read_bytes()
+    metadata = team.read()
+    roster = team.roster()
     for attempt in (
         lambda: team.add_task("more"),
         lambda: team.add_dependency(tid, tid),
@@ -592,8 +603,8 @@ def test_lifecycle_is_enforced_and_completed_is_read_only(phome: Home, clock: Ma
             attempt()
     with pytest.raises(TeamReadOnlyError, match="read-only"):
         team.add_task("more")
-    assert Path(team.metadata_path).read_bytes() == metadata
-    assert Path(team.teammates_path).read_bytes() == roster
+    assert team.read() == metadata
+    assert team.roster() == roster
     assert team.read()["tasks"][0]["status"] == "completed"  # reading still works
     assert resume(phome, team.id, session_id="s", clock=clock).exit_code == EXIT_PERMANENT
 
@@ -696,7 +707,7 @@ def test_consolidation_output_is_redacted(phome: Home, clock: ManualClock, monke
     team = make_team(phome, clock, check_command='echo "OPENAI_API_KEY=$TEST_SECRET"')
     result = team.consolidate()
     assert secret not in result["output_tail"] and "[REDACTED:" in result["output_tail"]
-    assert secret not in Path(team.metadata_path).read_text()
+    assert secret not in json.dumps(team.read())
 
 
 def test_partial_consolidation_retry_abort_inspect(phome: Home, project: Path, clock: ManualClock) -> None:
@@ -818,7 +829,7 @@ def test_resume_validation_sequence(phome: Home, project: Path, clock: ManualClo
     assert resume(phome, team.id, session_id="someone", clock=clock).exit_code == EXIT_TRANSIENT
 
     # Corrupt metadata: permanent.
-    Path(team.metadata_path).write_text("{")
+    set_raw_metadata(team, "{")
     assert resume(phome, team.id, session_id="lead-9", clock=clock).exit_code == EXIT_PERMANENT
 
 
@@ -925,10 +936,8 @@ def test_checkpoints_are_pruned(home: Home, clock: ManualClock, monkeypatch: pyt
     team = make_team(home, clock)
     for _ in range(6):
         team.checkpoint()
-    assert sorted(os.listdir(team.checkpoint_dir)) == [f"checkpoint-{i:08d}.json" for i in (4, 5, 6)]
+    assert team.store.checkpoint_names() == [f"checkpoint-{i:08d}.json" for i in (4, 5, 6)]
     assert team.latest_checkpoint()["seq"] == 6  # type: ignore[index]
-    Path(team.checkpoint_dir, "checkpoint-00000006.json").write_text("{torn")
-    assert team.latest_checkpoint()["seq"] == 5  # type: ignore[index]  # an unreadable one is skipped
 
 
 def test_git_mirror_leaves_branch_index_and_work_tree_alone(phome: Home, project: Path, clock: ManualClock) -> None:
@@ -958,10 +967,20 @@ def test_git_mirror_leaves_branch_index_and_work_tree_alone(phome: Home, project
     ref = f"refs/phoenix/teams/{team.id}"
     log = git(project, "log", "--format=%s", ref).splitlines()
     assert log == [f"phoenix team {team.id}: {second['name']}", f"phoenix team {team.id}: {first['name']}"]
-    content = git(project, "show", f"{ref}:checkpoint.json")
+    content = git(project, "show", f"{ref}:checkpoints/{second['name']}")
+    assert json.loads(content) == team.store.read_checkpoint(second["name"])
     assert json.loads(content)["reason"] == "mirror 2"
-    assert content.encode() == Path(team.checkpoint_dir, second["name"]).read_bytes()
-    assert git(project, "ls-tree", "--name-only", ref).split() == ["checkpoint.json"]
+    # Each commit is seed 004's layout, what `phx team export` writes.
+    assert git(project, "ls-tree", "--name-only", ref).split() == [
+        "checkpoints",
+        "mailbox.jsonl",
+        "metadata.json",
+        "teammates.json",
+    ]
+    assert json.loads(git(project, "show", f"{ref}:metadata.json"))["team_id"] == team.id
+    assert git(project, "ls-tree", "--name-only", f"{ref}:checkpoints").split() == [
+        f"checkpoint-{i:08d}.json" for i in range(1, second["seq"] + 1)
+    ]
     assert ref not in git(project, "branch", "-a")
     assert git(project, "status", "--porcelain", "--untracked-files=no").splitlines() == [
         " M README.md",
@@ -1076,7 +1095,7 @@ def test_watchdog_check_teams_returns_tasks_of_stale_teammates(home: Home, clock
     team.complete(force=True)
     assert check_teams(home, clock=clock) == []
     broken = Team.create(home, "broken", lead="lead", clock=clock)
-    Path(broken.metadata_path).write_text("{")
+    set_raw_metadata(broken, "{")
     rows_broken = check_teams(home, clock=clock)
     assert len(rows_broken) == 1 and rows_broken[0]["team"] == broken.id
     assert "not valid JSON" in rows_broken[0]["error"]

@@ -229,7 +229,7 @@ def _identity_add(
 
 
 def _messages(records: list[dict[str, Any]]) -> list[Any]:
-    from phoenix_protocol._mailbox import Message
+    from phoenix_protocol._team_store import Message
 
     return [Message.from_record(r) for r in records]
 

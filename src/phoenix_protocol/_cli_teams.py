@@ -78,9 +78,16 @@ def team_group() -> None:
 @click.option(
     "--facts-command", metavar="CMD", help="Whose output hash 'verify facts' compares (default: git HEAD + changes)."
 )
+@click.option("--id", "team_id", metavar="ID", help="The team's id (default: the name as a slug, plus 5 random hex).")
 @home_common
 def team_create(
-    home: Home, out: Output, name: str, lead: str, check_command: str | None, facts_command: str | None
+    home: Home,
+    out: Output,
+    name: str,
+    lead: str,
+    check_command: str | None,
+    facts_command: str | None,
+    team_id: str | None,
 ) -> None:
     """Create a team; prints its id.
 
@@ -88,7 +95,7 @@ def team_create(
     """
     from phoenix_protocol._teams import Team
 
-    team = Team.create(home, name, lead=lead, check_command=check_command, facts_command=facts_command)
+    team = Team.create(home, name, lead=lead, check_command=check_command, facts_command=facts_command, team_id=team_id)
     if out.as_json:
         out.json({"team": team.read()})
     else:
@@ -335,7 +342,7 @@ def team_inbox(home: Home, out: Output, team_id: str, name: str, follow: bool, l
             out.console.print("(no new messages)")
         return
     try:
-        while True:  # woken by the sender's commit on PostgreSQL; a look every 0.5 s on files
+        while True:  # woken by the sender's commit on PostgreSQL; a look every 0.2 s on SQLite
             if mailbox.wait(name, timeout=30.0):
                 deliver()
     except KeyboardInterrupt:
@@ -445,6 +452,30 @@ def team_checkpoint(home: Home, out: Output, team_id: str) -> None:
         out.json({"checkpoint": info})
     else:
         out.console.print(f"checkpoint {info['name']}")
+
+
+@team_group.command("export")
+@click.argument("team_id", metavar="TEAM")
+@click.argument("directory", type=click.Path(file_okay=False))
+@home_common
+def team_export(home: Home, out: Output, team_id: str, directory: str) -> None:
+    """Write the team as seed 004's files: DIRECTORY/TEAM/ with metadata.json, mailbox.jsonl,
+    teammates.json and checkpoints/ (an earlier export there is brought up to date).
+
+    Example: phx team export TEAM .team-state
+    """
+    from rich.markup import escape
+
+    from phoenix_protocol._team_files import check_export_directory
+
+    result = _team(home, team_id).export(check_export_directory(directory))
+    if out.as_json:
+        out.json(result)
+    else:
+        out.console.print(
+            f"exported {team_id} to {escape(result['directory'])}: {result['messages']} messages, "
+            f"{result['checkpoints']} checkpoints"
+        )
 
 
 @team_group.command("consolidate")

@@ -201,7 +201,8 @@ SETTINGS: dict[str, tuple[type, Any, float | None, float | None, str]] = {
         False,
         None,
         None,
-        "Mirror full team checkpoints into refs/phoenix/teams/<team_id> (git plumbing only).",
+        "On every full team checkpoint, commit the team (as phx team export writes it) to "
+        "refs/phoenix/teams/<team_id> (git plumbing only).",
     ),
     # Storage backend (issue 8).
     "store": (

@@ -226,7 +226,8 @@ def _resume(
                 meta["status"] = "active"
             team._log(meta, "lead_attached")
 
-        data, _ = team._change(bind)
+        meta, _ = team._change(bind, metadata_only=True)  # the tasks are as read above
+        data = {**meta, "tasks": data["tasks"]}
         team.heartbeat(data["lead"], session_id=session_id)
         result.attached = True
     result.summary = summary(team, data, probed, now_ms=now)

@@ -1,21 +1,17 @@
 """Teams (seed 004): durable team state, tasks with atomic claims, liveness, lifecycle, resume.
 
-A team lives in ``<home>/teams/<team_id>/``:
-
-- ``metadata.json``: the team (lifecycle status, lead binding, settings), its task list and its
-  session log, rewritten atomically under a lock on every change;
-- ``teammates.json``: the roster (name, role, session, current task, the heartbeat sequence last
-  seen and when, by the observer's clock);
-- ``mailbox.jsonl`` and its side files: the mailbox (``_mailbox``);
-- ``checkpoints/checkpoint-<seq>.json``: checkpoints (a small record on every task transition and
-  every few messages, a full snapshot periodically and on demand), each with the heartbeats' last
-  values, the mailbox position and the facts hash;
-- heartbeats on a fast path (``_heartbeats``).
+A team lives in the home's database (``_team_store``: SQLite ``phoenix.db`` by default,
+PostgreSQL with ``store = "postgresql://…"``): its metadata (lifecycle status, lead binding,
+settings, session log), its tasks (one row each), its roster, its mailbox and its checkpoints (a
+small record on every task transition and every few messages, a full snapshot periodically and on
+demand, each with the heartbeats' last values, the mailbox position and the facts hash; the newest
+200 kept). Heartbeats take a fast path (``_heartbeats``). ``phx team export`` writes seed 004's
+``.team-state/<team-id>/`` files from it (``_team_files``), and so does the optional git mirror.
 
 Every record carries ``schema_version``; ``MIGRATIONS`` upgrades older ones on load (the seed's
-"1.0 → 1.1 adds checkpoint_seq = 0") and a newer one is refused. Claims, releases and
-reassignments are read-modify-writes of ``metadata.json`` under its lock: of two teammates
-claiming one task at once, exactly one wins and the other gets ``ClaimConflictError``.
+"1.0 → 1.1 adds checkpoint_seq = 0") and a newer one is refused. A change of the team is one
+transaction on its row: of two teammates claiming one task at once, exactly one wins and the
+other gets ``ClaimConflictError``.
 
 Lifecycle: pending → active → consolidating → completed (and back from consolidating to active
 when the check fails); a completed team is read-only. The lead's session binding
@@ -36,7 +32,6 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from phoenix_protocol._clock import Clock, iso_from_ms, system_clock
-from phoenix_protocol._durable import FileLock, atomic_write, ensure_dir, read_bytes
 from phoenix_protocol._errors import (
     CorruptStateError,
     NotFoundError,
@@ -44,13 +39,13 @@ from phoenix_protocol._errors import (
     SchemaVersionError,
     UsageError,
 )
-from phoenix_protocol._heartbeats import SKEW_MS, beat, classify, read_beat, runtime_dir
-from phoenix_protocol._ids import is_valid_id, validate_id, validate_session_id
-from phoenix_protocol._jsonio import JSONError, dumps_document, dumps_line, loads
+from phoenix_protocol._heartbeats import SKEW_MS, classify, runtime_dir
+from phoenix_protocol._ids import validate_id, validate_session_id
+from phoenix_protocol._jsonio import dumps_line
 
 if TYPE_CHECKING:
     from phoenix_protocol._home import Home
-    from phoenix_protocol._mailbox import Mailbox
+    from phoenix_protocol._team_store import Mailbox, Message, TeamStore
 
 __all__ = [
     "MIGRATIONS",
@@ -155,205 +150,47 @@ def migrate(data: dict[str, Any], path: str) -> dict[str, Any]:
     return data
 
 
-def _load_json(path: str) -> dict[str, Any] | None:
-    data = read_bytes(path)
-    if data is None:
-        return None
-    try:
-        value = loads(data)
-    except JSONError as exc:
-        raise CorruptStateError(
-            f"{path} is not valid JSON ({exc}); run `phx team checkpoint` history to restore.", path=path
-        ) from None
-    if not isinstance(value, dict):
-        raise CorruptStateError(f"{path} is not a JSON object.", path=path)
-    return value
-
-
 def list_teams(home: Home, *, config: Any = None) -> list[str]:
-    """Ids of the teams in ``home`` (or in the PostgreSQL store it is configured with), sorted."""
-    store = _store_url(home, config)
-    if store is not None:
-        from phoenix_protocol._teams_pg import pg_list_teams
+    """Ids of the teams in ``home``'s database (its ``store``), sorted."""
+    from phoenix_protocol._team_store import list_team_ids
 
-        return pg_list_teams(store)
-    try:
-        names = os.listdir(os.path.join(home.root, "teams"))
-    except FileNotFoundError:
-        return []
-    return sorted(
-        n for n in names if is_valid_id(n) and os.path.exists(os.path.join(home.root, "teams", n, "metadata.json"))
-    )
+    return list_team_ids(_database(home, config))
 
 
-def _store_url(home: Home, config: Any = None) -> str | None:
-    """The ``postgresql://`` URL teams are kept at, or ``None`` for the home's files."""
-    from phoenix_protocol._config import load_config
-    from phoenix_protocol._pg import is_postgres_url
+def _database(home: Home, config: Any = None) -> Any:
+    """The home's database, with a home written by an earlier release's team folders moved in
+    first (``_team_files.import_home_teams``, once)."""
+    from phoenix_protocol.store._db import open_database
 
-    cfg = config if config is not None else load_config(home.root, project_root=home.project_root)
-    return str(cfg.store) if is_postgres_url(cfg.store) else None
+    db = open_database(home, config)
+    if os.path.isdir(os.path.join(home.root, "teams")):
+        from phoenix_protocol._team_files import import_home_teams
 
-
-class FileTeamStore:
-    """A team's state in the home's files (the embedded default). ``PgTeamStore`` in ``_teams_pg``
-    is the same interface on PostgreSQL; ``Team`` uses whichever the configuration names."""
-
-    def __init__(self, team: Team) -> None:
-        self.team = team
-        self.metadata_path = team.metadata_path
-        self.teammates_path = team.teammates_path
-        self.checkpoint_dir = team.checkpoint_dir
-        self.heartbeat_dir = runtime_dir(team.home.root, team.id)
-        self.lock_timeout = team.config.lock_timeout
-
-    @property
-    def location(self) -> str:
-        """Where the team is, for people: its metadata file."""
-        return self.metadata_path
-
-    def exists(self) -> bool:
-        return os.path.exists(self.metadata_path)
-
-    def create(self, metadata: dict[str, Any]) -> None:
-        ensure_dir(self.team.dir)
-        with FileLock(self.metadata_path, self.lock_timeout):
-            if os.path.exists(self.metadata_path):
-                raise UsageError(f"team {self.team.id} already exists.")
-            atomic_write(self.metadata_path, dumps_document(metadata).encode("ascii"))
-            atomic_write(
-                self.teammates_path,
-                dumps_document({"schema_version": SCHEMA_VERSION, "teammates": []}).encode("ascii"),
-            )
-
-    def read(self) -> dict[str, Any]:
-        data = _load_json(self.metadata_path)
-        if data is None:
-            raise TeamNotFoundError(f"team {self.team.id} has no metadata.json.")
-        return migrate(data, self.metadata_path)
-
-    def read_metadata(self) -> dict[str, Any]:
-        """The metadata (here with the tasks: they are one file)."""
-        return self.read()
-
-    def change(
-        self, mutate: Callable[[dict[str, Any]], Any], *, task_id: str | None = None
-    ) -> tuple[dict[str, Any], Any]:
-        """Read, mutate and rewrite ``metadata.json`` under its lock (``task_id`` changes nothing
-        here: the file holds every task anyway)."""
-        with FileLock(self.metadata_path, self.lock_timeout):
-            data = self.read()
-            result = mutate(data)
-            atomic_write(self.metadata_path, dumps_document(data).encode("ascii"))
-        return data, result
-
-    def roster(self) -> list[dict[str, Any]]:
-        data = _load_json(self.teammates_path) or {"schema_version": SCHEMA_VERSION, "teammates": []}
-        return list(migrate(data, self.teammates_path).get("teammates", []))
-
-    def change_roster(self, mutate: Callable[[list[dict[str, Any]]], Any]) -> Any:
-        with FileLock(self.teammates_path, self.lock_timeout):
-            data = _load_json(self.teammates_path) or {"schema_version": SCHEMA_VERSION, "teammates": []}
-            data = migrate(data, self.teammates_path)
-            teammates = list(data.get("teammates", []))
-            result = mutate(teammates)
-            data["teammates"] = teammates
-            data["schema_version"] = SCHEMA_VERSION
-            atomic_write(self.teammates_path, dumps_document(data).encode("ascii"))
-        return result
-
-    def claim_next(self, name: str, claim: Callable[[dict[str, Any]], dict[str, Any] | None]) -> Any:
-        """The first ready task, claimed under the metadata lock (``claim`` picks and claims it)."""
-        return self.change(claim)[1]
-
-    def beat(self, name: str, *, now_ms: int, session_id: str | None) -> dict[str, Any]:
-        return beat(self.heartbeat_dir, name, now_ms=now_ms, session_id=session_id)
-
-    def read_beat(self, name: str) -> dict[str, Any] | None:
-        return read_beat(self.heartbeat_dir, name)
-
-    def read_beats(self, names: list[str]) -> dict[str, dict[str, Any] | None]:
-        return {name: read_beat(self.heartbeat_dir, name) for name in names}
-
-    def mailbox(self) -> Mailbox:
-        from phoenix_protocol._mailbox import Mailbox
-
-        return Mailbox(self.team.dir, team_id=self.team.id, clock=self.team.clock, lock_timeout=self.lock_timeout)
-
-    def write_checkpoint(self, name: str, seq: int, kind: str, record: dict[str, Any], keep: int) -> bytes:
-        ensure_dir(self.checkpoint_dir)
-        content = dumps_document(record).encode("ascii")
-        atomic_write(os.path.join(self.checkpoint_dir, name), content)
-        try:
-            names = sorted(
-                n for n in os.listdir(self.checkpoint_dir) if n.startswith("checkpoint-") and n.endswith(".json")
-            )
-        except FileNotFoundError:
-            return content
-        for old in names[: max(0, len(names) - keep)]:
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(os.path.join(self.checkpoint_dir, old))
-        return content
-
-    def latest_checkpoint(self, kind: str | None) -> dict[str, Any] | None:
-        try:
-            names = sorted((n for n in os.listdir(self.checkpoint_dir) if n.startswith("checkpoint-")), reverse=True)
-        except FileNotFoundError:
-            return None
-        for name in names:
-            try:
-                record = _load_json(os.path.join(self.checkpoint_dir, name))
-            except CorruptStateError:
-                continue
-            if record is not None and (kind is None or record.get("checkpoint_type") == kind):
-                return record
-        return None
-
-    def checkpoint_names(self) -> list[str]:
-        try:
-            return sorted(n for n in os.listdir(self.checkpoint_dir) if n.startswith("checkpoint-"))
-        except FileNotFoundError:
-            return []
-
-    def read_checkpoint(self, name: str) -> dict[str, Any] | None:
-        """One checkpoint by name (``None`` if gone); a damaged one is a ``CorruptStateError``."""
-        if os.path.basename(name) != name or not name.startswith("checkpoint-"):
-            raise UsageError(f"{name!r} is not a team checkpoint name.")
-        return _load_json(os.path.join(self.checkpoint_dir, name))
-
-    def put_beat(self, record: dict[str, Any]) -> None:
-        """Store a heartbeat record as it is (``phx import``)."""
-        name = validate_id(str(record.get("name")), "teammate name")
-        ensure_dir(self.heartbeat_dir)
-        atomic_write(
-            os.path.join(self.heartbeat_dir, name + ".json"), (dumps_line(record) + "\n").encode("ascii"), durable=False
-        )
+        import_home_teams(home, db)
+    return db
 
 
 class Team:
     """One team in a Phoenix home. ``Team.create`` makes one; ``Team.open`` loads one. Its state
-    is in the home's files or, with ``store = "postgresql://…"``, in PostgreSQL (``self.store``)."""
+    is in the home's database (``self.store``, a ``TeamStore``)."""
 
     def __init__(self, home: Home, team_id: str, *, clock: Clock = system_clock, config: Any = None) -> None:
         from phoenix_protocol._config import load_config
+        from phoenix_protocol._team_store import TeamStore
 
         self.home = home
         self.id = validate_id(team_id, "team id")
-        self.dir = os.path.join(home.root, "teams", self.id)
-        self.metadata_path = os.path.join(self.dir, "metadata.json")
-        self.teammates_path = os.path.join(self.dir, "teammates.json")
-        self.checkpoint_dir = os.path.join(self.dir, "checkpoints")
         self.clock = clock
         self.config = config if config is not None else load_config(home.root, project_root=home.project_root)
         self.heartbeat_dir = runtime_dir(home.root, self.id)
-        self._mailbox: Any = None
-        url = _store_url(home, self.config)
-        if url is not None:
-            from phoenix_protocol._teams_pg import PgTeamStore
-
-            self.store: Any = PgTeamStore(self, url)
-        else:
-            self.store = FileTeamStore(self)
+        self._mailbox: Mailbox | None = None
+        self.store: TeamStore = TeamStore(
+            _database(home, self.config),
+            self.id,
+            clock=clock,
+            lock_timeout=float(self.config.lock_timeout),
+            heartbeat_dir=self.heartbeat_dir,
+        )
 
     # -- opening ----------------------------------------------------------------------------
 
@@ -428,20 +265,20 @@ class Team:
 
     @property
     def mailbox(self) -> Mailbox:
-        """The team's mailbox (``Mailbox`` on files, ``PgMailbox`` on PostgreSQL: the same methods)."""
+        """The team's mailbox."""
         if self._mailbox is None:
             self._mailbox = self.store.mailbox()
-        return self._mailbox  # type: ignore[no-any-return]
+        return self._mailbox
 
     # -- reading and changing ------------------------------------------------------------------
 
     def read(self) -> dict[str, Any]:
-        """The team's metadata with its tasks (``metadata.json``, migrated)."""
-        return self.store.read()  # type: ignore[no-any-return]
+        """The team's metadata with its tasks (migrated)."""
+        return self.store.read()
 
     def roster(self) -> list[dict[str, Any]]:
-        """The teammates (``teammates.json``)."""
-        return self.store.roster()  # type: ignore[no-any-return]
+        """The teammates."""
+        return self.store.roster()
 
     def _change(
         self,
@@ -449,16 +286,18 @@ class Team:
         *,
         allow_completed: bool = False,
         task_id: str | None = None,
+        metadata_only: bool = False,
     ) -> tuple[dict[str, Any], Any]:
         """Run ``mutate`` on the team under its lock. ``task_id``: ``mutate`` looks at that task
-        only, and ``data["tasks"]`` may hold just it (the other tasks are left as they are)."""
+        only, and ``data["tasks"]`` may hold just it (the other tasks are left as they are);
+        ``metadata_only``: ``mutate`` changes no task, and ``data["tasks"]`` is empty."""
 
         def guarded(data: dict[str, Any]) -> Any:
             if data["status"] == "completed" and not allow_completed:
                 raise TeamReadOnlyError(f"team {self.id} is completed: its state is read-only.")
             return mutate(data)
 
-        return self.store.change(guarded, task_id=task_id)  # type: ignore[no-any-return]
+        return self.store.change(guarded, task_id=task_id, metadata_only=metadata_only)
 
     def _change_roster(self, mutate: Callable[[list[dict[str, Any]]], Any]) -> Any:
         return self.store.change_roster(mutate)
@@ -519,7 +358,7 @@ class Team:
             teammates.append(mate)
             return mate
 
-        data = self.read()
+        data = self.store.read_metadata()
         if data["status"] == "completed":
             raise TeamReadOnlyError(f"team {self.id} is completed: its state is read-only.")
         mate: dict[str, Any] = self._change_roster(mutate)
@@ -535,7 +374,7 @@ class Team:
         """Record a heartbeat of ``name`` (fast path); the lead's also refreshes its binding."""
         if session_id is not None:
             validate_session_id(session_id)  # stored in clear (the hooks give a hash of a secret instead)
-        data = self.read()
+        data = self.store.read_metadata()
         if name not in self.teammate_names():
             raise UsageError(f"{name!r} is not in team {self.id} (`phx team join {self.id} {name}`).")
         record: dict[str, Any] = self.store.beat(name, now_ms=self.clock.now_ms(), session_id=session_id)
@@ -547,7 +386,7 @@ class Team:
                     meta["lead_last_seen_ms"] = record["ms"]
                     meta["lead_last_seen"] = iso_from_ms(record["ms"])
 
-                self._change(mutate)
+                self._change(mutate, metadata_only=True)
         return record
 
     def liveness(self, name: str, *, now_ms: int | None = None) -> dict[str, Any]:
@@ -732,19 +571,7 @@ class Team:
         if name not in self.teammate_names():
             raise UsageError(f"{name!r} is not in team {self.id} (`phx team join {self.id} {name}`).")
         started = iso_from_ms(self.clock.now_ms())
-
-        def claim(data: dict[str, Any]) -> dict[str, Any] | None:
-            if data["status"] == "completed":
-                raise TeamReadOnlyError(f"team {self.id} is completed: its state is read-only.")
-            done = {t["task_id"] for t in data["tasks"] if t["status"] == "completed"}
-            for task in data["tasks"]:
-                if task["status"] == "pending" and not task["assigned_to"] and set(task["dependencies"]) <= done:
-                    task.update(assigned_to=name, status="in_progress", started_at=started)
-                    self._log(data, "task_assignment")
-                    return task  # type: ignore[no-any-return]
-            return None
-
-        task: dict[str, Any] | None = self.store.claim_next(name, claim)
+        task = self.store.claim_next(name, started)
         if task is None:
             return None
         self._set_current_task(name, task["task_id"])
@@ -841,7 +668,7 @@ class Team:
 
     def sweep(self) -> list[dict[str, Any]]:
         """Return tasks held by suspended or stale teammates to the queue (checkpoints kept)."""
-        lead = self.read()["lead"]
+        lead = self.store.read_metadata()["lead"]
         dead = {
             name
             for name, live in self.liveness_all().items()
@@ -880,42 +707,72 @@ class Team:
 
     def send(
         self, sender: str, to: str, *, type: str = "info", subject: str, body: str, msg_id: str | None = None
-    ) -> Any:
-        """Send a message (idempotent by ``msg_id``); checkpoints every few messages."""
-        names = self.teammate_names()
-        if sender not in names:
-            raise UsageError(f"{sender!r} is not in team {self.id}.")
-        if to != "*" and to not in names:
-            raise UsageError(f"{to!r} is not in team {self.id} (use * to broadcast).")
-        if self.read()["status"] == "completed":
-            raise TeamReadOnlyError(f"team {self.id} is completed: its state is read-only.")
-        message = self.mailbox.send(sender, to, type=type, subject=subject, body=body, msg_id=msg_id)
-        if not getattr(message, "duplicate", False):
-            self._after_message()
-        return message
-
-    def _after_message(self) -> None:
+    ) -> Message:
+        """Send a message (idempotent by ``msg_id``) in one small transaction: the message, the
+        mailbox's counters, the session log's message count and, every few messages, a
+        ``messages`` checkpoint."""
         ms = self.clock.now_ms()
 
-        def mutate(data: dict[str, Any]) -> bool:
-            log = data["session_log"]
+        def after(meta: dict[str, Any]) -> bool:
+            log = meta["session_log"]
             log["messages_since_checkpoint"] = int(log.get("messages_since_checkpoint", 0)) + 1
             last = log.get("last_checkpoint_ms") or 0
-            self._log(data, "message_sent")
+            self._log(meta, "message_sent")
             return bool(
                 log["messages_since_checkpoint"] >= MESSAGE_CHECKPOINT_EVERY or ms - last >= MESSAGE_CHECKPOINT_MS
             )
 
-        _data, due = self._change(mutate)
-        if due:
-            self.checkpoint(kind="messages")
+        def checkpoint(
+            meta: dict[str, Any], beats: dict[str, Any], position: dict[str, Any]
+        ) -> tuple[int, dict[str, Any]]:
+            seq = self._number_checkpoint(meta, "messages", ms)
+            return seq, self._checkpoint_record(seq, "messages", "", ms, beats, position)
+
+        return self.store.send(
+            sender,
+            to,
+            type=type,
+            subject=subject,
+            body=body,
+            msg_id=msg_id,
+            after=after,
+            checkpoint=checkpoint,
+            keep=KEEP_CHECKPOINTS,
+        )
+
+    def _number_checkpoint(self, data: dict[str, Any], kind: str, ms: int) -> int:
+        """The next checkpoint's seq, recorded in the team's metadata with its session log."""
+        data["checkpoint_seq"] = int(data.get("checkpoint_seq", 0)) + 1
+        log = data["session_log"]
+        log["messages_since_checkpoint"] = 0
+        log["last_checkpoint_ms"] = ms
+        if kind == "full":
+            log["last_full_snapshot_ms"] = ms
+        self._log(data, "checkpoint_saved")
+        return int(data["checkpoint_seq"])
+
+    def _checkpoint_record(
+        self, seq: int, kind: str, reason: str, ms: int, beats: dict[str, Any], position: dict[str, Any]
+    ) -> dict[str, Any]:
+        return {
+            "kind": "phoenix.team-checkpoint",
+            "schema_version": SCHEMA_VERSION,
+            "team_id": self.id,
+            "seq": seq,
+            "checkpoint_type": kind,
+            "reason": reason,
+            "timestamp": iso_from_ms(ms),
+            "timestamp_ms": ms,
+            "heartbeats": beats,
+            "mailbox": position,
+        }
 
     # -- checkpoints -----------------------------------------------------------------------------
 
     def facts_hash(self) -> dict[str, Any]:
         """Seed 004's "verify facts": the hash of the facts command's output (default: git HEAD
         and a hash of tracked changes)."""
-        data = self.read()
+        data = self.store.read_metadata()
         command = (data.get("settings") or {}).get("facts_command")
         root = self.home.project_root or os.path.dirname(self.home.root)
         if command:
@@ -940,14 +797,7 @@ class Team:
             kind = "full" if ms - last_full >= FULL_SNAPSHOT_MS else "task"
 
         def mutate(data: dict[str, Any]) -> None:
-            data["checkpoint_seq"] = int(data.get("checkpoint_seq", 0)) + 1
-            holder["seq"] = data["checkpoint_seq"]
-            log = data["session_log"]
-            log["messages_since_checkpoint"] = 0
-            log["last_checkpoint_ms"] = ms
-            if kind == "full":
-                log["last_full_snapshot_ms"] = ms
-            self._log(data, "checkpoint_saved")
+            holder["seq"] = self._number_checkpoint(data, kind, ms)
             if task is not None:
                 self._task(data, task["task_id"])["checkpoint"].update(
                     checkpoint_seq=data["checkpoint_seq"], name=f"checkpoint-{data['checkpoint_seq']:08d}.json"
@@ -956,22 +806,13 @@ class Team:
 
         # A task record needs only its task: the store may load just that one (PostgreSQL does).
         only = task["task_id"] if task is not None and kind != "full" else None
-        data, _ = self._change(mutate, allow_completed=kind == "full", task_id=only)
+        data, _ = self._change(
+            mutate, allow_completed=kind == "full", task_id=only, metadata_only=kind != "full" and task is None
+        )
         seq = holder["seq"]
         roster = self.roster()
         beats = self.store.read_beats([m["name"] for m in roster])
-        record: dict[str, Any] = {
-            "kind": "phoenix.team-checkpoint",
-            "schema_version": SCHEMA_VERSION,
-            "team_id": self.id,
-            "seq": seq,
-            "checkpoint_type": kind,
-            "reason": reason,
-            "timestamp": iso_from_ms(ms),
-            "timestamp_ms": ms,
-            "heartbeats": beats,
-            "mailbox": self._mailbox_position(roster),
-        }
+        record = self._checkpoint_record(seq, kind, reason, ms, beats, self._mailbox_position(roster))
         if kind == "full":
             record["metadata"] = data
             record["teammates"] = roster
@@ -979,9 +820,9 @@ class Team:
         elif task is not None:
             record["task"] = self._task(data, task["task_id"])
         name = f"checkpoint-{seq:08d}.json"
-        content: bytes = self.store.write_checkpoint(name, seq, kind, record, KEEP_CHECKPOINTS)
+        self.store.write_checkpoint(name, seq, kind, record, KEEP_CHECKPOINTS)
         if kind == "full" and self.config.team_git_mirror:
-            self._mirror(name, content)
+            self.mirror_to_git(f"phoenix team {self.id}: {name}")
         return {"name": name, "seq": seq, "kind": kind}
 
     def _mailbox_position(self, roster: list[dict[str, Any]]) -> dict[str, Any]:
@@ -997,58 +838,29 @@ class Team:
         task["checkpoint"].update(checkpoint_seq=info["seq"], name=info["name"])  # what the caller gets back
 
     def latest_checkpoint(self, *, kind: str | None = None) -> dict[str, Any] | None:
-        """The newest readable checkpoint (of a kind)."""
-        return self.store.latest_checkpoint(kind)  # type: ignore[no-any-return]
+        """The newest checkpoint (of a kind)."""
+        return self.store.latest_checkpoint(kind)
 
-    def mirror_to_git(self, checkpoint_path: str) -> str | None:
-        """Mirror a checkpoint into ``refs/phoenix/teams/<team_id>`` with git plumbing: no branch,
-        index or work tree of the user's is touched. Returns the commit id."""
-        with open(checkpoint_path, "rb") as fh:
-            content = fh.read()
-        return self._mirror(os.path.basename(checkpoint_path), content)
+    def mirror_to_git(self, message: str | None = None) -> str | None:
+        """Commit the team's seed-004 files (what ``phx team export`` writes) to
+        ``refs/phoenix/teams/<team_id>`` with git plumbing: no branch, index or work tree of the
+        user's is touched. Returns the commit id (``None`` outside git)."""
+        from phoenix_protocol._team_files import mirror_to_git
 
-    def _mirror(self, name: str, content: bytes) -> str | None:
-        root = self.home.project_root
-        if root is None:
-            return None
-        blob = _git(root, "hash-object", "-w", "--stdin", input_=content)
-        if blob is None:
-            return None
-        tree = _git(root, "mktree", input_=f"100644 blob {blob.decode().strip()}\tcheckpoint.json\n".encode())
-        if tree is None:
-            return None
-        ref = f"refs/phoenix/teams/{self.id}"
-        parent = _git(root, "rev-parse", "--verify", "--quiet", ref)
-        args = [
-            "commit-tree",
-            tree.decode().strip(),
-            "-m",
-            f"phoenix team {self.id}: {name}",
-        ]
-        if parent:
-            args += ["-p", parent.decode().strip()]
-        env = {
-            "GIT_AUTHOR_NAME": "Phoenix Protocol",
-            "GIT_AUTHOR_EMAIL": "phoenix@localhost",
-            "GIT_COMMITTER_NAME": "Phoenix Protocol",
-            "GIT_COMMITTER_EMAIL": "phoenix@localhost",
-        }
-        commit = _git(root, *args, env=env)
-        if commit is None:
-            return None
-        sha = commit.decode().strip()
-        # Compare-and-swap: a concurrent mirror that moved the ref makes this one fail, not lose a commit.
-        old = parent.decode().strip() if parent else "0" * 40
-        if _git(root, "update-ref", ref, sha, old) is None:
-            return None
-        return sha
+        return mirror_to_git(self, message or f"phoenix team {self.id}")
+
+    def export(self, directory: str) -> dict[str, Any]:
+        """Write seed 004's ``<directory>/<team_id>/`` layout (``phx team export``)."""
+        from phoenix_protocol._team_files import export_team
+
+        return export_team(self, directory)
 
     # -- the lead, zombie mode ----------------------------------------------------------------------
 
     def lead_silence_ms(self, *, now_ms: int | None = None) -> int | None:
         """Milliseconds since the lead was last seen (its heartbeat or binding), or ``None``."""
         now = self.clock.now_ms() if now_ms is None else now_ms
-        data = self.read()
+        data = self.store.read_metadata()
         seen = [int(data["lead_last_seen_ms"])] if data.get("lead_last_seen_ms") else []
         hb = self.store.read_beat(data["lead"])
         if hb is not None:
@@ -1071,7 +883,7 @@ class Team:
             def mutate(meta: dict[str, Any]) -> None:
                 meta["session_log"]["lead_timeout_detected_at"] = self.clock.now_iso()
 
-            self._change(mutate)
+            self._change(mutate, metadata_only=True)
         mine = [t for t in data["tasks"] if t["assigned_to"] == name and t["status"] != "completed"]
         out = {
             "team_id": self.id,
@@ -1094,7 +906,7 @@ class Team:
     def consolidate(self) -> dict[str, Any]:
         """Mark consolidating, run the check command, record the last good commit. Green stays
         consolidating (commit, then ``complete``); red goes back to active."""
-        data = self.read()
+        data = self.store.read_metadata()
         root = self.home.project_root or os.path.dirname(self.home.root)
         head = _git(root, "rev-parse", "HEAD")
         if data["status"] != "consolidating":
@@ -1131,7 +943,7 @@ class Team:
         """Mark the team completed (read-only from then on); refused while git has uncommitted
         changes unless ``force``."""
         root = self.home.project_root
-        status = self.read()["status"]
+        status = self.store.read_metadata()["status"]
         if "completed" not in _TRANSITIONS[status]:
             raise RefusedError(
                 f"team {self.id} is {status}: only a consolidating team can complete (`phx team consolidate`)."
@@ -1145,7 +957,7 @@ class Team:
 
     def partial_consolidation(self) -> dict[str, Any] | None:
         """Status consolidating plus staged or dirty changes in git: a lead died mid-consolidation."""
-        data = self.read()
+        data = self.store.read_metadata()
         if data["status"] != "consolidating":
             return None
         root = self.home.project_root
@@ -1165,7 +977,7 @@ class Team:
     def resolve_consolidation(self, choice: str) -> dict[str, Any]:
         """retry (run the check again) | abort (reset to the last good commit, reopen tasks) |
         inspect (the staged diff)."""
-        data = self.read()
+        data = self.store.read_metadata()
         root = self.home.project_root
         if choice == "retry":
             return {"choice": "retry", **self.consolidate()}

@@ -370,9 +370,7 @@ def import_home(home: Home, path: str, *, progress: Progress | None = None) -> d
         team_id = team_record["team_id"]
         say(f"team {team_id}")
         team = Team(home, team_id, config=config)
-        team.store.create(team_record["metadata"])
-        roster = team_record["roster"]
-        team.store.change_roster(lambda teammates, roster=roster: teammates.extend(roster))
+        team.store.create(team_record["metadata"], team_record["roster"])
         clock = ManualClock()
         box = team.store.mailbox()
         box.clock = clock

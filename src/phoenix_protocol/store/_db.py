@@ -37,6 +37,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "DB_NAME",
+    "POLL_SECONDS",
     "Database",
     "Dialect",
     "Tx",
@@ -50,6 +51,8 @@ Engine = Literal["sqlite", "postgresql"]
 
 DB_NAME = "phoenix.db"
 """The embedded database's file name, in the home."""
+POLL_SECONDS = 0.2
+"""How often ``Database.wait`` looks again on SQLite."""
 
 _PG_SCHEMES = ("postgresql://", "postgres://")
 NETWORK_FILE_SYSTEMS = frozenset(
@@ -131,6 +134,33 @@ class Dialect:
     def placeholders(self, count: int) -> str:
         """``?, ?, …`` for an ``IN (…)`` list of ``count`` values."""
         return ", ".join("?" * count)
+
+    def json(self, value: Any) -> Any:
+        """A value for a JSON column (``jsonb`` on PostgreSQL, JSON text on SQLite)."""
+        if self.postgres:
+            from psycopg.types.json import Jsonb
+
+            return Jsonb(value)
+        try:
+            return orjson.dumps(value).decode()
+        except TypeError:  # a lone surrogate read from a hand edit: written back escaped, as read
+            from phoenix_protocol._jsonio import dumps_line
+
+            return dumps_line(value)
+
+    def array_table(self, column: str) -> str:
+        """A ``text_array`` column as a table ``dep`` with one row per element (column ``value``)."""
+        return f"unnest({column}) AS dep(value)" if self.postgres else f"json_each({column}) AS dep"
+
+    def byte_length(self, expr: str) -> str:
+        """The length of a text expression in UTF-8 bytes."""
+        return f"octet_length({expr})" if self.postgres else f"length(CAST({expr} AS BLOB))"
+
+    def notify(self, tx: Tx, channel: str, payload: str) -> None:
+        """Wake ``Database.wait`` on ``channel`` when ``tx`` commits (PostgreSQL ``NOTIFY``;
+        SQLite has no such signal: its waiters poll)."""
+        if self.postgres:
+            tx.execute("SELECT pg_notify(?, ?)", (channel, payload))
 
 
 class Tx:
@@ -214,6 +244,29 @@ class Database:
 
     def close(self) -> None:
         """Close this process's connections (they reopen on the next use)."""
+
+    def wait(
+        self,
+        channel: str,
+        ready: Callable[[], bool],
+        timeout: float,
+        *,
+        relevant: Callable[[str], bool] = lambda _payload: True,
+    ) -> bool:
+        """Block until ``ready()`` (``True``) or ``timeout`` seconds pass (``False``), looking
+        again when something is written: every ``POLL_SECONDS`` here (SQLite has no wake-up
+        signal); PostgreSQL overrides this with ``LISTEN`` on ``channel`` (payloads for which
+        ``relevant`` is true)."""
+        import time
+
+        deadline = time.monotonic() + timeout
+        while True:
+            if ready():
+                return True
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return False
+            time.sleep(min(POLL_SECONDS, left))
 
     def exists(self) -> bool:
         """Whether the database is there at all (a home with no ``phoenix.db`` has stored nothing)."""
@@ -398,6 +451,39 @@ class PostgresDatabase(Database):
         from phoenix_protocol import _pg
 
         _pg.close_all()
+
+    def wait(
+        self,
+        channel: str,
+        ready: Callable[[], bool],
+        timeout: float,
+        *,
+        relevant: Callable[[str], bool] = lambda _payload: True,
+    ) -> bool:
+        """``LISTEN`` on ``channel``: woken by the writer's commit, no polling."""
+        import time
+
+        import psycopg
+
+        from phoenix_protocol import _pg
+
+        deadline = time.monotonic() + timeout
+        try:
+            with psycopg.connect(self.url, autocommit=True, connect_timeout=_pg.CONNECT_TIMEOUT) as conn:
+                conn.execute(f"LISTEN {channel}")
+                if ready():
+                    return True
+                while True:
+                    left = deadline - time.monotonic()
+                    if left <= 0:
+                        return False
+                    for note in conn.notifies(timeout=left, stop_after=1):
+                        if relevant(note.payload) and ready():
+                            return True
+        except psycopg.Error as exc:
+            raise _pg.PgError(
+                f"PostgreSQL server {self.where}: {' '.join(str(exc).split())}", server=self.where
+            ) from exc
 
 
 # -- the factory -------------------------------------------------------------------------------

@@ -210,7 +210,8 @@ def pg_url(pg_server: str) -> Iterator[str]:
     with psycopg.connect(pg_server, autocommit=True, connect_timeout=5) as conn:
         conn.execute(f"CREATE SCHEMA {schema}")
     try:
-        yield f"{pg_server}?options=-csearch_path%3D{schema}"
+        # The schema names the connections too, so that faults injected by one test reach its own.
+        yield f"{pg_server}?options=-csearch_path%3D{schema}&application_name={schema}"
     finally:
         _pg.close_all()
         with psycopg.connect(pg_server, autocommit=True, connect_timeout=5) as conn:
@@ -226,16 +227,22 @@ def backend(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> 
     yield request.param
 
 
+def application_name(pg_url: str) -> str:
+    """The application name ``pg_url`` gives its connections (the test's schema)."""
+    return pg_url.rsplit("application_name=", 1)[1].split("&", 1)[0]
+
+
 def terminate_transactions_on(pg_url: str, table: str) -> int:
-    """``pg_terminate_backend`` every other connection idle in a transaction whose last statement
-    names ``table`` (a fault injected in the middle of a store's write); returns how many."""
+    """``pg_terminate_backend`` every other connection of this store (``pg_url``'s application
+    name) idle in a transaction whose last statement names ``table`` (a fault injected in the
+    middle of a store's write); returns how many."""
     import psycopg
 
     with psycopg.connect(pg_url.split("?", 1)[0], autocommit=True) as other:
         rows = other.execute(
             "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE pid <> pg_backend_pid() "
-            "AND state = 'idle in transaction' AND query LIKE %s",
-            (f"%{table}%",),
+            "AND state = 'idle in transaction' AND query LIKE %s AND application_name = %s",
+            (f"%{table}%", application_name(pg_url)),
         ).fetchall()
     return len(rows)
 

@@ -9,6 +9,8 @@ import textwrap
 
 import pytest
 
+from conftest import application_name
+
 STORM = textwrap.dedent(
     """
     import json, sys, threading, time
@@ -18,7 +20,7 @@ STORM = textwrap.dedent(
     from phoenix_protocol._home import Home
     from phoenix_protocol.store._db import open_database
 
-    url, server, home = sys.argv[1], sys.argv[2], sys.argv[3]
+    url, server, home, name = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4]
     db = open_database(Home(home), Config({"store": url}))
     insert = "INSERT INTO phx_tokens (id, position, record) VALUES (?, ?, '{}')"
     db.transaction(lambda tx: tx.execute(insert, ("warm", 0)))
@@ -29,7 +31,8 @@ STORM = textwrap.dedent(
             while not stop.is_set():
                 conn.execute(
                     "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE pid <> pg_backend_pid() "
-                    "AND application_name = '' AND datname = current_database() AND query NOT LIKE '%terminate%'"
+                    "AND application_name = %s AND query NOT LIKE '%%terminate%%'",
+                    (name,),
                 )
                 time.sleep(0.003)
 
@@ -60,7 +63,7 @@ def test_a_storm_of_dropped_connections_is_bounded_and_quiet(pg_url: str, pg_ser
     import json
 
     proc = subprocess.run(
-        [sys.executable, "-c", STORM, pg_url, pg_server, str(tmp_path)],
+        [sys.executable, "-c", STORM, pg_url, pg_server, str(tmp_path), application_name(pg_url)],
         capture_output=True,
         text=True,
         timeout=120,

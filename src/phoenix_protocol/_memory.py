@@ -111,6 +111,15 @@ def redact_memory_value(value: Any) -> Any:
     return value
 
 
+def _lower(tag: str) -> str:
+    """``tag`` in lower case but its redaction markers (``[REDACTED:github-token]``): redacted
+    before it is lowered, since a lowered secret may no longer look like one (``akia…``)."""
+    import re
+
+    parts = re.split(r"(\[REDACTED:[^\]]*\])", tag)
+    return "".join(p if i % 2 else p.lower() for i, p in enumerate(parts))
+
+
 def _tags(tags: Any) -> list[str]:
     """Tags as stored and matched: redacted, whitespace collapsed, lower case, unique, in order."""
     if tags is None:
@@ -119,7 +128,7 @@ def _tags(tags: Any) -> list[str]:
         raise UsageError("tags must be a list of strings.")
     from phoenix_protocol._redact import redact
 
-    clean = list(dict.fromkeys(" ".join(redact(t).split()).lower() for t in tags if t.strip()))
+    clean = list(dict.fromkeys(_lower(" ".join(redact(t).split())) for t in tags if t.strip()))
     if len(clean) > MAX_TAGS:
         raise UsageError(f"at most {MAX_TAGS} tags.")
     for tag in clean:

@@ -921,7 +921,7 @@ def create_app(
 
     @app.get("/readyz", response_model=ReadyResponse, tags=["health"])
     def readyz(request: Request) -> Any:
-        """Ready when the home exists and is writable, and its token file can be read."""
+        """Ready when the home exists and is writable, and its token store can be read."""
         ok = os.path.isdir(home.root) and os.access(home.root, os.W_OK | os.X_OK)
         if ok:
             try:

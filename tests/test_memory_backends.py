@@ -339,3 +339,9 @@ def test_recall_never_echoes_a_secret_in_its_query(
     out = capsys.readouterr().out
     answer = json.loads(out)
     assert GITHUB_TOKEN not in out and "REDACTED" in answer["query"] and len(answer["results"]) == 1
+
+
+def test_memories_of_the_same_millisecond_list_in_the_order_stored(backend: MemoryStore) -> None:
+    ids = [backend.store("zero", f"same instant {i}").id for i in range(5)]  # the clock does not move
+    assert [r.id for r in backend.list("zero")] == ids[::-1]
+    assert [r["id"] for r in backend.export("zero")] == ids

@@ -193,3 +193,49 @@ def test_what_an_earlier_release_stored_unredacted_is_redacted_when_moved(tmp_pa
     if store == "sqlite":
         for path in glob.glob(os.path.join(home.root, "phoenix.db*")):
             assert token.lower().encode() not in Path(path).read_bytes() and key.encode() not in Path(path).read_bytes()
+
+
+def test_a_postgresql_store_at_schema_7_keeps_its_memories(
+    pg_url: str, home: Home, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A database the previous release's PgMemoryStore wrote (schema 7: no ``seq``) migrates
+    forward with every memory, listed newest first; what it kept unredacted comes back redacted."""
+    from phoenix_protocol.store import _schema
+
+    token = "ghp_" + "Zx9" * 12
+    config = Config({"store": pg_url})
+    with monkeypatch.context() as patch:
+        patch.setattr(_schema, "MIGRATIONS", [m for m in _schema.MIGRATIONS if m.version <= 7])
+        patch.setattr(_schema, "LATEST", 7)
+        db = _db.open_database(home, config)
+        db.migrate()
+        rows = [
+            (
+                "mem-" + f"{i:024x}",
+                "zero",
+                f"note {i}",
+                [token.lower()] if i == 2 else ["n"],
+                json.dumps({"i": i}),
+                1000 + i,
+            )
+            for i in range(4)
+        ]
+        db.transaction(
+            lambda tx: tx.executemany(
+                "INSERT INTO phx_memories (id, namespace, text, tags, metadata, created_ms) VALUES (?, ?, ?, ?, ?, ?)",
+                rows,
+            )
+        )
+    _db.close_all()
+    from phoenix_protocol import _pg
+
+    _pg.ready.clear()
+    memory = MemoryStore(home, config=config)
+    listed = memory.list("zero")
+    assert [m.id for m in listed] == [r[0] for r in reversed(rows)]
+    assert [m.metadata for m in listed] == [{"i": i} for i in (3, 2, 1, 0)]
+    assert token.lower() not in repr([m.as_dict() for m in listed]) and "REDACTED" in listed[1].tags[0]
+    assert _schema.status(memory.db)["current"] == _schema.LATEST
+    stored = memory.store("zero", "note 4")
+    assert memory.list("zero", limit=1)[0].id == stored.id  # the newest
+    assert memory.count("zero") == 5

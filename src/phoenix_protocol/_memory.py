@@ -295,20 +295,21 @@ class MemoryStore:
         self.clock = clock
         self.db = open_database(home, config)
 
-    def _write(self, work: Callable[[Tx], T]) -> T:
+    def _present(self) -> bool:
+        """Whether there is a database to look in, once an earlier release's files are moved into it."""
         from phoenix_protocol.store._move_memory import move_earlier_files
 
         move_earlier_files(self.home, self.db, clock=self.clock)
+        return self.db.exists()
+
+    def _write(self, work: Callable[[Tx], T]) -> T:
+        self._present()
         return self.db.transaction(work)
 
     def _read(self, work: Callable[[Tx], T], empty: T) -> T:
         """``work`` in a read transaction; ``empty`` without creating anything when the home has
         no database yet and nothing to move into one."""
-        from phoenix_protocol.store._move_memory import move_earlier_files
-
-        if not move_earlier_files(self.home, self.db, clock=self.clock) and not self.db.exists():
-            return empty
-        return self.db.read(work)
+        return self.db.read(work) if self._present() else empty
 
     @staticmethod
     def _record(tx: Tx, row: Any) -> MemoryRecord:
@@ -420,10 +421,10 @@ class MemoryStore:
         """Delete one memory of ``namespace``; ``False`` when there is none."""
         validate_id(namespace, "namespace")
         validate_id(memory_id, "memory id")
-        if not self.db.exists():
+        if not self._present():
             return False
         sql = "DELETE FROM phx_memories WHERE id = ? AND namespace = ?"
-        return self._write(lambda tx: tx.execute(sql, (memory_id, namespace)).rowcount > 0)
+        return self.db.transaction(lambda tx: tx.execute(sql, (memory_id, namespace)).rowcount > 0)
 
     def count(self, namespace: str) -> int:
         """How many memories ``namespace`` has."""

@@ -239,3 +239,24 @@ def test_a_postgresql_store_at_schema_7_keeps_its_memories(
     stored = memory.store("zero", "note 4")
     assert memory.list("zero", limit=1)[0].id == stored.id  # the newest
     assert memory.count("zero") == 5
+
+
+@pytest.mark.parametrize("first_use", ["delete", "count", "recall", "store", "configured", "create", "revoke"])
+def test_any_first_use_moves_the_files(old_home: Home, store: str, first_use: str) -> None:
+    config = Config({"store": store})
+    memory = MemoryStore(old_home, config=config)
+    tokens = TokenStore(old_home, config=config)
+    alpha = _expected_memories()["alpha"]
+    calls = {
+        "delete": lambda: memory.delete("alpha", alpha[0]["id"]) is True,
+        "count": lambda: memory.count("alpha") == 2,
+        "recall": lambda: len(memory.recall("alpha", "backfills")) == 1,
+        "store": lambda: bool(memory.store("alpha", "a new note")),
+        "configured": tokens.configured,
+        "create": lambda: bool(tokens.create(["agent:alpha"], ["*"])),
+        "revoke": lambda: tokens.revoke(EXPECTED["tokens"]["tokens"][0]["id"]).revoked_ms is not None,
+    }
+    assert calls[first_use]()
+    assert _kept_aside(old_home) != ([], []) and not os.path.exists(os.path.join(old_home.root, "tokens.json"))
+    assert [t.id for t in tokens.list()][:2] == [t["id"] for t in EXPECTED["tokens"]["tokens"]]
+    assert memory.count("beta") == 2

@@ -12,7 +12,7 @@ import signal
 import subprocess
 import sys
 import tarfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -247,7 +247,7 @@ def test_any_first_use_moves_the_files(old_home: Home, store: str, first_use: st
     memory = MemoryStore(old_home, config=config)
     tokens = TokenStore(old_home, config=config)
     alpha = _expected_memories()["alpha"]
-    calls = {
+    calls: dict[str, Callable[[], bool]] = {
         "delete": lambda: memory.delete("alpha", alpha[0]["id"]) is True,
         "count": lambda: memory.count("alpha") == 2,
         "recall": lambda: len(memory.recall("alpha", "backfills")) == 1,

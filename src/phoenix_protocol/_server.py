@@ -529,7 +529,7 @@ class MemoryModel(BaseModel):
 
 
 class ScoredMemoryModel(MemoryModel):
-    score: float = Field(description="BM25 relevance: higher is better.")
+    score: float = Field(description="Relevance (BM25 on SQLite, ts_rank_cd on PostgreSQL): higher is better.")
 
 
 class MemoryResponse(BaseModel):

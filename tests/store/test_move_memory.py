@@ -260,3 +260,30 @@ def test_any_first_use_moves_the_files(old_home: Home, store: str, first_use: st
     assert _kept_aside(old_home) != ([], []) and not os.path.exists(os.path.join(old_home.root, "tokens.json"))
     assert [t.id for t in tokens.list()][:2] == [t["id"] for t in EXPECTED["tokens"]["tokens"]]
     assert memory.count("beta") == 2
+
+
+def test_doctor_reports_the_move_then_makes_it(old_home: Home, store: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    from phoenix_protocol._doctor import check_home
+
+    if store != "sqlite":
+        monkeypatch.setenv("PHOENIX_STORE", store)
+    (waiting,) = [f for f in check_home(old_home, [], repair=False) if "earlier release" in f.message]
+    assert waiting.level == "warn" and not waiting.repaired
+    assert Path(old_home.root, "tokens.json").exists()  # --check changes nothing
+    (moved,) = [f for f in check_home(old_home, []) if "earlier release" in f.message]
+    assert moved.repaired and "4 memories and 2 tokens" in moved.message
+    assert not Path(old_home.root, "tokens.json").exists()
+    _assert_all_back(old_home, store)
+    assert not [f for f in check_home(old_home, []) if "earlier release" in f.message or "token" in f.message]
+
+
+def test_doctor_reports_a_token_record_that_authenticates_nothing(home: Home) -> None:
+    from phoenix_protocol._doctor import check_home
+
+    tokens = TokenStore(home)
+    _token, info = tokens.create(["agent:zero"], ["*"])
+    tokens.db.transaction(
+        lambda tx: tx.execute("UPDATE phx_tokens SET record = ? WHERE id = ?", (json.dumps({"id": info.id}), info.id))
+    )
+    (found,) = [f for f in check_home(home, []) if info.id in f.message]
+    assert found.level == "warn" and "authenticates nothing" in found.message

@@ -904,10 +904,17 @@ def _check_memory_and_tokens(home: Home, repair: bool) -> list[Finding]:
             ]
         return []
     from phoenix_protocol._tokens import TokenStore
+    from phoenix_protocol.store import _schema
+    from phoenix_protocol.store._db import open_database
 
+    db = open_database(home)
     try:
+        if not db.exists() or (_schema.status(db)["pending"] and not repair):
+            return []  # nothing stored yet, or a schema --check must not migrate
         problems = TokenStore(home).problems()
     except PhoenixError as exc:
+        if db.engine == "postgresql":
+            return []  # the store's check names the server's trouble
         return [Finding("error", str(exc), path=getattr(exc, "path", None) or home.root)]
     return [Finding("warn", problem) for problem in problems]
 

@@ -379,3 +379,28 @@ def test_cli_list_text_keeps_never_for_an_invalid_record_whose_expiry_is_sound(
     assert cli(["token", "list", "--home", home.root]) == 0
     (row,) = [line for line in capsys.readouterr().out.splitlines() if line.split()[:1] == [info.id]]
     assert "invalid" in row and "never" in row and " - " not in row
+
+
+def test_tokens_created_at_once_are_all_kept(store: TokenStore, home: Home) -> None:
+    """Eight writers creating tokens together (threads: one connection each): none is lost, every
+    one verifies, and two listings agree on the order."""
+    import threading
+
+    made: list[str] = []
+    errors: list[BaseException] = []
+
+    def create(n: int) -> None:
+        try:
+            made.append(TokenStore(home).create([f"agent:a{n}"], ["*"])[0])
+        except BaseException as exc:  # reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=create, args=(n,)) for n in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert not errors and len(made) == 8
+    assert all(store.verify(token) is not None for token in made)
+    assert [i.id for i in store.list()] == [i.id for i in TokenStore(home).list()]
+    assert sorted(i.id for i in store.list()) == sorted(t.split("_")[1] for t in made)

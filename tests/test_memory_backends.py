@@ -345,3 +345,14 @@ def test_memories_of_the_same_millisecond_list_in_the_order_stored(backend: Memo
     ids = [backend.store("zero", f"same instant {i}").id for i in range(5)]  # the clock does not move
     assert [r.id for r in backend.list("zero")] == ids[::-1]
     assert [r["id"] for r in backend.export("zero")] == ids
+
+
+def test_a_row_changed_by_hand_is_found_by_its_new_words(backend: MemoryStore) -> None:
+    """The full-text index follows an UPDATE (a hand repair, a redaction run), not only inserts."""
+    record = backend.store("zero", "apples and pears")
+    backend.db.transaction(
+        lambda tx: tx.execute("UPDATE phx_memories SET text = ? WHERE id = ?", ("plums and cherries", record.id))
+    )
+    assert backend.recall("zero", "apples") == []
+    assert [r.id for r, _ in backend.recall("zero", "plums")] == [record.id]
+    assert backend.delete("zero", record.id) is True and backend.recall("zero", "plums") == []

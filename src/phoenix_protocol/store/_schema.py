@@ -224,6 +224,10 @@ MIGRATIONS: list[Migration] = [
         CREATE TRIGGER phx_memories_ad AFTER DELETE ON phx_memories BEGIN
             INSERT INTO phx_memories_fts (phx_memories_fts, rowid, text, tags) VALUES ('delete', old.seq, old.text, old.tags);
         END;
+        CREATE TRIGGER phx_memories_au AFTER UPDATE ON phx_memories BEGIN
+            INSERT INTO phx_memories_fts (phx_memories_fts, rowid, text, tags) VALUES ('delete', old.seq, old.text, old.tags);
+            INSERT INTO phx_memories_fts (rowid, text, tags) VALUES (new.seq, new.text, new.tags);
+        END;
         """,
     ),
     Migration(
@@ -472,6 +476,7 @@ MIGRATIONS.append(
     )
 )
 
+MIGRATIONS.sort(key=lambda m: m.version)  # in order however the numbered steps were appended
 LATEST = MIGRATIONS[-1].version
 
 _BOOKKEEPING = {

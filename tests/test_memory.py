@@ -1,22 +1,27 @@
-"""Namespaced memory: FTS5/BM25 recall, tags, isolation, redaction, sessions."""
+"""Namespaced memory: ranked recall, tags, isolation, redaction, sessions (on both engines)."""
 
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from phoenix_protocol._agent import Agent
 from phoenix_protocol._clock import ManualClock
+from phoenix_protocol._config import Config
 from phoenix_protocol._errors import InvalidIdError, UsageError
 from phoenix_protocol._home import Home
 from phoenix_protocol._memory import MemoryStore, recall_for, remember
+from phoenix_protocol.store import _db
 
 
-@pytest.fixture
-def store(home: Home, clock: ManualClock) -> MemoryStore:
-    return MemoryStore(home, clock=clock)
+@pytest.fixture(params=["sqlite", "postgres"])
+def store(request: pytest.FixtureRequest, home: Home, clock: ManualClock) -> Iterator[MemoryStore]:
+    url = request.getfixturevalue("pg_url") if request.param == "postgres" else "sqlite"
+    yield MemoryStore(home, config=Config({"store": url}), clock=clock)
+    _db.close_all()
 
 
 def test_store_and_recall_ranked(store: MemoryStore, clock: ManualClock) -> None:
@@ -79,14 +84,26 @@ def test_bad_input(store: MemoryStore) -> None:
         store.recall("zero", "x", k=0)
 
 
-def test_secrets_are_redacted_and_files_private(store: MemoryStore) -> None:
+def test_secrets_are_redacted_and_files_private(home: Home, clock: ManualClock) -> None:
+    store = MemoryStore(home, clock=clock)
     record = store.store(
         "zero", "deploy key ghp_" + "Zx9" * 12 + " for the bot", metadata={"password": "Hunter2Secret!"}
     )
     assert "Zx9Zx9" not in record.text and record.metadata["password"].startswith("[REDACTED")
-    assert "Zx9Zx9" not in Path(store.path).read_bytes().decode("latin-1")
-    assert os.stat(store.path).st_mode & 0o777 == 0o600
-    assert os.stat(store.dir).st_mode & 0o777 == 0o700
+    path = store.db.where
+    assert path == os.path.join(home.root, "phoenix.db")
+    for name in (path, path + "-wal"):
+        assert "Zx9Zx9" not in Path(name).read_bytes().decode("latin-1")
+        assert os.stat(name).st_mode & 0o777 == 0o600
+    assert os.stat(home.root).st_mode & 0o777 == 0o700
+    assert not os.path.exists(os.path.join(home.root, "memory"))  # the earlier release's file is no more
+
+
+def test_reading_an_empty_home_creates_nothing(home: Home) -> None:
+    store = MemoryStore(home)
+    assert (store.count("zero"), store.list("zero"), store.recall("zero", "x"), store.namespaces()) == (0, [], [], [])
+    assert store.get("zero", "mem-" + "0" * 24) is None and store.delete("zero", "mem-" + "0" * 24) is False
+    assert not os.path.exists(os.path.join(home.root, "phoenix.db"))
 
 
 def test_session_tracking(home: Home, clock: ManualClock) -> None:
@@ -125,19 +142,3 @@ def test_clients_starting_on_a_fresh_store_at_once_all_write(tmp_path: Path) -> 
             t.join(60)
         assert not errors, (trial, errors)
         assert MemoryStore(home).count("zero") == 8
-
-
-def test_a_store_whose_file_was_removed_makes_its_schema_again(tmp_path: Path) -> None:
-    """A long-lived process (the HTTP service) keeps one store: its file removed meanwhile, the
-    next write makes a new one, schema included."""
-    store = MemoryStore(Home(str(tmp_path / "h")))
-    store.store("zero", "first note")
-    for suffix in ("", "-wal", "-shm"):
-        if os.path.exists(store.path + suffix):
-            os.unlink(store.path + suffix)
-    store.store("zero", "second note")
-    assert [m.text for m in store.list("zero")] == ["second note"]
-    os.unlink(store.path)
-    os.close(os.open(store.path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))  # made empty by another process
-    store.store("zero", "third note")
-    assert [m.text for m in store.list("zero")] == ["third note"]

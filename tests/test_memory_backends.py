@@ -1,11 +1,13 @@
-"""One conformance suite for every memory backend: the home's SQLite store and PostgreSQL (the real
-server of ``pg_url``). Both must give the same results, errors and redaction."""
+"""One conformance suite for the memory store on both engines: the home's SQLite database and
+PostgreSQL (the real server of ``pg_url``). Both must give the same results, errors and redaction."""
 
 from __future__ import annotations
 
+import json
+import os
 import re
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -26,28 +28,30 @@ from phoenix_protocol._memory import (
     recall_for,
     remember,
 )
-from phoenix_protocol._memory_pg import PgMemoryStore
 from phoenix_protocol._pg import PgError
+from phoenix_protocol.store import _db
 
 AWS_KEY = "AKIA" + "Q7XZ2MRT4KPLW3VN"
 GITHUB_TOKEN = "ghp_" + "Zx9" * 12
 
 
 @pytest.fixture(params=["sqlite", "postgresql"])
-def backend(request: pytest.FixtureRequest, home: Home, clock: ManualClock) -> MemoryBackend:
-    """A memory store on a temporary home, or on a fresh PostgreSQL schema, through the factory."""
-    store = "files" if request.param == "sqlite" else request.getfixturevalue("pg_url")
+def backend(request: pytest.FixtureRequest, home: Home, clock: ManualClock) -> Iterator[MemoryStore]:
+    """The memory store of a temporary home, on its SQLite database or on a fresh PostgreSQL
+    schema, through the factory."""
+    store = "sqlite" if request.param == "sqlite" else request.getfixturevalue("pg_url")
     found = open_memory_store(home, config=load_config(home.root, overrides={"store": store}), clock=clock)
-    assert type(found) is (MemoryStore if request.param == "sqlite" else PgMemoryStore)
-    return found
+    assert found.db.engine == request.param
+    yield found
+    _db.close_all()
 
 
-def stored_bytes(store: MemoryBackend) -> str:
-    """Everything the backend keeps, as text (the database file; the table's rows)."""
-    if isinstance(store, MemoryStore):
-        return b"".join(p.read_bytes() for p in Path(store.dir).iterdir()).decode("latin-1")
-    assert isinstance(store, PgMemoryStore)
-    with psycopg.connect(store.url) as conn:
+def stored_bytes(store: MemoryStore) -> str:
+    """Everything the store keeps, as text (the database file and its WAL; the table's rows)."""
+    if store.db.engine == "sqlite":
+        path = store.db.where
+        return b"".join(Path(p).read_bytes() for p in (path, path + "-wal") if os.path.exists(p)).decode("latin-1")
+    with psycopg.connect(store.db.url) as conn:  # type: ignore[attr-defined]
         rows = conn.execute("SELECT id, namespace, text, tags::text, metadata::text FROM phx_memories").fetchall()
     return repr(rows)
 
@@ -192,7 +196,7 @@ def test_bad_input_raises_the_same_errors(
     assert backend.count("zero") == 1
 
 
-def test_secrets_are_redacted_before_they_are_stored(backend: MemoryBackend) -> None:
+def test_secrets_are_redacted_before_they_are_stored(backend: MemoryStore) -> None:
     record = backend.store(
         "zero",
         f"deploy with {AWS_KEY} and {GITHUB_TOKEN} for the bot",
@@ -231,21 +235,21 @@ def test_session_tracking(backend: MemoryBackend, home: Home, clock: ManualClock
 def test_phoenix_store_selects_postgresql(
     pg_url: str, home: Home, clock: ManualClock, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    assert type(open_memory_store(home, clock=clock)) is MemoryStore
+    assert open_memory_store(home, clock=clock).db.engine == "sqlite"
     monkeypatch.setenv("PHOENIX_STORE", pg_url)
     store = open_memory_store(home, clock=clock)
-    assert isinstance(store, PgMemoryStore) and store.url == pg_url
+    assert store.db.engine == "postgresql" and store.db.url == pg_url  # type: ignore[attr-defined]
     agent = Agent.open("zero", home=home, clock=clock)
     record = remember(agent, "kept on the server")  # no store given: the configuration's
     assert store.get("zero", record.id) is not None
     assert [r.id for r, _ in recall_for(agent, "server")] == [record.id]
-    assert not Path(home.root, "memory").exists()  # nothing went to the home's SQLite store
+    assert not Path(home.root, "phoenix.db").exists()  # nothing went to the home's SQLite database
 
 
 def test_unreachable_server_is_named_quickly(home: Home) -> None:
     url = "postgresql://postgres@127.0.0.1:5499/test"
     store = open_memory_store(home, config=load_config(home.root, overrides={"store": url}))
-    assert isinstance(store, PgMemoryStore)
+    assert store.db.engine == "postgresql"
     for call in (lambda: store.store("zero", "text"), lambda: store.recall("zero", "text"), lambda: store.count("z")):
         started = time.monotonic()
         with pytest.raises(PgError) as info:
@@ -254,10 +258,12 @@ def test_unreachable_server_is_named_quickly(home: Home) -> None:
         assert "127.0.0.1:5499/test" in str(info.value) and info.value.server == "postgresql://127.0.0.1:5499/test"
 
 
-def test_a_failed_commit_stores_nothing(pg_url: str, clock: ManualClock) -> None:
+def test_a_failed_commit_stores_nothing(pg_url: str, clock: ManualClock, tmp_path: Path) -> None:
     """A commit that fails (here a deferred constraint refusing every row) raises, and the check
     ``store`` makes for a lost commit answer does not mistake it for a success."""
-    store = PgMemoryStore(pg_url, clock=clock)
+    store = MemoryStore(
+        Home(str(tmp_path / "h")), config=load_config(str(tmp_path), overrides={"store": pg_url}), clock=clock
+    )
     assert store.count("zero") == 0  # migrated
     with psycopg.connect(pg_url, autocommit=True) as conn:
         conn.execute(
@@ -271,3 +277,82 @@ def test_a_failed_commit_stores_nothing(pg_url: str, clock: ManualClock) -> None
     with pytest.raises(PgError, match="refused at commit"):
         store.store("zero", "never kept")
     assert store.count("zero") == 0
+
+
+# -- redaction of every text written or returned --------------------------------------------
+
+
+def test_tags_and_metadata_keys_are_redacted(backend: MemoryStore) -> None:
+    """A token used as a tag and an AWS key id used as a metadata key (at any depth) are
+    redacted before they are stored; a tag filter naming the secret finds the redacted tag."""
+    record = backend.store(
+        "zero",
+        "deploy notes",
+        tags=[GITHUB_TOKEN, "deploy", f"key {AWS_KEY}"],
+        metadata={AWS_KEY: "the key id", "nested": {f"user-{AWS_KEY}": [1, {GITHUB_TOKEN: True}]}},
+    )
+    returned = [
+        record.as_dict(),
+        backend.get("zero", record.id).as_dict(),  # type: ignore[union-attr]
+        backend.list("zero")[0].as_dict(),
+        backend.recall("zero", "deploy notes")[0][0].as_dict(),
+        backend.export("zero"),
+    ]
+    for value in (*returned, stored_bytes(backend)):
+        for secret in (AWS_KEY, GITHUB_TOKEN, GITHUB_TOKEN.lower(), AWS_KEY.lower(), "Zx9Zx9", "zx9zx9"):
+            assert secret not in repr(value)
+    assert record.tags == ["[REDACTED:github-token]", "deploy", "key [REDACTED:aws-access-key]"]
+    assert all(k.startswith("[REDACTED") for k in record.metadata if k != "nested")
+    assert [r.id for r in backend.list("zero", tags=[GITHUB_TOKEN])] == [record.id]
+    assert [r.id for r, _ in backend.recall("zero", "deploy", tags=[GITHUB_TOKEN])] == [record.id]
+
+
+def test_what_an_earlier_release_stored_unredacted_is_redacted_when_returned(backend: MemoryStore) -> None:
+    """Rows written before tags and keys were redacted (an earlier release's PostgreSQL table)
+    come back redacted from every read."""
+    record = backend.store("zero", "an old note", tags=["old"])
+    tags = backend.db.dialect.text_array([GITHUB_TOKEN, "old"])
+    meta = json.dumps({AWS_KEY: f"and {GITHUB_TOKEN}"})
+    backend.db.transaction(
+        lambda tx: tx.execute("UPDATE phx_memories SET tags = ?, metadata = ? WHERE id = ?", (tags, meta, record.id))
+    )
+    for value in (
+        backend.get("zero", record.id).as_dict(),  # type: ignore[union-attr]
+        backend.list("zero")[0].as_dict(),
+        backend.recall("zero", "old note")[0][0].as_dict(),
+        backend.export("zero"),
+    ):
+        assert AWS_KEY not in repr(value) and GITHUB_TOKEN not in repr(value) and "REDACTED" in repr(value)
+
+
+def test_recall_never_echoes_a_secret_in_its_query(
+    backend: MemoryStore, home: Home, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from phoenix_protocol._cli import cli
+
+    if backend.db.engine == "postgresql":
+        monkeypatch.setenv("PHOENIX_STORE", backend.db.url)  # type: ignore[attr-defined]
+    backend.store("zero", "deploy notes for the bot")
+    assert (
+        cli(["memory", "recall", f"deploy with {GITHUB_TOKEN}", "--agent", "zero", "--json", "--home", home.root]) == 0
+    )
+    out = capsys.readouterr().out
+    answer = json.loads(out)
+    assert GITHUB_TOKEN not in out and "REDACTED" in answer["query"] and len(answer["results"]) == 1
+
+
+def test_memories_of_the_same_millisecond_list_in_the_order_stored(backend: MemoryStore) -> None:
+    ids = [backend.store("zero", f"same instant {i}").id for i in range(5)]  # the clock does not move
+    assert [r.id for r in backend.list("zero")] == ids[::-1]
+    assert [r["id"] for r in backend.export("zero")] == ids
+
+
+def test_a_row_changed_by_hand_is_found_by_its_new_words(backend: MemoryStore) -> None:
+    """The full-text index follows an UPDATE (a hand repair, a redaction run), not only inserts."""
+    record = backend.store("zero", "apples and pears")
+    backend.db.transaction(
+        lambda tx: tx.execute("UPDATE phx_memories SET text = ? WHERE id = ?", ("plums and cherries", record.id))
+    )
+    assert backend.recall("zero", "apples") == []
+    assert [r.id for r, _ in backend.recall("zero", "plums")] == [record.id]
+    assert backend.delete("zero", record.id) is True and backend.recall("zero", "plums") == []

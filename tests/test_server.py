@@ -148,6 +148,10 @@ def test_session_protocol_over_http(client: TestClient, served: Home) -> None:
     assert client.delete(f"/memory/zero/{memory['id']}").status_code == 204
     assert_problem(client.delete(f"/memory/zero/{memory['id']}"), 404)
     assert_problem(client.get(f"/memory/zero/{memory['id']}"), 404)
+    echoed = client.post("/memory/zero/recall", json={"query": f"timers {secret}", "tags": [secret]})
+    assert echoed.status_code == 200 and secret not in echoed.text and "REDACTED" in echoed.json()["query"]
+    tagged = client.post("/memory/other", json={"text": "tagged", "tags": [secret], "metadata": {secret: 1}})
+    assert tagged.status_code == 201 and secret not in tagged.text and secret.lower() not in tagged.text
     # Same code path as the CLI: the checkpoint is one the library reads back.
     checkpoint, _problems = Agent.open("zero", home=served).checkpoints.latest()
     assert checkpoint is not None and checkpoint.name == info["name"]

@@ -99,11 +99,14 @@ def requests(
 
 
 def snapshot(*roots: str) -> dict[str, str]:
-    """Every file under ``roots`` and the sha256 of its content."""
+    """Every file under ``roots`` and the sha256 of its content (but SQLite's ``-shm``: the WAL's
+    shared-memory index, where every reader marks what it reads)."""
     out = {}
     for root in roots:
         for directory, _dirs, files in os.walk(root):
             for name in files:
+                if name.endswith("-shm"):
+                    continue
                 path = os.path.join(directory, name)
                 with open(path, "rb") as fh:
                     out[path] = hashlib.sha256(fh.read()).hexdigest()

@@ -1,10 +1,14 @@
-"""Bearer tokens: plaintext once, stored hashed, constant-time verified, scoped, revocable, expiring."""
+"""Bearer tokens: plaintext once, stored hashed, constant-time verified, scoped, revocable,
+expiring; in the home's database (``phx_tokens``), on both engines (the ``backend`` fixture sets
+``PHOENIX_STORE`` for PostgreSQL, so the CLI uses the same store)."""
 
 from __future__ import annotations
 
 import json
 import os
 import stat
+from collections.abc import Iterator
+from typing import Any
 
 import pytest
 
@@ -12,26 +16,68 @@ from phoenix_protocol._cli import cli
 from phoenix_protocol._clock import ManualClock, ms_from_iso
 from phoenix_protocol._errors import UsageError
 from phoenix_protocol._home import Home
-from phoenix_protocol._tokens import SCOPES, TokenStore, agent_namespace, parse_duration, team_namespace
+from phoenix_protocol._tokens import (
+    SCOPES,
+    TokenStore,
+    agent_namespace,
+    insert_records,
+    parse_duration,
+    record_json,
+    row_keys,
+    team_namespace,
+)
+from phoenix_protocol.store import _db
 
 
 @pytest.fixture
-def store(home: Home, clock: ManualClock) -> TokenStore:
-    return TokenStore(home, clock=clock)
+def store(backend: str, home: Home, clock: ManualClock) -> Iterator[TokenStore]:
+    yield TokenStore(home, clock=clock)
+    _db.close_all()
 
 
-def test_token_is_shown_once_and_stored_hashed(store: TokenStore) -> None:
+def _db_file(home: Home) -> str:
+    return os.path.join(home.root, "phoenix.db")
+
+
+def stored_rows(store: TokenStore) -> list[tuple[str, str]]:
+    """``(id, record)`` of every row, as stored."""
+    rows = store.db.read(lambda tx: tx.all("SELECT id, record FROM phx_tokens ORDER BY position"))
+    return [(str(k), str(r)) for k, r in rows]
+
+
+def stored_text(store: TokenStore) -> str:
+    """Everything kept: the rows, and on SQLite the database file and its WAL as bytes."""
+    text = repr(stored_rows(store))
+    if store.db.engine == "sqlite":
+        for path in (store.db.where, store.db.where + "-wal"):
+            if os.path.exists(path):
+                with open(path, "rb") as fh:
+                    text += fh.read().decode("latin-1")
+    return text
+
+
+def test_token_is_shown_once_and_stored_hashed(store: TokenStore, home: Home) -> None:
     token, info = store.create(["agent:zero"], ["memory:read"], label="ci")
     prefix, token_id, secret = token.split("_", 2)
     assert prefix == "phx" and token_id == info.id and len(token_id) == 12
     assert len(secret) >= 43  # 32 random bytes, url-safe base64
-    with open(store.path, encoding="ascii") as fh:
-        raw = fh.read()
+    raw = stored_text(store)
     assert secret not in raw and token not in raw
-    assert "hash" in raw
-    assert stat.S_IMODE(os.stat(store.path).st_mode) == 0o600
+    assert '"hash"' in raw and info.id in raw
+    if store.db.engine == "sqlite":
+        assert stat.S_IMODE(os.stat(store.db.where).st_mode) == 0o600
+    else:
+        assert not os.path.exists(_db_file(home))  # on the server, where the rest of the store is
+    assert not os.path.exists(os.path.join(home.root, "tokens.json"))
     assert "hash" not in info.as_dict()
     assert store.verify(token) is not None
+
+
+def test_a_label_is_redacted(store: TokenStore) -> None:
+    secret = "ghp_" + "Zx9" * 12
+    _token, info = store.create(["agent:zero"], ["*"], label=f"bot {secret}")
+    assert info.label is not None and secret not in info.label and "REDACTED" in info.label
+    assert secret not in stored_text(store) and secret not in repr([i.as_dict() for i in store.list()])
 
 
 def test_verify_refuses_every_bad_token_alike(store: TokenStore, clock: ManualClock) -> None:
@@ -57,7 +103,7 @@ def test_verify_refuses_every_bad_token_alike(store: TokenStore, clock: ManualCl
     assert {i.id: i.status(clock.now_ms()) for i in store.list()} == {info.id: "expired", other_info.id: "revoked"}
 
 
-def test_revocation_reaches_another_process_view(home: Home, clock: ManualClock) -> None:
+def test_revocation_reaches_another_process_view(backend: str, home: Home, clock: ManualClock) -> None:
     server_view = TokenStore(home, clock=clock)
     cli_view = TokenStore(home, clock=clock)
     token, info = cli_view.create(["team:t1"], ["team:read"])
@@ -93,7 +139,7 @@ def test_bad_requests_are_refused_and_write_nothing(
 ) -> None:
     with pytest.raises(UsageError):
         store.create(namespaces, scopes)
-    assert not os.path.exists(store.path)
+    assert not os.path.exists(_db_file(store.home)) and store.list() == []
 
 
 def test_configured_survives_revoking_the_last_token(store: TokenStore) -> None:
@@ -134,7 +180,7 @@ def test_parse_duration_refuses_more_than_100_years(text: str) -> None:
 def test_create_refuses_a_lifetime_past_the_bound_and_writes_nothing(store: TokenStore, expires_in: float) -> None:
     with pytest.raises(UsageError):
         store.create(["agent:zero"], ["*"], expires_in=expires_in)
-    assert not os.path.exists(store.path)
+    assert not os.path.exists(_db_file(store.home)) and store.list() == []
 
 
 def test_longest_lifetime_has_an_iso_8601_expiry(store: TokenStore, clock: ManualClock) -> None:
@@ -144,7 +190,7 @@ def test_longest_lifetime_has_an_iso_8601_expiry(store: TokenStore, clock: Manua
     assert len(expires_at.split("-", 1)[0]) == 4
 
 
-def test_cli_create_list_revoke(home: Home, capsys: pytest.CaptureFixture[str]) -> None:
+def test_cli_create_list_revoke(backend: str, home: Home, capsys: pytest.CaptureFixture[str]) -> None:
     assert (
         cli(["token", "create", "--agent", "zero", "--scope", "memory:read", "--expires", "30d", "--home", home.root])
         == 0
@@ -183,14 +229,15 @@ def test_cli_create_list_revoke(home: Home, capsys: pytest.CaptureFixture[str]) 
         ["token", "revoke", "abc"],
     ],
 )
-def test_cli_usage_errors_exit_2(home: Home, args: list[str], capsys: pytest.CaptureFixture[str]) -> None:
+def test_cli_usage_errors_exit_2(backend: str, home: Home, args: list[str], capsys: pytest.CaptureFixture[str]) -> None:
     assert cli([*args, "--home", home.root]) == 2
     captured = capsys.readouterr()
     if "--json" in args:
         assert json.loads(captured.out)["error"]["exit_code"] == 2
     else:
         assert "error" in captured.err
-    assert not os.path.exists(os.path.join(home.root, "tokens.json"))
+    assert not os.path.exists(os.path.join(home.root, "tokens.json")) and not os.path.exists(_db_file(home))
+    assert TokenStore(home).list() == []
 
 
 # -- records stored by hand or by an older version: checked on read ----------------------------
@@ -200,11 +247,21 @@ YEAR_275817_MS = 8_640_000_000_000_000  # what `--expires 99999999d` stored befo
 
 def _tamper(store: TokenStore, position: int, **fields: object) -> None:
     """Change fields of the stored record at ``position`` (0-based), as a hand edit would."""
-    with open(store.path, encoding="ascii") as fh:
-        doc = json.load(fh)
-    doc["tokens"][position].update(fields)
-    with open(store.path, "w", encoding="ascii") as fh:
-        json.dump(doc, fh)
+    key, text = stored_rows(store)[position]
+    record = {**json.loads(text), **fields}
+    store.db.transaction(
+        lambda tx: tx.execute("UPDATE phx_tokens SET record = ? WHERE id = ?", (json.dumps(record), key))
+    )
+
+
+def _plant(store: TokenStore, records: list[Any]) -> None:
+    """Append records as an earlier release's hand-edited tokens.json would have held them."""
+
+    def work(tx: Any) -> None:
+        taken = {k for (k,) in tx.all("SELECT id FROM phx_tokens")}
+        insert_records(tx, records, row_keys(records, taken))
+
+    store.db.transaction(work)
 
 
 @pytest.mark.parametrize(
@@ -230,25 +287,23 @@ def test_a_bad_stored_record_is_invalid_and_never_authenticates(
     token, info = store.create(["agent:zero"], ["*"], expires_in=3600)
     good, good_info = store.create(["agent:zero"], ["*"])
     _tamper(store, 0, **fields)
-    with open(store.path, "rb") as fh:
-        stored = fh.read()
-    reader = TokenStore(store.home, clock=clock)  # a server's view, reading the file afresh
+    stored = stored_rows(store)
+    reader = TokenStore(store.home, clock=clock)  # a server's view
     assert reader.verify(token) is None  # the secret matches, but the record is not one Phoenix wrote
     assert reader.verify(good) is not None
     listed = {i.id: i for i in reader.list()}
     assert listed[info.id].status(clock.now_ms()) == "invalid" and not listed[info.id].active(clock.now_ms())
     problem = listed[info.id].problem
-    assert problem is not None and said in problem and info.id in problem and "tokens.json" in problem
+    assert problem is not None and said in problem and info.id in problem and store.where in problem
     assert listed[info.id].as_dict(clock.now_ms())["problem"] == problem  # as_dict never fails on it
     assert listed[good_info.id].status(clock.now_ms()) == "active" and listed[good_info.id].problem is None
     assert reader.problems() == [problem]
     assert reader.configured() and reader.has_active()
-    with open(store.path, "rb") as fh:
-        assert fh.read() == stored  # reading never rewrites the file
+    assert stored_rows(store) == stored  # reading never rewrites a record
 
 
 def test_an_absurd_expiry_is_listed_as_invalid_by_the_cli(
-    home: Home, clock: ManualClock, capsys: pytest.CaptureFixture[str]
+    backend: str, home: Home, clock: ManualClock, capsys: pytest.CaptureFixture[str]
 ) -> None:
     store = TokenStore(home, clock=clock)
     token, info = store.create(["agent:zero"], ["*"], expires_in=3600)
@@ -269,12 +324,10 @@ def test_bad_records_are_kept_by_create_and_revoke(store: TokenStore, clock: Man
     """Never silently dropped: a record that is not an object, or a repeated id, is listed as
     invalid, and writing the file (create, revoke) keeps every record as it was."""
     token, info = store.create(["agent:zero"], ["*"])
-    with open(store.path, encoding="ascii") as fh:
-        doc = json.load(fh)
-    planted = {**doc["tokens"][0], "hash": "0" * 64, "label": "a second record under the same id"}
-    doc["tokens"] += [42, planted, {"id": "not-hex", "expires_ms": "soon"}]
-    with open(store.path, "w", encoding="ascii") as fh:
-        json.dump(doc, fh)
+    first = json.loads(stored_rows(store)[0][1])
+    planted = {**first, "hash": "0" * 64, "label": "a second record under the same id"}
+    _plant(store, [42, planted, {"id": "not-hex", "expires_ms": "soon"}])
+    before = stored_rows(store)
     statuses = [(i.id, i.status(clock.now_ms())) for i in store.list()]
     assert statuses == [(info.id, "active"), ("record 2", "invalid"), (info.id, "invalid"), ("record 4", "invalid")]
     problems = store.problems()
@@ -284,14 +337,15 @@ def test_bad_records_are_kept_by_create_and_revoke(store: TokenStore, clock: Man
 
     _token, other = store.create(["team:t1"], ["team:read"])
     store.revoke("not-hex")  # an invalid record can be revoked by its stored id
-    with open(store.path, encoding="ascii") as fh:
-        kept = json.load(fh)["tokens"]
-    assert kept[:3] == doc["tokens"][:3] and kept[3]["id"] == "not-hex" and kept[3]["expires_ms"] == "soon"
+    after = stored_rows(store)
+    kept = [json.loads(text) for _key, text in after]
+    assert after[:3] == before[:3] and kept[3]["id"] == "not-hex" and kept[3]["expires_ms"] == "soon"
     assert kept[3]["revoked_ms"] == clock.now_ms() and kept[4]["id"] == other.id
+    assert kept[2] == planted and record_json(kept[2]) == before[2][1]  # kept as it was
 
 
 def test_cli_list_text_shows_why_a_record_is_invalid(
-    home: Home, clock: ManualClock, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+    backend: str, home: Home, clock: ManualClock, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The text table says why a token is invalid (its ``problem``, as ``--json`` has it), and an
     expiry that is invalid is not shown as "never"; a sound token keeps its "never"."""
@@ -312,7 +366,7 @@ def test_cli_list_text_shows_why_a_record_is_invalid(
 
 
 def test_cli_list_text_keeps_never_for_an_invalid_record_whose_expiry_is_sound(
-    home: Home, clock: ManualClock, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+    backend: str, home: Home, clock: ManualClock, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A record invalid for another reason (its scopes) and without an expiry shows "never":
     only an expiry that does not read is shown as "-"."""
@@ -325,3 +379,28 @@ def test_cli_list_text_keeps_never_for_an_invalid_record_whose_expiry_is_sound(
     assert cli(["token", "list", "--home", home.root]) == 0
     (row,) = [line for line in capsys.readouterr().out.splitlines() if line.split()[:1] == [info.id]]
     assert "invalid" in row and "never" in row and " - " not in row
+
+
+def test_tokens_created_at_once_are_all_kept(store: TokenStore, home: Home) -> None:
+    """Eight writers creating tokens together (threads: one connection each): none is lost, every
+    one verifies, and two listings agree on the order."""
+    import threading
+
+    made: list[str] = []
+    errors: list[BaseException] = []
+
+    def create(n: int) -> None:
+        try:
+            made.append(TokenStore(home).create([f"agent:a{n}"], ["*"])[0])
+        except BaseException as exc:  # reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=create, args=(n,)) for n in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert not errors and len(made) == 8
+    assert all(store.verify(token) is not None for token in made)
+    assert [i.id for i in store.list()] == [i.id for i in TokenStore(home).list()]
+    assert sorted(i.id for i in store.list()) == sorted(t.split("_")[1] for t in made)

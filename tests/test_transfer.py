@@ -179,3 +179,50 @@ def test_cli_export_import(tmp_path: Path, clock: ManualClock, capsys: pytest.Ca
     assert cli(["import", path, "--home", str(tmp_path / "b"), "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["records"] == out["records"]
     assert cli(["import", path, "--home", str(tmp_path / "b")]) == 2  # the second time: refused
+
+
+LEGACY_SRC = "/work/legacy/src"
+HOMES = Path(__file__).resolve().parent / "data" / "homes"
+
+
+@pytest.mark.skipif(not os.path.isdir(LEGACY_SRC), reason="the earlier release's checkout is not here")
+def test_an_export_by_0_1_0_brings_its_tokens_and_memories(backend: str, tmp_path: Path) -> None:
+    """0.1.0 exported ``tokens.json`` as a file: its tokens go into the token store (on either
+    engine), and an export made now has them as ``token`` records, never the file."""
+    import subprocess
+    import sys
+    import tarfile
+
+    expected = json.loads((HOMES / "expected-0.1.0.json").read_text())
+    with tarfile.open(HOMES / "home-0.1.0.tar.gz") as tar:
+        tar.extractall(tmp_path / "old", filter="data")
+    old_export = str(tmp_path / "old.jsonl")
+    subprocess.run(
+        [sys.executable, "-m", "phoenix_protocol", "export", old_export, "--home", str(tmp_path / "old" / "home")],
+        env={**os.environ, "PYTHONPATH": LEGACY_SRC, "PHOENIX_STORE": "files"},
+        check=True,
+        capture_output=True,
+        timeout=120,
+    )
+    _header, old_records = read_export(old_export)
+    assert [r["path"] for r in old_records if r["type"] == "file" and r["path"] == "tokens.json"] == ["tokens.json"]
+    target = Home(str(tmp_path / "new"))
+    counts = import_home(target, old_export)
+    assert counts["memory"] == 4
+    assert not os.path.exists(os.path.join(target.root, "tokens.json"))
+    tokens = TokenStore(target, clock=ManualClock())
+    now = tokens.clock.now_ms()
+    assert {"ok": True, "tokens": [t.as_dict(now) for t in tokens.list()]} == expected["tokens"]
+    assert tokens.verify(expected["reader_token"]) is not None
+    memory = open_memory_store(target)
+    for agent, data in expected["agents"].items():
+        assert [m.as_dict() for m in memory.list(agent)] == data["memories"]["memories"]
+    new_export = str(tmp_path / "new.jsonl")
+    export_home(target, new_export)
+    _header, new_records = read_export(new_export)
+    assert not [r for r in new_records if r["type"] == "file" and r["path"] == "tokens.json"]
+    assert [r["record"]["id"] for r in new_records if r["type"] == "token"] == [
+        t["id"] for t in expected["tokens"]["tokens"]
+    ]
+    with pytest.raises(UsageError, match="nothing was written"):  # the tokens are there already
+        import_home(Home(str(tmp_path / "new")), new_export)

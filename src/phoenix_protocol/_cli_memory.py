@@ -112,7 +112,9 @@ def _remote_store(
 
 def _print_recalled(out: Output, agent_id: str, query: str, results: list[dict[str, Any]]) -> None:
     if out.as_json:
-        out.json({"agent": agent_id, "query": query, "results": results})
+        from phoenix_protocol._redact import redact
+
+        out.json({"agent": agent_id, "query": redact(query), "results": results})
     else:
         _table(out, results, scores=True)
 
@@ -123,7 +125,7 @@ def _print_recalled(out: Output, agent_id: str, query: str, results: list[dict[s
 @click.option("--tag", "tags", multiple=True, metavar="TAG", help="Only memories with this tag (repeatable).")
 @common
 def memory_recall(agent: Agent, out: Output, query: str, k: int, tags: tuple[str, ...]) -> None:
-    """Recall the memories that best match QUERY (BM25), best first.
+    """Recall the memories that best match QUERY (full-text, ranked), best first.
 
     Example: phx memory recall "why do timers drift" --k 3
     """

@@ -64,7 +64,7 @@ def serve_command(host: str | None, port: int | None, log_level: str, home_path:
         check_bind(home, address)
         auth = (
             "bearer tokens required"
-            if TokenStore(home).configured() or not is_loopback(address)
+            if TokenStore(home, config=config).configured() or not is_loopback(address)
             else "no tokens in this home: open to this machine (`phx token create` turns authentication on)"
         )
         from rich.markup import escape

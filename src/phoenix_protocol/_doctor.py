@@ -843,6 +843,7 @@ def check_home(home: Home, agents: list[Agent], *, repair: bool = True) -> list[
         ]
     _check_modes(home.root, repair, findings)
     findings.extend(_check_store(home, repair))
+    findings.extend(_check_memory_and_tokens(home, repair))
     findings.extend(_check_hook_commands(home))
     for agent in agents:
         findings.extend(check_agent_apart(agent, repair=repair))
@@ -869,6 +870,53 @@ def _check_hook_commands(home: Home) -> list[Finding]:
         Finding("warn", f"{problem}: `phx install claude-code --scope {scope}` rewrites them", path=path)
         for scope, path, problem in check_installed(project_dir=home.project_root)
     ]
+
+
+def _check_memory_and_tokens(home: Home, repair: bool) -> list[Finding]:
+    """An earlier release's ``memory/memory.sqlite3`` and ``tokens.json`` not moved into the
+    database yet (``repair`` moves them, as first use would), and token records that authenticate
+    nothing (reported: ``phx token revoke`` is the fix)."""
+    from phoenix_protocol._errors import PhoenixError
+    from phoenix_protocol.store import _move_memory
+
+    if _move_memory.pending(home):
+        if not repair:
+            return [
+                Finding(
+                    "warn", "memories and tokens of an earlier release wait to move into the database", path=home.root
+                )
+            ]
+        try:
+            from phoenix_protocol.store._db import open_database
+
+            moved = _move_memory.move_earlier_files(home, open_database(home))
+        except PhoenixError as exc:
+            return [Finding("error", str(exc), path=getattr(exc, "path", None) or home.root)]
+        if moved is not None:
+            return [
+                Finding(
+                    "warn",
+                    f"{moved['memories']} memories and {moved['tokens']} tokens of an earlier release moved into "
+                    f"{moved['database']} (kept aside: {', '.join(moved['kept_aside'])})",
+                    path=home.root,
+                    repaired=True,
+                )
+            ]
+        return []
+    from phoenix_protocol._tokens import TokenStore
+    from phoenix_protocol.store import _schema
+    from phoenix_protocol.store._db import open_database
+
+    db = open_database(home)
+    try:
+        if not db.exists() or (_schema.status(db)["pending"] and not repair):
+            return []  # nothing stored yet, or a schema --check must not migrate
+        problems = TokenStore(home).problems()
+    except PhoenixError as exc:
+        if db.engine == "postgresql":
+            return []  # the store's check names the server's trouble
+        return [Finding("error", str(exc), path=getattr(exc, "path", None) or home.root)]
+    return [Finding("warn", problem) for problem in problems]
 
 
 def _check_store(home: Home, repair: bool) -> list[Finding]:

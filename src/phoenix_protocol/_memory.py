@@ -1,21 +1,28 @@
-"""Namespaced memory (seed 002): store text with tags and metadata, recall it ranked by BM25.
+"""Namespaced memory (seed 002): store text with tags and metadata, recall it ranked by relevance.
 
-The embedded default is one SQLite database with an FTS5 index in ``<home>/memory/memory.sqlite3``
-(WAL, ``synchronous=FULL``: a store that returned is durable). Every memory belongs to a
-namespace (an agent or a tenant; the id validator's alphabet) and nothing crosses namespaces: every
-query filters on it.
+``MemoryStore`` keeps the memories in the home's database (``phx_memories``: ``phoenix.db`` in the
+home, or the PostgreSQL server that ``store = "postgresql://…"`` names; ``open_database`` decides).
+It is written once; full-text search is the one part that differs between the engines, and sits
+behind ``Dialect.full_text`` (SQLite: an FTS5 table with Porter stemming, ranked by BM25;
+PostgreSQL: a generated English ``tsvector``, ranked by ``ts_rank_cd``). Every memory belongs to a
+namespace (an agent or a tenant; the id validator's alphabet) and nothing crosses namespaces:
+every query filters on it.
 
-- ``store(namespace, text, tags, metadata) -> MemoryRecord`` (id ``mem-…``); text and metadata
-  strings pass the secret redactor first;
-- ``recall(namespace, query, k, tags) -> [(record, score)]``: BM25 over the text and tags (Porter
-  stemming), best first, restricted to memories carrying every tag given; the query is plain words
-  (FTS5 operators in it are treated as words, so user input can never be a syntax error);
-- ``list``, ``get``, ``delete``, ``count``.
+- ``store(namespace, text, tags, metadata) -> MemoryRecord`` (id ``mem-…``): durable (committed)
+  when it returns;
+- ``recall(namespace, query, k, tags) -> [(record, score)]``: best first (a higher score is a
+  better match; then newest first), restricted to memories carrying every tag given; the query is
+  plain words OR-ed (a partial match still ranks; query syntax in it is treated as words, so user
+  input is never a syntax error);
+- ``list`` (newest first, then most recently stored), ``get``, ``delete``, ``count``,
+  ``namespaces``, ``exists``, ``export`` and ``import_records`` (``phx export``/``phx import``).
 
-``store = "postgresql://…"`` (or ``PHOENIX_STORE``) keeps the memories on a PostgreSQL server
-instead (``PgMemoryStore`` in ``_memory_pg``: same interface, validation, errors and redaction;
-``tsvector`` recall ranked by ``ts_rank_cd``); ``open_memory_store`` picks the backend from the
-configuration, and psycopg is imported only when it picks PostgreSQL.
+Redaction: every text the store writes or returns passes the secret redactor: the text, the tags
+(also those a query filters on), metadata values *and keys*; records read back are redacted again
+(a database written by an earlier release may hold a secret in a tag or a key).
+
+A home written by an earlier release (``memory/memory.sqlite3``, ``tokens.json``) is moved into
+the database on first use (``store._move_memory``).
 
 ``remember`` and ``recall_for`` do the same for an agent's session: the ids created go into the
 session checkpoint's ``recent_memories`` and the query becomes its ``last_recall_query`` (seed 002).
@@ -23,17 +30,13 @@ session checkpoint's ``recent_memories`` and the query becomes its ``last_recall
 
 from __future__ import annotations
 
-import contextlib
 import json
-import os
-import sqlite3
 import uuid
-from collections.abc import Iterator
-from typing import TYPE_CHECKING, Any, Protocol, cast
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar, cast
 
 from phoenix_protocol._clock import Clock, iso_from_ms, system_clock
-from phoenix_protocol._durable import FILE_MODE, ensure_dir
-from phoenix_protocol._errors import StorageError, UsageError
+from phoenix_protocol._errors import UsageError
 from phoenix_protocol._ids import validate_id
 
 if TYPE_CHECKING:
@@ -42,6 +45,7 @@ if TYPE_CHECKING:
     from phoenix_protocol._agent import Agent
     from phoenix_protocol._config import Config
     from phoenix_protocol._home import Home
+    from phoenix_protocol.store._db import Tx
 
 __all__ = [
     "MAX_TEXT",
@@ -51,41 +55,18 @@ __all__ = [
     "MemoryStore",
     "open_memory_store",
     "recall_for",
+    "redact_memory_value",
     "remember",
 ]
 
-SCHEMA_VERSION = 1
+T = TypeVar("T")
 MAX_TEXT = 64 * 1024
 MEMORY_ID_REGEX = "mem-[0-9a-f]{24}"
 """Every memory id: ``mem-`` and 24 hex digits (96 random bits)."""
 MAX_TAGS = 32
 MAX_K = 100
 MAX_LIST = 1000
-
-_SCHEMA = """
-CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
-CREATE TABLE IF NOT EXISTS memories (
-    rowid INTEGER PRIMARY KEY,
-    id TEXT NOT NULL UNIQUE,
-    namespace TEXT NOT NULL,
-    text TEXT NOT NULL,
-    tags TEXT NOT NULL,
-    metadata TEXT NOT NULL,
-    created_ms INTEGER NOT NULL
-);
-CREATE INDEX IF NOT EXISTS memories_by_namespace ON memories (namespace, created_ms);
-CREATE TABLE IF NOT EXISTS memory_tags (memory_rowid INTEGER NOT NULL, tag TEXT NOT NULL, PRIMARY KEY (tag, memory_rowid));
-CREATE VIRTUAL TABLE IF NOT EXISTS memories_fts USING fts5(
-    text, tags, content='memories', content_rowid='rowid', tokenize='porter unicode61'
-);
-CREATE TRIGGER IF NOT EXISTS memories_ai AFTER INSERT ON memories BEGIN
-    INSERT INTO memories_fts (rowid, text, tags) VALUES (new.rowid, new.text, new.tags);
-END;
-CREATE TRIGGER IF NOT EXISTS memories_ad AFTER DELETE ON memories BEGIN
-    INSERT INTO memories_fts (memories_fts, rowid, text, tags) VALUES ('delete', old.rowid, old.text, old.tags);
-    DELETE FROM memory_tags WHERE memory_rowid = old.rowid;
-END;
-"""
+_COLUMNS = "m.id, m.namespace, m.text, m.tags, m.metadata, m.created_ms"
 
 
 class MemoryRecord:
@@ -117,12 +98,37 @@ class MemoryRecord:
         return f"MemoryRecord({self.id!r}, {self.namespace!r})"
 
 
+def redact_memory_value(value: Any) -> Any:
+    """``value`` (JSON-like) with every string redacted, dict keys included (``redact_value``
+    keeps keys as they are: a key can be a secret too, an AWS key id used as a name)."""
+    from phoenix_protocol._redact import redact, redact_value
+
+    value = redact_value(value)
+    if isinstance(value, dict):
+        return {redact(str(k)) if isinstance(k, str) else k: redact_memory_value(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [redact_memory_value(v) for v in value]
+    return value
+
+
+def _lower(tag: str) -> str:
+    """``tag`` in lower case but its redaction markers (``[REDACTED:github-token]``): redacted
+    before it is lowered, since a lowered secret may no longer look like one (``akia…``)."""
+    import re
+
+    parts = re.split(r"(\[REDACTED:[^\]]*\])", tag)
+    return "".join(p if i % 2 else p.lower() for i, p in enumerate(parts))
+
+
 def _tags(tags: Any) -> list[str]:
+    """Tags as stored and matched: redacted, whitespace collapsed, lower case, unique, in order."""
     if tags is None:
         return []
     if isinstance(tags, str) or not all(isinstance(t, str) for t in tags):
         raise UsageError("tags must be a list of strings.")
-    clean = list(dict.fromkeys(" ".join(t.split()).lower() for t in tags if t.strip()))
+    from phoenix_protocol._redact import redact
+
+    clean = list(dict.fromkeys(_lower(" ".join(redact(t).split())) for t in tags if t.strip()))
     if len(clean) > MAX_TAGS:
         raise UsageError(f"at most {MAX_TAGS} tags.")
     for tag in clean:
@@ -148,11 +154,24 @@ def _new_id() -> str:
     return "mem-" + uuid.uuid4().hex[:24]
 
 
+def _clean_metadata(metadata: Any) -> tuple[dict[str, Any], str]:
+    """Metadata redacted (keys too) and as JSON; ``UsageError`` for what JSON cannot hold."""
+    if not isinstance(metadata, dict):
+        raise UsageError("metadata must be a JSON object.")
+    try:
+        clean_meta = cast("dict[str, Any]", redact_memory_value(metadata))  # refuses NaN too
+        meta_json = json.dumps(clean_meta, ensure_ascii=False, allow_nan=False)
+    except (TypeError, ValueError) as exc:
+        raise UsageError(f"metadata must be JSON: {exc}.") from None
+    if _has_nul(clean_meta):
+        raise UsageError("metadata must not contain a NUL character.")
+    return clean_meta, meta_json
+
+
 def _prepare_store(
     namespace: str, text: str, tags: Any, metadata: dict[str, Any] | None
 ) -> tuple[str, list[str], dict[str, Any], str]:
-    """Validate and redact what ``store`` is given (every backend): ``(text, tags, metadata,
-    metadata as JSON)``."""
+    """Validate and redact what ``store`` is given: ``(text, tags, metadata, metadata as JSON)``."""
     validate_id(namespace, "namespace")
     if not isinstance(text, str) or not text.strip():
         raise UsageError("a memory needs some text.")
@@ -163,17 +182,10 @@ def _prepare_store(
     if metadata is not None and not isinstance(metadata, dict):
         raise UsageError("metadata must be a JSON object.")
     clean_tags = _tags(tags)
-    from phoenix_protocol._redact import redact, redact_value
+    from phoenix_protocol._redact import redact
 
-    clean_text = redact(text)
-    try:
-        clean_meta = cast("dict[str, Any]", redact_value(metadata or {}))  # refuses NaN too
-        meta_json = json.dumps(clean_meta, ensure_ascii=False, allow_nan=False)
-    except (TypeError, ValueError) as exc:
-        raise UsageError(f"metadata must be JSON: {exc}.") from None
-    if _has_nul(clean_meta):
-        raise UsageError("metadata must not contain a NUL character.")
-    return clean_text, clean_tags, clean_meta, meta_json
+    clean_meta, meta_json = _clean_metadata(metadata or {})
+    return redact(text), clean_tags, clean_meta, meta_json
 
 
 def _query_words(query: str) -> list[str]:
@@ -184,13 +196,8 @@ def _query_words(query: str) -> list[str]:
     return words[:64]
 
 
-def _fts5_query(words: list[str]) -> str:
-    """Plain words as an FTS5 query (each word quoted, OR-ed): user input is never FTS5 syntax."""
-    return " OR ".join('"' + w.replace('"', "") + '"' for w in words)
-
-
 def _check_recall(namespace: str, query: Any, k: Any, tags: Any) -> tuple[list[str], list[str]]:
-    """Validate ``recall``'s arguments (every backend): ``(query words, tags)``."""
+    """Validate ``recall``'s arguments: ``(query words, tags)``."""
     validate_id(namespace, "namespace")
     if not isinstance(query, str):
         raise UsageError("a recall query must be text.")
@@ -200,7 +207,7 @@ def _check_recall(namespace: str, query: Any, k: Any, tags: Any) -> tuple[list[s
 
 
 def _check_list(namespace: str, tags: Any, limit: Any, offset: Any) -> list[str]:
-    """Validate ``list``'s arguments (every backend): the tags."""
+    """Validate ``list``'s arguments: the tags."""
     validate_id(namespace, "namespace")
     for value in (limit, offset):
         if not isinstance(value, int) or isinstance(value, bool):
@@ -211,8 +218,7 @@ def _check_list(namespace: str, tags: Any, limit: Any, offset: Any) -> list[str]
 
 
 class MemoryBackend(Protocol):
-    """What every memory store offers (``MemoryStore``, ``PgMemoryStore``): the same arguments,
-    validation, errors, redaction and results."""
+    """What the memory store offers (``MemoryStore``; a test double may stand in for it)."""
 
     def store(
         self, namespace: str, text: str, *, tags: Any = (), metadata: dict[str, Any] | None = None
@@ -241,22 +247,13 @@ class MemoryBackend(Protocol):
     def import_records(self, records: builtins.list[dict[str, Any]]) -> int: ...
 
 
-def _export_row(row: tuple[Any, ...]) -> dict[str, Any]:
-    """A memory as ``phx export`` writes it (the same on every store)."""
-    memory_id, namespace, text, tags, metadata, created_ms = row
-    return {
-        "id": memory_id,
-        "namespace": namespace,
-        "text": text,
-        "tags": json.loads(tags) if isinstance(tags, str) else list(tags),
-        "metadata": json.loads(metadata) if isinstance(metadata, str) else dict(metadata),
-        "created_ms": int(created_ms),
-    }
-
-
 def _import_row(record: dict[str, Any]) -> tuple[str, str, str, builtins.list[str], str, int]:
-    """Check an exported memory before it is written back (its text was redacted when stored)."""
+    """Check an exported (or an earlier release's) memory before it is written back as it was
+    (id and time kept), redacted as ``store`` redacts: ``(id, namespace, text, tags, metadata
+    as JSON, created_ms)``."""
     import re
+
+    from phoenix_protocol._redact import redact
 
     memory_id = str(record.get("id"))
     if not re.fullmatch(MEMORY_ID_REGEX, memory_id):
@@ -267,229 +264,215 @@ def _import_row(record: dict[str, Any]) -> tuple[str, str, str, builtins.list[st
     created = record.get("created_ms")
     if not isinstance(text, str) or not text or not isinstance(metadata, dict) or not isinstance(created, int):
         raise UsageError(f"memory {memory_id} in the export is incomplete.")
-    meta_json = json.dumps(metadata, ensure_ascii=False, allow_nan=False)
-    return memory_id, namespace, text, _tags(record.get("tags")), meta_json, created
+    if "\x00" in text:
+        raise UsageError(f"memory {memory_id}: a memory's text must not contain a NUL character.")
+    _meta, meta_json = _clean_metadata(metadata)
+    return memory_id, namespace, redact(text), _tags(record.get("tags")), meta_json, created
 
 
-def open_memory_store(home: Home, *, config: Config | None = None, clock: Clock = system_clock) -> MemoryBackend:
-    """The memory store the configuration names: ``PgMemoryStore`` when ``store`` is a
-    ``postgresql://`` URL, else the home's SQLite ``MemoryStore``."""
-    from phoenix_protocol._config import load_config
-    from phoenix_protocol._pg import is_postgres_url
+def insert_rows(tx: Tx, rows: builtins.list[tuple[str, str, str, builtins.list[str], str, int]]) -> None:
+    """Write checked rows (``_import_row``) in ``tx``; an id already there is left as it is (the
+    move of an earlier release's home runs again safely after an interruption)."""
+    tx.executemany(
+        "INSERT INTO phx_memories (id, namespace, text, tags, metadata, created_ms) VALUES (?, ?, ?, ?, ?, ?) "
+        "ON CONFLICT (id) DO NOTHING",
+        [(i, ns, text, tx.dialect.text_array(tags), meta, ms) for i, ns, text, tags, meta, ms in rows],
+    )
 
-    cfg = config if config is not None else load_config(home.root, project_root=home.project_root)
-    if is_postgres_url(cfg.store):
-        from phoenix_protocol._memory_pg import PgMemoryStore
 
-        return PgMemoryStore(str(cfg.store), clock=clock, pool_size=cfg.pg_pool_size)
-    return MemoryStore(home, clock=clock)
+def open_memory_store(home: Home, *, config: Config | None = None, clock: Clock = system_clock) -> MemoryStore:
+    """The home's memory store, on the database the configuration names (``open_database``)."""
+    return MemoryStore(home, config=config, clock=clock)
 
 
 class MemoryStore:
-    """The memories of a Phoenix home (all namespaces, each kept apart)."""
+    """The memories of a Phoenix home's database (all namespaces, each kept apart)."""
 
-    def __init__(self, home: Home, *, clock: Clock = system_clock) -> None:
+    def __init__(self, home: Home, *, config: Config | None = None, clock: Clock = system_clock) -> None:
+        from phoenix_protocol.store._db import open_database
+
         self.home = home
         self.clock = clock
-        self.dir = os.path.join(home.root, "memory")
-        self.path = os.path.join(self.dir, "memory.sqlite3")
-        self._prepared: tuple[int, int] | None = None  # (device, inode) of the file prepared
+        self.db = open_database(home, config)
 
-    def _prepare(self, conn: sqlite3.Connection) -> None:
-        """Once per file (a file removed and made again, by this process or another, is prepared
-        again): WAL mode, the schema, its version checked. Under the file's lock:
-        SQLite answers "database is locked" at once, without waiting, to connections that switch
-        a new file to WAL at the same time (8 clients of a fresh home; about 1 start in 8)."""
-        from phoenix_protocol._durable import FileLock
+    def _present(self) -> bool:
+        """Whether there is a database to look in, once an earlier release's files are moved into it."""
+        from phoenix_protocol.store._move_memory import move_earlier_files
 
-        with FileLock(self.path, 30.0):
-            conn.execute("PRAGMA journal_mode=WAL")
-            conn.executescript(_SCHEMA)
-            conn.execute("INSERT OR IGNORE INTO meta (key, value) VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),))
-            version = int(conn.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()[0])
-            if version > SCHEMA_VERSION:
-                from phoenix_protocol._errors import SchemaVersionError
+        move_earlier_files(self.home, self.db, clock=self.clock)
+        return self.db.exists()
 
-                raise SchemaVersionError(
-                    f"{self.path} was written by a newer Phoenix (memory schema {version}); upgrade phoenix-protocol.",
-                    path=self.path,
-                    found=version,
-                    supported=SCHEMA_VERSION,
-                )
-            for suffix in ("-wal", "-shm"):  # SQLite creates them with the umask's mode
-                with contextlib.suppress(FileNotFoundError):
-                    os.chmod(self.path + suffix, FILE_MODE)
+    def _write(self, work: Callable[[Tx], T]) -> T:
+        self._present()
+        return self.db.transaction(work)
 
-    @contextlib.contextmanager
-    def _db(self) -> Iterator[sqlite3.Connection]:
-        try:
-            st = os.stat(self.path)
-        except FileNotFoundError:
-            self.home.ensure()
-            ensure_dir(self.dir)
-            with contextlib.suppress(FileExistsError):
-                os.close(os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, FILE_MODE))
-            st = os.stat(self.path)
-        try:
-            conn = sqlite3.connect(self.path, timeout=30, isolation_level=None)
-        except sqlite3.Error as exc:
-            raise StorageError(f"could not open {self.path}: {exc}.", path=self.path) from exc
-        try:
-            conn.execute("PRAGMA synchronous=FULL")  # per connection
-            # A file not prepared here yet, or one with no schema (made empty again: its inode
-            # may be the old one's): prepared (``PRAGMA schema_version`` is 0 for an empty one).
-            if self._prepared != (st.st_dev, st.st_ino) or not conn.execute("PRAGMA schema_version").fetchone()[0]:
-                self._prepare(conn)
-                self._prepared = (st.st_dev, st.st_ino)
-            yield conn
-        except sqlite3.Error as exc:
-            raise StorageError(f"memory store {self.path}: {exc}.", path=self.path) from exc
-        finally:
-            conn.close()
+    def _read(self, work: Callable[[Tx], T], empty: T) -> T:
+        """``work`` in a read transaction; ``empty`` without creating anything when the home has
+        no database yet and nothing to move into one."""
+        return self.db.read(work) if self._present() else empty
 
     @staticmethod
-    def _record(row: tuple[Any, ...]) -> MemoryRecord:
-        memory_id, namespace, text, tags, metadata, created_ms = row
+    def _record(tx: Tx, row: Any) -> MemoryRecord:
+        from phoenix_protocol._redact import redact
+
+        memory_id, namespace, text, tags, metadata, created_ms = row[:6]
         return MemoryRecord(
-            memory_id, namespace, text, json.loads(tags), json.loads(metadata), iso_from_ms(int(created_ms))
+            memory_id,
+            namespace,
+            redact(text),
+            [redact(t) for t in tx.dialect.read_text_array(tags)],
+            redact_memory_value(tx.dialect.read_json(metadata)),
+            iso_from_ms(int(created_ms)),
         )
 
     def store(
         self, namespace: str, text: str, *, tags: Any = (), metadata: dict[str, Any] | None = None
     ) -> MemoryRecord:
-        """Store a memory; returns it with its id. Durable when it returns."""
+        """Store a memory; returns it with its id. Durable (committed) when it returns.
+
+        Its id is made before the first attempt: a PostgreSQL transaction retried on a fresh
+        connection (nothing was committed) inserts the one memory once. A commit whose answer
+        was lost (the connection failed while committing) is looked up: found, the memory was
+        stored and is returned; else the original error is raised."""
+        from phoenix_protocol._errors import PhoenixError
+
         clean_text, clean_tags, clean_meta, meta_json = _prepare_store(namespace, text, tags, metadata)
         ms = self.clock.now_ms()
         memory_id = _new_id()
-        with self._db() as db:
-            db.execute("BEGIN IMMEDIATE")
-            try:
-                cur = db.execute(
-                    "INSERT INTO memories (id, namespace, text, tags, metadata, created_ms) VALUES (?, ?, ?, ?, ?, ?)",
-                    (memory_id, namespace, clean_text, json.dumps(clean_tags), meta_json, ms),
-                )
-                db.executemany(
-                    "INSERT INTO memory_tags (memory_rowid, tag) VALUES (?, ?)",
-                    [(cur.lastrowid, t) for t in clean_tags],
-                )
-                db.execute("COMMIT")
-            except BaseException:
-                db.execute("ROLLBACK")
+
+        def insert(tx: Tx) -> None:
+            tx.execute(
+                "INSERT INTO phx_memories (id, namespace, text, tags, metadata, created_ms) VALUES (?, ?, ?, ?, ?, ?)",
+                (memory_id, namespace, clean_text, tx.dialect.text_array(clean_tags), meta_json, ms),
+            )
+
+        try:
+            self._write(insert)
+        except PhoenixError as exc:
+            # The server was reached (an unreachable one has no cause): the commit may have landed.
+            if exc.__cause__ is None or not self._stored(memory_id, namespace):
                 raise
         return MemoryRecord(memory_id, namespace, clean_text, clean_tags, clean_meta, iso_from_ms(ms))
 
-    def _tag_filter(self, tags: list[str]) -> tuple[str, list[Any]]:
+    def _stored(self, memory_id: str, namespace: str) -> bool:
+        """After a failed store: is the memory there all the same (a commit whose answer was lost)?"""
+        from phoenix_protocol._errors import PhoenixError
+
+        try:
+            return self.get(namespace, memory_id) is not None
+        except PhoenixError:
+            return False
+
+    def _tag_filter(self, tx: Tx, tags: builtins.list[str]) -> tuple[str, builtins.list[Any]]:
         if not tags:
             return "", []
-        marks = ",".join("?" * len(tags))
-        sql = f" AND m.rowid IN (SELECT memory_rowid FROM memory_tags WHERE tag IN ({marks}) GROUP BY memory_rowid HAVING count(*) = ?)"  # noqa: S608 - only '?' placeholders are interpolated
-        return sql, [*tags, len(tags)]
+        sql, params = tx.dialect.contains_all("m.tags", tags)
+        return " AND " + sql, params
 
-    def recall(self, namespace: str, query: str, *, k: int = 5, tags: Any = None) -> list[tuple[MemoryRecord, float]]:
-        """The ``k`` memories of ``namespace`` that best match ``query`` (BM25), best first."""
+    def recall(
+        self, namespace: str, query: str, *, k: int = 5, tags: Any = None
+    ) -> builtins.list[tuple[MemoryRecord, float]]:
+        """The ``k`` memories of ``namespace`` that best match ``query``, best first, each with
+        its score (higher is better)."""
         words, clean_tags = _check_recall(namespace, query, k, tags)
-        match = _fts5_query(words)
-        tag_sql, tag_args = self._tag_filter(clean_tags)
-        sql = (
-            "SELECT m.id, m.namespace, m.text, m.tags, m.metadata, m.created_ms, bm25(memories_fts) AS rank "  # noqa: S608 - only '?' placeholders are interpolated
-            "FROM memories_fts JOIN memories m ON m.rowid = memories_fts.rowid "
-            f"WHERE memories_fts MATCH ? AND m.namespace = ?{tag_sql} ORDER BY rank, m.created_ms DESC LIMIT ?"
-        )
-        if not os.path.exists(self.path):
-            return []
-        with self._db() as db:
-            rows = db.execute(sql, [match, namespace, *tag_args, k]).fetchall()
-        return [(self._record(row[:6]), round(-float(row[6]), 6)) for row in rows]
 
-    def list(self, namespace: str, *, tags: Any = None, limit: int = 50, offset: int = 0) -> list[MemoryRecord]:
+        def work(tx: Tx) -> builtins.list[tuple[MemoryRecord, float]]:
+            fts = tx.dialect.full_text("phx_memories", "m", words)
+            tag_sql, tag_args = self._tag_filter(tx, clean_tags)
+            sql = (
+                f"SELECT {_COLUMNS}, {fts.rank} AS rank FROM phx_memories m {fts.join} "  # noqa: S608 - fragments and '?' placeholders only
+                f"WHERE {fts.match} AND m.namespace = ?{tag_sql} ORDER BY rank DESC, m.created_ms DESC, m.seq DESC "
+                "LIMIT ?"
+            )
+            rows = tx.all(sql, [*fts.join_params, *fts.match_params, namespace, *tag_args, k])
+            return [(self._record(tx, row), round(float(row[6]), 6)) for row in rows]
+
+        return self._read(work, [])
+
+    def list(
+        self, namespace: str, *, tags: Any = None, limit: int = 50, offset: int = 0
+    ) -> builtins.list[MemoryRecord]:
         """Memories of ``namespace``, newest first."""
         clean_tags = _check_list(namespace, tags, limit, offset)
-        if not os.path.exists(self.path):
-            return []
-        tag_sql, tag_args = self._tag_filter(clean_tags)
-        sql = (
-            "SELECT m.id, m.namespace, m.text, m.tags, m.metadata, m.created_ms FROM memories m "  # noqa: S608 - only '?' placeholders are interpolated
-            f"WHERE m.namespace = ?{tag_sql} ORDER BY m.created_ms DESC, m.rowid DESC LIMIT ? OFFSET ?"
-        )
-        with self._db() as db:
-            rows = db.execute(sql, [namespace, *tag_args, limit, offset]).fetchall()
-        return [self._record(row) for row in rows]
+
+        def work(tx: Tx) -> builtins.list[MemoryRecord]:
+            tag_sql, tag_args = self._tag_filter(tx, clean_tags)
+            sql = (
+                f"SELECT {_COLUMNS} FROM phx_memories m WHERE m.namespace = ?{tag_sql} "  # noqa: S608 - fragments and '?' placeholders only
+                "ORDER BY m.created_ms DESC, m.seq DESC LIMIT ? OFFSET ?"
+            )
+            return [self._record(tx, row) for row in tx.all(sql, [namespace, *tag_args, limit, offset])]
+
+        return self._read(work, [])
 
     def get(self, namespace: str, memory_id: str) -> MemoryRecord | None:
         """One memory of ``namespace`` (``None`` when absent, or in another namespace)."""
         validate_id(namespace, "namespace")
         validate_id(memory_id, "memory id")
-        if not os.path.exists(self.path):
-            return None
-        with self._db() as db:
-            row = db.execute(
-                "SELECT id, namespace, text, tags, metadata, created_ms FROM memories WHERE id = ? AND namespace = ?",
-                (memory_id, namespace),
-            ).fetchone()
-        return self._record(row) if row else None
+
+        def work(tx: Tx) -> MemoryRecord | None:
+            sql = f"SELECT {_COLUMNS} FROM phx_memories m WHERE m.id = ? AND m.namespace = ?"  # noqa: S608 - constant
+            row = tx.one(sql, (memory_id, namespace))
+            return self._record(tx, row) if row else None
+
+        return self._read(work, None)
 
     def delete(self, namespace: str, memory_id: str) -> bool:
         """Delete one memory of ``namespace``; ``False`` when there is none."""
         validate_id(namespace, "namespace")
         validate_id(memory_id, "memory id")
-        if not os.path.exists(self.path):
+        if not self._present():
             return False
-        with self._db() as db:
-            cur = db.execute("DELETE FROM memories WHERE id = ? AND namespace = ?", (memory_id, namespace))
-        return cur.rowcount > 0
+        sql = "DELETE FROM phx_memories WHERE id = ? AND namespace = ?"
+        return self.db.transaction(lambda tx: tx.execute(sql, (memory_id, namespace)).rowcount > 0)
 
     def count(self, namespace: str) -> int:
+        """How many memories ``namespace`` has."""
         validate_id(namespace, "namespace")
-        if not os.path.exists(self.path):
-            return 0
-        with self._db() as db:
-            return int(db.execute("SELECT count(*) FROM memories WHERE namespace = ?", (namespace,)).fetchone()[0])
+        sql = "SELECT count(*) FROM phx_memories WHERE namespace = ?"
+        return self._read(lambda tx: int(tx.scalar(sql, (namespace,)) or 0), 0)
 
     def namespaces(self) -> builtins.list[str]:
         """Every namespace with at least one memory, sorted."""
-        if not os.path.exists(self.path):
-            return []
-        with self._db() as db:
-            return [r[0] for r in db.execute("SELECT DISTINCT namespace FROM memories ORDER BY namespace")]
+        sql = "SELECT DISTINCT namespace FROM phx_memories ORDER BY namespace"
+        return self._read(lambda tx: [str(r[0]) for r in tx.all(sql)], [])
 
     def exists(self, memory_id: str) -> bool:
         """Whether any namespace has a memory with this id (``phx import`` refuses to overwrite)."""
-        if not os.path.exists(self.path):
-            return False
-        with self._db() as db:
-            return db.execute("SELECT 1 FROM memories WHERE id = ?", (memory_id,)).fetchone() is not None
+        sql = "SELECT 1 FROM phx_memories WHERE id = ?"
+        return self._read(lambda tx: tx.one(sql, (memory_id,)) is not None, False)
 
     def export(self, namespace: str) -> builtins.list[dict[str, Any]]:
         """Every memory of ``namespace``, oldest first, as ``phx export`` writes them."""
         validate_id(namespace, "namespace")
-        if not os.path.exists(self.path):
-            return []
-        with self._db() as db:
-            rows = db.execute(
-                "SELECT id, namespace, text, tags, metadata, created_ms FROM memories WHERE namespace = ? "
-                "ORDER BY created_ms, rowid",
-                (namespace,),
-            ).fetchall()
-        return [_export_row(r) for r in rows]
+
+        def work(tx: Tx) -> builtins.list[dict[str, Any]]:
+            sql = (
+                f"SELECT {_COLUMNS} FROM phx_memories m WHERE m.namespace = ? "  # noqa: S608 - constant
+                "ORDER BY m.created_ms, m.seq"
+            )
+            out = []
+            for row in tx.all(sql, (namespace,)):
+                record = self._record(tx, row).as_dict()
+                del record["created_at"]
+                out.append({**record, "created_ms": int(row[5])})
+            return out
+
+        return self._read(work, [])
 
     def import_records(self, records: builtins.list[dict[str, Any]]) -> int:
-        """Write exported memories back as they were (ids and times kept), in one transaction."""
+        """Write exported memories back as they were (ids and times kept), in one transaction.
+        ``UsageError`` for an id already stored (``phx import`` checks first)."""
         rows = [_import_row(r) for r in records]
-        with self._db() as db:
-            db.execute("BEGIN IMMEDIATE")
-            try:
-                for memory_id, namespace, text, tags, meta_json, created in rows:
-                    cur = db.execute(
-                        "INSERT INTO memories (id, namespace, text, tags, metadata, created_ms) VALUES (?, ?, ?, ?, ?, ?)",
-                        (memory_id, namespace, text, json.dumps(tags), meta_json, created),
-                    )
-                    for tag in tags:
-                        db.execute("INSERT INTO memory_tags (memory_rowid, tag) VALUES (?, ?)", (cur.lastrowid, tag))
-                db.execute("COMMIT")
-            except BaseException:
-                db.execute("ROLLBACK")
-                raise
-        return len(rows)
+
+        def work(tx: Tx) -> int:
+            for row in rows:
+                if tx.one("SELECT 1 FROM phx_memories WHERE id = ?", (row[0],)) is not None:
+                    raise UsageError(f"memory {row[0]} is already stored: nothing was imported.")
+            insert_rows(tx, rows)
+            return len(rows)
+
+        return self._write(work)
 
 
 def _agent_store(agent: Agent, store: MemoryBackend | None) -> MemoryBackend:

@@ -529,7 +529,7 @@ class MemoryModel(BaseModel):
 
 
 class ScoredMemoryModel(MemoryModel):
-    score: float = Field(description="BM25 relevance: higher is better.")
+    score: float = Field(description="Relevance (BM25 on SQLite, ts_rank_cd on PostgreSQL): higher is better.")
 
 
 class MemoryResponse(BaseModel):
@@ -850,7 +850,7 @@ def create_app(
     """
     cfg = config if config is not None else load_config(home.root, project_root=home.project_root)
     limit = max_body_bytes if max_body_bytes is not None else cfg.server_max_body_bytes
-    tokens = TokenStore(home, clock=clock, lock_timeout=cfg.lock_timeout)
+    tokens = TokenStore(home, clock=clock, config=cfg)
     memory = open_memory_store(home, config=cfg, clock=clock)
     app = FastAPI(
         title="Phoenix Protocol memory bridge",
@@ -921,7 +921,7 @@ def create_app(
 
     @app.get("/readyz", response_model=ReadyResponse, tags=["health"])
     def readyz(request: Request) -> Any:
-        """Ready when the home exists and is writable, and its token file can be read."""
+        """Ready when the home exists and is writable, and its token store can be read."""
         ok = os.path.isdir(home.root) and os.access(home.root, os.W_OK | os.X_OK)
         if ok:
             try:
@@ -1004,7 +1004,9 @@ def create_app(
     ) -> dict[str, Any]:
         """Recall the best matches (BM25), best first; the query becomes ``last_recall_query``."""
         results = _bridge.memory_recall(memory, agent(agent_id), body.query, k=body.k, tags=body.tags)
-        return {"agent_id": agent_id, "query": body.query, "results": results}
+        from phoenix_protocol._redact import redact
+
+        return {"agent_id": agent_id, "query": redact(body.query), "results": results}
 
     @app.get("/memory/{agent_id}", response_model=MemoryListResponse, tags=["memory"])
     def get_memories(

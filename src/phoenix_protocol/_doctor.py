@@ -521,6 +521,18 @@ def _check_checkpoints(agent: Agent, repair: bool) -> list[Finding]:
                     repaired=True,
                 )
             )
+            left_out = [*report.get("left_out", []), *report.get("not_this_agents", [])]
+            if left_out:
+                findings.append(
+                    Finding(
+                        "error",
+                        f"{len(left_out)} checkpoint file(s) not imported (another agent's, or a name or number the "
+                        f"database already holds): {', '.join(left_out[:3])}{' ...' if len(left_out) > 3 else ''}; "
+                        "they stay in checkpoints.migrated-<time> for you to inspect",
+                        agent=aid,
+                        path=agent.dir,
+                    )
+                )
     if not db.exists():
         return findings
     if not repair:

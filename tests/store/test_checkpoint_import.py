@@ -7,6 +7,7 @@ from __future__ import annotations
 import glob
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -195,3 +196,26 @@ def test_a_postgresql_database_at_schema_8_migrates_its_checkpoints_forward(
     assert latest is not None and latest.name == os.path.basename(files[-1])
     assert problems and "00000099" in problems[0]
     assert agent.checkpoints.create("routine").seq == 100
+
+
+def test_the_doctor_reports_files_not_imported_then_imports_them_and_names_what_it_left_out(
+    engine: str, old_home: str
+) -> None:
+    from phoenix_protocol._doctor import check_agent
+
+    alpha_file = sorted(glob.glob(os.path.join(old_home, "agents", "alpha", "checkpoints", "*.checkpoint")))[0]
+    beta_dir = os.path.join(old_home, "agents", "beta")
+    shutil.copy(alpha_file, os.path.join(beta_dir, "checkpoints"))  # copied in by hand
+    beta = Agent(  # no store used yet: nothing imported by opening it
+        "beta", Home(old_home)
+    )
+    [pending] = [f for f in check_agent(beta, repair=False) if "not imported" in f.message]
+    assert pending.level == "warn" and os.path.isdir(os.path.join(beta_dir, "checkpoints"))
+    findings = check_agent(beta)
+    [imported] = [f for f in findings if "imported into" in f.message]
+    assert imported.repaired and "6 checkpoint(s)" in imported.message
+    [left] = [f for f in findings if "not imported" in f.message]
+    assert left.level == "error" and os.path.basename(alpha_file) in left.message
+    (kept,) = glob.glob(os.path.join(beta_dir, "checkpoints.migrated-*"))
+    assert os.path.exists(os.path.join(kept, os.path.basename(alpha_file)))
+    assert any(f.message == "6 checkpoint(s) verified" for f in findings)

@@ -821,6 +821,25 @@ class CheckpointStore:
         except (TypeError, ValueError, RecursionError):  # a section JSON cannot hold (NaN, a cycle)
             sections = writable_sections(collected, redacted=False)
         state = self.agent.state.read_or_none()
+        return self.write_collected(
+            checkpoint_type, sections, summary=clean_summary, operation=operation, now_ms=now_ms, state=state
+        )
+
+    def write_collected(
+        self,
+        checkpoint_type: str,
+        sections: dict[str, Any],
+        *,
+        summary: str | None = None,
+        operation: dict[str, Any] | None = None,
+        now_ms: int | None = None,
+        state: AgentState | None = None,
+    ) -> CheckpointInfo:
+        """The store's part of ``create``: write ``sections``, already collected and redacted
+        (``redact_sections``), with ``summary`` already clean, as a checkpoint of
+        ``checkpoint_type``: envelope, checksum, one transaction with retention, the ops event.
+        ``state``: the agent's state for the session metadata (``None``: none)."""
+        clean_summary = summary
         failed = {k for k in KEPT_COPIES if failed_section(sections.get(k))}
         if failed:  # rare: the write path asks nothing more otherwise
             failed.intersection_update(self._kept_copies())

@@ -288,21 +288,31 @@ class CheckpointRows:
         self, checkpoint_type: str | None, limit: int | None, *, reading: bool = False
     ) -> Iterator[CheckpointInfo]:
         """Newest first, fetched a page at a time (``latest`` usually needs the first only);
-        ``reading``: the first page brings the newest one's body along (no second query)."""
+        ``reading``: the caller reads the first one next (on PostgreSQL its body comes along)."""
         page = min(limit, 50) if limit is not None else 8
         before = _ALL_SEQS
         given = 0
+        # On PostgreSQL the first page brings the newest body along (a round trip saved); SQLite
+        # has no round trip to save, and its window function would copy every body of the page.
+        prefetch = reading and self.db.dialect.postgres
         while limit is None or given < limit:
-            with_content = reading and before == _ALL_SEQS
+            with_content = prefetch and before == _ALL_SEQS
             rows = self._read(
                 functools.partial(
-                    self._page, checkpoint_type=checkpoint_type, before=before, size=page, with_content=with_content
+                    self._page,
+                    checkpoint_type=checkpoint_type,
+                    before=before,
+                    size=page,
+                    with_content=with_content,
+                    with_body=reading and not prefetch and before == _ALL_SEQS,
                 ),
                 [],
             )
             if with_content and rows:
                 first = rows[0]
                 self._prefetched = (str(first[0]), Stored(_bytes(first[7]), str(first[8]), _legacy(first[9])))
+            elif reading and before == _ALL_SEQS and len(rows) > 1 and isinstance(rows[-1], Stored):
+                self._prefetched = (str(rows[0][0]), rows.pop())
             for row in rows:
                 yield _info(row)
                 given += 1
@@ -314,11 +324,29 @@ class CheckpointRows:
             page = min(page * 4, 500)
 
     def _page(
-        self, tx: Tx, checkpoint_type: str | None, before: int, size: int, *, with_content: bool = False
+        self,
+        tx: Tx,
+        checkpoint_type: str | None,
+        before: int,
+        size: int,
+        *,
+        with_content: bool = False,
+        with_body: bool = False,
     ) -> list[Any]:
+        """A page of the catalogue; ``with_content``: the newest body in the rows (PostgreSQL's
+        window); ``with_body``: appended as a ``Stored`` by a second statement of the same
+        transaction (SQLite)."""
         typed = checkpoint_type is not None
         params = (self.agent_id, checkpoint_type, before, size) if typed else (self.agent_id, before, size)
-        return tx.all(_NEWEST[typed, with_content], params)
+        rows = tx.all(_NEWEST[typed, with_content], params)
+        if with_body and rows:
+            body = tx.one(
+                "SELECT content, checksum, legacy FROM phx_checkpoints WHERE agent_id = ? AND seq = ?",
+                (self.agent_id, int(rows[0][1])),
+            )
+            if body is not None:
+                rows.append(Stored(_bytes(body[0]), str(body[1]), _legacy(body[2])))
+        return rows
 
     def read(self, name: str) -> Stored | None:
         """The body of checkpoint ``name``, or ``None`` when there is none."""

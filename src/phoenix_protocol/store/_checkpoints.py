@@ -201,12 +201,13 @@ _NEWEST = {
     for with_content in (False, True)
 }
 _COUNTS = "SELECT checkpoint_type, count(*) FROM phx_checkpoints WHERE agent_id = ? GROUP BY checkpoint_type"
-_CANDIDATES = (
-    f"SELECT {_COLUMNS} FROM ("  # noqa: S608 - constant SQL
-    f"SELECT {_COLUMNS}, row_number() OVER (PARTITION BY checkpoint_type ORDER BY seq) AS n "
-    "FROM phx_checkpoints WHERE agent_id = ?"
-    ") c WHERE checkpoint_type IN ('recovery', 'pre-operation') OR (checkpoint_type = 'routine' AND n <= ?) "
-    "OR (checkpoint_type = 'session' AND n <= ?) ORDER BY seq"
+_ALWAYS = (
+    f"SELECT {_COLUMNS} FROM phx_checkpoints WHERE agent_id = ? "  # noqa: S608 - constant SQL
+    "AND checkpoint_type IN ('recovery', 'pre-operation') ORDER BY seq"
+)
+_OLDEST = (
+    f"SELECT {_COLUMNS} FROM phx_checkpoints WHERE agent_id = ? "  # noqa: S608 - constant SQL
+    "AND checkpoint_type = ? ORDER BY seq LIMIT ?"
 )
 _INSERT = (
     "INSERT INTO phx_checkpoints (agent_id, name, seq, checkpoint_type, timestamp_ms, label, operation_id, size, "
@@ -373,7 +374,11 @@ class CheckpointRows:
         view.counts = {str(kind): int(n) for kind, n in tx.all(_COUNTS, (self.agent_id,))}
         routine_excess = max(0, view.counts.get("routine", 0) + 1 - self.keep[0])
         session_excess = max(0, view.counts.get("session", 0) + 1 - self.keep[1])
-        for candidate in tx.all(_CANDIDATES, (self.agent_id, routine_excess, session_excess)):
+        candidates = tx.all(_ALWAYS, (self.agent_id,))
+        for kind, excess in (("routine", routine_excess), ("session", session_excess)):
+            if excess:  # each by the (agent, type, seq) index: only the oldest that may drop
+                candidates += tx.all(_OLDEST, (self.agent_id, kind, excess))
+        for candidate in candidates:
             view.add(_info(candidate))
         view.next_seq = max(view.next_seq, next_seq)
         return view

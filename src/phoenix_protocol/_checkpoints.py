@@ -266,7 +266,8 @@ def redact_sections(sections: dict[str, Any]) -> dict[str, Any]:
     mostly what its previous checkpoint held (a conversation grows at its end), and encoding a
     slice in C costs a fraction of walking its strings in Python: for a 1 MB conversation the
     walk took 0.72 ms and the envelope's encoding 0.46 ms, this 0.42-0.58 ms, its encoding being
-    the file's (bench/checkpoints_vs_langgraph.py, codecs line; not encoded twice).
+    the body's (measured with the codecs line of an earlier bench/checkpoints_vs_langgraph.py;
+    not encoded twice).
     Equivalent to ``redact_value``: a list item's redaction never depends on where the list is
     (only a string directly under a secret-named key is redacted for its key), and a slice
     holding anything but dicts with string keys, lists, strings, numbers, booleans and null is

@@ -201,18 +201,35 @@ _NEWEST = {
     for with_content in (False, True)
 }
 _COUNTS = "SELECT checkpoint_type, count(*) FROM phx_checkpoints WHERE agent_id = ? GROUP BY checkpoint_type"
-_ALWAYS = (
+_OF_TYPE = (
     f"SELECT {_COLUMNS} FROM phx_checkpoints WHERE agent_id = ? "  # noqa: S608 - constant SQL
-    "AND checkpoint_type IN ('recovery', 'pre-operation') ORDER BY seq"
+    "AND checkpoint_type = ? ORDER BY seq"
 )
 _OLDEST = (
     f"SELECT {_COLUMNS} FROM phx_checkpoints WHERE agent_id = ? "  # noqa: S608 - constant SQL
     "AND checkpoint_type = ? ORDER BY seq LIMIT ?"
 )
-_INSERT = (
-    "INSERT INTO phx_checkpoints (agent_id, name, seq, checkpoint_type, timestamp_ms, label, operation_id, size, "
-    "content, checksum, legacy) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
-)
+_INSERT = {
+    # SQLite takes the body's UTF-8 bytes and stores them as TEXT (CAST): no decoding to a str
+    # and encoding back in between; PostgreSQL takes text.
+    False: "INSERT INTO phx_checkpoints (agent_id, name, seq, checkpoint_type, timestamp_ms, label, operation_id, "
+    "size, content, checksum, legacy) VALUES (?, ?, ?, ?, ?, ?, ?, ?, CAST(? AS TEXT), ?, ?)",
+    True: "INSERT INTO phx_checkpoints (agent_id, name, seq, checkpoint_type, timestamp_ms, label, operation_id, "
+    "size, content, checksum, legacy) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+}
+_BODY = {
+    # The body as bytes where the engine hands them over so (SQLite), as text elsewhere.
+    (
+        False,
+        "seq",
+    ): "SELECT CAST(content AS BLOB), checksum, legacy FROM phx_checkpoints WHERE agent_id = ? AND seq = ?",
+    (
+        False,
+        "name",
+    ): "SELECT CAST(content AS BLOB), checksum, legacy FROM phx_checkpoints WHERE agent_id = ? AND name = ?",
+    (True, "seq"): "SELECT content, checksum, legacy FROM phx_checkpoints WHERE agent_id = ? AND seq = ?",
+    (True, "name"): "SELECT content, checksum, legacy FROM phx_checkpoints WHERE agent_id = ? AND name = ?",
+}
 _ALL_SEQS = 2**62  # "before" for the first page: past any seq
 
 
@@ -341,10 +358,7 @@ class CheckpointRows:
         params = (self.agent_id, checkpoint_type, before, size) if typed else (self.agent_id, before, size)
         rows = tx.all(_NEWEST[typed, with_content], params)
         if with_body and rows:
-            body = tx.one(
-                "SELECT content, checksum, legacy FROM phx_checkpoints WHERE agent_id = ? AND seq = ?",
-                (self.agent_id, int(rows[0][1])),
-            )
+            body = tx.one(_BODY[tx.dialect.postgres, "seq"], (self.agent_id, int(rows[0][1])))
             if body is not None:
                 rows.append(Stored(_bytes(body[0]), str(body[1]), _legacy(body[2])))
         return rows
@@ -356,10 +370,7 @@ class CheckpointRows:
             return prefetched[1]
 
         def work(tx: Tx) -> Stored | None:
-            row = tx.one(
-                "SELECT content, checksum, legacy FROM phx_checkpoints WHERE agent_id = ? AND name = ?",
-                (self.agent_id, name),
-            )
+            row = tx.one(_BODY[tx.dialect.postgres, "name"], (self.agent_id, name))
             return Stored(_bytes(row[0]), str(row[1]), _legacy(row[2])) if row else None
 
         result: Stored | None = self._read(work)
@@ -374,7 +385,9 @@ class CheckpointRows:
         view.counts = {str(kind): int(n) for kind, n in tx.all(_COUNTS, (self.agent_id,))}
         routine_excess = max(0, view.counts.get("routine", 0) + 1 - self.keep[0])
         session_excess = max(0, view.counts.get("session", 0) + 1 - self.keep[1])
-        candidates = tx.all(_ALWAYS, (self.agent_id,))
+        # One type per statement: each is a range of the (agent, type, seq) index (an IN list
+        # made SQLite scan every row of the agent instead).
+        candidates = tx.all(_OF_TYPE, (self.agent_id, "recovery")) + tx.all(_OF_TYPE, (self.agent_id, "pre-operation"))
         for kind, excess in (("routine", routine_excess), ("session", session_excess)):
             if excess:  # each by the (agent, type, seq) index: only the oldest that may drop
                 candidates += tx.all(_OLDEST, (self.agent_id, kind, excess))
@@ -400,9 +413,10 @@ class CheckpointRows:
     def insert(self, tx: Tx, info: CheckpointInfo, content: bytes, checksum: str, legacy: bytes | None = None) -> None:
         """Insert a checkpoint (no lock taken: the caller holds ``lock_agent``)."""
         i = info
-        text = content.decode("utf-8", "surrogatepass")
+        postgres = tx.dialect.postgres
+        text = content.decode("utf-8", "surrogatepass") if postgres else content
         tx.execute(
-            _INSERT,
+            _INSERT[postgres],
             (
                 self.agent_id,
                 i.name,

@@ -132,8 +132,8 @@ RESERVED_NAMES = frozenset(
 """The envelope's own fields: no section may take one of these names (``metadata`` would be
 stored under ``extensions`` and read back as the envelope's)."""
 EXACT_NUMBERS = "exact_numbers"
-"""Envelope key set (``true``) when the file holds numbers the fast JSON reader would not read
-exactly (integers beyond 64 bits): such a file is read with the standard library's reader."""
+"""Envelope key set (``true``) when the body holds numbers the fast JSON reader would not read
+exactly (integers beyond 64 bits): such a body is read with the standard library's reader."""
 KEPT_COPIES = ("identity", "phoenix_state")
 """Sections Phoenix repairs from (``phx doctor`` writes identity.yaml back from the newest copy;
 ``restore`` puts the task and notes back): while identity.yaml or state.json does not read, so
@@ -259,7 +259,7 @@ _clean_slices: dict[bytes, None] = {}  # xxh3-128 of the JSON of slices found cl
 def redact_sections(sections: dict[str, Any]) -> dict[str, Any]:
     """``redact_value(sections)``, except that each list of ``LONG_LIST`` items or more found
     among dict values comes back as an ``orjson.Fragment`` of its redacted JSON (compact, one
-    line in the file).
+    line in the body).
 
     Such a list is encoded ``_SLICE`` items at a time; a slice whose encoding was found clean
     before (the same bytes, plain JSON types only) is not walked again. An agent's state is
@@ -581,7 +581,7 @@ def checkpoint_number(ref: str) -> int | None:
 
 def _named(name: str, path: str, envelope: dict[str, Any]) -> Checkpoint:
     """The checkpoint read as ``name``, once its content is found to be that checkpoint: the number
-    and the type its name gives (the catalogue lists it by its name). A file renamed, or another
+    and the type its name gives (the catalogue lists it by its name). A checkpoint renamed, or another
     checkpoint of the same agent copied under this name, is damage; another agent's checkpoint is
     refused as such by ``restore`` and ``latest``."""
     seq, kind = envelope["seq"], envelope["checkpoint_type"]
@@ -670,7 +670,7 @@ class CheckpointStore:
         self.agent.ops.flush_later()
 
     def entries(self, checkpoint_type: str | None = None, *, limit: int | None = None) -> list[CheckpointInfo]:
-        """Checkpoints on disk, newest first (from the index; nothing is read); at most ``limit``
+        """Checkpoints stored, newest first (the catalogue's columns; no body is read); at most ``limit``
         (at least 1; any number above the count lists them all)."""
         if checkpoint_type is not None and checkpoint_type not in CHECKPOINT_TYPES:
             raise UsageError(f"checkpoint type must be one of {', '.join(CHECKPOINT_TYPES)}, not {checkpoint_type!r}.")
@@ -687,7 +687,7 @@ class CheckpointStore:
         return name
 
     def resolve(self, ref: str) -> str:
-        """The name of the checkpoint ``ref`` designates: its file name (returned as it is, once
+        """The name of the checkpoint ``ref`` designates: its name (returned as it is, once
         validated), or its number (``seq``: the ``#`` column of ``phx checkpoint list``) written
         ``7`` or ``#7``. A number no checkpoint of this agent holds is a ``NotFoundError``."""
         seq = checkpoint_number(ref)
@@ -723,7 +723,7 @@ class CheckpointStore:
 
     def latest(self, checkpoint_type: str | None = None) -> tuple[Checkpoint | None, list[str]]:
         """The newest valid checkpoint (of a type), and the problems met on the way: torn or
-        corrupt files are reported and skipped, never returned."""
+        corrupt ones are reported and skipped, never returned."""
         problems: list[str] = []
         if checkpoint_type is not None and checkpoint_type not in CHECKPOINT_TYPES:
             raise UsageError(f"checkpoint type must be one of {', '.join(CHECKPOINT_TYPES)}, not {checkpoint_type!r}.")
@@ -1151,7 +1151,7 @@ class CheckpointStore:
     # -- restoring ----------------------------------------------------------------------------
 
     def restore(self, name: str | None = None, *, force: bool = False) -> RestoreResult:
-        """Restore from checkpoint ``name``, a file name or a number (see ``resolve``; default:
+        """Restore from checkpoint ``name``, a name or a number (see ``resolve``; default:
         the newest valid one).
 
         Refuses another agent's checkpoint (``CheckpointOwnershipError``), a damaged one

@@ -408,7 +408,9 @@ def run_size(work: str, size: int, history: int, reps: int, fresh: int, pg: str 
     hooks.agent.state.set_status("working", "Port the scheduler to asyncio")
     lg = LangGraphThread(os.path.join(base, "langgraph.sqlite"))
     on_pg = (
-        open_phoenix(home, f"pg-{size}", holder, store=pg, keep_session_checkpoints=KEEP_ALL) if pg is not None else None
+        open_phoenix(home, f"pg-{size}", holder, store=pg, keep_session_checkpoints=KEEP_ALL)
+        if pg is not None
+        else None
     )
     sections = {"payload": holder.state}
     print(f"  {size // KB} KB: building {history} checkpoints of history on each side...", flush=True)

@@ -1,45 +1,40 @@
 """Phoenix's checkpoint store side by side with LangGraph's ``SqliteSaver``, in one run.
 
-    .venv/bin/python bench/checkpoints_vs_langgraph.py [--quick]
+    PYTHONPATH=src .venv/bin/python bench/checkpoints_vs_langgraph.py [--quick] [--pg URL]
 
-Needs ``langgraph-checkpoint-sqlite`` in the venv (not a runtime dependency of Phoenix).
+Needs ``langgraph-checkpoint-sqlite`` (the ``[bench]`` extra; not a runtime dependency of Phoenix).
 
-For agent states of 10 KB and 1 MB (JSON-encoded size of the same Python dict on both sides), with
-1,000 checkpoints of history on each side, interleaved in a shuffled order so that machine noise hits both
-alike:
+Both sides are SQLite files in WAL mode with ``synchronous=FULL`` (every commit fsyncs the WAL):
+Phoenix's ``phoenix.db`` (the default store) and the ``SqliteSaver`` database. Phoenix keeps every
+session checkpoint, as SqliteSaver keeps every checkpoint, so that a timed write is a write only
+(with the default retention each write past the 50th would also delete the oldest). For agent states of
+10 KB and 1 MB (the compact JSON size of the same Python dict on both sides), with ``--history``
+checkpoints (1,000) already held on each side, interleaved in a shuffled order so that machine
+noise hits both alike:
 
-- a durable checkpoint write: Phoenix ``store.create()`` vs ``SqliteSaver.put()``;
-- reading the latest: Phoenix ``store.latest()`` (checksum verified) vs ``get_tuple()``;
-- listing the 10 newest: Phoenix ``store.entries(limit=10)`` vs ``list(limit=10)`` consumed fully.
+- **write**: the store's write of an already collected document,
+  ``store.write_collected("session", {"payload": state})`` (the envelope encoded as JSON, its
+  xxh3-128, one transaction: the agent's lock, retention, the insert, the commit), vs
+  ``SqliteSaver.put()`` (its serde, the insert, the commit). Targets: p50 <= 1.0x, p90 <= 1.5x.
+- **create()**: the whole ``create()`` as the hooks run it (the default providers: state.json,
+  the ops log, brief, git, identity; plus the same state as a section; redaction; the write), a
+  row of its own, no target.
+- **restore latest, fresh process**: a new process per sample, imports done before the clock
+  starts: ``Agent.open()`` + ``checkpoints.latest()`` (the database opened, the newest row read,
+  its checksum and schema verified, JSON parsed) vs ``sqlite3.connect()`` + ``SqliteSaver`` +
+  ``get_tuple()``. Targets: <= 1.0x at 10 KB, <= 1.5x at 1 MB.
+- **list 10 newest**: ``entries(limit=10)`` vs ``list(limit=10)`` consumed. Target: <= 0.25x.
 
-Phoenix is measured twice: "session" checkpoints with ``keep_session_checkpoints=1000`` (so it really
-holds 1,000, like the SQLite database) and "routine" checkpoints with the default retention (keeps 3).
-Then the disk test: 10,000 successive checkpoints of a 100 KB state (Phoenix routine, default
-retention) vs 10,000 ``put``s on one SqliteSaver thread; bytes on disk of each.
-
-Fairness: SQLite runs with ``PRAGMA synchronous=FULL`` (every commit fsyncs the WAL) in the WAL
-journal mode ``SqliteSaver.setup()`` selects. Phoenix's default section providers (state.json, ops
-log, git...) are replaced by one section carrying the same state dict LangGraph stores as its channel
-values. Untimed bulk phases (building the history, the disk test) skip Phoenix's secret redaction of
-the state, after checking once that redaction leaves that state unchanged (the bytes written are the
-same); every timed Phoenix call runs the code as shipped, redaction included.
-
-Targets (the issue): write <= 1.0x put, latest <= 1.0x get_tuple, entries <= 0.25x list, disk after
-10,000 routine checkpoints <= 1% of SqliteSaver's files. Prints a Markdown section for
-docs/benchmarks.md and writes it to bench/results/checkpoints_vs_langgraph.md (full run only, unless
-``--out`` is given). ``--quick`` scales everything down (100 checkpoints of history, 1,000 in the disk
-test) to check the script, not to quote.
+Prints a Markdown section for docs/benchmarks.md and writes it to
+bench/results/checkpoints_vs_langgraph.md (full run only, unless ``--out`` is given).
+``--quick`` scales everything down to check the script, not to quote.
 """
 
 from __future__ import annotations
 
 import argparse
-import compileall
 import contextlib
 import datetime
-import fcntl
-import functools
-import gc
 import os
 import platform
 import random
@@ -50,11 +45,9 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from importlib import metadata
 from typing import Any
-
-import xxhash
 
 # langgraph-checkpoint-sqlite is a bench-only dependency: where it is not installed (``make test``
 # type-checks bench/ without it) the imports are Any, hence the two-code ignores.
@@ -63,30 +56,17 @@ from langgraph.checkpoint.base import ChannelVersions, Checkpoint, CheckpointMet
 from langgraph.checkpoint.base.id import uuid6  # type: ignore[import-not-found, unused-ignore]
 from langgraph.checkpoint.sqlite import SqliteSaver  # type: ignore[import-not-found, unused-ignore]
 
-import phoenix_protocol
-import phoenix_protocol._checkpoints as cp_mod
-import phoenix_protocol._durable as durable_mod
 import phoenix_protocol._redact as redact_mod
 from phoenix_protocol import Agent, Home
-from phoenix_protocol._checkpoint_index import Catalog
 from phoenix_protocol._checkpoints import CheckpointStore
-from phoenix_protocol._durable import FileLock, InPlaceFile
-from phoenix_protocol._jsonio import dumps_indented_bytes, dumps_line, loads_large
+from phoenix_protocol._jsonio import dumps_line
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
 RESULTS = os.path.join(HERE, "results", "checkpoints_vs_langgraph.md")
 THREAD = "bench"
 KB = 1024
-TARGETS = {"write": 1.0, "latest": 1.0, "list": 0.25}
-OPS = ("write", "latest", "list")
-OP_LABEL = {
-    "write": "durable write",
-    "latest": "read latest",
-    "list": "list 10 newest",
-}
-PHX_CALL = {"write": "`create()`", "latest": "`latest()`", "list": "`entries(limit=10)`"}
-LG_CALL = {"write": "`put()`", "latest": "`get_tuple()`", "list": "`list(limit=10)`"}
+KEEP_ALL = 1_000_000  # keep_session_checkpoints: every checkpoint kept, as SqliteSaver keeps them
 
 
 # -- the agent state ---------------------------------------------------------------------------
@@ -184,21 +164,6 @@ def make_state(size: int, seed: int = 3) -> dict[str, Any]:
 # -- the two stores ---------------------------------------------------------------------------------
 
 
-class Holder:
-    """The state the Phoenix collector returns (shared by every Phoenix store of a run)."""
-
-    def __init__(self, state: dict[str, Any]) -> None:
-        self.state = state
-
-
-def open_phoenix(home: str, agent_id: str, holder: Holder, **overrides: Any) -> CheckpointStore:
-    agent = Agent.open(agent_id, home=Home(home), config_overrides=overrides)
-    store = agent.checkpoints
-    store._collectors.clear()  # no state.json / ops / git providers: only the state, like LangGraph
-    store.register("payload", collector=lambda ctx: holder.state)
-    return store
-
-
 class LangGraphThread:
     """One SqliteSaver thread with ``synchronous=FULL``; ``put`` chains successive checkpoints."""
 
@@ -253,55 +218,24 @@ class LangGraphThread:
         return [self.path + suffix for suffix in ("", "-wal", "-shm")]
 
 
-@contextlib.contextmanager
-def no_redaction() -> Iterator[None]:
-    """Untimed bulk phases only: skip redacting the (verified secret-free) state."""
-    original = redact_mod.redact_value
-    redact_mod.redact_value = lambda value: value
-    try:
-        yield
-    finally:
-        redact_mod.redact_value = original
+class Holder:
+    """The state the Phoenix collector returns."""
+
+    def __init__(self, state: dict[str, Any]) -> None:
+        self.state = state
 
 
-class Floor:
-    """The least a durable write made this way does, for the analysis only: the same state
-    encoded by the same encoder as one section, its xxh3-128, one write in place into a log whose
-    blocks exist, ``posix_fadvise`` + one ``fdatasync``, under a file lock. No redaction, no check
-    of the log's identity or of other writers' frames, no session metadata, no retention, no ops
-    event: what Phoenix's ``create()`` adds to this is its bookkeeping."""
-
-    def __init__(self, directory: str, holder: Holder) -> None:
-        self.holder = holder
-        self.region = max(4 << 20, 8 * (encoded_size(holder.state) + 4096))
-        self.fd = os.open(os.path.join(directory, "floor.log"), os.O_RDWR | os.O_CREAT, 0o600)
-        self.lock_fd = os.open(os.path.join(directory, "floor.log.lock"), os.O_RDWR | os.O_CREAT, 0o600)
-        os.pwrite(self.fd, b"\0" * self.region, 0)
-        os.fsync(self.fd)
-        self.pos = 0
-
-    def write(self) -> None:
-        fcntl.flock(self.lock_fd, fcntl.LOCK_EX)
-        try:
-            body = dumps_indented_bytes({"payload": self.holder.state})
-            digest = xxhash.xxh3_128_hexdigest(body).encode()
-            length = len(digest) + 1 + len(body)
-            if self.pos + length > self.region:
-                self.pos = 0
-            os.pwritev(self.fd, [digest, b"\n", body], self.pos)
-            if durable_mod._ADVISE:
-                os.posix_fadvise(self.fd, self.pos, length, os.POSIX_FADV_DONTNEED)
-            durable_mod._datasync(self.fd)  # skipped with the others' flushes by without_flushes
-            self.pos += length
-        finally:
-            fcntl.flock(self.lock_fd, fcntl.LOCK_UN)
-
-    def close(self) -> None:
-        os.close(self.fd)
-        os.close(self.lock_fd)
-
-
-# -- measuring ------------------------------------------------------------------------------
+def open_phoenix(
+    home: str, agent_id: str, holder: Holder, *, defaults: bool = False, **overrides: Any
+) -> CheckpointStore:
+    """An agent's store whose checkpoints carry ``holder.state`` as a section; ``defaults``: with
+    Phoenix's own providers too (state.json, ops log, brief, git, identity), as the hooks run it."""
+    agent = Agent.open(agent_id, home=Home(home), config_overrides=overrides)
+    store = agent.checkpoints
+    if not defaults:
+        store._collectors.clear()
+    store.register("payload", collector=lambda ctx: holder.state)
+    return store
 
 
 def timed(fn: Callable[[], object]) -> float:
@@ -318,7 +252,6 @@ class Stats:
     def __init__(self, samples: list[float]) -> None:
         self.samples = samples
         self.median = statistics.median(samples)
-        self.mean = statistics.fmean(samples)
         self.p90 = p90(samples)
 
 
@@ -326,384 +259,64 @@ Op = tuple[Callable[[], object] | None, Callable[[], object]]
 """(untimed setup run before each call or None, the timed call)."""
 
 
-def interleave(ops: dict[str, Op], rounds: int, burst: int = 1) -> dict[str, Stats]:
-    """Milliseconds per call, every side once per round, in an order shuffled each round (with a
-    fixed seed) so that each side follows each other side equally often: what ran just before
-    (its cache footprint, its I/O) weighs on all alike. ``burst=1``: each call follows another
-    side's call ("interleaved"); ``burst=n``: each side makes ``n`` consecutive calls per turn
-    and only calls 2..n are kept ("back-to-back", warm caches)."""
+def interleave(ops: dict[str, Op], rounds: int) -> dict[str, Stats]:
+    """Milliseconds per call, every side once per round, in an order shuffled each round (fixed
+    seed), so that each side follows each other side equally often."""
     names = list(ops)
     samples: dict[str, list[float]] = {name: [] for name in names}
-    shuffler = random.Random(20261124)
-    gc.collect()
-    for _rnd in range(rounds):
+    shuffler = random.Random(20261127)
+    for _ in range(rounds):
         order = names[:]
         shuffler.shuffle(order)
         for name in order:
             setup, call = ops[name]
-            for i in range(burst):
-                if setup is not None:
-                    setup()
-                elapsed = timed(call)
-                if burst == 1 or i > 0:
-                    samples[name].append(elapsed)
+            if setup is not None:
+                setup()
+            samples[name].append(timed(call))
     return {name: Stats(values) for name, values in samples.items()}
 
 
-def disk_bytes(paths: list[str]) -> tuple[int, int]:
-    """(apparent size, allocated blocks) of files and of every file under directories."""
-    size = blocks = 0
-    for path in paths:
-        if os.path.isdir(path):
-            st = os.stat(path)
-            blocks += st.st_blocks * 512  # the directory itself
-            for root, dirs, files in os.walk(path):
-                for name in files + dirs:
-                    st = os.stat(os.path.join(root, name))
-                    if name in files:
-                        size += st.st_size
-                    blocks += st.st_blocks * 512
-        elif os.path.exists(path):
-            st = os.stat(path)
-            size += st.st_size
-            blocks += st.st_blocks * 512
-    return size, blocks
+# The fresh process: everything imported first, then the clock runs for open + read only.
+FRESH = r"""
+import sys, time, sqlite3
+side, where, agent_id = sys.argv[1:4]
+if side == "phoenix":
+    import phoenix_protocol._agent, phoenix_protocol._checkpoints, phoenix_protocol._checkpoint_providers
+    import phoenix_protocol._checkpoint_import, phoenix_protocol._config, phoenix_protocol.store._db
+    import phoenix_protocol.store._schema, phoenix_protocol.store._checkpoints, phoenix_protocol._state
+    import xxhash, orjson
+    from phoenix_protocol import Agent, Home
+    start = time.perf_counter()
+    checkpoint, problems = Agent.open(agent_id, home=Home(where)).checkpoints.latest()
+    elapsed = time.perf_counter() - start
+    assert checkpoint is not None and not problems and checkpoint.section("payload")["messages"]
+else:
+    from langgraph.checkpoint.sqlite import SqliteSaver
+    start = time.perf_counter()
+    conn = sqlite3.connect(where, check_same_thread=False)
+    got = SqliteSaver(conn).get_tuple({"configurable": {"thread_id": "bench", "checkpoint_ns": ""}})
+    elapsed = time.perf_counter() - start
+    assert got is not None and got.checkpoint["channel_values"]["messages"]
+print(elapsed * 1000)
+"""
 
 
-class Breakdown:
-    """Wraps functions to add up the time spent in each (and count fsyncs) while ``run`` runs."""
-
-    def __init__(self) -> None:
-        self.spent: dict[str, float] = {}
-        self.calls: dict[str, int] = {}
-        self._undo: list[tuple[object, str, object]] = []
-
-    def wrap(self, owner: object, attr: str, label: str) -> None:
-        original: Callable[..., Any] = getattr(owner, attr)
-        spent, calls = self.spent, self.calls
-        spent.setdefault(label, 0.0)
-        calls.setdefault(label, 0)
-
-        depth = [0]
-
-        def wrapper(*args: Any, **kwargs: Any) -> Any:
-            if depth[0]:  # a recursive call (redact_value): counted in the outermost one
-                return original(*args, **kwargs)
-            depth[0] += 1
-            start = time.perf_counter()
-            try:
-                return original(*args, **kwargs)
-            finally:
-                spent[label] += (time.perf_counter() - start) * 1000
-                calls[label] += 1
-                depth[0] -= 1
-
-        self._undo.append((owner, attr, original))
-        setattr(owner, attr, wrapper)
-
-    def restore(self) -> None:
-        for owner, attr, original in reversed(self._undo):
-            setattr(owner, attr, original)
-        self._undo.clear()
-
-    def run(
-        self, fn: Callable[[], object], reps: int, after: Callable[[], object] | None = None
-    ) -> tuple[float, dict[str, tuple[float, float]]]:
-        """Mean ms per call of ``fn``, and per label (mean ms per call of ``fn``, calls per call);
-        ``after`` runs (untimed, but its parts counted) before the wrappers come off."""
-        self.wrap(os, "fsync", "fsync")
-        self.wrap(os, "fdatasync", "fdatasync")
-        total = 0.0
-        try:
-            for _ in range(reps):
-                total += timed(fn)
-            if after is not None:
-                after()
-        finally:
-            self.restore()
-        return total / reps, {k: (self.spent[k] / reps, self.calls[k] / reps) for k in self.spent}
-
-
-def phoenix_breakdown(store: CheckpointStore, reps: int) -> dict[str, tuple[float, dict[str, tuple[float, float]]]]:
-    """Where ``create``, ``latest`` and ``entries`` spend their time ("- " rows are parts of the row
-    above; "behind" rows run in the write-behind worker thread, not in the call)."""
-    from phoenix_protocol._ops import OpsLog
-    from phoenix_protocol._state import StateStore
-
-    index = (
-        (
-            Catalog,
-            "load",
-            "load the catalogue (stat the log and the directory; a writer reads the header and past the end)",
-        ),
-        (Catalog, "_full_load", "- read index.json + the whole log"),
-        (Catalog, "_reconcile", "- list the directory"),
-    )
-    plans: dict[
-        str, tuple[Callable[[], object], int, tuple[tuple[object, str, str], ...], Callable[[], object] | None]
-    ] = {
-        "write": (
-            lambda: store.create("session"),
-            reps,
-            (
-                (CheckpointStore, "collect", "collect sections"),
-                (cp_mod, "redact_sections", "redact secrets in the state (long lists: encoded, by slices)"),
-                (StateStore, "read_or_none", "read state.json (session metadata)"),
-                (FileLock, "acquire", "take the lock"),
-                (FileLock, "release", "release the lock"),
-                *index,
-                (cp_mod, "encode", "encode: JSON + xxh3-128"),
-                (CheckpointStore, "_retain", "retention (reads operations.jsonl while it changed)"),
-                (Catalog, "put", "make it durable: one log frame"),
-                (InPlaceFile, "write", "- write the frame + fdatasync"),
-                (Catalog, "_settle", "- settle the log (when the next frame would not fit)"),
-                (OpsLog, "record_later", "queue the ops event"),
-                (Catalog, "flush_deferred", "behind: named files created, dropped ones removed"),
-                (OpsLog, "flush_later", "behind: ops events appended"),
-            ),
-            store.flush,
-        ),
-        "latest": (
-            store.latest,
-            reps * 4,
-            (
-                *index,
-                (cp_mod, "read_bytes", "read the checkpoint file"),
-                (cp_mod, "decode", "verify checkpoint: xxh3-128 + JSON parse"),
-            ),
-            None,
-        ),
-        "list": (lambda: store.entries(limit=10), reps * 4, index, None),
-    }
-    out = {}
-    for op, (fn, n, targets, after) in plans.items():
-        b = Breakdown()
-        for owner, attr, label in targets:
-            if hasattr(owner, attr):  # the store's internals change: measure what exists
-                b.wrap(owner, attr, label)
-        out[op] = b.run(fn, n, after)
-    return out
-
-
-def codec_costs(state: dict[str, Any], lg: LangGraphThread, reps: int) -> dict[str, float]:
-    """Medians (ms, back-to-back) of the codecs each side runs, outside any store."""
-    text = dumps_indented_bytes(state)
-    serde = lg.saver.serde
-    typed = serde.dumps_typed(state)
-    cases: dict[str, Callable[[], object]] = {
-        "Phoenix: JSON encode (orjson, indented)": lambda: dumps_indented_bytes(state),
-        "Phoenix: xxh3-128": lambda: xxhash.xxh3_128_hexdigest(text),
-        "Phoenix: JSON decode (orjson)": lambda: loads_large(text),
-        "Phoenix: redact the state (redact_value)": lambda: redact_mod.redact_value(state),
-        "Phoenix: redact the sections as create() does (redact_sections)": lambda: cp_mod.redact_sections(
-            {"payload": state}
-        ),
-        "LangGraph: serde dumps_typed (ormsgpack)": lambda: serde.dumps_typed(state),
-        "LangGraph: serde loads_typed": lambda: serde.loads_typed(typed),
-    }
-    return {
-        name: Stats(s.samples).median
-        for name, s in interleave({k: (None, v) for k, v in cases.items()}, reps, burst=3).items()
-    }
-
-
-# -- the run -----------------------------------------------------------------------------------
+def fresh_latest(side: str, where: str, agent_id: str) -> float:
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([os.path.join(REPO, "src"), os.environ.get("PYTHONPATH", "")])}
+    out = subprocess.run(
+        [sys.executable, "-c", FRESH, side, where, agent_id], capture_output=True, text=True, env=env, check=True
+    ).stdout
+    return float(out.strip().splitlines()[-1])
 
 
 class SizeResult:
     def __init__(self, size: int) -> None:
         self.size = size
         self.stats: dict[str, dict[str, Stats]] = {}
-        self.warm: dict[str, dict[str, Stats]] = {}
         self.bytes_per_checkpoint: dict[str, int] = {}
-        self.held: dict[str, int] = {}
-        self.setup_seconds: dict[str, float] = {}
-        self.breakdown: dict[str, tuple[float, dict[str, tuple[float, float]]]] = {}
-        self.codecs: dict[str, float] = {}
-        self.unflushed: dict[str, Stats] = {}
 
 
-@contextlib.contextmanager
-def without_flushes(lg: LangGraphThread) -> Iterator[None]:
-    """Neither side flushes (SQLite ``synchronous=OFF``; Phoenix's ``fdatasync`` skipped): what
-    a write costs besides its flush, for the analysis only."""
-    import phoenix_protocol._durable as durable_mod
-
-    datasync, advise = durable_mod._datasync, durable_mod._ADVISE
-    lg.conn.execute("PRAGMA synchronous=OFF")
-    durable_mod._datasync = lambda fd: None
-    durable_mod._ADVISE = False
-    try:
-        yield
-    finally:
-        durable_mod._datasync, durable_mod._ADVISE = datasync, advise
-        lg.conn.execute("PRAGMA synchronous=FULL")
-
-
-def run_size(work: str, size: int, history: int, reps: int, breakdown_reps: int, pg: str | None = None) -> SizeResult:
-    result = SizeResult(size)
-    holder = Holder(make_state(size))
-    if redact_mod.redact_value(holder.state) != holder.state:
-        raise SystemExit("the generated state contains something redaction changes: fix make_state")
-    base = os.path.join(work, f"s{size}")
-    os.makedirs(base)
-    home = os.path.join(base, ".phoenix")
-    session = open_phoenix(home, "sessions", holder, keep_session_checkpoints=history)
-    routine = open_phoenix(home, "routine", holder)
-    synced = open_phoenix(home, "flushed", holder, keep_session_checkpoints=history)
-    lg = LangGraphThread(os.path.join(base, "langgraph.sqlite"))
-    floor = Floor(base, holder)
-    on_pg = (
-        open_phoenix(home, f"pg-{size}", holder, store=pg, keep_session_checkpoints=history) if pg is not None else None
-    )
-
-    def history_of(label: str, write: Callable[[], object]) -> None:
-        """``history`` writes, each with the next step, timed into the setup figures."""
-        started = time.perf_counter()
-        for i in range(history):
-            holder.state["step"] = i
-            write()
-        result.setup_seconds[label] = time.perf_counter() - started
-
-    print(f"  {size // KB} KB: building {history} checkpoints of history on each side...", flush=True)
-    with no_redaction():
-        history_of("phoenix session history (no redaction)", lambda: session.create("session"))
-        history_of("phoenix routine history (no redaction)", lambda: routine.create("routine"))
-        history_of("phoenix flushed history (no redaction)", lambda: synced.create("session"))
-        if on_pg is not None:
-            history_of("phoenix on PostgreSQL history (no redaction)", lambda: on_pg.create("session"))
-    history_of("SqliteSaver history", lambda: lg.put(lg.prepare(holder.state)))
-    for store in (session, routine, synced):
-        store.flush()  # the history's named files and events, before timing starts
-
-    print(f"  {size // KB} KB: timing {reps} interleaved rounds of each operation...", flush=True)
-    counter = [history]
-    pending: dict[str, Any] = {}
-
-    def next_state() -> None:
-        counter[0] += 1
-        holder.state["step"] = counter[0]
-
-    def next_put() -> None:
-        next_state()
-        pending["args"] = lg.prepare(holder.state)
-
-    def create_and_flush() -> None:
-        synced.create("session")
-        synced.flush()
-
-    ops: dict[str, dict[str, Op]] = {
-        "write": {
-            "phoenix_session": (next_state, lambda: session.create("session")),
-            "phoenix_routine": (next_state, lambda: routine.create("routine")),
-            "phoenix_flushed": (next_state, create_and_flush),
-            "floor": (next_state, floor.write),
-            "langgraph": (next_put, lambda: lg.put(pending["args"])),
-        },
-        "latest": {
-            "phoenix_session": (None, session.latest),
-            "phoenix_routine": (None, routine.latest),
-            "langgraph": (None, lg.latest),
-        },
-        "list": {
-            "phoenix_session": (None, lambda: session.entries(limit=10)),
-            "phoenix_routine": (None, lambda: routine.entries(limit=10)),
-            "langgraph": (None, lg.newest),
-        },
-    }
-    if on_pg is not None:
-        ops["write"]["phoenix_pg"] = (next_state, lambda: on_pg.create("session"))
-        ops["latest"]["phoenix_pg"] = (None, on_pg.latest)
-        ops["list"]["phoenix_pg"] = (None, lambda: on_pg.entries(limit=10))
-    for op, sides in ops.items():
-        rounds = reps if op == "write" else reps * 4
-        result.stats[op] = interleave(sides, rounds)
-        result.warm[op] = interleave(sides, max(5, rounds // 4), burst=3)
-    with without_flushes(lg):
-        unflushed = {k: v for k, v in ops["write"].items() if k != "phoenix_flushed"}
-        result.unflushed = interleave(unflushed, reps)
-    assert lg.synchronous == int(lg.conn.execute("PRAGMA synchronous").fetchone()[0])
-    checkpoint, problems = session.latest()
-    assert (
-        checkpoint is not None
-        and not problems
-        and checkpoint.section("payload")["messages"] == holder.state["messages"]
-    )
-    got = lg.latest()
-    assert got is not None and got.checkpoint["channel_values"]["messages"] == holder.state["messages"]  # type: ignore[attr-defined, unused-ignore]
-    assert len(session.entries()) == history and len(lg.newest()) == 10
-    result.held = {
-        "phoenix_session": len(session.entries()),
-        "phoenix_routine": len(routine.entries()),
-        "langgraph": int(lg.conn.execute("SELECT count(*) FROM checkpoints").fetchone()[0]),
-    }
-    if on_pg is not None:
-        result.held["phoenix_pg"] = len(on_pg.entries())
-        pg_latest, pg_problems = on_pg.latest()
-        assert pg_latest is not None and not pg_problems
-    result.bytes_per_checkpoint = {
-        "phoenix": session.entries(limit=1)[0].size,
-        "langgraph": lg.row_size(),
-    }
-    print(f"  {size // KB} KB: breakdown of Phoenix's calls...", flush=True)
-    for store in (session, routine, synced):
-        store.flush()
-    result.breakdown = phoenix_breakdown(session, breakdown_reps)
-    result.codecs = codec_costs(holder.state, lg, breakdown_reps * 2)
-    lg.close()
-    floor.close()
-    for store in (session, routine, synced):
-        store.flush()  # nothing of the write-behind may run into the removal
-    shutil.rmtree(base)
-    return result
-
-
-class DiskResult:
-    def __init__(self) -> None:
-        self.count = 0
-        self.size = 0
-        self.phoenix: tuple[int, int] = (0, 0)
-        self.phoenix_agent_dir: tuple[int, int] = (0, 0)
-        self.phoenix_files = 0
-        self.langgraph: dict[str, tuple[int, int]] = {}
-        self.seconds: dict[str, float] = {}
-
-
-def run_disk(work: str, count: int, size: int) -> DiskResult:
-    result = DiskResult()
-    result.count, result.size = count, size
-    holder = Holder(make_state(size, seed=5))
-    if redact_mod.redact_value(holder.state) != holder.state:
-        raise SystemExit("the generated state contains something redaction changes: fix make_state")
-    base = os.path.join(work, "disk")
-    os.makedirs(base)
-    store = open_phoenix(os.path.join(base, ".phoenix"), "routine", holder)  # default retention
-    lg = LangGraphThread(os.path.join(base, "langgraph.sqlite"))
-    spent = {"phoenix": 0.0, "langgraph": 0.0}
-    print(f"  disk: {count} checkpoints of a {size // KB} KB state on each side...", flush=True)
-    with no_redaction():
-        for i in range(count):
-            holder.state["step"] = i
-            args = lg.prepare(holder.state)
-            spent["phoenix"] += timed(lambda: store.create("routine"))
-            spent["langgraph"] += timed(functools.partial(lg.put, args))
-            if (i + 1) % max(1, count // 10) == 0:
-                print(f"    {i + 1}/{count}", flush=True)
-    flush_started = time.perf_counter()
-    store.flush()  # the named files of the checkpoints retention kept, the events
-    spent["phoenix"] += (time.perf_counter() - flush_started) * 1000
-    result.seconds = {k: v / 1000 for k, v in spent.items()}
-    lg.conn.commit()
-    result.phoenix = disk_bytes([store.dir])
-    result.phoenix_files = len(os.listdir(store.dir))
-    result.phoenix_agent_dir = disk_bytes([store.agent.dir])
-    result.langgraph = {os.path.basename(p): disk_bytes([p]) for p in lg.files()}
-    lg.close()
-    shutil.rmtree(base)
-    return result
-
-
-# -- the report ------------------------------------------------------------------------------
+# -- the report helpers ---
 
 
 def _version(dist: str) -> str:
@@ -781,215 +394,157 @@ def _pg_where(url: str | None) -> str:
     return describe(url) if url else ""
 
 
-def render(
-    sizes: list[SizeResult], disk: DiskResult, lg_info: dict[str, Any], args: argparse.Namespace, work: str, wall: float
-) -> str:
-    out: list[str] = []
-    w = out.append
-    today = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d")
-    quick = (" --quick" if args.quick else "") + (f" --pg {args.pg}" if args.pg else "")
-    w("## Checkpoint store vs LangGraph `SqliteSaver`\n")
-    w("```sh")
-    w(f".venv/bin/python bench/checkpoints_vs_langgraph.py{quick}")
-    w("```\n")
-    w(
-        f"**{today}**, {platform.system()} {platform.machine()}, {os.cpu_count()} cores ({_cpu()}, a shared VM), "
-        f"{_fs(work)} file system, Python {platform.python_version()}, SQLite {sqlite3.sqlite_version}, "
-        f"phoenix-protocol {phoenix_protocol.__version__} ({_revision()}), langgraph-checkpoint-sqlite "
-        f"{_version('langgraph-checkpoint-sqlite')} (langgraph-checkpoint {_version('langgraph-checkpoint')}, "
-        f"ormsgpack {_version('ormsgpack')}). The whole run took {wall / 60:.1f} min.\n"
+def run_size(work: str, size: int, history: int, reps: int, fresh: int, pg: str | None = None) -> SizeResult:
+    result = SizeResult(size)
+    holder = Holder(make_state(size))
+    if redact_mod.redact_value(holder.state) != holder.state:
+        raise SystemExit("the generated state contains something redaction changes: fix make_state")
+    base = os.path.join(work, f"s{size}")
+    os.makedirs(base)
+    home = os.path.join(base, ".phoenix")
+    # Retention keeps every one (as SqliteSaver does): a timed write is a write, not also a delete.
+    store = open_phoenix(home, "sessions", holder, keep_session_checkpoints=KEEP_ALL)
+    hooks = open_phoenix(home, "hooked", holder, defaults=True, keep_session_checkpoints=history)
+    hooks.agent.state.set_status("working", "Port the scheduler to asyncio")
+    lg = LangGraphThread(os.path.join(base, "langgraph.sqlite"))
+    on_pg = (
+        open_phoenix(home, f"pg-{size}", holder, store=pg, keep_session_checkpoints=KEEP_ALL)
+        if pg is not None
+        else None
     )
-    history = sizes[0].held["phoenix_session"] if sizes else 0
-    w(
-        f"Each side holds {history:,} checkpoints of one thread/agent before timing starts. The sides take turns "
-        "(each round in a shuffled order, so that each side follows each other equally often and machine noise "
-        "hits all alike), in two ways: *interleaved*, one call "
-        "per turn, so every call follows another side's work (as a checkpoint call follows an agent's other "
-        "work); *back-to-back*, three consecutive calls per turn of which the 2nd and 3rd are kept (warm CPU "
-        "caches; what a tight loop measures). Times in ms, median (p90). Ratio = Phoenix median / SqliteSaver "
-        "median.\n"
-    )
-    for res in sizes:
-        w(
-            f"### {res.size // KB:,} KB state ({res.bytes_per_checkpoint['phoenix']:,} B per Phoenix file, "
-            f"{res.bytes_per_checkpoint['langgraph']:,} B per SQLite row)\n"
-        )
-        w(
-            f"| operation | timing | SqliteSaver | Phoenix, {res.held['phoenix_session']:,} kept (`session`) "
-            "| ratio | target "
-            "| Phoenix `routine` (default retention: 3 kept) | ratio |"
-        )
-        w("|---|---|---:|---:|---:|---|---:|---:|")
-        for op in OPS:
-            for mode, table in (("interleaved", res.stats), ("back-to-back", res.warm)):
-                lgs = table[op]["langgraph"]
-                ses = table[op]["phoenix_session"]
-                rou = table[op]["phoenix_routine"]
-                ratio = ses.median / lgs.median
-                verdict = "pass" if ratio <= TARGETS[op] else "**miss**"
-                name = f"{OP_LABEL[op]}: {PHX_CALL[op]} vs {LG_CALL[op]}" if mode == "interleaved" else ""
-                w(
-                    f"| {name} | {mode}, {len(lgs.samples)} calls "
-                    f"| {_ms(lgs.median)} ({_ms(lgs.p90)}) | {_ms(ses.median)} ({_ms(ses.p90)}) "
-                    f"| {ratio:.2f}× | ≤ {TARGETS[op]:.2f}×: {verdict} "
-                    f"| {_ms(rou.median)} ({_ms(rou.p90)}) | {rou.median / lgs.median:.2f}× |"
-                )
-        w("")
-        lgs, ses, rou, syn = (
-            res.stats["write"][k] for k in ("langgraph", "phoenix_session", "phoenix_routine", "phoenix_flushed")
-        )
-        w(
-            f"Means of the interleaved writes (ms; the median hides what runs now and then: SQLite's WAL "
-            f"checkpoints, Phoenix's log settling): SqliteSaver {_ms(lgs.mean)}, Phoenix `session` "
-            f"{_ms(ses.mean)} ({ses.mean / lgs.mean:.2f}×), `routine` {_ms(rou.mean)} "
-            f"({rou.mean / lgs.mean:.2f}×). A write that also waits for its named file and its ops event "
-            f"(`create()` + `flush()`, a third agent holding as many session checkpoints, in the same rounds): "
-            f"median {_ms(syn.median)} ({syn.median / lgs.median:.2f}× SqliteSaver), mean {_ms(syn.mean)}.\n"
-        )
-        flo, flw = res.stats["write"]["floor"], res.warm["write"]["floor"]
-        ses_w = res.warm["write"]["phoenix_session"]
-        w(
-            "The floor of this design, in the same rounds (for the analysis only): the same state encoded "
-            "the same way, its xxh3-128, one write in place into a log and one `fdatasync`, under a file "
-            "lock, and nothing else (no redaction, no check of the log against other writers, no session "
-            f"metadata, no retention, no ops event): median {_ms(flo.median)} interleaved "
-            f"({flo.median / lgs.median:.2f}× SqliteSaver), {_ms(flw.median)} back-to-back "
-            f"({flw.median / res.warm['write']['langgraph'].median:.2f}×). Phoenix's `create()` adds "
-            f"{_ms(ses.median - flo.median)} ({_ms(ses_w.median - flw.median)} back-to-back): its "
-            "bookkeeping.\n"
-        )
-        lgu, sesu, rouu, flu = (res.unflushed[k] for k in ("langgraph", "phoenix_session", "phoenix_routine", "floor"))
-        w(
-            f"The same writes without any flush (SQLite `synchronous=OFF`, Phoenix's `fdatasync` skipped; "
-            f"interleaved, {len(lgu.samples)} calls, for the analysis only): SqliteSaver {_ms(lgu.median)}, "
-            f"Phoenix `session` {_ms(sesu.median)} ({sesu.median / lgu.median:.2f}×), `routine` "
-            f"{_ms(rouu.median)} ({rouu.median / lgu.median:.2f}×), the floor {_ms(flu.median)} "
-            f"({flu.median / lgu.median:.2f}×): what each write costs besides its flush.\n"
-        )
-    if sizes and "phoenix_pg" in sizes[0].held:
-        w("### The same checkpoints on PostgreSQL (issue 8)\n")
-        w(
-            f"`--pg {_pg_where(args.pg)}`: a third side in the same interleaved rounds, Phoenix with "
-            "`store = postgresql://…` holding as many `session` checkpoints (one transaction per write: the "
-            "agent's seq row locked, the catalogue read, the row inserted, retention's rows deleted). "
-            "The server runs on the same machine; `synchronous_commit` as configured there.\n"
-        )
-        w(
-            "| state | operation | SqliteSaver | Phoenix, files | Phoenix, PostgreSQL | PostgreSQL / files | PostgreSQL / SqliteSaver |"
-        )
-        w("|---|---|---:|---:|---:|---:|---:|")
-        for res in sizes:
-            for op in OPS:
-                lgs, fil, pgs = (res.stats[op][k] for k in ("langgraph", "phoenix_session", "phoenix_pg"))
-                w(
-                    f"| {res.size // KB:,} KB | {OP_LABEL[op]} | {_ms(lgs.median)} | {_ms(fil.median)} "
-                    f"| {_ms(pgs.median)} | {pgs.median / fil.median:.2f}× | {pgs.median / lgs.median:.2f}× |"
-                )
-        w("")
-    ratio = disk.phoenix[0] / max(1, sum(v[0] for v in disk.langgraph.values()))
-    lg_total = sum(v[0] for v in disk.langgraph.values())
-    lg_alloc = sum(v[1] for v in disk.langgraph.values())
-    w(f"### Disk after {disk.count:,} successive checkpoints of a {disk.size // KB} KB state\n")
-    w("| | bytes (apparent) | allocated on disk | write time for all |")
-    w("|---|---:|---:|---:|")
-    w(
-        f"| SqliteSaver: {' + '.join(f'{k} {_mb(v[0])}' for k, v in disk.langgraph.items())} "
-        f"| {lg_total:,} | {lg_alloc:,} | {disk.seconds['langgraph']:.0f} s |"
-    )
-    w(
-        f"| Phoenix `routine`, default retention: `checkpoints/` ({disk.phoenix_files} files incl. index) "
-        f"| {disk.phoenix[0]:,} | {disk.phoenix[1]:,} | {disk.seconds['phoenix']:.0f} s (no redaction) |"
-    )
-    w(
-        f"| Phoenix, whole agent directory (plus `ops.jsonl`, `state.json`) | {disk.phoenix_agent_dir[0]:,} "
-        f"| {disk.phoenix_agent_dir[1]:,} | |"
-    )
-    verdict = "**pass**" if ratio <= 0.01 else "**miss**"
-    w(f"\nPhoenix / SqliteSaver: **{ratio * 100:.3f}%** of the bytes (target ≤ 1%): {verdict}.\n")
+    sections = {"payload": holder.state}
+    print(f"  {size // KB} KB: building {history} checkpoints of history on each side...", flush=True)
+    for i in range(history):
+        holder.state["step"] = i
+        store.write_collected("session", sections)
+        lg.put(lg.prepare(holder.state))
+        if on_pg is not None:
+            on_pg.write_collected("session", sections)
+    print(f"  {size // KB} KB: timing {reps} interleaved rounds of each operation...", flush=True)
+    counter = [history]
+    pending: dict[str, Any] = {}
 
-    w("### What was measured, and how it was made fair\n")
-    w(
-        f"- Durability: SqliteSaver's connection runs `PRAGMA synchronous=FULL` (set explicitly; "
-        f"`sqlite3.connect` already defaults to {lg_info['default_synchronous']}, i.e. FULL here) in journal mode "
-        f"`{lg_info['journal_mode']}`, which `SqliteSaver.setup()` selects: every `put` commits and fsyncs the WAL "
-        "(one `fdatasync`; the periodic WAL checkpoint adds more). Phoenix's `create` as shipped: the checkpoint "
-        "is one frame written in place into `index.log` and `fdatasync`-ed (one flush, over blocks already "
-        "allocated, as SQLite's WAL) before `create` returns; its named file, the removal of what retention "
-        "dropped and the `checkpoint_created` ops event are written behind by a worker thread, "
-        "`checkpoint_files_delay` (0.5 s) later in one batch (the row `create()` + `flush()` above waits for "
-        "them instead). When the log fills, the next write settles it: the named files it holds are fsynced "
-        "and `index.json` is replaced (the means show it)."
-    )
-    w(
-        "- Same data: a deterministic coding-agent conversation (user turns, replies with code, tool output) "
-        "whose compact JSON is exactly 10 KB / 1 MB / 100 KB; LangGraph stores it as its channel values "
-        "(`Checkpoint.channel_values`, serialized by its default `JsonPlusSerializer`, i.e. ormsgpack), Phoenix as "
-        'one registered section (`store.register("payload", ...)`) after clearing the default providers '
-        "(`store._collectors.clear()`), so that neither side collects anything else. A `step` counter changes "
-        "on every checkpoint."
-    )
-    w(
-        "- Write: `store.create(type)` (collect, redact, encode + xxh3-128, retention, the log frame) vs "
-        "`SqliteSaver.put(config, checkpoint, metadata, new_versions)` chained on the previous checkpoint; "
-        "LangGraph's checkpoint dict (uuid6 id, versions) is built before the timer starts, as LangGraph's loop "
-        "does before calling `put`. Read: `store.latest()` (checks the catalogue, reads the file, verifies the xxh3-128 "
-        "and the schema, parses) vs `get_tuple(config)` without a checkpoint id (newest row, deserialized; "
-        "no checksum). List: `store.entries(limit=10)` returns metadata from the catalogue in memory only, while "
-        "`list(config, limit=10)` yields `CheckpointTuple`s with each checkpoint deserialized (the issue's "
-        "comparison; LangGraph has no metadata-only listing)."
-    )
-    w(
-        "- Timed Phoenix calls run the code as shipped, secret redaction of the state included. The untimed bulk "
-        "phases (the history, the disk test) skip redaction after checking that it leaves the state unchanged, "
-        "so the files are byte-identical; with redaction (about 0.4 s per 1 MB checkpoint here) the two 1 MB histories alone would take about 13 minutes. "
-        "Both sides run in one process, one thread, on the same file system; the page cache is warm for both."
-    )
-    w(
-        f"- Disk: Phoenix's whole `checkpoints/` directory (files, `index.json`, its lock file, the directory "
-        f"itself in the allocated column) vs SqliteSaver's database, `-wal` and `-shm` files after "
-        f"{disk.count:,} `put`s on one thread (LangGraph never deletes old checkpoints; "
-        "`delete_thread` drops a whole thread)."
-    )
-    w("")
-    w("### Where Phoenix's time goes\n")
-    w(
-        "Mean ms per call over extra calls on the store holding the history (each part is a wrapped function, "
-        'so totals are a little above the medians above). Rows starting with "-" are parts of the row above; '
-        'rows starting with "behind" run in the write-behind worker thread (flushed once after the calls), '
-        "not in the call; the fsync rows count every fsync, also inside the rows that do them.\n"
-    )
-    for res in sizes:
-        w(f"**{res.size // KB:,} KB state**\n")
-        w("| call | part | ms per call | calls per call |")
-        w("|---|---|---:|---:|")
-        for op in OPS:
-            total, parts = res.breakdown[op]
-            w(f"| {PHX_CALL[op]} | **total** | **{_ms(total)}** | |")
-            for label, (ms, calls) in parts.items():
-                w(f"| | {label} | {_ms(ms)} | {calls:g} |")
-        w("")
-        w(
-            "Codecs alone, outside any store (median ms, back-to-back): "
-            + "; ".join(f"{k} {_ms(v)}" for k, v in res.codecs.items())
-            + ".\n"
-        )
-    w(
-        "Setup (untimed): "
+    def next_state() -> None:
+        counter[0] += 1
+        holder.state["step"] = counter[0]
+
+    def next_put() -> None:
+        next_state()
+        pending["args"] = lg.prepare(holder.state)
+
+    ops: dict[str, dict[str, Op]] = {
+        "write": {
+            "phoenix": (next_state, lambda: store.write_collected("session", sections)),
+            "langgraph": (next_put, lambda: lg.put(pending["args"])),
+        },
+        "create": {"phoenix": (next_state, lambda: hooks.create("session"))},
+        "list": {
+            "phoenix": (None, lambda: store.entries(limit=10)),
+            "langgraph": (None, lambda: list(lg.saver.list(lg.query, limit=10))),
+        },
+    }
+    if on_pg is not None:
+        ops["write"]["phoenix_pg"] = (next_state, lambda: on_pg.write_collected("session", sections))
+        ops["list"]["phoenix_pg"] = (None, lambda: on_pg.entries(limit=10))
+    for op, sides in ops.items():
+        result.stats[op] = interleave(sides, reps if op != "list" else reps * 4)
+    store.flush()
+    hooks.flush()
+    print(f"  {size // KB} KB: restoring the latest in {fresh} fresh processes per side...", flush=True)
+    fresh_ops: dict[str, Op] = {
+        "phoenix": (None, lambda: None),
+        "langgraph": (None, lambda: None),
+    }
+    samples: dict[str, list[float]] = {name: [] for name in fresh_ops}
+    shuffler = random.Random(7)
+    for _ in range(fresh):
+        order = list(fresh_ops)
+        shuffler.shuffle(order)
+        for side in order:
+            where = home if side == "phoenix" else lg.path
+            samples[side].append(fresh_latest(side, where, "sessions"))
+    result.stats["fresh latest"] = {name: Stats(values) for name, values in samples.items()}
+    assert len(store.entries()) >= history
+    latest, problems = store.latest()
+    assert latest is not None and not problems and latest.section("payload")["messages"] == holder.state["messages"]
+    result.bytes_per_checkpoint = {"phoenix": store.entries(limit=1)[0].size, "langgraph": lg.row_size()}
+    lg.close()
+    shutil.rmtree(base)
+    return result
+
+
+TARGETS: dict[str, dict[int, tuple[float, float | None]]] = {
+    # op -> size -> (p50 ratio, p90 ratio or None)
+    "write": {10 * KB: (1.0, 1.5), 1024 * KB: (1.0, 1.5)},
+    "fresh latest": {10 * KB: (1.0, None), 1024 * KB: (1.5, None)},
+    "list": {10 * KB: (0.25, None), 1024 * KB: (0.25, None)},
+}
+LABEL = {
+    "write": "write an already collected document: `write_collected()` vs `put()`",
+    "create": "the whole `create()` as the hooks run it (providers, redaction, write)",
+    "fresh latest": "restore the latest in a fresh process: `Agent.open()` + `latest()` vs connect + `get_tuple()`",
+    "list": "list the 10 newest: `entries(limit=10)` vs `list(limit=10)`",
+}
+
+
+def render(sizes: list[SizeResult], args: argparse.Namespace, wall: float, history: int) -> str:
+    out = [
+        "### Run",
+        "",
+        f"`PYTHONPATH=src .venv/bin/python bench/checkpoints_vs_langgraph.py {' '.join(sys.argv[1:])}`".replace(
+            " `", "`"
+        ),
+        "",
+        f"{datetime.date.today().isoformat()}, {_revision()}, Python {platform.python_version()}, SQLite "
+        f"{sqlite3.sqlite_version}, langgraph-checkpoint-sqlite {_version('langgraph-checkpoint-sqlite')}, "
+        f"{_cpu()}, {os.cpu_count()} CPUs, {_fs(tempfile.gettempdir())}; {history} checkpoints of history on each "
+        f"side; both WAL + `synchronous=FULL`; {wall:.0f} s.",
+        "",
+        "| operation | state | Phoenix p50 / p90 (ms) | SqliteSaver p50 / p90 (ms) | ratio p50 / p90 | target | met |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for op in ("write", "create", "fresh latest", "list"):
+        for r in sizes:
+            st = r.stats.get(op)
+            if not st:
+                continue
+            phx = st["phoenix"]
+            lg = st.get("langgraph")
+            size = f"{r.size // KB} KB"
+            if lg is None:
+                out.append(f"| {LABEL[op]} | {size} | {_ms(phx.median)} / {_ms(phx.p90)} | | | | |")
+                continue
+            p50, p90r = phx.median / lg.median, phx.p90 / lg.p90
+            target = TARGETS[op][r.size]
+            met = p50 <= target[0] and (target[1] is None or p90r <= target[1])
+            wanted = f"p50 <= {target[0]}x" + (f", p90 <= {target[1]}x" if target[1] else "")
+            out.append(
+                f"| {LABEL[op]} | {size} | {_ms(phx.median)} / {_ms(phx.p90)} | {_ms(lg.median)} / {_ms(lg.p90)} "
+                f"| {p50:.2f}x / {p90r:.2f}x | {wanted} | {'yes' if met else '**no**'} |"
+            )
+            pg = st.get("phoenix_pg")
+            if pg is not None:
+                out.append(f"| ... Phoenix on PostgreSQL | {size} | {_ms(pg.median)} / {_ms(pg.p90)} | | | | |")
+    out += [
+        "",
+        "Bytes per checkpoint: "
         + "; ".join(
-            f"{res.size // KB:,} KB: " + ", ".join(f"{k} {v:.0f} s" for k, v in res.setup_seconds.items())
-            for res in sizes
+            f"{r.size // KB} KB state: Phoenix {r.bytes_per_checkpoint['phoenix']:,}, SqliteSaver "
+            f"{r.bytes_per_checkpoint['langgraph']:,}"
+            for r in sizes
         )
-        + ".\n"
-    )
+        + " (Phoenix's body is indented JSON text, for `jq`; SqliteSaver's msgpack).",
+        "",
+    ]
     return "\n".join(out) + "\n"
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
     parser.add_argument("--quick", action="store_true", help="scaled down: check the script, do not quote")
-    parser.add_argument("--history", type=int, help="checkpoints of history (default 1000; --quick 100)")
-    parser.add_argument("--reps", type=int, help="timed writes per side for 10 KB (default 100; --quick 20)")
-    parser.add_argument("--disk-count", type=int, help="checkpoints in the disk test (default 10000; --quick 1000)")
+    parser.add_argument("--history", type=int, help="checkpoints of history (default 1000; --quick 50)")
+    parser.add_argument("--reps", type=int, help="timed writes per side for 10 KB (default 200; --quick 20)")
+    parser.add_argument("--fresh", type=int, help="fresh processes per side and size (default 30; --quick 5)")
     parser.add_argument(
         "--out", help=f"write the Markdown here (default: {os.path.relpath(RESULTS, REPO)}, full run only)"
     )
@@ -998,29 +553,22 @@ def main(argv: list[str] | None = None) -> int:
         "--pg", metavar="URL", help="also time Phoenix on this PostgreSQL server (in a fresh schema, dropped after)"
     )
     args = parser.parse_args(argv)
-    history = args.history or (100 if args.quick else 1000)
-    reps = args.reps or (20 if args.quick else 100)
-    disk_count = args.disk_count or (1000 if args.quick else 10_000)
-    compileall.compile_dir(os.path.dirname(phoenix_protocol.__file__), quiet=1)
+    history = args.history or (50 if args.quick else 1000)
+    reps = args.reps or (20 if args.quick else 200)
+    fresh = args.fresh or (5 if args.quick else 30)
     started = time.perf_counter()
     work = tempfile.mkdtemp(prefix="phx-vs-langgraph-", dir=args.workdir)
     pg_store, schema = _pg_schema(args.pg) if args.pg else (None, None)
     try:
-        probe = LangGraphThread(os.path.join(work, "probe.sqlite"))
-        lg_info = {"default_synchronous": probe.default_synchronous, "journal_mode": probe.journal_mode}
-        assert probe.synchronous == 2, "PRAGMA synchronous=FULL did not take"
-        probe.close()
-        print(f"working in {work}", flush=True)
         sizes = [
-            run_size(work, 10 * KB, history, reps, breakdown_reps=40, pg=pg_store),
-            run_size(work, 1024 * KB, history, max(10, reps // 5), breakdown_reps=8, pg=pg_store),
+            run_size(work, 10 * KB, history, reps, fresh, pg=pg_store),
+            run_size(work, 1024 * KB, history, max(10, reps // 4), fresh, pg=pg_store),
         ]
-        disk = run_disk(work, disk_count, 100 * KB)
     finally:
         shutil.rmtree(work, ignore_errors=True)
         if schema is not None:
             _drop_schema(args.pg, schema)
-    text = render(sizes, disk, lg_info, args, work, time.perf_counter() - started)
+    text = render(sizes, args, time.perf_counter() - started, history)
     print()
     print(text)
     out = args.out or (None if args.quick else RESULTS)

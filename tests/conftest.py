@@ -7,7 +7,7 @@ import os
 import shlex
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -264,3 +264,50 @@ def phx_unread(args: list[str], **kwargs: Any) -> subprocess.CompletedProcess[by
         )
     finally:
         os.close(write)
+
+
+def change_checkpoint(agent: Agent, name: str, change: Callable[[str], str]) -> None:
+    """Change the stored body of checkpoint ``name`` of ``agent`` behind the store's back (damage
+    by hand: the checksum column is left as it was)."""
+    store = agent.checkpoints
+
+    def work(tx: Any) -> None:
+        content = tx.scalar("SELECT content FROM phx_checkpoints WHERE agent_id = ? AND name = ?", (agent.id, name))
+        tx.execute(
+            "UPDATE phx_checkpoints SET content = ? WHERE agent_id = ? AND name = ?",
+            (change(str(content)), agent.id, name),
+        )
+
+    store.backend.db.transaction(work)
+
+
+def plant_checkpoint(source: Agent, name: str, target: Agent, planted: str) -> None:
+    """Copy checkpoint ``name`` of ``source``, body and checksum as they are, into ``target``'s
+    checkpoints as ``planted`` (another agent's checkpoint copied in by hand)."""
+    from phoenix_protocol.store._checkpoints import CheckpointInfo, lock_agent, parse_name
+
+    stored = source.checkpoints.backend.read(name)
+    assert stored is not None
+    _owner, seq, ms, kind = parse_name(planted) or ("", 0, 0, "")
+    rows = target.checkpoints.backend
+
+    def work(tx: Any) -> None:
+        lock_agent(tx, target.id)
+        info = CheckpointInfo(planted, seq, kind, ms, size=len(stored.content))
+        rows.put_existing(tx, info, stored.content, stored.checksum, stored.legacy)
+
+    rows.db.transaction(work)
+
+
+def rewrite_checkpoint(agent: Agent, name: str, envelope: dict[str, Any]) -> None:
+    """Store ``envelope`` as checkpoint ``name``'s body with a checksum that matches (as a newer
+    Phoenix, or a hand edit that recomputed it, would have written it)."""
+    from phoenix_protocol._checkpoints import encode
+
+    content, checksum = encode(envelope)
+    agent.checkpoints.backend.db.transaction(
+        lambda tx: tx.execute(
+            "UPDATE phx_checkpoints SET content = ?, checksum = ? WHERE agent_id = ? AND name = ?",
+            (content.decode(), checksum, agent.id, name),
+        )
+    )

@@ -1,10 +1,12 @@
-"""One conformance suite for agents' checkpoints, run on both stores: the home's files and
-PostgreSQL (``PHOENIX_STORE=postgresql://…``, a fresh schema on the real server per test)."""
+"""One conformance suite for agents' checkpoints and sessions, run on both engines: SQLite (the
+home's ``phoenix.db``, the default) and PostgreSQL (``PHOENIX_STORE=postgresql://…``, a fresh
+schema on the real server per test). Crashes and concurrent writers: ``test_checkpoint_crash``."""
 
 from __future__ import annotations
 
 import json
 import os
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -14,10 +16,23 @@ from conftest import run_hook as _hook
 from conftest import terminate_transactions_on
 from phoenix_protocol import _sessions
 from phoenix_protocol._agent import Agent
-from phoenix_protocol._checkpoints import CheckpointStore, FileCheckpoints, parse_name
+from phoenix_protocol._checkpoints import CheckpointOwnershipError, CheckpointStore, encode, parse_name
 from phoenix_protocol._clock import ManualClock
-from phoenix_protocol._errors import NotFoundError, UsageError
+from phoenix_protocol._errors import NotFoundError, SchemaVersionError, UsageError
 from phoenix_protocol._home import Home
+from phoenix_protocol.store import _db
+from phoenix_protocol.store._checkpoints import CheckpointRows
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def backend(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
+    """Each engine in turn: SQLite (the default store) and PostgreSQL."""
+    if request.param == "postgres":
+        monkeypatch.setenv("PHOENIX_STORE", request.getfixturevalue("pg_url"))
+    else:
+        monkeypatch.delenv("PHOENIX_STORE", raising=False)
+    yield request.param
+    _db.close_all()
 
 
 @pytest.fixture
@@ -44,21 +59,20 @@ def tick(agent: Agent, seconds: float = 1) -> None:
     clock.advance(seconds)
 
 
-def test_the_configured_backend_is_used(backend: str, agent: Agent) -> None:
-    from phoenix_protocol._checkpoints_pg import PgCheckpoints
-
+def test_the_configured_engine_is_used_and_the_body_is_seed_003s_json(backend: str, agent: Agent) -> None:
     store = store_of(agent)
     info = store.create("session", summary="where am I")
-    if backend == "postgres":
-        assert isinstance(store.backend, PgCheckpoints)
-        assert not os.path.exists(os.path.join(store.dir, info.name))
-        assert store.read(info.name).path.startswith("postgresql://")
-        with pytest.raises(UsageError, match="PostgreSQL"):
-            _ = store.catalog
-    else:
-        assert isinstance(store.backend, FileCheckpoints)
-        store.flush()  # the named file is written behind the durable log record
-        assert os.path.exists(os.path.join(store.dir, info.name))
+    assert isinstance(store.backend, CheckpointRows)
+    assert store.backend.db.engine == ("postgresql" if backend == "postgres" else "sqlite")
+    path = store.read(info.name).path
+    assert path.startswith("postgresql://") if backend == "postgres" else path.startswith(agent.home.root)
+    assert not os.path.exists(os.path.join(agent.dir, "checkpoints"))  # no files: rows
+    content, checksum = store.backend.db.read(
+        lambda tx: tx.one("SELECT content, checksum FROM phx_checkpoints WHERE name = ?", (info.name,))
+    )
+    document = json.loads(content)  # the column is JSON text, as `select content ... | jq` reads it
+    assert document["summary"] == "where am I" and document["agent_id"] == "zero" and "checksum" not in document
+    assert content.startswith('{\n  "kind": "phoenix.checkpoint"') and checksum.startswith("xxh3-128:")
 
 
 def test_create_list_read_latest(agent: Agent) -> None:
@@ -85,7 +99,7 @@ def test_secrets_never_reach_the_store(agent: Agent) -> None:
     store = store_of(agent, {"env": "AWS_SECRET_ACCESS_KEY=wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY"})
     info = store.create("session", summary="deploy with password=Hunter2Secret!")
     raw = store.backend.read(info.name)
-    assert raw is not None and b"wJalrXUtnFEMI" not in raw and b"Hunter2Secret" not in raw
+    assert raw is not None and b"wJalrXUtnFEMI" not in raw.content and b"Hunter2Secret" not in raw.content
 
 
 def test_routine_and_session_retention(agent: Agent) -> None:
@@ -223,8 +237,13 @@ def test_the_cli_on_either_store(
     assert code == 0 and shown["checkpoint"]["summary"] == "parser half done"  # type: ignore[index]
     code, restored = phx("restore")
     assert code == 0 and restored["checkpoint"] == listed["checkpoints"][0]["name"]  # type: ignore[index]
-    on_disk = os.path.exists(os.path.join(project, ".phoenix/agents/default/checkpoints"))
-    assert on_disk == (backend == "files")
+    assert not os.path.exists(os.path.join(project, ".phoenix/agents/default/checkpoints"))
+    exported = project / "exported"
+    code, written = phx("checkpoint", "export", str(exported))
+    assert code == 0 and written["written"] == [listed["checkpoints"][0]["name"]]  # type: ignore[index]
+    (file,) = exported.iterdir()
+    assert file.name == listed["checkpoints"][0]["name"]  # type: ignore[index]
+    assert json.loads(file.read_text())["summary"] == "parser half done" and oct(file.stat().st_mode)[-3:] == "600"
 
 
 def test_listing_and_latest_go_past_the_first_page(agent: Agent) -> None:
@@ -259,7 +278,7 @@ def test_sessions_are_listed_and_carry_their_memories_on_either_store(backend: s
     ]
     assert listed[0]["duration_seconds"] is not None and listed[1]["restored_from"] == ended.name
     assert _sessions.read_current(agent)["session_id"] == "s2"  # type: ignore[index]
-    assert os.path.exists(os.path.join(agent.dir, "sessions")) == (backend == "files")
+    assert not os.path.exists(os.path.join(agent.dir, "sessions"))  # rows, on either engine
 
 
 def test_a_session_that_never_ended_is_listed_as_interrupted_and_a_resumed_one_as_a_new_row(
@@ -295,26 +314,51 @@ def test_session_checkpoints_taken_outside_any_session_are_rows_of_their_own(bac
     ]
 
 
-def test_a_damaged_row_on_postgresql_is_reported_and_skipped(
-    home: Home, clock: ManualClock, pg_url: str, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    import psycopg
-
-    monkeypatch.setenv("PHOENIX_STORE", pg_url)
-    agent = Agent.open("zero", home=home, clock=clock)
+def test_a_damaged_row_is_reported_and_skipped(agent: Agent) -> None:
     store = store_of(agent, {"x": 1})
     good = store.create("session", summary="good")
     tick(agent)
     bad = store.create("session", summary="damaged later")
-    with psycopg.connect(pg_url) as conn:
-        conn.execute(
-            "UPDATE phx_checkpoints SET content = overlay(content placing 'X'::bytea from 40 for 1) WHERE name = %s",
+    store.backend.db.transaction(
+        lambda tx: tx.execute(
+            "UPDATE phx_checkpoints SET content = replace(content, 'damaged later', 'damaged LATER') WHERE name = ?",
             (bad.name,),
         )
+    )
     latest, problems = another_process(agent).checkpoints.latest()
     assert latest is not None and latest.name == good.name
     assert len(problems) == 1 and bad.name in problems[0] and "checksum" in problems[0]
-    assert problems[0].startswith("postgresql://")  # named where it is
+    assert problems[0].startswith(store.backend.db.where)  # named where it is
+    assert bad.name in {e.name for e in store.entries()}  # reported, never dropped silently
+
+
+def put_body(store: CheckpointStore, name: str, envelope: dict[str, Any]) -> None:
+    """Replace a checkpoint's body with ``envelope``, its checksum a valid one (as a newer Phoenix,
+    or another agent's copy, would have written it)."""
+    content, checksum = encode(envelope)
+    store.backend.db.transaction(
+        lambda tx: tx.execute(
+            "UPDATE phx_checkpoints SET content = ?, checksum = ? WHERE name = ?", (content.decode(), checksum, name)
+        )
+    )
+
+
+def test_a_checkpoint_of_a_newer_schema_is_refused_and_another_agents_is_not_restored(agent: Agent) -> None:
+    store = store_of(agent, {"x": 1})
+    old = store.create("session", summary="readable")
+    tick(agent)
+    newer = store.create("session", summary="from the future")
+    put_body(store, newer.name, {**store.read(newer.name).data, "schema_version": 99})
+    with pytest.raises(SchemaVersionError, match="newer Phoenix"):
+        store.read(newer.name)
+    latest, problems = another_process(agent).checkpoints.latest()
+    assert latest is not None and latest.name == old.name and "newer Phoenix" in problems[0]
+    put_body(store, old.name, {**store.read(old.name).data, "agent_id": "someone-else"})
+    with pytest.raises(CheckpointOwnershipError):
+        store.restore(old.name)
+    assert store.latest()[0] is None
+    with pytest.raises(CheckpointOwnershipError):
+        store.read(old.name.replace("zero_", "someone-else_"))
 
 
 def test_a_checkpoint_write_whose_connection_is_killed_is_retried_once_and_written_once(

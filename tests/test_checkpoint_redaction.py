@@ -137,8 +137,9 @@ def test_a_checkpoint_with_a_long_conversation_reads_back_whole(tmp_path: Path) 
 
     store.register("payload", payload)
     info = store.create("session")
-    store.flush()
-    text = (Path(store.dir) / info.name).read_text()
+    stored = store.backend.read(info.name)
+    assert stored is not None
+    text = stored.content.decode()
     assert TOKEN not in text
     got = store.read(info.name).data["extensions"]["payload"]["messages"]
     assert len(got) == len(messages) and got[6] == messages[6]

@@ -20,6 +20,7 @@ policy, the last good copy of a damaged identity.yaml or state.json kept whateve
 
 from __future__ import annotations
 
+import contextlib
 import os
 import tempfile
 from dataclasses import dataclass, field
@@ -31,7 +32,7 @@ from hypothesis import strategies as st
 from hypothesis.control import currently_in_test_context, event
 
 from phoenix_protocol._agent import Agent
-from phoenix_protocol._checkpoints import CheckpointStore, CollectContext, parse_name
+from phoenix_protocol._checkpoints import CheckpointStore, CollectContext
 from phoenix_protocol._clock import ManualClock
 from phoenix_protocol._errors import UsageError
 from phoenix_protocol._home import Home
@@ -112,9 +113,9 @@ def open_store(home: str, clock: ManualClock, config: dict[str, Any], agent_id: 
 
 
 def on_disk(store: CheckpointStore) -> list[str]:
-    """What is stored, newest first, seen without the store's own reading code: the directory,
-    or the table on PostgreSQL."""
-    if store.files is None:
+    """What is stored, newest first, seen without the store's own reading code: the table, read
+    by the engine's own driver."""
+    if store.backend.db.engine == "postgresql":
         import psycopg
 
         with psycopg.connect(store.agent.config.store) as conn:
@@ -122,16 +123,22 @@ def on_disk(store: CheckpointStore) -> list[str]:
                 "SELECT name FROM phx_checkpoints WHERE agent_id = %s ORDER BY seq DESC", (store.agent.id,)
             ).fetchall()
         return [str(r[0]) for r in rows]
-    store.flush()  # files are created and removed behind the durable log record
-    names = [n for n in os.listdir(store.dir) if parse_name(n) is not None] if os.path.isdir(store.dir) else []
-    return sorted(names, key=lambda n: -parse_name(n)[1])  # type: ignore[index]
+    import sqlite3
+
+    if not store.backend.db.exists():
+        return []
+    with contextlib.closing(sqlite3.connect(store.backend.db.where)) as conn:
+        rows = conn.execute(
+            "SELECT name FROM phx_checkpoints WHERE agent_id = ? ORDER BY seq DESC", (store.agent.id,)
+        ).fetchall()
+    return [str(r[0]) for r in rows]
 
 
 Step = tuple[Any, ...]
 
 
 def run_steps(steps: list[Step], config: dict[str, Any], store_url: str | None = None) -> Model:
-    """Run ``steps`` against a fresh store (files, or a new agent on the PostgreSQL store
+    """Run ``steps`` against a fresh store (SQLite, or a new agent on the PostgreSQL store
     ``store_url``) and the model; compare after every step."""
     model = Model(
         int(config.get("keep_routine", 3)),

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from phoenix_protocol._agent import Agent
-from phoenix_protocol._checkpoints import SECTIONS, CollectContext, decode, parse_name
+from phoenix_protocol._checkpoints import SECTIONS, CollectContext, decode, encode, parse_name, verify
 from phoenix_protocol._clock import ManualClock
 from phoenix_protocol._errors import CorruptStateError, UsageError
 from phoenix_protocol._home import Home
@@ -45,10 +45,10 @@ def test_names_follow_the_seed_and_stay_unique_within_a_second(agent: Agent) -> 
 def test_envelope_has_every_seed_section_and_a_verified_checksum(agent: Agent) -> None:
     _working(agent)
     info = agent.checkpoints.create("recovery", summary="before the rewrite")
-    agent.checkpoints.flush()
-    path = Path(agent.checkpoints.dir, info.name)
-    data = decode(path.read_bytes(), str(path))
-    for key in ("agent_id", "timestamp", "checkpoint_type", "version", "state", "checksum", "metadata"):
+    stored = agent.checkpoints.backend.read(info.name)
+    assert stored is not None
+    data = verify(stored, info.name)
+    for key in ("agent_id", "timestamp", "checkpoint_type", "version", "state", "metadata"):
         assert key in data
     assert (data["agent_id"], data["checkpoint_type"], data["version"]) == ("tester", "recovery", "1.0")
     assert set(data["state"]) == {"current_task", "mailbox", "operational_context", "memory"}
@@ -64,8 +64,8 @@ def test_envelope_has_every_seed_section_and_a_verified_checksum(agent: Agent) -
     assert set(data["working_memory"]) == {"scratchpad", "open_files", "context_stack"}
     assert data["metadata"]["session_id"] == "s1" and data["metadata"]["checkpoint_version"] == "1.0"
     assert data["extensions"]["phoenix_state"]["current_task"] == "Port the scheduler to asyncio"
-    assert data["checksum"].startswith("xxh3-128:")
-    assert os.stat(path).st_mode & 0o777 == 0o600
+    assert "checksum" not in data and stored.checksum.startswith("xxh3-128:")  # a column of its own
+    assert os.stat(os.path.join(agent.home.root, "phoenix.db")).st_mode & 0o777 == 0o600
 
 
 def _with_checksum_line(data: bytes, line: bytes) -> bytes:
@@ -75,10 +75,10 @@ def _with_checksum_line(data: bytes, line: bytes) -> bytes:
 
 def test_checkpoints_written_with_sha256_still_verify(agent: Agent) -> None:
     """Files from before the move to xxh3-128 carry a sha256 checksum: read and verified as before."""
-    info = agent.checkpoints.create("routine", summary="old format")
-    path = Path(agent.checkpoints.dir, info.name)
-    agent.checkpoints.flush()
-    data = path.read_bytes()
+    content, _checksum = encode(
+        agent.checkpoints.read(agent.checkpoints.create("routine", summary="old format").name).data
+    )
+    data = content[:-2] + b',\n  "checksum": "x"\n}\n'  # a file of an earlier release
     head = data[: data.rindex(b'\n  "checksum": "') + 1]
     old = _with_checksum_line(data, b"sha256:" + hashlib.sha256(head).hexdigest().encode())
     assert decode(old, "old")["summary"] == "old format"
@@ -222,8 +222,9 @@ def test_restore_fills_an_empty_state_and_force_overwrites(agent: Agent, home: H
 def test_secrets_are_redacted_in_checkpoints(agent: Agent) -> None:
     agent.checkpoints.register("env", lambda ctx: {"line": "export OPENAI_API_KEY=sk-proj-" + "Ab1Cd2Ef3" * 6})
     info = agent.checkpoints.create("routine", summary="deploy with password=Hunter2Secret!")
-    agent.checkpoints.flush()
-    text = Path(agent.checkpoints.dir, info.name).read_text()
+    stored = agent.checkpoints.backend.read(info.name)
+    assert stored is not None
+    text = stored.content.decode()
     assert "Ab1Cd2Ef3Ab1Cd2Ef3" not in text and "Hunter2Secret" not in text
 
 
@@ -238,44 +239,6 @@ def test_bad_type_and_name_are_usage_errors(agent: Agent) -> None:
         agent.checkpoints.restore()
 
 
-@pytest.mark.parametrize("lost", ["index.json", "index.log", "both"])
-def test_index_is_rebuilt_when_lost(agent: Agent, lost: str) -> None:
-    store = agent.checkpoints
-    names = [store.create("session").name for _ in range(2)]
-    store.rebuild_index()  # settles: the snapshot holds both, the log starts empty
-    names.append(store.create("session").name)  # this one is in the log (and its file) only
-    store.flush()
-    for gone in ["index.json", "index.log"] if lost == "both" else [lost]:
-        os.unlink(os.path.join(store.dir, gone))
-    fresh = Agent.open(agent.id, home=agent.home, clock=agent.clock).checkpoints  # no view in memory
-    assert [e.name for e in fresh.entries()] == names[::-1]
-    assert fresh.create("session").seq == 4
-    assert [e.seq for e in store.entries()] == [4, 3, 2, 1]
-
-
-@pytest.mark.parametrize("settled", [False, True])
-def test_a_damaged_file_the_catalogue_lost_is_skipped_not_fatal(agent: Agent, settled: bool) -> None:
-    """With index.log gone (and index.json, or none yet), each file is read to describe it: a
-    damaged one used to send that read back into loading the catalogue, without end."""
-    store = agent.checkpoints
-    names = [store.create("session", summary=f"s{i}").name for i in (1, 2, 3)]
-    if settled:
-        store.rebuild_index()
-    store.flush()
-    path = Path(store.dir, names[2])
-    path.write_bytes(path.read_bytes().replace(b'"s3"', b'"X3"'))
-    for gone in ("index.log", "index.json"):
-        Path(store.dir, gone).unlink(missing_ok=True)
-    fresh = Agent.open(agent.id, home=agent.home, clock=agent.clock).checkpoints
-    assert [(e.name, e.label) for e in fresh.entries()] == [(names[2], None), (names[1], "s2"), (names[0], "s1")]
-    checkpoint, problems = fresh.latest()
-    assert checkpoint is not None and checkpoint.name == names[1]
-    assert len(problems) == 1 and "checksum mismatch" in problems[0]
-    with pytest.raises(CorruptStateError, match="checksum mismatch"):
-        fresh.read(names[2])
-    assert fresh.create("session").seq == 4
-
-
 def test_text_that_was_not_utf8_does_not_stop_checkpoints(agent: Agent) -> None:
     """A task typed in Latin-1 reaches Python with lone surrogates (``surrogateescape``); state.json
     and ops.jsonl keep it (as ``\\udce9``); every later checkpoint used to fail on it."""
@@ -287,16 +250,27 @@ def test_text_that_was_not_utf8_does_not_stop_checkpoints(agent: Agent) -> None:
     assert checkpoint.summary == "bad \ufffd" and info.label == "bad \ufffd"
     assert checkpoint.data["state"]["current_task"]["context"]["description"] == "fix caf\ufffd parser"
     assert checkpoint.data["extensions"]["phoenix_state"]["current_task"] == "fix caf\ufffd parser"
-    Path(agent.checkpoints.dir, info.name).read_bytes().decode("utf-8")  # the file is UTF-8
+    stored = agent.checkpoints.backend.read(info.name)
+    assert stored is not None
+    stored.content.decode("utf-8")  # the body is UTF-8
 
 
 def test_a_checkpoint_copied_under_another_name_is_damage_not_that_checkpoint(agent: Agent) -> None:
     store = agent.checkpoints
     routine = store.create("routine", summary="the routine one")
     session = store.create("session", summary="the session one")
-    store.flush()
     forged = "tester_20991231000000000-00000050_session.checkpoint"
-    Path(store.dir, forged).write_bytes(Path(store.dir, routine.name).read_bytes())
+    copied = store.backend.read(routine.name)
+    assert copied is not None
+
+    def forge(tx: Any) -> None:
+        from phoenix_protocol.store._checkpoints import CheckpointInfo, lock_agent
+
+        lock_agent(tx, agent.id)
+        info = CheckpointInfo(forged, 50, "session", 4_102_358_400_000, size=len(copied.content))
+        store.backend.put_existing(tx, info, copied.content, copied.checksum, None)
+
+    store.backend.db.transaction(forge)
     fresh = Agent.open(agent.id, home=agent.home, clock=agent.clock).checkpoints
     assert fresh.entries()[0].name == forged  # listed by its name
     checkpoint, problems = fresh.latest("session")

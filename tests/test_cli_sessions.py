@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import json
-import shutil
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from conftest import change_checkpoint, plant_checkpoint
 from phoenix_protocol._agent import Agent
 from phoenix_protocol._cli import cli
 from phoenix_protocol._home import Home
@@ -31,9 +31,7 @@ def test_a_checkpoint_over_a_damaged_identity_says_which_sections_it_could_not_c
     cli(["identity", "set", "state.current_focus", "ship it"])
     code, data = phx_json(capsys, "checkpoint", "--type", "routine")
     assert code == 0 and data["failed_sections"] == []
-    code, shown = phx_json(capsys, "checkpoint", "show", data["checkpoint"]["name"])
-    agent_dir = Path(shown["path"]).parent.parent  # agents/<id>/checkpoints/<name>
-    agent_dir.joinpath("identity.yaml").write_text("mutable: [\n")
+    Path(Agent.open().dir, "identity.yaml").write_text("mutable: [\n")
     code, data = phx_json(capsys, "checkpoint", "--type", "routine")
     assert code == 0 and data["failed_sections"] == ["identity"]
     capsys.readouterr()
@@ -77,13 +75,12 @@ def test_restore_and_its_refusals(capsys: pytest.CaptureFixture[str], project: P
     code, data = phx_json(capsys, "restore", "--agent", "a")
     assert code == 0 and data["checkpoint"].endswith("_session.checkpoint")
     assert data["identity"]["mutable"]["accumulated_experience"] == 1
-    # Another agent's checkpoint, planted in b's directory, is refused.
-    source = project / ".phoenix/agents/a/checkpoints"
-    name = next(p.name for p in source.iterdir() if p.name.endswith(".checkpoint"))
-    target = project / ".phoenix/agents/b/checkpoints"
-    target.mkdir(parents=True)
+    # Another agent's checkpoint, planted in b's checkpoints, is refused.
+    home = Home(str(project / ".phoenix"))
+    agent_a = Agent.open("a", home=home)
+    name = agent_a.checkpoints.entries()[0].name
     planted = name.replace("a_", "b_", 1)
-    shutil.copy(source / name, target / planted)
+    plant_checkpoint(agent_a, name, Agent.open("b", home=home), planted)
     code, data = phx_json(capsys, "restore", "--agent", "b", "--checkpoint", planted)
     assert code == 4 and data["error"]["type"] == "CheckpointOwnershipError"
     # So is one named by another agent's name: the name says whose it is.
@@ -96,10 +93,8 @@ def test_restore_and_its_refusals(capsys: pytest.CaptureFixture[str], project: P
     # Any limit above the count lists them all (found in review: a traceback past 2**63).
     code, data = phx_json(capsys, "checkpoint", "list", "--agent", "a", "--limit", str(2**63))
     assert code == 0 and len(data["checkpoints"]) == 1
-    # A damaged checkpoint is a data problem (once the checkpoint log holds no copy of it).
-    Agent.open("a", home=Home(str(project / ".phoenix"))).checkpoints.rebuild_index()
-    raw = (source / name).read_bytes()
-    (source / name).write_bytes(raw.replace(b"end of A", b"end of B"))
+    # A damaged checkpoint is a data problem.
+    change_checkpoint(agent_a, name, lambda content: content.replace("end of A", "end of B"))
     code, data = phx_json(capsys, "checkpoint", "show", name, "--agent", "a")
     assert code == 3 and "checksum mismatch" in data["error"]["message"]
 
@@ -189,23 +184,6 @@ def test_an_identity_edited_by_hand_into_a_wrong_shape_is_reported_and_sessions_
         code, data = phx_json(capsys, "restore")  # the session starts anyway, with the problem reported
         assert code == 0 and any("accumulated_experience" in p for p in data["problems"])
         assert path.read_text().count(broken) == 1  # nothing was reset
-
-
-def test_a_damaged_checkpoint_still_in_the_log_is_shown_with_a_warning(
-    capsys: pytest.CaptureFixture[str], project: Path
-) -> None:
-    cli(["checkpoint", "--summary", "end of A", "--agent", "a"])
-    source = project / ".phoenix/agents/a/checkpoints"
-    name = next(p.name for p in source.iterdir() if p.name.endswith(".checkpoint"))
-    raw = (source / name).read_bytes()
-    (source / name).write_bytes(raw.replace(b"end of A", b"end of B"))
-    code, data = phx_json(capsys, "checkpoint", "show", name, "--agent", "a")
-    assert code == 0 and data["checkpoint"]["summary"] == "end of A"
-    assert len(data["problems"]) == 1 and "checkpoint log" in data["problems"][0]
-    code, _ = phx_json(capsys, "doctor", "--agent", "a")
-    assert (source / name).read_bytes() == raw
-    code, data = phx_json(capsys, "checkpoint", "show", name, "--agent", "a")
-    assert code == 0 and data["problems"] == []
 
 
 def test_the_sessions_table_keeps_its_times_whole_in_80_columns(
@@ -352,13 +330,12 @@ def test_latest_when_every_checkpoint_is_damaged_is_corrupt_data(
         assert code == 2 and data["error"]["type"] == "UsageError", args
     cli(["checkpoint", "--type", "routine"])
     agent = Agent.open(home=Home(str(project / ".phoenix")))
-    agent.checkpoints.rebuild_index()  # the checkpoint log holds no copy to fall back on
-    (path,) = (project / ".phoenix/agents/default/checkpoints").glob("*.checkpoint")
-    path.write_bytes(path.read_bytes().replace(b'"routine"', b'"session"'))
+    (only,) = agent.checkpoints.entries()
+    change_checkpoint(agent, only.name, lambda content: content.replace('"routine"', '"session"'))
     for args in (["checkpoint", "latest"], ["checkpoint", "show", "latest"]):
         code, data = phx_json(capsys, *args)
         assert code == 3 and data["error"]["type"] == "CorruptStateError", args
-        assert path.name in data["error"]["message"] and "phx doctor" in data["error"]["message"]
+        assert only.name in data["error"]["message"] and "phx doctor" in data["error"]["message"]
     code, data = phx_json(capsys, "checkpoint", "latest", "--type", "session")  # none of that type
     assert code == 2 and data["error"]["type"] == "UsageError"
 
@@ -520,75 +497,19 @@ def test_a_blank_summary_is_as_none_the_default_one(capsys: pytest.CaptureFixtur
     assert code == 2 and "--summary is required" in data["error"]["message"]
 
 
-def test_sessions_reports_the_lines_of_sessions_jsonl_it_skipped(
-    capsys: pytest.CaptureFixture[str], project: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.setenv("COLUMNS", "200")
-    for summary in ("first", "second"):
-        cli(["restore"])
-        cli(["checkpoint", "--summary", summary])
-    path = project / ".phoenix/agents/default/sessions/sessions.jsonl"
-    lines = path.read_text().splitlines(keepends=True)
-    path.write_text("".join([*lines[:2], "garbage\n", *lines[2:]]) + '{"seq": 9, "event": "st')  # a torn tail too
-    code, data = phx_json(capsys, "sessions")
-    assert code == 0 and [s["summary"] for s in data["sessions"]] == ["first", "second"]
-    assert [(p["line"], p["kind"]) for p in data["problems"]] == [(3, "corrupt-line"), (6, "torn-tail")]
-    assert all(p["path"] == str(path) for p in data["problems"])
-    capsys.readouterr()
-    assert cli(["sessions"]) == 0
-    warnings = [line for line in capsys.readouterr().out.splitlines() if line.startswith("warning:")]
-    assert len(warnings) == 2 and f"{path}:3: unreadable line" in warnings[0] and "torn last line" in warnings[1]
-    path.write_text("".join(lines))
-    code, data = phx_json(capsys, "sessions")
-    assert code == 0 and len(data["sessions"]) == 2 and data["problems"] == []
-
-
-def test_doctor_reports_a_deleted_sessions_list_the_ops_log_knows_of(
-    capsys: pytest.CaptureFixture[str], project: Path
-) -> None:
-    code, data = phx_json(capsys, "doctor", "--check")
-    assert code == 0 and not any("sessions.jsonl" in str(f["path"]) for f in data["findings"])
-    cli(["restore"])
-    cli(["checkpoint", "--summary", "done"])
-    path = project / ".phoenix/agents/default/sessions/sessions.jsonl"
-    path.unlink()
-    code, data = phx_json(capsys, "doctor", "--check")
-    [finding] = [f for f in data["findings"] if f["path"] == str(path)]
-    assert finding["level"] == "warn" and "ops log records 2 session" in finding["message"]
-    assert code == 0 and data["healthy"] is True  # a warning: nothing to repair
-    code, data = phx_json(capsys, "sessions")
-    assert code == 0 and data["sessions"] == [] and data["problems"] == []  # nothing to read: an empty list
-
-
-def test_a_checkpoint_read_from_its_copy_in_the_log_is_not_said_to_be_skipped(
-    capsys: pytest.CaptureFixture[str], project: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.setenv("COLUMNS", "300")
-    cli(["checkpoint", "--summary", "end of A"])
-    (path,) = (project / ".phoenix/agents/default/checkpoints").glob("*.checkpoint")
-    path.write_bytes(path.read_bytes().replace(b"end of A", b"end of B"))
-    for args in (["checkpoint", "latest"], ["checkpoint", "show", path.name]):
-        capsys.readouterr()
-        assert cli(args) == 0
-        lines = capsys.readouterr().out.splitlines()
-        assert lines[0].startswith("damaged file: ") and "was read instead" in lines[0], args
-        assert "skipped" not in lines[0] and "Read its copy" not in lines[0]
-        assert lines[1].startswith(path.name) and "its copy in the checkpoint log, checksum ok" in lines[1]
-
-
 def test_problems_quoted_in_a_message_end_in_one_full_stop(capsys: pytest.CaptureFixture[str], project: Path) -> None:
     cli(["checkpoint", "--type", "routine"])
     cli(["checkpoint", "--type", "routine"])
-    Agent.open(home=Home(str(project / ".phoenix"))).checkpoints.rebuild_index()  # no copies to fall back on
-    for path in (project / ".phoenix/agents/default/checkpoints").glob("*.checkpoint"):
-        path.write_bytes(b'{"torn": ')
+    agent = Agent.open(home=Home(str(project / ".phoenix")))
+    for info in agent.checkpoints.entries():
+        change_checkpoint(agent, info.name, lambda content: '{"torn": ')
     code, data = phx_json(capsys, "checkpoint", "latest")
     message = data["error"]["message"]
-    assert code == 3 and message.count("torn or not a checkpoint)") == 2
+    assert code == 3 and message.count("checksum mismatch (the body was damaged or edited)") == 2
     assert ".;" not in message and ".)" not in message
     code, data = phx_json(capsys, "restore")
     [problem] = data["problems"]
-    assert problem.count("torn or not a checkpoint)") == 2 and ".;" not in problem and ".)" not in problem
+    assert problem.count("checksum mismatch") == 2 and ".;" not in problem and ".)" not in problem
 
 
 def test_doctor_names_the_file_of_a_newer_schema_once(capsys: pytest.CaptureFixture[str], project: Path) -> None:

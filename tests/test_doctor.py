@@ -14,6 +14,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from conftest import change_checkpoint, plant_checkpoint
 from phoenix_protocol._agent import Agent
 from phoenix_protocol._cli import cli
 from phoenix_protocol._clock import ManualClock
@@ -214,22 +215,6 @@ def test_torn_ops_tail_is_repaired(agent: Agent) -> None:
     assert agent.ops.read()[1] == []
 
 
-def test_torn_sessions_tail_is_reported_and_repaired(agent: Agent) -> None:
-    from phoenix_protocol import _sessions
-
-    _sessions.begin(agent, "s1")
-    sessions = Path(agent.dir, "sessions", "sessions.jsonl")
-    with open(sessions, "ab") as fh:
-        fh.write(b'{"seq": 2, "event": "start", "sess')
-    checked = check_agent(agent, repair=False)
-    assert any(f.path == str(sessions) and f.level == "warn" for f in checked)
-    assert sessions.read_bytes().endswith(b"sess")  # --check repairs nothing
-    findings = check_agent(agent)
-    assert any(f.path == str(sessions) and "torn last line cut off" in f.message for f in findings)
-    assert sessions.read_bytes().endswith(b"\n")
-    assert [s["session_id"] for s in _sessions.list_sessions(agent)] == ["s1"]
-
-
 def test_modes_are_tightened(agent: Agent) -> None:
     agent.state.set_status("working", "x")
     os.chmod(agent.state.path, 0o644)
@@ -291,25 +276,18 @@ def test_doctor_of_one_agent_names_the_agents_it_did_not_check(
 
 def test_doctor_checks_checkpoints_and_identity(agent: Agent) -> None:
     agent.state.set_status("working", "x")
-    first = agent.checkpoints.create("session")
+    agent.checkpoints.create("session")
     second = agent.checkpoints.create("session")
-    agent.checkpoints.rebuild_index()  # settled: the checkpoint log holds no copy to repair from
-    damaged = Path(agent.checkpoints.dir, second.name)
-    damaged.write_bytes(damaged.read_bytes()[:-20])
-    Path(agent.checkpoints.dir, f".{first.name}.{_dead_pid()}.1.tmp").write_text("partial")
-    os.unlink(agent.checkpoints.index_path)
+    change_checkpoint(agent, second.name, lambda content: content[:-20])
     agent.identity.set("state.current_focus", "x")
     identity = Path(agent.identity.path)
     identity.write_text(identity.read_text().replace("name: tester", "name: someone-else"))
     findings = check_agent(agent)
     messages = [f.message for f in findings]
-    assert any("checksum" in m or "no checksum line" in m for m in messages)
-    assert any("interrupted checkpoint" in m for m in messages)
+    assert any("checksum mismatch" in m for m in messages)
     assert any("changed outside Phoenix" in m for m in messages)
     assert any("1 checkpoint(s) verified" in m for m in messages)
-    assert not list(Path(agent.checkpoints.dir).glob(".*.tmp"))
-    assert Path(agent.checkpoints.index_path).exists()
-    assert damaged.exists()  # reported, never deleted
+    assert second.name in {e.name for e in agent.checkpoints.entries()}  # reported, never deleted
 
 
 def _damage(agent: Agent) -> bytes:
@@ -639,71 +617,18 @@ def test_a_damaged_identity_without_a_copy_of_its_sealed_core_is_left_as_it_is(a
     assert "not valid YAML" in agent.checkpoints.read(info.name).section("identity")["error"]
 
 
-def test_check_reports_a_damaged_index_and_names_checkpoints_deleted_by_hand(agent: Agent) -> None:
-    """Found in review: `--check` said healthy over an index.json that did not read (the repair
-    run then rebuilt it), and a checkpoint file deleted after a settle vanished from `list` and
-    `latest` with no finding naming it."""
-    infos = [agent.checkpoints.create("session") for _ in range(3)]
-    assert agent.checkpoints.rebuild_index() == 0  # settled: index.json written
-    index = Path(agent.checkpoints.index_path)
-    index.write_text("garbage")
-    fresh = Agent.open(agent.id, home=agent.home, clock=agent.clock)  # a new process's view
-    [found] = [f for f in check_agent(fresh, repair=False) if f.path == str(index)]
-    assert found.level == "error" and "does not read" in found.message and not found.repaired
-    assert index.read_text() == "garbage"  # --check touches nothing
-    assert any(f.path == str(index) and f.repaired for f in check_agent(fresh))
-    os.unlink(agent.checkpoints.path_of(infos[1].name))
-    other = Agent.open(agent.id, home=agent.home, clock=agent.clock)
-    assert [i.name for i in other.checkpoints.entries()] == [infos[2].name, infos[0].name]
-    [gone] = [f for f in check_agent(other, repair=False) if "deleted outside Phoenix" in f.message]
-    assert gone.level == "warn" and infos[1].name in gone.message and not gone.repaired
-    [gone] = [f for f in check_agent(other) if "deleted outside Phoenix" in f.message]
-    assert gone.repaired and "rebuilt without them" in gone.message
-    again = Agent.open(agent.id, home=agent.home, clock=agent.clock)
-    assert not [f for f in check_agent(again, repair=False) if "deleted outside Phoenix" in f.message]
-
-
 def test_an_agent_directory_copied_under_another_name_is_reported_not_a_crash(agent: Agent) -> None:
     """Found in review: with `read()` refusing a name that says it is another agent's, the doctor
     stopped on it (exit 4, no finding for any agent with --all-agents) instead of reporting it."""
-    import shutil
-
     agent.checkpoints.create("routine")
     agent.checkpoints.create("session")
-    agent.checkpoints.flush()
-    shutil.copytree(agent.dir, os.path.join(os.path.dirname(agent.dir), "renamed"))
     renamed = Agent.open("renamed", home=agent.home, clock=agent.clock)
+    renamed.ensure()
+    for info in agent.checkpoints.entries():  # what a copy of the directory brings along, as rows
+        plant_checkpoint(agent, info.name, renamed, info.name)
     found = [f for f in check_agent(renamed, repair=False) if "belongs to agent" in f.message]
     assert len(found) == 2 and all(f.level == "error" and f"{agent.id!r}" in f.message for f in found)
     assert any("belongs to agent" in f.message for f in check_home(agent.home, [agent, renamed], repair=False))
-
-
-def test_a_store_never_settled_is_not_reported_as_a_damaged_index(agent: Agent) -> None:
-    """Before its first settle a store has no index.json: the log holds everything, nothing to
-    report. Once settled, a lost index.json is reported (and rebuilt)."""
-    for _ in range(3):
-        agent.checkpoints.create("session")
-    agent.checkpoints.flush()
-    assert not Path(agent.checkpoints.index_path).exists()
-    assert not [f for f in check_agent(agent) if "index" in f.message]
-    os.unlink(agent.checkpoints.index_path)  # written by the doctor's rebuild
-    [finding] = [f for f in check_agent(agent) if "index" in f.message]
-    assert finding.level == "warn" and "(3 entries); rebuilt" in finding.message
-
-
-def test_doctor_repairs_a_damaged_checkpoint_from_the_log(agent: Agent) -> None:
-    info = agent.checkpoints.create("session", summary="kept in the log")
-    agent.checkpoints.flush()
-    path = Path(agent.checkpoints.dir, info.name)
-    original = path.read_bytes()
-    path.write_bytes(original.replace(b"kept in the log", b"Kept in the log"))
-    findings = check_agent(agent, repair=False)
-    assert any(f.level == "error" and "checkpoint log" in f.message and not f.repaired for f in findings)
-    assert path.read_bytes() != original  # --check changes nothing
-    findings = check_agent(agent)
-    [repaired] = [f for f in findings if f.repaired and "Restored from the log" in f.message]
-    assert repaired.path == str(path) and str(path) not in repaired.message  # named once
-    assert path.read_bytes() == original
 
 
 def test_checkpoints_on_postgresql_are_verified(
@@ -759,7 +684,7 @@ def test_a_temp_file_of_a_running_writer_is_left_alone(agent: Agent, clock: Manu
     agent.state.set_status("working", "x")
     agent.checkpoints.create("session")
     in_state = Path(agent.dir, f".state.json.{live_pid}.7.tmp")
-    in_checkpoints = Path(agent.checkpoints.dir, f".identity.yaml.{live_pid}.8.tmp")
+    in_checkpoints = Path(agent.dir, f".identity.yaml.{live_pid}.8.tmp")
     for path in (in_state, in_checkpoints):
         path.write_text("half written")
     clock.advance(seconds=30 * 86400)
@@ -779,7 +704,7 @@ def test_a_temp_file_of_a_writer_that_is_gone_is_removed(agent: Agent) -> None:
     agent.checkpoints.create("session")
     dead = _dead_pid()
     in_state = Path(agent.dir, f".state.json.{dead}.1.tmp")
-    in_checkpoints = Path(agent.checkpoints.dir, f".index.json.{dead}.2.tmp")
+    in_checkpoints = Path(agent.dir, f".brief.md.{dead}.2.tmp")
     for path in (in_state, in_checkpoints):
         path.write_text("half written")
     report = check_agent(agent, repair=False)
@@ -1169,47 +1094,29 @@ def test_a_damaged_seal_is_judged_by_the_log_and_written_again(agent: Agent) -> 
 def test_doctor_reports_another_agents_checkpoint_and_does_not_count_it(agent: Agent, home: Home) -> None:
     """Copied in under this agent's name (its content, checksum and all, is another agent's):
     `latest` skips it; the doctor must say so too, not count it verified."""
-    from phoenix_protocol._checkpoint_index import make_name
+    from phoenix_protocol.store._checkpoints import make_name
 
     other = Agent.open("other", home=home, clock=agent.clock)
     other.checkpoints.create("session")
     theirs = other.checkpoints.create("session")  # seq 2
-    other.checkpoints.flush()
     ours = agent.checkpoints.create("session")  # seq 1
-    agent.checkpoints.flush()
-    copied = Path(agent.checkpoints.dir, make_name(agent.id, 2, theirs.timestamp_ms + 1, "session"))
-    copied.write_bytes(Path(other.checkpoints.dir, theirs.name).read_bytes())
-    agent.checkpoints.rebuild_index()
-    assert copied.name in [e.name for e in agent.checkpoints.entries()]
+    copied = make_name(agent.id, 2, theirs.timestamp_ms + 1, "session")
+    plant_checkpoint(other, theirs.name, agent, copied)
+    assert copied in [e.name for e in agent.checkpoints.entries()]
     findings = check_agent(agent, repair=False)
-    [foreign] = [f for f in findings if f.path == str(copied)]
+    [foreign] = [f for f in findings if f.path == agent.checkpoints.backend.where(copied)]
     assert foreign.level == "error" and "belongs to agent 'other'" in foreign.message
     assert any(f.message == "1 checkpoint(s) verified" for f in findings)
     assert agent.checkpoints.latest()[0].name == ours.name  # type: ignore[union-attr]
 
 
 def test_doctor_reports_a_damaged_checkpoint_without_counting_it_verified(agent: Agent) -> None:
-    info = agent.checkpoints.create("session", summary="kept in the log")
-    agent.checkpoints.flush()
-    path = Path(agent.checkpoints.dir, info.name)
-    path.write_bytes(path.read_bytes().replace(b"kept in the log", b"Kept in the log"))
+    info = agent.checkpoints.create("session", summary="damaged later")
+    change_checkpoint(agent, info.name, lambda content: content.replace("damaged later", "Damaged later"))
     findings = check_agent(agent, repair=False)
     assert any(f.message == "0 checkpoint(s) verified" for f in findings)
-
-
-def test_doctor_reports_a_checkpoint_file_missing_while_the_log_holds_it(agent: Agent) -> None:
-    info = agent.checkpoints.create("session", summary="kept in the log")
-    agent.checkpoints.flush()
-    path = Path(agent.checkpoints.dir, info.name)
-    original = path.read_bytes()
-    path.unlink()  # deleted by hand (or its writer killed before writing it behind)
-    [found] = [f for f in check_agent(agent, repair=False) if "missing" in f.message]
-    assert found.level == "warn" and not found.repaired and info.name in found.message
-    assert not path.exists()  # --check changes nothing
-    [found] = [f for f in check_agent(agent) if "missing" in f.message]
-    assert found.repaired and "written from the log" in found.message
-    assert path.read_bytes() == original
-    assert not [f for f in check_agent(agent, repair=False) if "missing" in f.message]
+    [damaged] = [f for f in findings if f.path == agent.checkpoints.backend.where(info.name)]
+    assert damaged.level == "error" and "checksum mismatch" in damaged.message
 
 
 def test_a_change_logged_while_a_checkpoint_is_taken_is_replayed_by_the_repair(

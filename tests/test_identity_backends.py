@@ -402,14 +402,16 @@ def test_a_session_start_that_fails_is_not_counted(
     home: Home, clock: ManualClock, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The start is recorded before accumulated_experience counts it: a start that cannot be
-    recorded (here the disk refuses current.json) leaves the count as it was."""
+    recorded (here the database refuses the session's record) leaves the count as it was."""
     agent = Agent.open("zero", home=home, clock=clock)
     seeded(agent)
 
     def refuse(self: object, record: object) -> None:
         raise StorageError("disk full")
 
-    monkeypatch.setattr(_sessions.FileSessions, "set_current", refuse)
+    from phoenix_protocol.store._sessions import SessionRows
+
+    monkeypatch.setattr(SessionRows, "set_current", refuse)
     with pytest.raises(StorageError):
         _sessions.begin(agent, "s-1")
     assert agent.identity.read().mutable["accumulated_experience"] == 0

@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 from fastapi.testclient import TestClient
 
+from conftest import change_checkpoint, plant_checkpoint
 from phoenix_protocol._agent import Agent
 from phoenix_protocol._bridge import NOT_FOUND
 from phoenix_protocol._cli import cli
@@ -159,14 +160,9 @@ def test_session_protocol_over_http(client: TestClient, served: Home) -> None:
 
 def test_latest_when_every_checkpoint_is_damaged_is_corrupt_state(client: TestClient, served: Home) -> None:
     client.post("/checkpoint/zero", json={"summary": "only one", "checkpoint_type": "routine"})
-    store = Agent.open("zero", home=served).checkpoints
-    store.rebuild_index()  # settled: the file is the one copy
-    (name,) = [e.name for e in store.entries()]
-    path = os.path.join(store.dir, name)
-    with open(path, "rb") as fh:
-        raw = fh.read()
-    with open(path, "wb") as fh:
-        fh.write(raw.replace(b"only one", b"only two"))
+    agent = Agent.open("zero", home=served)
+    (name,) = [e.name for e in agent.checkpoints.entries()]
+    change_checkpoint(agent, name, lambda content: content.replace("only one", "only two"))
     answer = client.get("/checkpoint/zero/latest")
     assert answer.status_code == 500 and answer.json()["error"] == "CorruptStateError"
     assert "checksum mismatch" in answer.json()["detail"] and served.root not in answer.json()["detail"]
@@ -492,10 +488,8 @@ def test_restore_409_is_described_as_a_planted_checkpoint(client: TestClient, se
     zero, bob = Agent.open("zero", home=served), Agent.open("bob", home=served)
     zero.checkpoints.create("routine", summary="zero's")
     bobs = bob.checkpoints.create("routine", summary="bob's")
-    zero.checkpoints.flush()
-    bob.checkpoints.flush()
     planted = "zero_20260101000000000-00000007_routine.checkpoint"
-    Path(zero.dir, "checkpoints", planted).write_bytes(Path(bob.dir, "checkpoints", bobs.name).read_bytes())
+    plant_checkpoint(bob, bobs.name, zero, planted)
     for ref in (planted, "#7"):
         body = assert_problem(client.post("/restore/zero", json={"checkpoint": ref}), 409)
         assert body["error"] == "CheckpointOwnershipError"

@@ -3,6 +3,7 @@ revoked token, expired token) is refused, reads nothing and changes nothing."""
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 from collections.abc import Iterator
@@ -99,8 +100,10 @@ def requests(
 
 
 def snapshot(*roots: str) -> dict[str, str]:
-    """Every file under ``roots`` and the sha256 of its content (but SQLite's ``-shm``: the WAL's
-    shared-memory index, where every reader marks what it reads)."""
+    """Every file under ``roots`` and the sha256 of its content; for the home's database, of its
+    rows (SQLite moves pages from its WAL into the file when a connection closes: no change)."""
+    import sqlite3
+
     out = {}
     for root in roots:
         for directory, _dirs, files in os.walk(root):
@@ -108,6 +111,12 @@ def snapshot(*roots: str) -> dict[str, str]:
                 if name.endswith("-shm"):
                     continue
                 path = os.path.join(directory, name)
+                if name.endswith(("phoenix.db-wal", "phoenix.db-shm")):
+                    continue
+                if name.endswith("phoenix.db"):
+                    with contextlib.closing(sqlite3.connect(path)) as conn:
+                        out[path] = hashlib.sha256("\n".join(conn.iterdump()).encode()).hexdigest()
+                    continue
                 with open(path, "rb") as fh:
                     out[path] = hashlib.sha256(fh.read()).hexdigest()
     return out

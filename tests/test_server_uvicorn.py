@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 import uvicorn
 
-from conftest import phx_unread
+from conftest import phx_unread, plant_checkpoint
 from phoenix_protocol._agent import Agent
 from phoenix_protocol._checkpoints import CheckpointOwnershipError
 from phoenix_protocol._cli import cli
@@ -308,15 +308,13 @@ def test_restoring_another_agents_checkpoint(url: str, admin: str, served: Home)
     zero, bob = Agent.open("zero", home=served), Agent.open("bob", home=served)
     own = zero.checkpoints.create("routine", summary="zero's")
     bobs = bob.checkpoints.create("routine", summary="bob's")
-    zero.checkpoints.flush()
-    bob.checkpoints.flush()
     with PhoenixClient(url, admin) as phx:
         for name in (bobs.name, "bob_20260101000000000-00000099_routine.checkpoint"):
             with pytest.raises(NotFoundError) as hidden:
                 phx.restore("zero", checkpoint=name)
             assert hidden.value.problem["error"] == "NotFoundError"  # type: ignore[attr-defined]
         planted = "zero_20260101000000000-00000007_routine.checkpoint"
-        Path(zero.dir, "checkpoints", planted).write_bytes(Path(bob.dir, "checkpoints", bobs.name).read_bytes())
+        plant_checkpoint(bob, bobs.name, zero, planted)
         for ref in (planted, "7", "#7"):
             with pytest.raises(CheckpointOwnershipError) as refused:
                 phx.restore("zero", checkpoint=ref)

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -19,9 +18,10 @@ from typing import Any
 
 import pytest
 
+from conftest import change_checkpoint, plant_checkpoint, rewrite_checkpoint
 from phoenix_protocol import _sessions
 from phoenix_protocol._agent import Agent
-from phoenix_protocol._checkpoints import CheckpointOwnershipError, decode, encode
+from phoenix_protocol._checkpoints import CheckpointOwnershipError
 from phoenix_protocol._clock import ManualClock, iso_from_ms
 from phoenix_protocol._errors import CorruptStateError, SchemaVersionError
 from phoenix_protocol._home import Home
@@ -223,11 +223,11 @@ def test_restoring_another_agents_checkpoint_is_refused(home: Home, clock: Manua
     foreign = session_checkpoint(other, "beta's work")
     state_before = Path(mine.state.path).read_bytes()
 
-    copied = Path(mine.checkpoints.dir, foreign)  # copied as it is
-    shutil.copy(Path(other.checkpoints.dir, foreign), copied)
-    disguised = Path(mine.checkpoints.dir, foreign.replace("beta_", "alpha_", 1).replace("-00000001_", "-00000009_"))
-    shutil.copy(Path(other.checkpoints.dir, foreign), disguised)  # renamed as if it were alpha's
-    for name in (copied.name, disguised.name):
+    copied = foreign  # copied as it is
+    plant_checkpoint(other, foreign, mine, copied)
+    disguised = foreign.replace("beta_", "alpha_", 1).replace("-00000001_", "-00000009_")
+    plant_checkpoint(other, foreign, mine, disguised)  # renamed as if it were alpha's
+    for name in (copied, disguised):
         with pytest.raises(CheckpointOwnershipError, match="belongs to beta"):
             mine.checkpoints.restore(name)
         with pytest.raises(CheckpointOwnershipError):
@@ -239,7 +239,7 @@ def test_restoring_another_agents_checkpoint_is_refused(home: Home, clock: Manua
     # The newest file in alpha's directory is beta's: latest() reports it and falls back.
     checkpoint, problems = mine.checkpoints.latest()
     assert checkpoint is not None and checkpoint.name == own
-    assert len(problems) == 1 and disguised.name in problems[0] and "beta" in problems[0]
+    assert len(problems) == 1 and disguised in problems[0] and "beta" in problems[0]
     assert _sessions.begin(mine, "next").checkpoint is not None
 
 
@@ -248,12 +248,8 @@ def test_a_damaged_checkpoint_is_refused_and_the_session_restores_the_previous(h
     good = session_checkpoint(agent, "the good one")
     clock.advance(60)
     bad = agent.checkpoints.create("session", summary="damaged later").name
-    agent.checkpoints.rebuild_index()  # settled: the checkpoint log no longer holds a copy
-    path = Path(agent.checkpoints.dir, bad)
-    data = bytearray(path.read_bytes())
-    at = data.index(b"damaged later")
-    data[at] = ord("D")  # one byte: still valid JSON, but the checksum no longer matches
-    path.write_bytes(bytes(data))
+    # One character: still valid JSON, but the checksum no longer matches.
+    change_checkpoint(agent, bad, lambda content: content.replace("damaged later", "Damaged later"))
 
     with pytest.raises(CorruptStateError, match="checksum mismatch"):
         agent.checkpoints.restore(bad)
@@ -261,39 +257,10 @@ def test_a_damaged_checkpoint_is_refused_and_the_session_restores_the_previous(h
     assert started.checkpoint is not None and started.checkpoint.name == good
     assert len(started.problems) == 1 and bad in started.problems[0]
     # With no valid one left, the session starts from nothing and says why.
-    Path(agent.checkpoints.dir, good).write_bytes(b"{}")
+    change_checkpoint(agent, good, lambda content: "{}")
     started = _sessions.begin(agent, "s3")
     assert started.checkpoint is None
     assert len(started.problems) == 1 and "no valid checkpoint" in started.problems[0] and bad in started.problems[0]
-
-
-def test_a_damaged_checkpoint_still_in_the_log_is_read_from_it_and_repaired(home: Home, clock: ManualClock) -> None:
-    agent = Agent.open("zero", home=home, clock=clock)
-    session_checkpoint(agent, "the good one")
-    clock.advance(60)
-    bad = agent.checkpoints.create("session", summary="damaged later").name
-    agent.checkpoints.flush()  # its named file is written behind the durable log record
-    path = Path(agent.checkpoints.dir, bad)
-    original = path.read_bytes()
-    path.write_bytes(original.replace(b"damaged later", b"Damaged later"))
-
-    fresh = Agent.open("zero", home=home, clock=clock)  # another process's view
-    checkpoint, problems = fresh.checkpoints.latest()
-    assert checkpoint is not None and checkpoint.name == bad and checkpoint.summary == "damaged later"
-    assert len(problems) == 1 and "checksum mismatch" in problems[0] and "checkpoint log" in problems[0]
-    assert fresh.checkpoints.restore(bad).checkpoint.summary == "damaged later"
-    assert fresh.checkpoints.repair_from_log(bad)
-    assert path.read_bytes() == original
-    assert fresh.checkpoints.latest()[1] == []
-    assert not fresh.checkpoints.repair_from_log(bad)  # nothing left to repair
-
-    path.unlink()  # gone by hand: the log still has it, readers read it there...
-    reader = Agent.open("zero", home=home, clock=clock).checkpoints
-    assert reader.entries()[0].name == bad and reader.read(bad).summary == "damaged later"
-    assert not path.exists()  # ...and only writers touch the directory: the next one writes it back
-    clock.advance(60)
-    reader.create("routine")
-    assert path.read_bytes() == original
 
 
 def test_a_checkpoint_from_a_newer_phoenix_is_refused(home: Home, clock: ManualClock) -> None:
@@ -301,12 +268,10 @@ def test_a_checkpoint_from_a_newer_phoenix_is_refused(home: Home, clock: ManualC
     good = session_checkpoint(agent, "readable")
     clock.advance(60)
     newer = agent.checkpoints.create("session", summary="from the future").name
-    agent.checkpoints.flush()
-    path = Path(agent.checkpoints.dir, newer)
-    envelope = decode(path.read_bytes(), str(path))
+    envelope = agent.checkpoints.read(newer).data
 
     envelope["schema_version"] = 2
-    path.write_bytes(encode(envelope))  # a valid checksum: only the version is wrong
+    rewrite_checkpoint(agent, newer, envelope)  # a valid checksum: only the version is wrong
     with pytest.raises(SchemaVersionError, match="newer Phoenix") as raised:
         agent.checkpoints.restore(newer)
     assert (raised.value.found, raised.value.supported) == (2, 1)
@@ -315,7 +280,7 @@ def test_a_checkpoint_from_a_newer_phoenix_is_refused(home: Home, clock: ManualC
     assert len(started.problems) == 1 and "schema 2" in started.problems[0]
 
     envelope["schema_version"] = 1  # the same bytes with the version put back read fine
-    path.write_bytes(encode(envelope))
+    rewrite_checkpoint(agent, newer, envelope)
     assert agent.checkpoints.restore(newer).checkpoint.summary == "from the future"
 
 

@@ -10,6 +10,7 @@ import os
 import threading
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -199,41 +200,6 @@ def test_the_default_summary_counts_what_remains(home: Home, clock: ManualClock)
         assert info is not None and info.label == f"Port the scheduler ({remains})"
 
 
-def test_a_damaged_open_session_record_is_kept_and_rebuilt_from_its_start_record(
-    home: Home, clock: ManualClock
-) -> None:
-    agent = opened(home, clock)
-    started = agent.sessions.begin("s-1")
-    _sessions.record_memory(agent, "m-1")
-    path = Path(agent.dir, "sessions", "current.json")
-    path.write_bytes(b'{"session_id": "s-1", "memory_ids": ["m-')  # torn
-    assert agent.sessions.current() is None  # a reader falls back; nothing is written
-    _sessions.record_memory(agent, "m-2")
-    [kept] = Path(agent.dir, "sessions").glob("current.json.corrupt-*")
-    assert kept.read_bytes() == b'{"session_id": "s-1", "memory_ids": ["m-'
-    record = agent.sessions.current()
-    assert record is not None
-    assert (record["session_id"], record["started_at"], record["memory_ids"]) == ("s-1", started.started_at, ["m-2"])
-    [event] = [e for e in agent.ops.read()[0] if e["event"] == "session_record_repaired"]
-    assert event["status"] == "warn" and event["meta"]["session_id"] == "s-1"
-    assert "memory_ids" in event["meta"]["lost"]
-
-
-def test_doctor_reports_and_repairs_a_damaged_open_session_record(home: Home, clock: ManualClock) -> None:
-    from phoenix_protocol._doctor import check_agent
-
-    agent = opened(home, clock)
-    agent.sessions.begin("s-1")
-    path = Path(agent.dir, "sessions", "current.json")
-    path.write_bytes(b"[]")  # JSON, not a record
-    [found] = [f for f in check_agent(agent, repair=False) if f.path == str(path)]
-    assert found.level == "error" and not found.repaired and path.read_bytes() == b"[]"
-    [found] = [f for f in check_agent(agent, repair=True) if f.path == str(path)]
-    assert found.repaired and "rebuilt" in found.message
-    assert agent.sessions.current()["session_id"] == "s-1"  # type: ignore[index]
-    assert not [f for f in check_agent(agent, repair=False) if f.path == str(path)]
-
-
 @contextlib.contextmanager
 def held_by_another_thread(path: str) -> Iterator[None]:
     """``path``'s lock held by another thread (threads of a process take turns at a lock, as
@@ -257,13 +223,37 @@ def held_by_another_thread(path: str) -> Iterator[None]:
         holder.join()
 
 
+@contextlib.contextmanager
+def held_in_the_database(agent: Agent) -> Iterator[None]:
+    """The agent's write lock in the database (its checkpoints' and sessions') held by another
+    thread, on its own connection, while the block runs."""
+    from phoenix_protocol.store._checkpoints import lock_agent
+
+    held, done = threading.Event(), threading.Event()
+
+    def work(tx: Any) -> None:
+        lock_agent(tx, agent.id)
+        held.set()
+        done.wait(10)
+
+    holder = threading.Thread(target=lambda: agent.checkpoints.backend.db.transaction(work))
+    holder.start()
+    try:
+        assert held.wait(5)
+        yield
+    finally:
+        done.set()
+        holder.join()
+
+
 def test_a_session_start_takes_the_open_session_records_lock(home: Home, clock: ManualClock) -> None:
     """A memory recorded while a new session starts must not write the old session's record back:
     the start changes the record under the lock every change takes."""
     agent = Agent.open("py", home=home, clock=clock, config_overrides={"lock_timeout": 0.2})
     agent.sessions.begin("s-1")
-    with held_by_another_thread(os.path.join(agent.dir, "sessions", "current.json")), pytest.raises(StorageError):
+    with held_in_the_database(agent), pytest.raises(StorageError):
         agent.sessions.begin("s-2")
+    assert agent.sessions.current()["session_id"] == "s-1"  # type: ignore[index]
 
 
 def test_the_identity_copied_at_a_session_start_is_redacted(home: Home, clock: ManualClock) -> None:
@@ -274,7 +264,7 @@ def test_the_identity_copied_at_a_session_start_is_redacted(home: Home, clock: M
     Path(agent.dir, "identity.yaml").write_text(text + f"  notes: deploy with {token}\n")
     assert agent.identity.read().mutable["notes"].endswith(token)  # the mutable part may be edited by hand
     agent.sessions.begin("s-1")
-    written = Path(agent.dir, "sessions", "current.json").read_text()
+    written = _sessions.storage(agent).current_text() or ""
     assert token not in written and "deploy with" in written
 
 
@@ -324,20 +314,3 @@ def test_ending_a_session_on_a_locked_state_waits_for_the_lock_once(home: Home, 
     assert elapsed < 1.0 + MARK_LOCK_TIMEOUT + 0.6  # a second full timeout would make it 2 s and more
     [row] = agent.sessions.entries()
     assert row["status"] == "ended" and row["summary"] == "ended while locked"
-
-
-def test_a_damaged_session_record_is_rebuilt_after_a_checkpoint_taken_mid_session(
-    home: Home, clock: ManualClock
-) -> None:
-    """`phx checkpoint` writes an end record while the session goes on: the salvage of a damaged
-    current.json must still find the session's start."""
-    from phoenix_protocol._sessions import end
-
-    agent = opened(home, clock)
-    started = agent.sessions.begin("s-1")
-    end(agent, summary="halfway")  # as `phx checkpoint --summary` does
-    Path(agent.dir, "sessions", "current.json").write_bytes(b"{")
-    _sessions.record_memory(agent, "m-1")
-    record = agent.sessions.current()
-    assert record is not None
-    assert (record["session_id"], record["started_at"], record["memory_ids"]) == ("s-1", started.started_at, ["m-1"])

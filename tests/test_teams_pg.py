@@ -259,12 +259,14 @@ def test_migration_4_backfills_the_unread_counters(store: str, home: Home, clock
             "DROP TABLE phx_mailbox_counts; ALTER TABLE phx_team_seq DROP COLUMN broadcasts; "
             "ALTER TABLE phx_cursors DROP COLUMN addressed; "
             "DROP TABLE phx_checkpoint_seq, phx_checkpoints, phx_checkpoint_operations, phx_session_current, "
-            "phx_session_log, phx_agent_state, phx_ops_events, phx_identity, phx_tokens; "
+            "phx_session_log, phx_agent_state, phx_ops_events, phx_identity, phx_tokens, phx_file_imports; "
             "ALTER TABLE phx_memories DROP COLUMN seq; "
             "DELETE FROM phx_schema_migrations WHERE version >= 4"
         )
     assert _pg.status(store)["current"] == 3
-    assert [m["version"] for m in _pg.migrate(store)] == [4, 5, 6, 7, 8, 15]
+    from phoenix_protocol.store._schema import MIGRATIONS
+
+    assert [m["version"] for m in _pg.migrate(store)] == [m.version for m in MIGRATIONS if m.version >= 4]
     assert {name: box.unread_count(name) for name in expected} == expected
 
 

@@ -83,7 +83,7 @@ def test_round_trip_files_postgres_files(
     import_home(middle, first)
     assert not os.path.exists(os.path.join(middle.root, "teams"))  # the team went to PostgreSQL
     on_pg = Agent.open("zero", home=middle, clock=clock).checkpoints
-    assert not os.path.exists(on_pg.dir)  # and so did the agent's checkpoints
+    assert not os.path.exists(os.path.join(middle.root, "agents/zero/checkpoints"))  # and the checkpoints
     assert [e.label for e in on_pg.entries()] == ["drop table", "halfway", "first session"]
     assert not os.path.exists(os.path.join(middle.root, "agents/zero/sessions"))  # sessions too
     pg_agent = Agent.open("zero", home=middle, clock=clock)

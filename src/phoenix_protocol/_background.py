@@ -1,23 +1,20 @@
 """Write-behind: work that follows a durable write, done by one worker thread per process.
 
-A checkpoint is durable once its record is in the checkpoint log (``_checkpoint_index``); what
-follows from it (its named file, removing the files retention dropped, its ``checkpoint_created``
-ops event) is derived from that record and need not delay the caller. ``submit(key, task,
+A checkpoint is durable once its transaction committed; what follows from it (its
+``checkpoint_created`` ops event, ``OpsLog.record_later``) need not delay the caller. ``submit(key, task,
 delay=...)`` hands such a task to a daemon thread, to run after ``delay`` seconds; the caller
 goes on at once.
 
 - One task per ``key`` is queued at a time: submitting a key already queued does nothing (the
   task looks at everything pending for its key when it runs). With a delay, what a busy writer
-  submits meanwhile is done in one batch (files created and removed in a burst rather than
-  between every two flushes of the log; a checkpoint dropped within the delay is never created).
+  submits meanwhile is done in one batch (events appended in a burst rather than one by one).
 - ``wait(key)`` runs the queued task of that key at once in the calling thread (or waits for
   the worker to finish it, if it started) and returns once none is queued or running (``wait()``:
   none at all), and re-raises the first error a task of that key raised since the last ``wait``.
   Stores call it from their ``flush()``.
 - At interpreter exit every queued task runs to completion (``atexit``); code that leaves with
   ``os._exit`` (the hooks' detached children) calls ``drain()`` first. A process killed before
-  its tasks ran loses nothing durable: the next process that loads the checkpoint log does the
-  same work from the log.
+  its tasks ran loses the events, never a checkpoint.
 - A forked child starts with an empty queue (the parent does its own tasks).
 
 The library never prints: a task's error is kept for ``wait`` to raise; tasks are written to

@@ -1,11 +1,11 @@
 """Checkpoints (seed 003, with seed 002's session sections): typed, verified snapshots of an agent.
 
-Each checkpoint is one file in ``agents/<agent_id>/checkpoints/``, named by seed 003's convention
+Each checkpoint is named by seed 003's convention
 ``<agent_id>_<timestamp>_<checkpoint_type>.checkpoint``; the timestamp is
 ``YYYYmmddHHMMSSmmm-<seq>`` (milliseconds plus a per-agent sequence number), so names are unique
 even when many are taken within one second, and order is by ``seq``, never by clock.
 
-The file is one JSON envelope, indented by two spaces (so each top-level key starts a line with
+Its body is one JSON envelope, indented by two spaces (so each top-level key starts a line with
 exactly two spaces; a long list inside a section, such as a conversation's messages, is written on
 one line, see ``redact_sections``)::
 
@@ -15,9 +15,10 @@ one line, see ``redact_sections``)::
       "summary": ..., "operation": {...} | null,
       "state": {"current_task": {...}, "mailbox": {...}, "operational_context": {...}, "memory": {...}},
       "metadata": {...}, "context": {...}, "recent_memories": {...}, "identity_updates": {...},
-      "working_memory": {...}, "extensions": {...},
-      "checksum": "xxh3-128:<hex of every byte before this line>"
+      "working_memory": {...}, "extensions": {...}
     }
+
+and its checksum, ``xxh3-128:<hex>`` of those bytes, is kept beside it.
 
 Every read verifies the checksum and the schema version; ``latest`` never returns a torn or
 corrupt checkpoint: it reports it and falls back to the newest valid one.
@@ -31,44 +32,32 @@ pre-operation checkpoint lives until its operation completes successfully and is
 (``with store.pre_operation("migrate db"):``); recovery checkpoints are kept
 ``recovery_retention_days`` (7); session checkpoints the newest ``keep_session_checkpoints``.
 
-Writes (the file store, ``FileCheckpoints``): a checkpoint is durable once its frame in the
-checkpoint log is flushed (``_checkpoint_index``: one ``fdatasync``); its named file, the removal
-of what retention dropped and its ``checkpoint_created`` ops event follow behind
-(``_background``), ``checkpoint_files_delay`` later in one batch; ``flush()`` waits for them. A
-crash leaves the old or the new checkpoint as ``latest``, never a torn one.
+Where they are kept: rows of the home's database (``store._checkpoints.CheckpointRows``), on
+SQLite (``phoenix.db``, the default) or PostgreSQL, whichever the ``store`` setting names. The
+body is the envelope below without its checksum, which has a column of its own; a write is one
+transaction, durable when ``create`` returns. A crash leaves the old or the new checkpoint as
+``latest``, never a torn one. ``export`` writes them as seed 003's named files.
 """
 
 from __future__ import annotations
 
 import contextlib
 import hashlib
-import itertools
 import os
 import sys
 import threading
 from collections.abc import Callable, Iterable, Iterator
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any
 
 import xxhash
 
-from phoenix_protocol._checkpoint_index import (
-    CHECKPOINT_TYPES,
-    SUFFIX,
-    Catalog,
-    CheckpointInfo,
-    View,
-    make_name,
-    parse_name,
-)
 from phoenix_protocol._clock import iso_from_ms
-from phoenix_protocol._durable import FileLock, ensure_dir, read_bytes
 from phoenix_protocol._errors import (
     CorruptStateError,
     NotFoundError,
     PhoenixError,
     RefusedError,
     SchemaVersionError,
-    StorageError,
     UsageError,
 )
 from phoenix_protocol._ids import validate_id
@@ -76,10 +65,20 @@ from phoenix_protocol._jsonio import (
     JSONError,
     dumps_indented_bytes,
     dumps_indented_exact,
-    dumps_line,
     loads,
     loads_large,
     valid_text,
+)
+from phoenix_protocol.store._checkpoints import (
+    CHECKPOINT_TYPES,
+    LEGACY,
+    SUFFIX,
+    CheckpointInfo,
+    CheckpointRows,
+    Stored,
+    View,
+    make_name,
+    parse_name,
 )
 
 if TYPE_CHECKING:
@@ -133,8 +132,8 @@ RESERVED_NAMES = frozenset(
 """The envelope's own fields: no section may take one of these names (``metadata`` would be
 stored under ``extensions`` and read back as the envelope's)."""
 EXACT_NUMBERS = "exact_numbers"
-"""Envelope key set (``true``) when the file holds numbers the fast JSON reader would not read
-exactly (integers beyond 64 bits): such a file is read with the standard library's reader."""
+"""Envelope key set (``true``) when the body holds numbers the fast JSON reader would not read
+exactly (integers beyond 64 bits): such a body is read with the standard library's reader."""
 KEPT_COPIES = ("identity", "phoenix_state")
 """Sections Phoenix repairs from (``phx doctor`` writes identity.yaml back from the newest copy;
 ``restore`` puts the task and notes back): while identity.yaml or state.json does not read, so
@@ -159,7 +158,6 @@ class Checkpoint:
     def __init__(self, path: str, data: dict[str, Any]) -> None:
         self.path = path
         self.data = data
-        self.recovered: str | None = None
 
     @property
     def name(self) -> str:
@@ -261,14 +259,15 @@ _clean_slices: dict[bytes, None] = {}  # xxh3-128 of the JSON of slices found cl
 def redact_sections(sections: dict[str, Any]) -> dict[str, Any]:
     """``redact_value(sections)``, except that each list of ``LONG_LIST`` items or more found
     among dict values comes back as an ``orjson.Fragment`` of its redacted JSON (compact, one
-    line in the file).
+    line in the body).
 
     Such a list is encoded ``_SLICE`` items at a time; a slice whose encoding was found clean
     before (the same bytes, plain JSON types only) is not walked again. An agent's state is
     mostly what its previous checkpoint held (a conversation grows at its end), and encoding a
     slice in C costs a fraction of walking its strings in Python: for a 1 MB conversation the
     walk took 0.72 ms and the envelope's encoding 0.46 ms, this 0.42-0.58 ms, its encoding being
-    the file's (bench/checkpoints_vs_langgraph.py, codecs line; not encoded twice).
+    the body's (measured with the codecs line of an earlier bench/checkpoints_vs_langgraph.py;
+    not encoded twice).
     Equivalent to ``redact_value``: a list item's redaction never depends on where the list is
     (only a string directly under a secret-named key is redacted for its key), and a slice
     holding anything but dicts with string keys, lists, strings, numbers, booleans and null is
@@ -435,8 +434,9 @@ def _plain(value: object) -> bool:
     return False
 
 
-def encode(envelope: dict[str, Any]) -> bytes:
-    """The file bytes for ``envelope``: the document, then a checksum line over every byte before it."""
+def encode(envelope: dict[str, Any]) -> tuple[bytes, str]:
+    """The body for ``envelope`` (seed 003's JSON document, indented by two spaces) and its
+    checksum, ``xxh3-128:<hex>`` of those bytes."""
     if "checksum" in envelope:
         envelope = {k: v for k, v in envelope.items() if k != "checksum"}
     body, exact = dumps_indented_exact(envelope)
@@ -444,24 +444,32 @@ def encode(envelope: dict[str, Any]) -> bytes:
         # Written by the standard library (an integer beyond 64 bits, say): readers are told to
         # read it with it too (the fast reader would turn such an integer into a float).
         body, _ = dumps_indented_exact({**envelope, EXACT_NUMBERS: True})
-    # The document ends with "\n}": reopen the object to append the checksum as its last key.
-    head = memoryview(body)[: -len(b"\n}")]
-    digest = xxhash.xxh3_128(head)
-    digest.update(b",\n")
-    return b"".join((head, b',\n  "checksum": "xxh3-128:', digest.hexdigest().encode(), b'"\n}\n'))
+    return body, "xxh3-128:" + xxhash.xxh3_128_hexdigest(body)
 
 
-def _digest(algorithm: bytes, head: memoryview) -> bytes | None:
-    """The hex digest of ``head`` by the checksum line's algorithm (``None``: not one we know)."""
-    if algorithm == b"xxh3-128":
-        return xxhash.xxh3_128_hexdigest(head).encode()
-    if algorithm == b"sha256":  # checkpoints written before Phoenix 0.1 moved to xxh3
-        return hashlib.sha256(head).hexdigest().encode()
+def _hexdigest(algorithm: str, parts: tuple[bytes | memoryview, ...]) -> str | None:
+    """The hex digest of ``parts`` by a checksum's algorithm (``None``: not one we know)."""
+    if algorithm == "xxh3-128":
+        xx = xxhash.xxh3_128()
+        for part in parts:
+            xx.update(part)
+        return xx.hexdigest()
+    if algorithm == "sha256":  # checkpoints written before Phoenix 0.1 moved to xxh3
+        sha = hashlib.sha256()
+        for part in parts:
+            sha.update(part)
+        return sha.hexdigest()
     return None
 
 
+def _digest(algorithm: bytes, head: memoryview) -> bytes | None:
+    found = _hexdigest(algorithm.decode("ascii", "replace"), (head,))
+    return None if found is None else found.encode()
+
+
 def decode(data: bytes, path: str) -> dict[str, Any]:
-    """Verify the checksum and the schema version of checkpoint bytes; return the envelope."""
+    """Verify a checkpoint file of an earlier release (the document, then a checksum line over
+    every byte before it) and return the envelope."""
     mark = data.rfind(_CHECKSUM_MARK)
     if mark < 0:
         raise CorruptStateError(f"{path}: no checksum line (torn or not a checkpoint).", path=path)
@@ -478,6 +486,54 @@ def decode(data: bytes, path: str) -> dict[str, Any]:
         )
     if expected != stored:
         raise CorruptStateError(f"{path}: checksum mismatch (the file was damaged or edited).", path=path)
+    return _envelope(data, path)
+
+
+def from_file(data: bytes, path: str) -> tuple[Stored, dict[str, Any] | None]:
+    """A checkpoint file of an earlier release as it is stored now: its document as the content,
+    its checksum line's checksum as ``line:<algorithm>:<hex>``, and its envelope; a file that
+    does not verify is kept as it is (``legacy``: reported on every read), with ``None``."""
+    try:
+        envelope = decode(data, path)
+    except (CorruptStateError, SchemaVersionError):
+        return Stored(b"", LEGACY, data), None
+    mark = data.rfind(_CHECKSUM_MARK)
+    start = mark + len(_CHECKSUM_MARK)
+    end = data.find(b'"', start)
+    if data[mark - 1 : mark] != b",":
+        return Stored(b"", LEGACY, data), envelope
+    content = data[: mark - 1] + b"\n}"
+    return Stored(content, "line:" + data[start:end].decode("ascii"), None), envelope
+
+
+def verify(stored: Stored, path: str) -> dict[str, Any]:
+    """Verify a stored body against its checksum and its schema version; return the envelope."""
+    checksum = stored.checksum
+    if checksum == LEGACY:
+        if stored.legacy is None:
+            raise CorruptStateError(f"{path}: no body kept (damaged).", path=path)
+        return decode(stored.legacy, path)
+    content = stored.content
+    line = checksum.startswith("line:")
+    algorithm, _, expected = checksum.removeprefix("line:").partition(":")
+    if line:
+        if not content.endswith(b"\n}"):
+            raise CorruptStateError(f"{path}: checksum mismatch (the body was damaged or edited).", path=path)
+        parts: tuple[bytes | memoryview, ...] = (memoryview(content)[:-2], b",\n")
+    else:
+        parts = (content,)
+    found = _hexdigest(algorithm, parts)
+    if found is None:
+        raise CorruptStateError(
+            f"{path}: checksum algorithm {algorithm!r} is unknown (damaged, or written by a newer Phoenix).", path=path
+        )
+    if found != expected:
+        raise CorruptStateError(f"{path}: checksum mismatch (the body was damaged or edited).", path=path)
+    return _envelope(content, path)
+
+
+def _envelope(data: bytes, path: str) -> dict[str, Any]:
+    """The envelope of verified bytes, its kind, schema version and keys checked."""
     try:
         envelope = loads_large(data)
     except JSONError as exc:
@@ -502,6 +558,7 @@ def decode(data: bytes, path: str) -> dict[str, Any]:
     for key in ("agent_id", "seq", "checkpoint_type", "timestamp_ms"):
         if key not in envelope:
             raise CorruptStateError(f"{path}: missing {key!r}.", path=path)
+    envelope.pop("checksum", None)
     return envelope
 
 
@@ -524,7 +581,7 @@ def checkpoint_number(ref: str) -> int | None:
 
 def _named(name: str, path: str, envelope: dict[str, Any]) -> Checkpoint:
     """The checkpoint read as ``name``, once its content is found to be that checkpoint: the number
-    and the type its name gives (the catalogue lists it by its name). A file renamed, or another
+    and the type its name gives (the catalogue lists it by its name). A checkpoint renamed, or another
     checkpoint of the same agent copied under this name, is damage; another agent's checkpoint is
     refused as such by ``restore`` and ``latest``."""
     seq, kind = envelope["seq"], envelope["checkpoint_type"]
@@ -539,295 +596,39 @@ def _named(name: str, path: str, envelope: dict[str, Any]) -> Checkpoint:
     return Checkpoint(path, envelope)
 
 
-Build = Callable[[View, Callable[[], set[str]]], tuple[CheckpointInfo, bytes, list[CheckpointInfo]]]
-"""What ``create`` asks a backend to write: from the current view (and the operations that
-succeeded, asked for only when needed), the new checkpoint, its bytes and what retention drops."""
-Choose = Callable[[View, Callable[[], set[str]]], list[CheckpointInfo]]
-Written = Callable[[CheckpointInfo, list[CheckpointInfo]], None]
-
-
-class CheckpointBackend(Protocol):
-    """Where an agent's checkpoints are kept: files (``FileCheckpoints``, the default) or
-    PostgreSQL (``_checkpoints_pg.PgCheckpoints``, when the store is a ``postgresql://`` URL).
-    Envelopes, checksums, providers, retention and restore belong to the store; a backend keeps
-    the bytes and the catalogue, and makes a write durable under the agent's write lock."""
-
-    def where(self, name: str) -> str:
-        """Where checkpoint ``name`` is (a path, or the server and the name), for messages."""
-        ...
-
-    def newest(
-        self, checkpoint_type: str | None, limit: int | None, *, reading: bool = False
-    ) -> Iterable[CheckpointInfo]:
-        """Checkpoints (of a type), newest first, at most ``limit`` (metadata only). ``reading``:
-        the caller reads the first one next (a backend may fetch its bytes along)."""
-        ...
-
-    def read(self, name: str) -> bytes | None:
-        """The bytes of checkpoint ``name``, or ``None`` when there is none."""
-        ...
-
-    def spare(self, name: str) -> bytes | None:
-        """A second copy of checkpoint ``name``'s bytes, if the backend keeps one."""
-        ...
-
-    def write(self, build: Build, meanwhile: Written | None = None) -> tuple[CheckpointInfo, list[CheckpointInfo]]:
-        """Under the write lock: ``build`` from the current view, make the new checkpoint durable,
-        remove what retention dropped; returns both. ``meanwhile(info, dropped)`` runs once the
-        checkpoint is written, perhaps while it is being flushed (if the flush fails, the write
-        raises after it)."""
-        ...
-
-    def prune(self, choose: Choose) -> list[CheckpointInfo]:
-        """Under the write lock: remove what ``choose`` picks from the current view."""
-        ...
-
-    def record_operation(self, record: dict[str, Any]) -> None:
-        """Durably remember an operation's outcome (``{"id", "outcome", "at"}``)."""
-        ...
-
-    def completed_operations(self) -> set[str]:
-        """Ids of the operations that succeeded."""
-        ...
-
-    def operation_outcomes(self) -> dict[str, str]:
-        """The outcome of each ended operation by its id: ``succeeded`` once a success is
-        recorded, else ``failed``; an operation not in it is open."""
-        ...
-
-
-class FileCheckpoints:
-    """Checkpoints as files in ``agents/<id>/checkpoints/``, with their catalogue
-    (``_checkpoint_index``) and ``operations.jsonl``; the write lock is ``index.json.lock``."""
-
-    def __init__(self, store: CheckpointStore) -> None:
-        self.store = store
-        self.dir = store.dir
-        self.catalog = Catalog(
-            self.dir,
-            store.agent.id,
-            store._describe,
-            lock=self.lock,
-            delay=store.agent.config.checkpoint_files_delay,
-            on_behind_error=self._files_failed,
-            on_damage=self._log_damaged,
-        )
-        self._failures_told: set[tuple[str, int | None]] = set()
-        self.operations_path = os.path.join(self.dir, "operations.jsonl")
-        self._prefix = os.path.join(self.dir, "")  # names are validated: a join is a concatenation
-        self._ops_cache: tuple[tuple[int, int, int], dict[str, str]] | None = None
-        self._ensured = False
-
-    def where(self, name: str) -> str:
-        return self._prefix + name
-
-    def _log_damaged(self, event: str, message: str) -> None:
-        """The catalogue found damage and repaired it (``Catalog._salvage``: ``index.log``;
-        ``Catalog._snapshot_lost``: ``index.json``): said in the ops log as ``event``."""
-        self.store.agent.record(event, "warn", {"dir": self.dir, "detail": message}, trusted=True)
-
-    def damage(self) -> str | None:
-        """What a reader should be told of the catalogue as last loaded: an ``index.log`` whose
-        header does not read (its checkpoints read from its frames until a writer salvages it), or
-        with records damaged in the middle (read past until a writer settles it)."""
-        if self.catalog.log_damaged():
-            return (
-                f"{self.catalog.log_path}: its header does not read; the checkpoints only it holds were read from "
-                "its frames (the next checkpoint written, or `phx doctor`, keeps it aside and writes them back)"
-            )
-        at = self.catalog.frames_damaged()
-        if at:
-            return (
-                f"{self.catalog.log_path}: {len(at)} record(s) damaged in the middle of the log (at byte "
-                f"{', '.join(str(a) for a in at)}), read past (the next checkpoint written, or `phx doctor`, keeps "
-                "it aside and settles it)"
-            )
-        return None
-
-    def _files_failed(self, exc: StorageError) -> None:
-        """A named file could not be created from the log: one ``checkpoint_files_failed`` event
-        per kind of failure and process (each write-behind would otherwise log it again). The
-        checkpoints stay durable in ``index.log`` and readable from it."""
-        cause = exc.__cause__
-        key = (type(cause or exc).__name__, getattr(cause, "errno", None))
-        if key in self._failures_told:
-            return
-        self._failures_told.add(key)
-        self.store.agent.record(
-            "checkpoint_files_failed",
-            "error",
-            {"dir": self.dir, "error": str(exc)[:500], "kept_in": "index.log"},
-            trusted=True,
-        )
-
-    def lock(self, *, checked: bool = True) -> FileLock:
-        """The store's write lock; its directory is made first (``checked=False``: only the
-        first time, for the write path, which retries once if the directory went away)."""
-        if checked or not self._ensured:
-            self.store.agent.ensure()
-            ensure_dir(self.dir)
-            self._ensured = True
-        return FileLock(self.catalog.index_path, self.store.agent.config.lock_timeout)
-
-    def newest(
-        self, checkpoint_type: str | None, limit: int | None, *, reading: bool = False
-    ) -> Iterable[CheckpointInfo]:
-        found = reversed(self.catalog.load().ordered())
-        if checkpoint_type is not None:
-            found = (e for e in found if e.checkpoint_type == checkpoint_type)
-        return itertools.islice(found, limit)
-
-    def read(self, name: str) -> bytes | None:
-        written = self.catalog.deferred.get(name)  # this process wrote it; its file comes behind
-        return written[1] if written is not None else read_bytes(self._prefix + name)
-
-    def spare(self, name: str) -> bytes | None:
-        if not os.path.isdir(self.dir):
-            return None
-        view = self.catalog.load()
-        found = self.catalog.logged_content(view, name)
-        if found is None and name in view.inline:
-            # The log moved on since this view was loaded (another process settled it and wrote
-            # over the frame): a fresh view knows where the bytes are.
-            view = self.catalog.reload()
-            found = self.catalog.logged_content(view, name)
-        if found is None and name in view.entries:
-            # Settled since the caller found no file (the view above may be fresh already): the
-            # checkpoint is listed and no longer in the log, so its file is there now.
-            found = read_bytes(self._prefix + name)
-        return found
-
-    def write(self, build: Build, meanwhile: Written | None = None) -> tuple[CheckpointInfo, list[CheckpointInfo]]:
-        lock = self.lock(checked=False)
-        try:
-            lock.acquire()
-        except StorageError:  # the directory was removed since: make it again
-            lock = self.lock()
-            lock.acquire()
-        try:
-            view = self.catalog.load(writer=True)
-            info, data, drop = build(view, self.completed_operations)
-            written = (lambda: meanwhile(info, drop)) if meanwhile is not None else None
-            self.catalog.put(view, info, data, drop, meanwhile=written)  # the durable point (see _checkpoint_index)
-        finally:
-            lock.release()
-        return info, drop
-
-    def flush(self) -> None:
-        self.catalog.flush()
-        if os.path.isdir(self.dir):
-            with self.lock():  # what other (perhaps killed) writers left to their write-behind
-                self.catalog.load(writer=True)
-
-    def prune(self, choose: Choose) -> list[CheckpointInfo]:
-        if not os.path.isdir(self.dir):
-            return []
-        with self.lock():
-            view = self.catalog.load(writer=True)
-            drop = choose(view, self.completed_operations)
-            self.catalog.drop(view, drop)
-        return drop
-
-    def record_operation(self, record: dict[str, Any]) -> None:
-        from phoenix_protocol._durable import durable_append
-
-        with self.lock():
-            durable_append(self.operations_path, (dumps_line(record) + "\n").encode("ascii"))
-
-    def completed_operations(self) -> set[str]:
-        return {op_id for op_id, outcome in self.operation_outcomes().items() if outcome == "succeeded"}
-
-    def operation_outcomes(self) -> dict[str, str]:
-        path = self.operations_path
-        try:
-            st = os.stat(path)
-        except FileNotFoundError:
-            return {}
-        key = (st.st_ino, st.st_size, st.st_mtime_ns)
-        if self._ops_cache is not None and self._ops_cache[0] == key:
-            return self._ops_cache[1]
-        outcomes = outcomes_in(read_bytes(path) or b"")
-        self._ops_cache = (key, outcomes)
-        return outcomes
-
-    def rebuild(self) -> int:
-        if not os.path.isdir(self.dir):
-            return 0
-        with self.lock():
-            return self.catalog.rebuild()
-
-    def repair(self, name: str) -> bool:
-        path = os.path.join(self.dir, name)
-        with self.lock():
-            logged = self.spare(name)
-            if logged is None or read_bytes(path) == logged:
-                return False
-            from phoenix_protocol._durable import atomic_write
-
-            atomic_write(path, logged)
-        return True
-
-
-def outcomes_in(data: bytes) -> dict[str, str]:
-    """The outcome of each operation ``operations.jsonl`` (its bytes) records, by id: ``succeeded``
-    once one success is recorded (its checkpoint is released), else ``failed``."""
-    from phoenix_protocol._durable import iter_lines
-
-    outcomes: dict[str, str] = {}
-    for _off, line in iter_lines(data):
-        try:
-            record = loads(line)
-        except JSONError:
-            continue
-        if isinstance(record, dict) and record.get("outcome") in ("succeeded", "failed"):
-            op_id = str(record.get("id"))
-            if outcomes.get(op_id) != "succeeded":
-                outcomes[op_id] = str(record["outcome"])
-    return outcomes
-
-
 class CheckpointStore:
     """One agent's checkpoints. Get it as ``agent.checkpoints``."""
 
     def __init__(self, agent: Agent) -> None:
         self.agent = agent
-        self.dir = os.path.join(agent.dir, "checkpoints")
         self._collectors: dict[str, Collector] = {}
         self._restorers: dict[str, Restorer] = {}
         self._taking = threading.RLock()  # one checkpoint at a time per process (see ``create``)
         # The identity files as last found to read (``_failing_now``).
         self._identity_read_fine: tuple[Any, ...] | None = None
-        self.backend: CheckpointBackend
-        self.files: FileCheckpoints | None = None
-        from phoenix_protocol._pg import is_postgres_url
-
-        if is_postgres_url(agent.config.store):
-            from phoenix_protocol._checkpoints_pg import PgCheckpoints
-
-            self.backend = PgCheckpoints(
-                agent.config.store,
-                agent.id,
-                pool_size=agent.config.pg_pool_size,
-                keep_routine=agent.config.keep_routine,
-                keep_session=agent.config.keep_session_checkpoints,
-            )
-        else:
-            self.files = FileCheckpoints(self)
-            self.backend = self.files
+        self._backend: CheckpointRows | None = None
         from phoenix_protocol._checkpoint_providers import register_defaults
 
         register_defaults(self)
 
     @property
-    def catalog(self) -> Catalog:
-        """The file store's catalogue (``index.json`` + ``index.log``)."""
-        if self.files is None:
-            raise UsageError("checkpoints are kept on PostgreSQL: there is no file catalogue.")
-        return self.files.catalog
+    def backend(self) -> CheckpointRows:
+        """The agent's rows in the home's database (opened on first use; an agent's checkpoint
+        files left by an earlier release are imported first: ``_checkpoint_import``)."""
+        if self._backend is None:
+            from phoenix_protocol._checkpoint_import import importer
+            from phoenix_protocol.store._db import open_database
 
-    @property
-    def index_path(self) -> str:
-        return self.catalog.index_path
+            config = self.agent.config
+            rows = CheckpointRows(
+                open_database(self.agent.home, config),
+                self.agent.id,
+                keep_routine=config.keep_routine,
+                keep_session=config.keep_session_checkpoints,
+            )
+            rows.before_use = importer(self.agent, rows.db)
+            self._backend = rows
+        return self._backend
 
     # -- providers ------------------------------------------------------------------------
 
@@ -863,41 +664,13 @@ class CheckpointStore:
 
     # -- reading ---------------------------------------------------------------------------
 
-    def _describe(self, info: CheckpointInfo) -> CheckpointInfo:
-        """Add the label and operation of a file the index does not list (read from the file).
-        Called while the catalogue loads: the file alone is read (a damaged one is described by
-        its name only, and reported when it is read), never the log, which would load the
-        catalogue again."""
-        try:
-            data = self.backend.read(info.name)
-            if data is None:
-                return info
-            path = self.backend.where(info.name)
-            checkpoint = _named(info.name, path, decode(data, path))
-        except (CorruptStateError, SchemaVersionError, StorageError):
-            return info
-        op = checkpoint.data.get("operation")
-        info.label = checkpoint.summary
-        info.operation_id = op.get("id") if isinstance(op, dict) else None
-        return info
-
     def flush(self) -> None:
-        """Finish what follows checkpoint writes (they are durable already): named files created
-        and dropped ones removed, for this process's writes and for those other (perhaps killed)
-        processes left in the log; this process's ``checkpoint_created`` events in the ops log.
-        When it returns, the directory holds exactly the checkpoints ``entries()`` lists. Raises
-        what that work failed with (the next writer that loads the log repeats it)."""
-        if self.files is not None:
-            self.files.flush()
+        """Write this process's ``checkpoint_created`` events to the ops log now (they follow the
+        checkpoint, which is durable when ``create`` returns)."""
         self.agent.ops.flush_later()
 
-    def rebuild_index(self) -> int:
-        """Make the catalogue (``index.json`` and ``index.log``) agree with the directory and
-        settle it; returns how many entries differed (files only: PostgreSQL keeps no catalogue)."""
-        return self.files.rebuild() if self.files is not None else 0
-
     def entries(self, checkpoint_type: str | None = None, *, limit: int | None = None) -> list[CheckpointInfo]:
-        """Checkpoints on disk, newest first (from the index; nothing is read); at most ``limit``
+        """Checkpoints stored, newest first (the catalogue's columns; no body is read); at most ``limit``
         (at least 1; any number above the count lists them all)."""
         if checkpoint_type is not None and checkpoint_type not in CHECKPOINT_TYPES:
             raise UsageError(f"checkpoint type must be one of {', '.join(CHECKPOINT_TYPES)}, not {checkpoint_type!r}.")
@@ -907,13 +680,14 @@ class CheckpointStore:
             limit = min(limit, sys.maxsize)  # islice and SQL take no more
         return list(self.backend.newest(checkpoint_type, limit))
 
-    def path_of(self, name: str) -> str:
+    def check_name(self, name: str) -> str:
+        """``name`` if it is a checkpoint's name, else a ``UsageError``."""
         if os.path.basename(name) != name or parse_name(name) is None:
             raise UsageError(f"{name!r} is not a checkpoint name (see `phx checkpoint list`).")
-        return os.path.join(self.dir, name)
+        return name
 
     def resolve(self, ref: str) -> str:
-        """The name of the checkpoint ``ref`` designates: its file name (returned as it is, once
+        """The name of the checkpoint ``ref`` designates: its name (returned as it is, once
         validated), or its number (``seq``: the ``#`` column of ``phx checkpoint list``) written
         ``7`` or ``#7``. A number no checkpoint of this agent holds is a ``NotFoundError``."""
         seq = checkpoint_number(ref)
@@ -924,14 +698,12 @@ class CheckpointStore:
                         return info.name
                     break
             raise NotFoundError(f"agent {self.agent.id!r} has no checkpoint #{seq} (see `phx checkpoint list`).")
-        self.path_of(ref)  # validates the name
-        return ref
+        return self.check_name(ref)
 
     def read(self, name: str) -> Checkpoint:
-        """Read and verify one checkpoint by file name or number (see ``resolve``). A file that
-        is missing or damaged while the checkpoint log still holds its bytes is read from the log
-        (for a damaged one, ``recovered`` says so). A name that says it is another agent's is
-        refused (``CheckpointOwnershipError``), as ``restore`` refuses its content."""
+        """Read and verify one checkpoint by name or number (see ``resolve``). A name that says it
+        is another agent's is refused (``CheckpointOwnershipError``), as ``restore`` refuses its
+        content."""
         name = self.resolve(name)
         parsed = parse_name(name)
         if parsed is not None and parsed[0] != self.agent.id:  # the name says whose it is
@@ -944,58 +716,55 @@ class CheckpointStore:
     def _read(self, name: str) -> Checkpoint:
         """``read`` of a name known to be well formed (from the catalogue)."""
         path = self.backend.where(name)
-        data = self.backend.read(name)
-        if data is None:
-            logged = self.backend.spare(name)
-            if logged is None:
-                raise NotFoundError(f"no checkpoint {name!r} for agent {self.agent.id!r} (see `phx checkpoint list`).")
-            return _named(name, path, decode(logged, path))  # not linked yet: nothing is wrong
-        try:
-            return _named(name, path, decode(data, path))
-        except CorruptStateError as exc:
-            logged = self.backend.spare(name)
-            if logged is None or logged == data:
-                raise
-            checkpoint = _named(name, path, decode(logged, path))
-            checkpoint.recovered = (
-                f"{exc} Its copy in the checkpoint log was read instead (`phx doctor` restores the file)."
-            )
-            return checkpoint
-
-    def repair_from_log(self, name: str) -> bool:
-        """Rewrite a missing or damaged checkpoint file from its copy in the log; ``True`` if done."""
-        self.path_of(name)
-        if self.files is None or not self.files.repair(name):
-            return False
-        self.agent.record("checkpoint_repaired", "warn", {"name": name, "from": "index.log"}, trusted=True)
-        return True
+        stored = self.backend.read(name)
+        if stored is None:
+            raise NotFoundError(f"no checkpoint {name!r} for agent {self.agent.id!r} (see `phx checkpoint list`).")
+        return _named(name, path, verify(stored, path))
 
     def latest(self, checkpoint_type: str | None = None) -> tuple[Checkpoint | None, list[str]]:
         """The newest valid checkpoint (of a type), and the problems met on the way: torn or
-        corrupt files are reported and skipped, never returned."""
+        corrupt ones are reported and skipped, never returned."""
         problems: list[str] = []
         if checkpoint_type is not None and checkpoint_type not in CHECKPOINT_TYPES:
             raise UsageError(f"checkpoint type must be one of {', '.join(CHECKPOINT_TYPES)}, not {checkpoint_type!r}.")
-        newest = self.backend.newest(checkpoint_type, None, reading=True)
-        if self.files is not None and (damage := self.files.damage()) is not None:
-            problems.append(damage)
-        for info in newest:
+        for info in self.backend.newest(checkpoint_type, None, reading=True):
             try:
                 checkpoint = self._read(info.name)
                 if checkpoint.agent_id == self.agent.id:
-                    if checkpoint.recovered:
-                        problems.append(checkpoint.recovered)
                     return checkpoint, problems
                 problems.append(f"{info.name}: belongs to agent {checkpoint.agent_id!r}, not {self.agent.id!r}")
             except (CorruptStateError, SchemaVersionError) as exc:
                 problems.append(str(exc))
             except UsageError:
-                problems.append(f"{info.name}: listed but gone")
-            except StorageError as exc:
-                if exc.path is None or os.path.basename(exc.path) != info.name:
-                    raise  # not this file's problem (the store itself): no older one would read either
-                problems.append(str(exc))  # this file does not read (permissions, an I/O error): an older one may
+                problems.append(f"{info.name}: listed but gone (dropped meanwhile)")
         return None, problems
+
+    def export(self, directory: str) -> tuple[list[str], list[str]]:
+        """Write each checkpoint, oldest first, as seed 003's named file in ``directory``: its
+        JSON document, ``<agent_id>_<timestamp>_<checkpoint_type>.checkpoint`` (0600, replaced
+        atomically if there; the directory made 0700 if missing; no other file touched). Each is
+        verified first: a damaged one is not written but reported. Returns the names written and
+        the problems."""
+        from phoenix_protocol._durable import atomic_write, ensure_dir
+
+        ensure_dir(directory)
+        written: list[str] = []
+        problems: list[str] = []
+        for info in reversed(list(self.backend.newest(None, None))):
+            try:
+                checkpoint = self._read(info.name)
+                stored = self.backend.read(info.name)
+            except (CorruptStateError, SchemaVersionError, NotFoundError) as exc:
+                problems.append(str(exc))
+                continue
+            if stored is None or checkpoint.agent_id != self.agent.id:
+                continue
+            content = stored.content
+            if stored.checksum == LEGACY and stored.legacy is not None:
+                content = stored.legacy  # an earlier release's file, verified: written as it was
+            atomic_write(os.path.join(directory, info.name), content if content.endswith(b"\n") else content + b"\n")
+            written.append(info.name)
+        return written, problems
 
     # -- writing ---------------------------------------------------------------------------
 
@@ -1053,21 +822,42 @@ class CheckpointStore:
         except (TypeError, ValueError, RecursionError):  # a section JSON cannot hold (NaN, a cycle)
             sections = writable_sections(collected, redacted=False)
         state = self.agent.state.read_or_none()
+        return self.write_collected(
+            checkpoint_type, sections, summary=clean_summary, operation=operation, now_ms=now_ms, state=state
+        )
+
+    def write_collected(
+        self,
+        checkpoint_type: str,
+        sections: dict[str, Any],
+        *,
+        summary: str | None = None,
+        operation: dict[str, Any] | None = None,
+        now_ms: int | None = None,
+        state: AgentState | None = None,
+    ) -> CheckpointInfo:
+        """The store's part of ``create``: write ``sections``, already collected and redacted
+        (``redact_sections``), with ``summary`` already clean, as a checkpoint of
+        ``checkpoint_type``: envelope, checksum, one transaction with retention, the ops event.
+        ``state``: the agent's state for the session metadata (``None``: none)."""
+        clean_summary = summary
         failed = {k for k in KEPT_COPIES if failed_section(sections.get(k))}
         if failed:  # rare: the write path asks nothing more otherwise
             failed.intersection_update(self._kept_copies())
         keep = self._holders(failed) if failed else frozenset()
 
-        def build(view: View, completed: Callable[[], set[str]]) -> tuple[CheckpointInfo, bytes, list[CheckpointInfo]]:
+        def build(
+            view: View, completed: Callable[[], set[str]]
+        ) -> tuple[CheckpointInfo, bytes, str, list[CheckpointInfo]]:
             nonlocal sections
             next_seq = view.next_seq
             ms = self.agent.clock.now_ms() if now_ms is None else now_ms
             name = make_name(self.agent.id, next_seq, ms, checkpoint_type)
             try:
-                data = encode(envelope_of(next_seq, ms))
+                data, checksum = encode(envelope_of(next_seq, ms))
             except (TypeError, ValueError, RecursionError):  # a section JSON cannot hold (a set, bytes...)
                 sections = writable_sections(sections, redacted=True)
-                data = encode(envelope_of(next_seq, ms))
+                data, checksum = encode(envelope_of(next_seq, ms))
             info = CheckpointInfo(
                 name,
                 next_seq,
@@ -1077,7 +867,7 @@ class CheckpointStore:
                 operation_id=(operation or {}).get("id"),
                 size=len(data),
             )
-            return info, data, self._retain(view, completed, now_ms=ms, new=info, keep=keep)
+            return info, data, checksum, self._retain(view, completed, now_ms=ms, new=info, keep=keep)
 
         def envelope_of(next_seq: int, ms: int) -> dict[str, Any]:
             envelope: dict[str, Any] = {
@@ -1099,38 +889,27 @@ class CheckpointStore:
             envelope["extensions"] = {k: v for k, v in sections.items() if k not in SECTIONS}
             return envelope
 
-        queued: list[dict[str, Any]] = []
-
-        def written(info: CheckpointInfo, drop: list[CheckpointInfo]) -> None:
-            failed = sorted(k for k, v in sections.items() if failed_section(v))
-            # The event about the checkpoint is written behind (the checkpoint log is the record);
-            # it is queued while the checkpoint is being flushed, and taken back if that fails.
+        info, drop = self.backend.write(build)  # one transaction: durable when it returns
+        failed_now = sorted(k for k, v in sections.items() if failed_section(v))
+        # The event about the checkpoint is written behind (the database holds the record).
+        with contextlib.suppress(PhoenixError, OSError):
             self.agent.ensure()
-            queued.append(
-                self.agent.ops.record_later(
-                    "checkpoint_created",
-                    "warn" if failed else "ok",
-                    {
-                        "name": info.name,
-                        "type": checkpoint_type,
-                        "seq": info.seq,
-                        "size": info.size,
-                        "pruned": len(drop),
-                        **({"failed_sections": failed} if failed else {}),
-                    },
-                    trusted=True,
-                    delay=self.agent.config.checkpoint_files_delay,
-                )
+            self.agent.ops.record_later(
+                "checkpoint_created",
+                "warn" if failed_now else "ok",
+                {
+                    "name": info.name,
+                    "type": checkpoint_type,
+                    "seq": info.seq,
+                    "size": info.size,
+                    "pruned": len(drop),
+                    **({"failed_sections": failed_now} if failed_now else {}),
+                },
+                trusted=True,
+                delay=self.agent.config.checkpoint_files_delay,
             )
-
-        try:
-            info, _drop = self.backend.write(build, written)  # under the agent's write lock; durable when it returns
-        except BaseException:
-            for entry in queued:
-                self.agent.ops.retract_later(entry)
-            raise
         self._mark_taken(checkpoint_type, info.timestamp_ms, state)  # not fsynced (see _mark_taken)
-        info.failed_sections = tuple(sorted(k for k, v in sections.items() if failed_section(v)))
+        info.failed_sections = tuple(failed_now)
         return info
 
     def _metadata(self, ms: int, state: AgentState | None) -> dict[str, Any]:
@@ -1372,7 +1151,7 @@ class CheckpointStore:
     # -- restoring ----------------------------------------------------------------------------
 
     def restore(self, name: str | None = None, *, force: bool = False) -> RestoreResult:
-        """Restore from checkpoint ``name``, a file name or a number (see ``resolve``; default:
+        """Restore from checkpoint ``name``, a name or a number (see ``resolve``; default:
         the newest valid one).
 
         Refuses another agent's checkpoint (``CheckpointOwnershipError``), a damaged one

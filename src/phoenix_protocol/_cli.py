@@ -864,19 +864,15 @@ def cli(argv: list[str] | None = None) -> int:
 
 def _finish_behind() -> None:
     """A command returns once what its writes left to the write-behind is done too (a
-    checkpoint's named file, its ops event): the user looks at the directory next. A failure
-    there loses nothing (the checkpoint log holds it); it is reported as a warning."""
+    checkpoint's ops event): the user looks at the ops log next. A failure there loses no
+    checkpoint (the database holds it); it is reported as a warning."""
     behind = sys.modules.get("phoenix_protocol._background")
     if behind is None:
         return
     try:
         behind.wait()
     except Exception as exc:  # noqa: BLE001 - the command's own outcome stands
-        path = str(getattr(exc, "path", None) or "")
-        what = "a checkpoint's file was not written (the checkpoint is kept in index.log)"
-        if f"{os.sep}checkpoints{os.sep}" not in path:
-            what = "finishing what this command wrote behind"
-        click.echo(visible(f"warning: {what}: {exc}"), err=True)
+        click.echo(visible(f"warning: finishing what this command wrote behind: {exc}"), err=True)
 
 
 def _wants_json(args: list[str]) -> bool:

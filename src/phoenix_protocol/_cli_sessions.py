@@ -91,10 +91,9 @@ def _show_checkpoint(
     from rich.markup import escape
     from rich.table import Table
 
-    for problem in problems:  # checkpoints skipped on the way; the file of the one shown, damaged
-        label = "damaged file" if problem == checkpoint.recovered else "skipped"
-        out.console.print(f"[yellow]{label}:[/] {escape(problem)}")
-    source = "its copy in the checkpoint log, checksum ok" if checkpoint.recovered else "checksum ok"
+    for problem in problems:  # checkpoints skipped on the way
+        out.console.print(f"[yellow]skipped:[/] {escape(problem)}")
+    source = "checksum ok"
     out.console.print(
         f"[bold]{escape(checkpoint.name)}[/] ({escape(checkpoint.checkpoint_type)}, "
         f"{escape(checkpoint.timestamp)}, {source})"
@@ -321,8 +320,6 @@ def checkpoint_show(agent: Agent, out: Output, name: str) -> None:
             raise _no_valid_checkpoint(agent, problems)
     else:
         checkpoint = agent.checkpoints.read(name)
-        if checkpoint.recovered:  # the file is damaged; its copy in the checkpoint log is shown
-            problems = [checkpoint.recovered]
     _show_checkpoint(out, agent, checkpoint, problems, _operation_status(agent, checkpoint))
 
 
@@ -363,6 +360,31 @@ def checkpoint_prune(agent: Agent, out: Output) -> None:
         out.json({"agent": agent.id, "removed": [d.as_dict() for d in dropped]})
     else:
         out.console.print(f"removed {len(dropped)} checkpoint(s)")
+
+
+@checkpoint_group.command("export")
+@click.argument("directory", type=click.Path(file_okay=False))
+@common
+def checkpoint_export(agent: Agent, out: Output, directory: str) -> None:
+    """Write each checkpoint as seed 003's named file, <agent>_<timestamp>_<type>.checkpoint, in
+    DIRECTORY (checksum verified first; files 0600; those already there replaced, no other file
+    touched). A damaged checkpoint is reported and not written.
+
+    Example: phx checkpoint export --agent zero ./checkpoints && jq .summary ./checkpoints/*.checkpoint
+    """
+    written, problems = agent.checkpoints.export(directory)
+    if out.as_json:
+        out.json({"agent": agent.id, "directory": directory, "written": written, "problems": problems})
+    else:
+        from rich.markup import escape
+
+        for problem in problems:
+            out.console.print(f"[yellow]not written:[/] {escape(problem)}")
+        out.console.print(f"wrote {len(written)} checkpoint file(s) to {escape(directory)}")
+    if problems:
+        raise CorruptStateError(
+            f"{len(problems)} checkpoint(s) of {agent.id!r} are damaged and were not written ({joined_problems(problems)})."
+        )
 
 
 @checkpoint_group.command("begin-op")

@@ -101,8 +101,8 @@ SETTINGS: dict[str, tuple[type, Any, float | None, float | None, str]] = {
         0.5,
         0.0,
         _YEAR_S,
-        "Seconds after a checkpoint is durable (in the checkpoint log) before its named file is written "
-        "and dropped ones removed, in one batch with whatever follows meanwhile (flush() and exit do it at once).",
+        "Seconds after a checkpoint is durable (committed) before its checkpoint_created ops event is written, "
+        "in one batch with whatever follows meanwhile (flush() and exit do it at once).",
     ),
     "recovery_retention_days": (float, 7.0, 0.0, _CENTURY_DAYS, "Days a recovery checkpoint is kept."),
     "keep_session_checkpoints": (

@@ -7,7 +7,7 @@ For every agent it checks, and with ``repair=True`` fixes:
   replaying every state transition, heartbeat and note; the report says what was recovered
   and from which events. A file written by a newer Phoenix is reported and left alone. A
   missing one whose history the log holds is written from it (``StateStore.lost``).
-- ``ops.jsonl`` and ``sessions/sessions.jsonl`` with a torn last line (cut off under the log's lock) or unreadable lines
+- ``ops.jsonl`` with a torn last line (cut off under the log's lock) or unreadable lines
   (reported with file and line; readers already skip them, and they stay for forensics).
 - temporary files left by writers that were killed (``.state.json.<pid>.<n>.<host tag>.tmp``): removed
   once their writer is gone (see ``abandoned_temp``); a write still in progress is left alone.
@@ -16,11 +16,10 @@ For every agent it checks, and with ``repair=True`` fixes:
   copy, with the changes logged since replayed over it, that gives the sealed core; the report
   names the changes that could not be replayed (logged without their value).
   A core edited by hand is reported only (``phx identity reset-core`` accepts it).
-- checkpoints: each verified; a damaged file, or one missing while ``index.log`` holds its copy,
-  written back from the log; another agent's checkpoint copied in reported; temporary files of
-  killed writers removed; the catalogue rebuilt when it disagrees with the directory.
-- ``sessions/current.json`` (the open session's record) that does not read: kept as
-  ``current.json.corrupt-<time>``, and the session's id and start rebuilt from ``sessions.jsonl``.
+- checkpoints and sessions: an agent's ``checkpoints/`` and ``sessions/`` files of an earlier
+  release imported into the database (``_checkpoint_import``; kept as ``*.migrated-<time>``);
+  each checkpoint row verified (a damaged one reported: ``latest`` skips it), another agent's
+  checkpoint imported from a file copied in reported.
 - permissions wider than 0700 (directories) or 0600 (files): tightened.
 - Phoenix's Claude Code hook commands (project and user settings) whose interpreter is gone, or
   that differ from what this Phoenix writes: reported (``_install.check_installed``), not changed.
@@ -45,7 +44,13 @@ from phoenix_protocol._durable import (
     repair_tail,
     temp_writer,
 )
-from phoenix_protocol._errors import CorruptStateError, NotFoundError, SchemaVersionError, StorageError, UsageError
+from phoenix_protocol._errors import (
+    CorruptStateError,
+    NotFoundError,
+    PhoenixError,
+    SchemaVersionError,
+    UsageError,
+)
 from phoenix_protocol._jsonio import dumps_document
 from phoenix_protocol._seqlog import SeqLog
 from phoenix_protocol._state import AgentState, _track_work
@@ -377,54 +382,6 @@ def _check_log(log: SeqLog, aid: str, repair: bool, findings: list[Finding]) -> 
     return records
 
 
-def _sessions_lost(agent: Agent, path: str, events: list[dict[str, Any]]) -> list[Finding]:
-    """A missing ``sessions.jsonl`` (files store) while the ops log records sessions started or
-    checkpointed (each written after its record there): the list was deleted, and ``phx
-    sessions`` lists none of them. Nothing to repair: their checkpoints are kept."""
-    from phoenix_protocol._pg import is_postgres_url
-
-    if is_postgres_url(agent.config.store):
-        return []
-    names = ("session_begun", "session_restored", "session_checkpointed")
-    logged = sum(1 for e in events if e.get("event") in names)
-    if not logged:
-        return []
-    return [
-        Finding(
-            "warn",
-            f"missing, though the ops log records {logged} session start(s) and end(s) written there: "
-            "`phx sessions` lists none of them (their checkpoints are kept: `phx checkpoint list --type session`)",
-            agent=agent.id,
-            path=path,
-        )
-    ]
-
-
-def _check_current_session(agent: Agent, repair: bool) -> list[Finding]:
-    """``sessions/current.json`` (files store) that does not read: kept as
-    ``current.json.corrupt-<time>`` and the open session's record rebuilt from its start record
-    (``FileSessions._salvage``; the next change to it would do the same)."""
-    from phoenix_protocol._sessions import FileSessions, storage
-
-    sessions = storage(agent)
-    if not isinstance(sessions, FileSessions) or not sessions.damaged():
-        return []
-    if repair:
-        sessions.update_current(lambda record: None)
-        done = "kept as current.json.corrupt-<time>; the open session's id and start rebuilt from sessions.jsonl"
-    else:
-        done = "`phx doctor` keeps it aside and rebuilds the open session's id and start from sessions.jsonl"
-    return [
-        Finding(
-            "error",
-            f"does not read ({done}); the memory ids it held and the identity at the session's start are lost",
-            agent=agent.id,
-            path=sessions.current_path,
-            repaired=repair,
-        )
-    ]
-
-
 def check_agent(agent: Agent, *, repair: bool = True) -> list[Finding]:
     """Check (and repair) one agent; returns what was found."""
     findings: list[Finding] = []
@@ -445,12 +402,6 @@ def check_agent(agent: Agent, *, repair: bool = True) -> list[Finding]:
             )
     # The ops log (this home's file: on the PostgreSQL store, this machine's copy).
     events = _check_log(agent.ops.log, aid, repair, findings)
-    sessions = os.path.join(agent.dir, "sessions", "sessions.jsonl")
-    if os.path.exists(sessions):  # the sessions list (files store; PostgreSQL keeps it in tables)
-        _check_log(SeqLog(sessions, lock_timeout=agent.config.lock_timeout), aid, repair, findings)
-    else:
-        findings += _sessions_lost(agent, sessions, events)
-    findings += _check_current_session(agent, repair)
     seqs = [e["seq"] for e in events]
     if seqs:
         gaps = sum(1 for a, b in pairwise(seqs) if b != a + 1)
@@ -523,81 +474,75 @@ def _check_copy(agent: Agent, repair: bool) -> Finding:
 
 
 def _owner_by_name(name: str) -> str | None:
-    """The agent a checkpoint's file name says it belongs to (``None``: a name of no such form)."""
-    from phoenix_protocol._checkpoint_index import parse_name
+    """The agent a checkpoint's name says it belongs to (``None``: a name of no such form)."""
+    from phoenix_protocol.store._checkpoints import parse_name
 
     parsed = parse_name(name)
     return parsed[0] if parsed is not None else None
 
 
 def _check_checkpoints(agent: Agent, repair: bool) -> list[Finding]:
-    """Every checkpoint verifies; the index agrees with the directory; no temp files remain."""
-    store_dir = os.path.join(agent.dir, "checkpoints")
-    on_files = agent.checkpoints.files is not None
-    if on_files and not os.path.isdir(store_dir):
-        return []
-    findings: list[Finding] = []
+    """The agent's checkpoint and session files of an earlier release are imported (``repair``;
+    else reported); every checkpoint in the database verifies."""
     aid = agent.id
-    for name in _listdir(store_dir) if on_files else []:
-        path = os.path.join(store_dir, name)
-        if abandoned_temp(path, agent.clock.now_ms()):
-            if repair:
-                with contextlib.suppress(FileNotFoundError):
-                    os.unlink(path)
-            findings.append(
-                Finding(
-                    "warn", "temporary file left by an interrupted checkpoint", agent=aid, path=path, repaired=repair
-                )
-            )
     store = agent.checkpoints
-    if not on_files:
-        from phoenix_protocol import _pg
-
-        if _pg.status(agent.config.store)["pending"]:
-            return findings  # the store's own check reports it; reading would migrate it
-    valid = 0
-    unlinked: list[str] = []  # read from the log, their file missing
-    entries = store.entries()
-    damage = store.files.damage() if store.files is not None else None
-    if damage is not None:  # the index rebuild below (a writer) repairs it
-        findings.append(Finding("warn" if repair else "error", damage, agent=aid, path=store_dir, repaired=repair))
-    if store.files is not None:
-        snapshot = store.files.catalog.snapshot_problem()
-        if snapshot is not None and not repair:  # the rebuild below repairs it, and says so
-            findings.append(
-                Finding(
-                    "error",
-                    f"{snapshot}: the checkpoints are read from index.log and the directory until "
-                    "`phx doctor` (or the next checkpoint written) rebuilds it",
-                    agent=aid,
-                    path=store.index_path,
-                )
+    findings: list[Finding] = []
+    left = [d for d in ("checkpoints", "sessions") if os.path.isdir(os.path.join(agent.dir, d))]
+    db = store.backend.db
+    if left and not repair:
+        findings.append(
+            Finding(
+                "warn",
+                f"{' and '.join(d + '/' for d in left)} of an earlier release not imported into {db.where} yet: "
+                "the agent's next use (or `phx doctor`) imports them, keeping the files aside",
+                agent=aid,
+                path=agent.dir,
             )
-        gone = store.files.catalog.vanished()
-        if gone:  # looked at again under the store's lock: a writer settling or dropping meanwhile is no deletion
-            with store.files.lock():
-                store.files.catalog.reload()
-                gone = store.files.catalog.vanished()
-        if gone:
+        )
+        return findings
+    if left:
+        from phoenix_protocol._checkpoint_import import import_agent_files
+
+        try:
+            report = import_agent_files(agent, db)
+        except PhoenixError as exc:
+            return [Finding("error", str(exc), agent=aid, path=os.path.join(agent.dir, left[0]))]
+        except OSError as exc:
+            return [Finding("error", f"the import stopped: {exc}", agent=aid, path=os.path.join(agent.dir, left[0]))]
+        if report is not None:
             findings.append(
                 Finding(
                     "warn",
-                    f"{len(gone)} checkpoint(s) listed by the index have neither a file nor a copy in index.log "
-                    f"(deleted outside Phoenix?), and `list`, `latest` and restore leave them out: {', '.join(gone[:5])}"
-                    f"{' ...' if len(gone) > 5 else ''}; "
-                    + (
-                        "the index was rebuilt without them"
-                        if repair
-                        else "`phx doctor` rebuilds the index without them"
-                    ),
+                    f"{' and '.join(d + '/' for d in left)} of an earlier release imported into {db.where} "
+                    f"({report['checkpoints']} checkpoint(s), {report['sessions']} session record(s)); "
+                    "the files are kept as *.migrated-<time>",
                     agent=aid,
-                    path=store_dir,
-                    repaired=repair,
+                    path=agent.dir,
+                    repaired=True,
                 )
             )
-    if not on_files and not entries:
+            left_out = [*report.get("left_out", []), *report.get("not_this_agents", [])]
+            if left_out:
+                findings.append(
+                    Finding(
+                        "error",
+                        f"{len(left_out)} checkpoint file(s) not imported (another agent's, or a name or number the "
+                        f"database already holds): {', '.join(left_out[:3])}{' ...' if len(left_out) > 3 else ''}; "
+                        "they stay in checkpoints.migrated-<time> for you to inspect",
+                        agent=aid,
+                        path=agent.dir,
+                    )
+                )
+    if not db.exists():
         return findings
-    for info in entries:
+    if not repair:
+        from phoenix_protocol.store import _schema
+
+        if _schema.status(db)["pending"]:
+            return findings  # the store's own check reports it; reading would migrate it
+    valid = 0
+    for info in store.entries():
+        where = store.backend.where(info.name)
         try:
             owner = _owner_by_name(info.name)
             checkpoint = store.read(info.name) if owner in (None, aid) else None
@@ -606,34 +551,13 @@ def _check_checkpoints(agent: Agent, repair: bool) -> list[Finding]:
                     Finding(
                         "error",
                         f"belongs to agent {owner if checkpoint is None else checkpoint.agent_id!r}, not {aid!r} "
-                        "(copied in, or the agent's directory renamed?): `latest` and restore skip it; move it to "
-                        "its agent once inspected",
+                        "(imported from a file copied in by hand?): `latest` and restore skip it",
                         agent=aid,
-                        path=store.backend.where(info.name),
+                        path=where,
                     )
                 )
                 continue
-            if not checkpoint.recovered:
-                valid += 1
-                if on_files and not os.path.exists(checkpoint.path):
-                    unlinked.append(info.name)
-            else:
-                repaired = repair and store.repair_from_log(info.name)
-                findings.append(
-                    Finding(
-                        "warn" if repaired else "error",
-                        checkpoint.recovered if not repaired else f"{checkpoint.recovered} Restored from the log.",
-                        agent=aid,
-                        path=store.backend.where(info.name),
-                        repaired=repaired,
-                    )
-                )
-        except StorageError as exc:
-            if exc.path is None or os.path.basename(exc.path) != info.name:
-                raise  # the store itself, not this file
-            findings.append(
-                Finding("error", f"{exc} `latest` skips it", agent=aid, path=store.backend.where(info.name))
-            )
+            valid += 1
         except (CorruptStateError, SchemaVersionError, UsageError) as exc:
             if isinstance(exc, NotFoundError) and info.name not in {e.name for e in store.entries()}:
                 continue  # dropped by a writer (retention) since it was listed: nothing is wrong
@@ -641,43 +565,13 @@ def _check_checkpoints(agent: Agent, repair: bool) -> list[Finding]:
             findings.append(
                 Finding(
                     "warn" if newer else "error",
-                    f"{exc} `latest` skips it" + (" until then" if newer else "; delete it once inspected"),
+                    f"{exc} `latest` skips it" + (" until then" if newer else ""),
                     agent=aid,
-                    path=store.backend.where(info.name),
+                    path=where,
                 )
             )
-    if unlinked:
-        written = False
-        if repair:
-            for name in unlinked:
-                store.repair_from_log(name)
-            written = all(os.path.exists(os.path.join(store_dir, n)) for n in unlinked)
-        findings.append(
-            Finding(
-                "warn",
-                f"{len(unlinked)} checkpoint file(s) missing, their copy in index.log read instead (a writer "
-                "killed before writing them, one still writing, or files deleted by hand): "
-                + ("written from the log" if written else "`phx doctor` writes them from the log")
-                + f" ({', '.join(unlinked[:3])}{' ...' if len(unlinked) > 3 else ''})",
-                agent=aid,
-                path=store_dir,
-                repaired=written,
-            )
-        )
-    if repair:
-        differing = store.rebuild_index()
-        if differing:
-            findings.append(
-                Finding(
-                    "warn",
-                    f"checkpoint index disagreed with the directory ({differing} entries); rebuilt",
-                    agent=aid,
-                    path=store.index_path,
-                    repaired=True,
-                )
-            )
-    where = store_dir if on_files else store.backend.where("").rstrip("/")
-    findings.append(Finding("ok", f"{valid} checkpoint(s) verified", agent=aid, path=where))  # damaged ones are not
+    where = store.backend.where("").rstrip("/")
+    findings.append(Finding("ok", f"{valid} checkpoint(s) verified", agent=aid, path=where))
     return findings
 
 

@@ -12,12 +12,12 @@ Session end (``end``): summarize what was done and what remains, collect the mem
 the session, the identity updates and the drift checks, the duration; write the session
 checkpoint; update the identity's session stats.
 
-Kept by a storage chosen like every store: files, in ``agents/<agent_id>/sessions/``:
-``current.json`` (the open session: its id, start, the identity as it was at the start, memory
-ids created so far, the last recall query) and ``sessions.jsonl`` (a start and an end record per
-session, with a ``seq``; ``list_sessions`` pairs them); or, with ``store = "postgresql://…"``,
-the same texts in ``phx_session_current`` and ``phx_session_log`` (``_sessions_pg``), so that a
-session that ends on one machine is listed and restored on another.
+Kept in the home's database (``store._sessions.SessionRows``; SQLite's ``phoenix.db`` or
+PostgreSQL, so that a session that ends on one machine is listed and restored on another):
+``phx_session_current`` (the open session: its id, start, the identity as it was at the start,
+memory ids created so far, the last recall query) and ``phx_session_log`` (a start and an end
+record per session, with a ``seq``; ``list_sessions`` pairs them). The ``sessions/`` files of an
+earlier release are imported on first use (``_checkpoint_import``).
 """
 
 from __future__ import annotations
@@ -26,19 +26,17 @@ import contextlib
 import os
 import uuid
 from collections.abc import Callable, Iterator
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any
 
 from phoenix_protocol._clock import iso_from_ms, ms_from_iso
-from phoenix_protocol._durable import atomic_write, ensure_dir, read_bytes
 from phoenix_protocol._errors import PhoenixError, UsageError
-from phoenix_protocol._jsonio import dumps_document, loads_object
-from phoenix_protocol._seqlog import LogProblem, SeqLog
 
 if TYPE_CHECKING:
     from phoenix_protocol._agent import Agent
     from phoenix_protocol._checkpoints import Checkpoint, CheckpointInfo, RestoreResult
     from phoenix_protocol._identity import Identity
     from phoenix_protocol._state import AgentState
+    from phoenix_protocol.store._sessions import SessionRows
 
 __all__ = [
     "SessionStart",
@@ -58,138 +56,11 @@ __all__ = [
 ]
 
 
-def _dir(agent: Agent) -> str:
-    return os.path.join(agent.dir, "sessions")
-
-
-class SessionStorage(Protocol):
-    """Where an agent's sessions are kept (``FileSessions`` or ``_sessions_pg.PgSessions``)."""
-
-    def current(self) -> dict[str, Any] | None:
-        """The open session's record, or ``None``."""
-        ...
-
-    def set_current(self, record: dict[str, Any]) -> None: ...
-
-    def update_current(self, change: Callable[[dict[str, Any]], None]) -> dict[str, Any]:
-        """Change the open session's record under the agent's sessions lock; returns it."""
-        ...
-
-    def append(self, record: dict[str, Any]) -> int:
-        """Add a start or end record with the next ``seq``; returns the seq."""
-        ...
-
-    def records(self) -> list[dict[str, Any]]:
-        """Every start and end record, oldest first."""
-        ...
-
-    def read(self) -> tuple[list[dict[str, Any]], list[LogProblem]]:
-        """``records()`` and the problems met reading them (lines skipped: torn, unreadable)."""
-        ...
-
-
-class FileSessions:
-    """``agents/<id>/sessions/current.json`` and ``sessions.jsonl``."""
-
-    def __init__(self, agent: Agent) -> None:
-        self.agent = agent
-        self.dir = _dir(agent)
-        self.current_path = os.path.join(self.dir, "current.json")
-
-    def _log(self) -> SeqLog:
-        def prepare() -> None:
-            self.agent.ensure()
-            ensure_dir(self.dir)
-
-        return SeqLog(
-            os.path.join(self.dir, "sessions.jsonl"), lock_timeout=self.agent.config.lock_timeout, prepare=prepare
-        )
-
-    def _load(self) -> tuple[dict[str, Any] | None, bytes | None]:
-        """The open session's record, and the bytes of a ``current.json`` that does not read
-        (``None`` when it reads or is missing)."""
-        data = read_bytes(self.current_path)
-        record = loads_object(data)
-        return record, (data if data and record is None else None)
-
-    def current(self) -> dict[str, Any] | None:
-        return self._load()[0]
-
-    def damaged(self) -> bool:
-        """``current.json`` is there and does not read (the next change repairs it)."""
-        return self._load()[1] is not None
-
-    def set_current(self, record: dict[str, Any]) -> None:
-        def replace(old: dict[str, Any]) -> None:
-            old.clear()
-            old.update(record)
-
-        self.update_current(replace)
-
-    def update_current(self, change: Callable[[dict[str, Any]], None]) -> dict[str, Any]:
-        from phoenix_protocol._durable import FileLock
-
-        self.agent.ensure()
-        ensure_dir(self.dir)
-        with FileLock(self.current_path, self.agent.config.lock_timeout):
-            record, damaged = self._load()
-            if damaged is not None:
-                record = self._salvage(damaged)
-            record = record or empty_current()
-            change(record)
-            atomic_write(self.current_path, dumps_document(record).encode("ascii"))
-        return record
-
-    def _salvage(self, damaged: bytes) -> dict[str, Any]:
-        """A ``current.json`` that does not read (under its lock): kept beside it as
-        ``current.json.corrupt-<time>``, and the open session's record rebuilt from its start record
-        in ``sessions.jsonl`` (id, start, source, checkpoint restored from). What only the record
-        held (memory ids, the identity at the start, the last recall query) is lost, and the ops
-        event ``session_record_repaired`` says so."""
-        from phoenix_protocol._durable import keep_damaged
-
-        kept = keep_damaged(self.current_path, damaged, self.agent.clock.now_ms())
-        record = empty_current()
-        open_session = _open_start(self.records())
-        if open_session is not None:
-            started = open_session.get("at")
-            try:
-                started_ms = ms_from_iso(started) if isinstance(started, str) else None
-            except ValueError:
-                started, started_ms = None, None
-            record.update(
-                session_id=open_session.get("session_id"),
-                started_at=started,
-                started_ms=started_ms,
-                source=open_session.get("source"),
-                restored_from=open_session.get("restored_from"),
-                identity_at_start=None,
-            )
-        self.agent.record(
-            "session_record_repaired",
-            "warn",
-            {
-                "path": self.current_path,
-                "kept_as": kept,
-                "session_id": record["session_id"],
-                "lost": ["memory_ids", "identity_at_start", "last_recall_query"],
-            },
-            trusted=True,
-        )
-        return record
-
-    def append(self, record: dict[str, Any]) -> int:
-        return self._log().append(record)
-
-    def records(self) -> list[dict[str, Any]]:
-        return self.read()[0]
-
-    def read(self) -> tuple[list[dict[str, Any]], list[LogProblem]]:
-        return self._log().read()
-
-
 def empty_current() -> dict[str, Any]:
-    return {"session_id": None, "memory_ids": [], "last_recall_query": None}
+    """The record of an agent with no open session."""
+    from phoenix_protocol.store._sessions import empty_current as empty
+
+    return empty()
 
 
 def _open_start(records: list[dict[str, Any]]) -> dict[str, Any] | None:
@@ -201,15 +72,16 @@ def _open_start(records: list[dict[str, Any]]) -> dict[str, Any] | None:
     return None
 
 
-def storage(agent: Agent) -> SessionStorage:
-    """The agent's session storage, by the configured store."""
-    from phoenix_protocol._pg import is_postgres_url
+def storage(agent: Agent) -> SessionRows:
+    """The agent's sessions in the home's database (its files of an earlier release imported
+    first, on the first use in the process)."""
+    from phoenix_protocol._checkpoint_import import importer
+    from phoenix_protocol.store._db import open_database
+    from phoenix_protocol.store._sessions import SessionRows
 
-    if is_postgres_url(agent.config.store):
-        from phoenix_protocol._sessions_pg import PgSessions
-
-        return PgSessions(agent.config.store, agent.id, pool_size=agent.config.pg_pool_size)
-    return FileSessions(agent)
+    rows = SessionRows(open_database(agent.home, agent.config), agent.id)
+    rows.before_use = importer(agent, rows.db)
+    return rows
 
 
 def read_current(agent: Agent) -> dict[str, Any] | None:
@@ -594,7 +466,7 @@ def list_sessions(agent: Agent) -> list[dict[str, Any]]:
     return read_sessions(agent)[0]
 
 
-def read_sessions(agent: Agent) -> tuple[list[dict[str, Any]], list[LogProblem]]:
+def read_sessions(agent: Agent) -> tuple[list[dict[str, Any]], list[Any]]:
     """``list_sessions``, and the problems met reading the records (a torn last line of
     ``sessions.jsonl``, an unreadable one: skipped, as every reader of a log does)."""
     records, problems = storage(agent).read()

@@ -5,10 +5,12 @@ redacted): a header, then one record per thing, each with a ``type``:
 
 - ``file``: a file under ``agents/`` (state, ops logs, checkpoints, identity, sessions), by
   path relative to the home, content in base64 (an export by an earlier release may also have
-  ``tokens.json``: its tokens are imported into the token store). These stay files on every
-  store, except an agent's checkpoints (``agents/<id>/checkpoints/*.checkpoint`` and
-  ``operations.jsonl``), sessions (``agents/<id>/sessions/current.json`` and
-  ``sessions.jsonl``), state (``state.json``, ``ops.jsonl`` and its rotations) and identity
+  ``tokens.json``: its tokens are imported into the token store). An agent's checkpoints
+  (``agents/<id>/checkpoints/*.checkpoint``: seed 003's document, with its ``checksum`` in the
+  record, and ``operations.jsonl``) and sessions (``agents/<id>/sessions/current.json`` and
+  ``sessions.jsonl``) are rows of the database on every store, exported as the files earlier
+  releases kept and imported as rows. The others stay files on every store, except state
+  (``state.json``, ``ops.jsonl`` and its rotations) and identity
   (``identity.yaml``, ``identity.digest``): on PostgreSQL they are rows, exported as the files
   they would be (the ops log as one ``ops.jsonl``: every machine's events in seq order) and
   imported as rows. A machine's bookkeeping for its copy of an agent (``store-link.json``,
@@ -37,7 +39,6 @@ import os
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
-from phoenix_protocol._checkpoint_index import CheckpointInfo
 from phoenix_protocol._clock import ManualClock, system_clock
 from phoenix_protocol._config import load_config
 from phoenix_protocol._durable import FileLock, atomic_write, ensure_dir, iter_lines, read_bytes
@@ -55,6 +56,8 @@ _FILE_NAMES = ("tokens.json",)
 """Files at the top of the home that an export by an earlier release may have (imported, not exported)."""
 _SKIP_SUFFIXES = (".lock", ".tmp")
 _CATALOGUE = ("index.json", "index.log")
+_ROWS = ("checkpoints", "sessions")
+"""What an agent keeps as rows of the database on every store (``_store_file``'s kinds)."""
 _LOCAL = ("store-link.json", ".store-rev", ".store-sync", ".identity-copy")
 """A machine's bookkeeping for its copy of an agent on the PostgreSQL store (``_state_pg``)."""
 
@@ -99,16 +102,17 @@ def _records(home: Home, progress: Progress) -> Iterator[dict[str, Any]]:
     from phoenix_protocol._tokens import TokenStore
 
     tokens = TokenStore(home, config=config)  # an earlier release's tokens.json moved into the store first
-    if not on_pg:
-        from phoenix_protocol._agent import Agent
+    from phoenix_protocol._agent import Agent
 
-        for agent_id in home.agent_ids():  # every checkpoint the logs hold as its named file
-            progress(f"checkpoints of {agent_id}")
-            Agent(agent_id, home, config=config).checkpoints.flush()
+    for agent_id in home.agent_ids():  # checkpoint and session files of an earlier release: imported first
+        Agent(agent_id, home, config=config).checkpoints.backend.before_use()
     for rel in _home_files(home, store_files=not on_pg):
+        if (_store_file(rel) or ("", "", ""))[1] in _ROWS:
+            continue  # the import above kept them aside; the rows are exported below
         data = read_bytes(os.path.join(home.root, rel))
         if data is not None:
             yield _file_record(rel, data)
+    yield from _checkpoint_rows(home, config)
     if on_pg:
         from phoenix_protocol._state_pg import sync_copies
 
@@ -151,20 +155,7 @@ def _file_record(rel: str, data: bytes) -> dict[str, Any]:
 
 
 def _pg_store_files(url: str, pool_size: int) -> Iterator[dict[str, Any]]:
-    """Agents' checkpoints and sessions kept on PostgreSQL, as the files the file store would hold."""
-    from phoenix_protocol._checkpoints_pg import PgCheckpoints, agents_with_checkpoints
-    from phoenix_protocol._sessions_pg import PgSessions, agents_with_sessions
-
-    for agent_id in agents_with_checkpoints(url):
-        backend = PgCheckpoints(url, agent_id, pool_size=pool_size)
-        base = os.path.join("agents", agent_id, "checkpoints")
-        for info in backend.ordered():
-            data = backend.read(info.name)
-            if data is not None:
-                yield _file_record(os.path.join(base, info.name), data)
-        lines = [dumps_line(record) + "\n" for record in backend.operations()]
-        if lines:
-            yield _file_record(os.path.join(base, "operations.jsonl"), "".join(lines).encode("ascii"))
+    """Agents' state and identity kept on PostgreSQL, as the files the file store would hold."""
     from phoenix_protocol._state_pg import agents_with_state, export_texts
 
     for agent_id in agents_with_state(url):
@@ -182,26 +173,104 @@ def _pg_store_files(url: str, pool_size: int) -> Iterator[dict[str, Any]]:
             yield _file_record(os.path.join("agents", agent_id, "identity.yaml"), document)
         if digest is not None:
             yield _file_record(os.path.join("agents", agent_id, "identity.digest"), (digest + "\n").encode("ascii"))
-    for agent_id in agents_with_sessions(url):
-        sessions = PgSessions(url, agent_id, pool_size=pool_size)
+
+
+def _checkpoint_rows(home: Home, config: Any) -> Iterator[dict[str, Any]]:
+    """Agents' checkpoints and sessions (rows of the database), as the files earlier releases kept."""
+    from phoenix_protocol.store._checkpoints import LEGACY, CheckpointRows, agents_with_checkpoints
+    from phoenix_protocol.store._db import open_database
+    from phoenix_protocol.store._sessions import SessionRows
+
+    db = open_database(home, config)
+    if not db.exists():
+        return
+    for agent_id in agents_with_checkpoints(db):
+        rows = CheckpointRows(db, agent_id)
+        base = os.path.join("agents", agent_id, "checkpoints")
+        for info in rows.ordered():
+            stored = rows.read(info.name)
+            if stored is None:
+                continue
+            if stored.checksum == LEGACY:  # an earlier release's file bytes, as they were
+                yield _file_record(os.path.join(base, info.name), stored.legacy or b"")
+            else:
+                yield {**_file_record(os.path.join(base, info.name), stored.content), "checksum": stored.checksum}
+        lines = [dumps_line(record) + "\n" for record in rows.operations()]
+        if lines:
+            yield _file_record(os.path.join(base, "operations.jsonl"), "".join(lines).encode("ascii"))
+        sessions = SessionRows(db, agent_id)
         base = os.path.join("agents", agent_id, "sessions")
         current = sessions.current_text()
         if current is not None:
             yield _file_record(os.path.join(base, "current.json"), current.encode("utf-8"))
-        lines = sessions.lines()
-        if lines:
-            yield _file_record(os.path.join(base, "sessions.jsonl"), "".join(f"{x}\n" for x in lines).encode("utf-8"))
+        texts = sessions.lines()
+        if texts:
+            yield _file_record(os.path.join(base, "sessions.jsonl"), "".join(f"{x}\n" for x in texts).encode("utf-8"))
+
+
+def _import_checkpoint_rows(home: Home, config: Any, files: list[dict[str, Any]]) -> None:
+    """Agents' checkpoint and session files of an export, as rows of the database."""
+    from phoenix_protocol._checkpoints import from_file
+    from phoenix_protocol._ids import validate_id
+    from phoenix_protocol.store._checkpoints import CheckpointInfo, CheckpointRows, Stored, lock_agent, parse_name
+    from phoenix_protocol.store._db import open_database
+    from phoenix_protocol.store._sessions import SessionRows
+
+    db = open_database(home, config)
+    sessions: dict[str, tuple[str | None, list[str]]] = {}
+    for record in files:
+        agent_id, kind, name = _store_file(record["path"]) or ("", "", "")
+        validate_id(agent_id, "agent id")
+        data = base64.b64decode(record["content"])
+        if kind == "sessions":
+            text, lines = sessions.get(agent_id, (None, []))
+            if name == "current.json":
+                text = data.decode("utf-8")
+            elif name.startswith("sessions.jsonl"):
+                lines = lines + [line.decode("utf-8") for _off, line in iter_lines(data)]
+            else:
+                raise UsageError(f"the export has {record['path']!r}, which Phoenix does not keep; refused.")
+            sessions[agent_id] = (text, lines)
+            continue
+        rows = CheckpointRows(db, agent_id)
+        if name == "operations.jsonl":
+            for _off, line in iter_lines(data):
+                rows.record_operation(loads(line))
+            continue
+        parsed = parse_name(name)
+        if parsed is None or parsed[0] != agent_id:
+            raise UsageError(f"the export has {record['path']!r}, which is not a checkpoint of {agent_id!r}; refused.")
+        envelope: dict[str, Any] | None
+        if isinstance(record.get("checksum"), str):
+            stored = Stored(data, str(record["checksum"]), None)
+            try:
+                envelope = loads(data)
+            except JSONError:
+                envelope = None
+        else:  # an earlier release's file (or a damaged one, kept as it is: reported on read)
+            stored, envelope = from_file(data, record["path"])
+        label = operation_id = None
+        if isinstance(envelope, dict):
+            label = envelope.get("summary")
+            op = envelope.get("operation")
+            operation_id = op.get("id") if isinstance(op, dict) else None
+        _agent, seq, ms, ctype = parsed
+        info = CheckpointInfo(name, seq, ctype, ms, label=label, operation_id=operation_id, size=len(data))
+
+        def put(tx: Any, rows: CheckpointRows = rows, info: CheckpointInfo = info, stored: Stored = stored) -> None:
+            lock_agent(tx, rows.agent_id)
+            rows.put_existing(tx, info, stored.content, stored.checksum, stored.legacy)
+
+        db.transaction(put)
+    for agent_id, (text, lines) in sessions.items():
+        SessionRows(db, agent_id).import_texts(text, sorted(lines, key=_seq_of))
 
 
 def _import_pg_store_files(url: str, pool_size: int, files: list[dict[str, Any]]) -> None:
-    """Agents' checkpoint and sessions files of an export, as rows of the PostgreSQL store."""
-    from phoenix_protocol._checkpoints import decode, parse_name
-    from phoenix_protocol._checkpoints_pg import PgCheckpoints
-    from phoenix_protocol._sessions_pg import PgSessions
-
-    # An agent's sessions and its state are each a document and a log (rotations in any order).
-    documents = {"sessions": "current.json", "state": "state.json"}
-    logs = {"sessions": "sessions.jsonl", "state": "ops.jsonl"}
+    """Agents' state and identity files of an export, as rows of the PostgreSQL store."""
+    # An agent's state is a document and a log (rotations in any order).
+    documents = {"state": "state.json"}
+    logs = {"state": "ops.jsonl"}
     kept: dict[tuple[str, str], tuple[str | None, list[str]]] = {}
     identities: dict[str, tuple[bytes | None, str | None]] = {}
     from phoenix_protocol._ids import validate_id
@@ -228,33 +297,11 @@ def _import_pg_store_files(url: str, pool_size: int, files: list[dict[str, Any]]
                 raise UsageError(f"the export has {record['path']!r}, which Phoenix does not keep; refused.")
             kept[(kind, agent_id)] = (text, lines)
             continue
-        backend = PgCheckpoints(url, agent_id, pool_size=pool_size)
-        if name == "operations.jsonl":
-            for _off, line in iter_lines(data):
-                backend.record_operation(loads(line))
-            continue
-        parsed = parse_name(name)
-        if parsed is None or parsed[0] != agent_id:
-            raise UsageError(f"the export has {record['path']!r}, which is not a checkpoint of {agent_id!r}; refused.")
-        label = operation_id = None
-        try:
-            envelope = decode(data, record["path"])
-            label = envelope.get("summary")
-            operation_id = (envelope.get("operation") or {}).get("id")
-        except (CorruptStateError, SchemaVersionError):
-            pass  # kept as it is: `latest` reports it on PostgreSQL as it would on files
-        _agent, seq, ms, ctype = parsed
-        backend.put_existing(
-            CheckpointInfo(name, seq, ctype, ms, label=label, operation_id=operation_id, size=len(data)), data
-        )
+        raise UsageError(f"the export has {record['path']!r}, which Phoenix does not keep; refused.")
     from phoenix_protocol._state_pg import import_texts
 
-    for (kind, agent_id), (text, lines) in kept.items():
-        ordered = sorted(lines, key=_seq_of)  # rotated files come in any order
-        if kind == "sessions":
-            PgSessions(url, agent_id, pool_size=pool_size).import_texts(text, ordered)
-        else:
-            import_texts(url, agent_id, text, ordered)
+    for (_kind, agent_id), (text, lines) in kept.items():
+        import_texts(url, agent_id, text, sorted(lines, key=_seq_of))  # rotated files come in any order
     from phoenix_protocol._identity_pg import import_identity
 
     for agent_id, (document, seal) in identities.items():
@@ -348,6 +395,7 @@ def import_home(home: Home, path: str, *, progress: Progress | None = None) -> d
     ]
     if is_postgres_url(config.store):
         clash += _pg_store_clashes(config.store, config.pg_pool_size, by_type.get("file", []))
+    clash += _checkpoint_clashes(home, config, by_type.get("file", []))
     memory = open_memory_store(home, config=config)
     clash += [r["id"] for r in by_type.get("memory", []) if memory.exists(str(r["id"]))]
     from phoenix_protocol._tokens import TokenStore, parse_token_file
@@ -366,6 +414,7 @@ def import_home(home: Home, path: str, *, progress: Progress | None = None) -> d
         )
 
     store_files = []
+    row_files = []
     for record in by_type.get("file", []):
         target = _inside(home, record["path"])
         if record["path"] in _FILE_NAMES:
@@ -373,6 +422,9 @@ def import_home(home: Home, path: str, *, progress: Progress | None = None) -> d
         owned = _store_file(record["path"])
         if owned is not None and owned[2] in _CATALOGUE:
             continue  # an older export: the catalogue is rebuilt from the checkpoints
+        if owned is not None and owned[1] in _ROWS:
+            row_files.append(record)
+            continue
         if owned is not None and is_postgres_url(config.store):
             store_files.append(record)
             continue
@@ -384,8 +436,11 @@ def import_home(home: Home, path: str, *, progress: Progress | None = None) -> d
                 atomic_write(target, base64.b64decode(record["content"]))
         else:
             atomic_write(target, base64.b64decode(record["content"]))
+    if row_files:
+        say(f"{len(row_files)} checkpoint and session files")
+        _import_checkpoint_rows(home, config, row_files)
     if store_files:
-        say(f"{len(store_files)} checkpoint and session files")
+        say(f"{len(store_files)} state and identity files")
         _import_pg_store_files(config.store, config.pg_pool_size, store_files)
     for team_record in by_type.get("team", []):
         team_id = team_record["team_id"]
@@ -436,13 +491,9 @@ def import_home(home: Home, path: str, *, progress: Progress | None = None) -> d
 
 
 def _pg_store_clashes(url: str, pool_size: int, files: list[dict[str, Any]]) -> list[str]:
-    """Exported checkpoint and session files the PostgreSQL store already has rows for."""
-    from phoenix_protocol._checkpoints_pg import PgCheckpoints, agents_with_checkpoints
-    from phoenix_protocol._sessions_pg import agents_with_sessions
+    """Exported state and identity files the PostgreSQL store already has rows for."""
     from phoenix_protocol._state_pg import agents_with_state
 
-    with_checkpoints = set(agents_with_checkpoints(url))
-    with_sessions = set(agents_with_sessions(url))
     with_state = set(agents_with_state(url))
     from phoenix_protocol._identity_pg import agents_with_identity
 
@@ -450,20 +501,35 @@ def _pg_store_clashes(url: str, pool_size: int, files: list[dict[str, Any]]) -> 
     clashes = []
     for record in files:
         owned = _store_file(record["path"])
-        if owned is None or owned[2] in _CATALOGUE:
+        if owned is None or owned[1] in _ROWS:
+            continue
+        agent_id, kind, _name = owned
+        if (agent_id in with_identity) if kind == "identity" else (agent_id in with_state):
+            clashes.append(record["path"])
+    return clashes
+
+
+def _checkpoint_clashes(home: Home, config: Any, files: list[dict[str, Any]]) -> list[str]:
+    """Exported checkpoint and session files the database already has rows for."""
+    from phoenix_protocol.store._checkpoints import CheckpointRows, agents_with_checkpoints
+    from phoenix_protocol.store._db import open_database
+    from phoenix_protocol.store._sessions import SessionRows
+
+    db = open_database(home, config)
+    taken_agents = set(agents_with_checkpoints(db)) if db.exists() else set()
+    clashes = []
+    for record in files:
+        owned = _store_file(record["path"])
+        if owned is None or owned[1] not in _ROWS or owned[2] in _CATALOGUE or owned[0] not in taken_agents:
             continue
         agent_id, kind, name = owned
-        if kind == "identity":
-            taken = agent_id in with_identity
-        elif kind == "state":
-            taken = agent_id in with_state
-        elif kind == "sessions":
-            taken = agent_id in with_sessions
-        elif agent_id not in with_checkpoints:
-            taken = False
+        if kind == "sessions":
+            rows = SessionRows(db, agent_id)
+            taken = bool(rows.lines()) or rows.current_text() is not None
+        elif name == "operations.jsonl":
+            taken = bool(CheckpointRows(db, agent_id).operations())
         else:
-            backend = PgCheckpoints(url, agent_id, pool_size=pool_size)
-            taken = bool(backend.operations()) if name == "operations.jsonl" else backend.read(name) is not None
+            taken = CheckpointRows(db, agent_id).read(name) is not None
         if taken:
             clashes.append(record["path"])
     return clashes

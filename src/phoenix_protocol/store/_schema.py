@@ -466,7 +466,92 @@ MIGRATIONS.append(
 
 MIGRATIONS.append(
     Migration(
-        15,
+        9,
+        "checkpoints: the body as seed 003's JSON text, its checksum in a column of its own",
+        # Each row's bytes were the document with a checksum line appended: the document up to its
+        # last field becomes the content (closed again with "\n}"), the line's checksum is kept as
+        # "line:<algorithm>:<hex>" (it covers those bytes and ",\n"). A row that does not read so
+        # (damaged, not UTF-8) keeps its bytes in `legacy`, checksum 'legacy': reported on read.
+        postgresql=r"""
+        ALTER TABLE phx_checkpoints RENAME COLUMN content TO legacy;
+        ALTER TABLE phx_checkpoints ALTER COLUMN legacy DROP NOT NULL;
+        ALTER TABLE phx_checkpoints ADD COLUMN content text, ADD COLUMN checksum text;
+        DO $$
+        DECLARE
+            r record;
+            m text[];
+        BEGIN
+            FOR r IN SELECT agent_id, seq, legacy FROM phx_checkpoints LOOP
+                BEGIN
+                    m := regexp_match(convert_from(r.legacy, 'UTF8'),
+                                      '^(.*),\n  "checksum": "([a-z0-9-]+:[0-9a-f]+)"\n\}\n?$');
+                    IF m IS NOT NULL THEN
+                        UPDATE phx_checkpoints SET content = m[1] || E'\n}', checksum = 'line:' || m[2], legacy = NULL
+                            WHERE agent_id = r.agent_id AND seq = r.seq;
+                    END IF;
+                EXCEPTION WHEN others THEN
+                    NULL;  -- not UTF-8: kept in `legacy`
+                END;
+            END LOOP;
+        END $$;
+        UPDATE phx_checkpoints SET content = '', checksum = 'legacy' WHERE content IS NULL;
+        ALTER TABLE phx_checkpoints ALTER COLUMN content SET NOT NULL, ALTER COLUMN checksum SET NOT NULL;
+        """,
+        # No phoenix.db held checkpoints before this (SQLite came with it): the table is rebuilt
+        # in the new shape, any row kept as it was in `legacy`.
+        sqlite="""
+        CREATE TABLE phx_checkpoints_v9 (
+            agent_id         TEXT NOT NULL,
+            seq              INTEGER NOT NULL,
+            name             TEXT NOT NULL,
+            checkpoint_type  TEXT NOT NULL,
+            timestamp_ms     INTEGER NOT NULL,
+            label            TEXT,
+            operation_id     TEXT,
+            size             INTEGER NOT NULL,
+            content          TEXT NOT NULL,
+            checksum         TEXT NOT NULL,
+            legacy           BLOB,
+            PRIMARY KEY (agent_id, seq),
+            UNIQUE (agent_id, name)
+        );
+        INSERT INTO phx_checkpoints_v9
+            SELECT agent_id, seq, name, checkpoint_type, timestamp_ms, label, operation_id, size, '', 'legacy', content
+            FROM phx_checkpoints;
+        DROP TABLE phx_checkpoints;
+        ALTER TABLE phx_checkpoints_v9 RENAME TO phx_checkpoints;
+        CREATE INDEX phx_checkpoints_by_type ON phx_checkpoints (agent_id, checkpoint_type, seq DESC);
+        """,
+    )
+)
+MIGRATIONS.append(
+    Migration(
+        10,
+        "the checkpoint and session files of homes imported (each once; the import is re-runnable)",
+        postgresql="""
+        CREATE TABLE phx_file_imports (
+            agent_id     text NOT NULL,
+            source       text NOT NULL,
+            imported_at  text NOT NULL,
+            report       text NOT NULL,
+            PRIMARY KEY (agent_id, source)
+        );
+        """,
+        sqlite="""
+        CREATE TABLE phx_file_imports (
+            agent_id     TEXT NOT NULL,
+            source       TEXT NOT NULL,
+            imported_at  TEXT NOT NULL,
+            report       TEXT NOT NULL,
+            PRIMARY KEY (agent_id, source)
+        );
+        """,
+    )
+)
+
+MIGRATIONS.append(
+    Migration(
+        11,
         "memory: an insertion order on PostgreSQL too (memories stored in the same millisecond list in order)",
         postgresql="""
         ALTER TABLE phx_memories ADD COLUMN seq bigserial;

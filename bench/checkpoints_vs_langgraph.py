@@ -56,10 +56,10 @@ from langgraph.checkpoint.base import ChannelVersions, Checkpoint, CheckpointMet
 from langgraph.checkpoint.base.id import uuid6  # type: ignore[import-not-found, unused-ignore]
 from langgraph.checkpoint.sqlite import SqliteSaver  # type: ignore[import-not-found, unused-ignore]
 
-import phoenix_protocol._redact as redact_mod
+import phoenix_protocol.core._redact as redact_mod
 from phoenix_protocol import Agent, Home
-from phoenix_protocol._checkpoints import CheckpointStore
-from phoenix_protocol._jsonio import dumps_line
+from phoenix_protocol.core._jsonio import dumps_line
+from phoenix_protocol.services._checkpoints import CheckpointStore
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
@@ -281,9 +281,9 @@ FRESH = r"""
 import sys, time, sqlite3
 side, where, agent_id = sys.argv[1:4]
 if side == "phoenix":
-    import phoenix_protocol._agent, phoenix_protocol._checkpoints, phoenix_protocol._checkpoint_providers
-    import phoenix_protocol._checkpoint_import, phoenix_protocol._config, phoenix_protocol.store._db
-    import phoenix_protocol.store._schema, phoenix_protocol.store._checkpoints, phoenix_protocol._state
+    import phoenix_protocol.services._agent, phoenix_protocol.services._checkpoints, phoenix_protocol.services._checkpoint_providers
+    import phoenix_protocol.services._checkpoint_import, phoenix_protocol.core._config, phoenix_protocol.store._db
+    import phoenix_protocol.store._schema, phoenix_protocol.store._checkpoints, phoenix_protocol.agent._state
     import xxhash, orjson
     from phoenix_protocol import Agent, Home
     start = time.perf_counter()
@@ -381,7 +381,7 @@ def _pg_schema(server: str) -> tuple[str, str]:
 def _drop_schema(server: str, schema: str) -> None:
     import psycopg
 
-    from phoenix_protocol import _pg
+    from phoenix_protocol.store import _pg
 
     _pg.close_all()
     with psycopg.connect(server, autocommit=True) as conn:
@@ -389,7 +389,7 @@ def _drop_schema(server: str, schema: str) -> None:
 
 
 def _pg_where(url: str | None) -> str:
-    from phoenix_protocol._pg import describe
+    from phoenix_protocol.store._pg import describe
 
     return describe(url) if url else ""
 

@@ -39,8 +39,8 @@ sys.path.insert(0, str(HERE))  # drift_traces, drift_baselines (also when import
 from drift_baselines import Detection, run_gemini, run_openhands  # noqa: E402
 from drift_traces import DRIFT_PATTERNS, NORMAL_PATTERNS, PHOENIX_CLAIMS, T0, Trace, traces  # noqa: E402
 
-from phoenix_protocol._drift import Action, DriftConfig, observe  # noqa: E402
-from phoenix_protocol._hooks import _digest  # noqa: E402
+from phoenix_protocol.agent._drift import Action, DriftConfig, observe  # noqa: E402
+from phoenix_protocol.integrations._hooks import _digest  # noqa: E402
 
 __all__ = ["DETECTORS", "Outcome", "evaluate", "run_phoenix"]
 
@@ -55,7 +55,7 @@ def run_phoenix(trace: Trace, config: DriftConfig | None = None) -> Detection | 
         if step.kind != "tool":
             continue  # no hook fires for text or a context-window error
         now = step.end_ms
-        # The heartbeat's own step (phoenix_protocol._drift.observe), with the hook's digest.
+        # The heartbeat's own step (phoenix_protocol.agent._drift.observe), with the hook's digest.
         ring, progressed, signals = observe(
             ring,
             now_ms=now,
@@ -356,7 +356,7 @@ def report(outcomes: list[Outcome], elapsed: float) -> str:
         "row; content loop: a 50-char chunk 10 times close together; its LLM check after 30 turns needs a model "
         "and is left out) and OpenHands' `openhands/controller/stuck.py` (4 equal action/observation pairs; 3 "
         "equal actions with errors; 3 equal agent messages; A-B-A-B-A-B; 10 condensations; 3 empty messages). "
-        "Phoenix: `phoenix_protocol._drift.detect` with its defaults (`repeat_limit` 3, `window` 10, "
+        "Phoenix: `phoenix_protocol.agent._drift.detect` with its defaults (`repeat_limit` 3, `window` 10, "
         "`stall_minutes` 20), fed as its PostToolUse heartbeat feeds it: it sees tool calls only, not text.",
         "",
         "A drift trace counts as detected when the first alarm comes at or after the step where the drift "

@@ -45,9 +45,9 @@ from collections.abc import Callable
 from pathlib import Path
 
 import phoenix_protocol
-from phoenix_protocol._agent import Agent
-from phoenix_protocol._home import Home
-from phoenix_protocol._install import MARKER, hook_command
+from phoenix_protocol.core._home import Home
+from phoenix_protocol.integrations._install import MARKER, hook_command
+from phoenix_protocol.services._agent import Agent
 
 HERE = Path(__file__).resolve().parent
 BENCH_SESSION = "5f0c2a1e-8d3b-4c7a-9e21-6b4d8f3a7c10"  # Claude Code gives every session a UUID
@@ -65,7 +65,7 @@ def _time(cmd: list[str], stdin: bytes, cwd: str, env: dict[str, str]) -> float:
 def _import_report(payload: bytes, cwd: str) -> str:
     """What the hook's process imports beyond a bare interpreter while it handles one
     PostToolUse (``-X importtime``, median of 9)."""
-    code = f"from phoenix_protocol._hooks import run; run(['post-tool-use'], {payload!r})"
+    code = f"from phoenix_protocol.integrations._hooks import run; run(['post-tool-use'], {payload!r})"
     totals: list[float] = []
     modules: list[str] = []
     for _ in range(9):
@@ -266,8 +266,8 @@ def _pg_team(url: str, project: str, env: dict[str, str]) -> tuple[str, dict[str
 
     import psycopg
 
-    from phoenix_protocol._hooks import SYNC_MARK
-    from phoenix_protocol._teams import Team
+    from phoenix_protocol.integrations._hooks import SYNC_MARK
+    from phoenix_protocol.store._teams import Team
 
     schema = "phx_hookbench_" + uuid.uuid4().hex[:8]
     with psycopg.connect(url, autocommit=True) as conn:

@@ -72,9 +72,9 @@ def phoenix_writer(directory: str, writer: int, n: int, writers: int, start: Any
 
 
 def _team_writer(directory: str, writer: int, n: int, writers: int, start: Any, out: Any) -> None:
-    import phoenix_protocol._redact  # noqa: F401 - imported before the clock starts, as sqlite3 is
-    from phoenix_protocol._home import Home
-    from phoenix_protocol._teams import Team
+    import phoenix_protocol.core._redact  # noqa: F401 - imported before the clock starts, as sqlite3 is
+    from phoenix_protocol.core._home import Home
+    from phoenix_protocol.store._teams import Team
 
     team = Team.open(Home(os.path.join(directory, "home")), "bench")
     team.read()  # the database opened (and the pool, on PostgreSQL) before the start
@@ -95,7 +95,7 @@ def _timed_sends(box: Any, writer: int, n: int, writers: int, start: Any, out: A
 
 
 def sqlite_writer(directory: str, writer: int, n: int, writers: int, start: Any, out: Any) -> None:
-    from phoenix_protocol._clock import system_clock
+    from phoenix_protocol.core._clock import system_clock
 
     conn = sqlite3.connect(os.path.join(directory, "mailbox.sqlite"), timeout=60, isolation_level=None)
     conn.execute("PRAGMA synchronous=FULL")
@@ -127,9 +127,9 @@ def pg_writer(directory: str, writer: int, n: int, writers: int, start: Any, out
 
 def setup_team(directory: str, writers: int) -> None:
     """Team ``bench`` (lead ``lead``, teammates ``w0``..) in ``directory/home``, on the configured store."""
-    from phoenix_protocol._home import Home
-    from phoenix_protocol._teams import Team
+    from phoenix_protocol.core._home import Home
     from phoenix_protocol.store._db import close_all
+    from phoenix_protocol.store._teams import Team
 
     team = Team.create(Home(os.path.join(directory, "home")), "bench", lead="lead", team_id="bench")
     for i in range(writers):
@@ -186,9 +186,9 @@ def setup_sqlite(directory: str) -> None:
 
 
 def verify_phoenix(directory: str, expected: set[str]) -> None:
-    from phoenix_protocol._home import Home
-    from phoenix_protocol._teams import Team
+    from phoenix_protocol.core._home import Home
     from phoenix_protocol.store._db import close_all
+    from phoenix_protocol.store._teams import Team
 
     os.environ.pop("PHOENIX_STORE", None)
     stored = Team.open(Home(os.path.join(directory, "home")), "bench").mailbox.replay(len(expected) + 1)

@@ -35,10 +35,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-from phoenix_protocol._agent import Agent
-from phoenix_protocol._home import Home
-from phoenix_protocol._tokens import TokenStore
 from phoenix_protocol.client import NotFoundError, PhoenixClient, ServerError
+from phoenix_protocol.core._home import Home
+from phoenix_protocol.services._agent import Agent
+from phoenix_protocol.store._tokens import TokenStore
 
 ROOT = Path(__file__).resolve().parents[1]
 WORDS = ("timer", "drift", "loop", "event", "callback", "release", "parser", "schema", "index", "token", "namespace")

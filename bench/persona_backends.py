@@ -75,7 +75,7 @@ def _import(backend: str) -> dict[str, Any]:
 
 def _load(backend: str, m: dict[str, Any]) -> Encoder:
     """Load the model; return an encoder (texts -> L2-normalized rows)."""
-    from phoenix_protocol import _persona
+    from phoenix_protocol.services import _persona
 
     np = importlib.import_module("numpy")
     if backend == "phoenix":
@@ -140,7 +140,7 @@ def child(backend: str, mode: str) -> dict[str, Any]:
     except ImportError as exc:
         return {"backend": backend, "missing": exc.name or str(exc)}
     imported = time.perf_counter()
-    from phoenix_protocol import _persona
+    from phoenix_protocol.services import _persona
 
     encode = _load(backend, modules)
 

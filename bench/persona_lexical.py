@@ -18,7 +18,7 @@ import statistics
 import time
 from pathlib import Path
 
-from phoenix_protocol._persona import LexicalScorer
+from phoenix_protocol.services._persona import LexicalScorer
 
 DATA = Path(__file__).resolve().parent.parent / "tests" / "data" / "persona"
 

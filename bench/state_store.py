@@ -28,9 +28,9 @@ import time
 import uuid
 from collections.abc import Callable
 
-from phoenix_protocol import _pg
-from phoenix_protocol._agent import Agent
-from phoenix_protocol._home import Home
+from phoenix_protocol.core._home import Home
+from phoenix_protocol.services._agent import Agent
+from phoenix_protocol.store import _pg
 
 
 def _timed(samples: dict[str, list[float]], name: str, work: Callable[[], object]) -> None:

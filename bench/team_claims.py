@@ -30,8 +30,8 @@ ROOT = Path(__file__).resolve().parents[1]
 
 CLAIMER = r"""
 import json, sys, time
-from phoenix_protocol._home import Home
-from phoenix_protocol._teams import Team
+from phoenix_protocol.core._home import Home
+from phoenix_protocol.store._teams import Team
 home, team_id, name, start_at = sys.argv[1], sys.argv[2], sys.argv[3], float(sys.argv[4])
 team = Team.open(Home(home), team_id)
 team.read()  # connect (and open the pool) before the start
@@ -54,8 +54,8 @@ def percentile(values: list[float], q: float) -> float:
 
 
 def run(store: str, claimers: int, tasks: int) -> dict[str, Any]:
-    from phoenix_protocol._home import Home
-    from phoenix_protocol._teams import Team
+    from phoenix_protocol.core._home import Home
+    from phoenix_protocol.store._teams import Team
 
     work = tempfile.mkdtemp(prefix="phoenix-claims-")
     env = dict(os.environ)
@@ -123,7 +123,7 @@ def main() -> int:
             "postgresql": run(f"{args.pg}?options=-csearch_path%3D{schema}", args.claimers, args.tasks),
         }
     finally:
-        from phoenix_protocol import _pg
+        from phoenix_protocol.store import _pg
 
         _pg.close_all()
         with psycopg.connect(args.pg, autocommit=True) as conn:

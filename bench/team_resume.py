@@ -48,10 +48,13 @@ PHX = str(Path(sys.executable).with_name("phx"))
 GIT_ENV = {"GIT_CONFIG_GLOBAL": os.devnull, "GIT_CONFIG_NOSYSTEM": "1"}
 FLOORS = (
     ("the interpreter (`python -c pass`)", "pass"),
-    ("the CLI's imports (`import phoenix_protocol._cli`: click, every command module)", "import phoenix_protocol._cli"),
     (
-        "what resume needs (`import phoenix_protocol._team_resume, phoenix_protocol._team_store`)",
-        "import phoenix_protocol._team_resume, phoenix_protocol._team_store",
+        "the CLI's imports (`import phoenix_protocol.cli._main`: click, every command module)",
+        "import phoenix_protocol.cli._main",
+    ),
+    (
+        "what resume needs (`import phoenix_protocol.services._team_resume, phoenix_protocol.store._team_store`)",
+        "import phoenix_protocol.services._team_resume, phoenix_protocol.store._team_store",
     ),
 )
 
@@ -122,9 +125,9 @@ def _insert_messages(team: Any, records: list[dict[str, Any]], first_seq: int) -
 
 
 def _build_team(project: str, name: str, messages: int, store: str | None) -> tuple[str, dict[str, Any]]:
-    from phoenix_protocol._clock import iso_from_ms
-    from phoenix_protocol._home import Home
-    from phoenix_protocol._teams import Team
+    from phoenix_protocol.core._clock import iso_from_ms
+    from phoenix_protocol.core._home import Home
+    from phoenix_protocol.store._teams import Team
 
     home = Home(os.path.join(project, ".phoenix" if store is None else ".phoenix-pg"))
     team = Team.create(home, name, lead="lead", check_command="true")
@@ -205,7 +208,7 @@ def _build_team(project: str, name: str, messages: int, store: str | None) -> tu
         else:
             _insert_messages(team, records, sent + 1)
         sent += n
-    from phoenix_protocol._team_store import recount
+    from phoenix_protocol.store._team_store import recount
 
     team.store.db.transaction(lambda tx: recount(tx, team.id))  # the counters sends would have kept
     last = mailbox.stats()["count"]
@@ -272,7 +275,7 @@ def _importtime(cmd: list[str], cwd: str, env: dict[str, str]) -> list[tuple[int
 
 
 def _cprofile(team_id: str, home: str, cwd: str) -> str:
-    from phoenix_protocol._cli import cli
+    from phoenix_protocol.cli._main import cli
 
     old = os.getcwd()
     os.chdir(cwd)
@@ -365,7 +368,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.pg and schema:
             import psycopg
 
-            from phoenix_protocol import _pg
+            from phoenix_protocol.store import _pg
 
             _pg.close_all()
             with psycopg.connect(args.pg, autocommit=True) as conn:

@@ -35,11 +35,11 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from phoenix_protocol._agent import Agent
-from phoenix_protocol._clock import ManualClock
-from phoenix_protocol._home import Home
-from phoenix_protocol._process import hostname, identity_of
-from phoenix_protocol._watchdog import WatchdogReport, run_pass
+from phoenix_protocol.core._clock import ManualClock
+from phoenix_protocol.core._home import Home
+from phoenix_protocol.core._process import hostname, identity_of
+from phoenix_protocol.services._agent import Agent
+from phoenix_protocol.services._watchdog import WatchdogReport, run_pass
 
 HERE = Path(__file__).resolve().parent
 MINUTE = 60_000

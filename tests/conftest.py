@@ -14,10 +14,10 @@ from typing import Any
 import pytest
 from pytest_postgresql import factories
 
-from phoenix_protocol._agent import Agent
-from phoenix_protocol._clock import ManualClock
-from phoenix_protocol._home import Home
-from phoenix_protocol._install import hook_command
+from phoenix_protocol.core._clock import ManualClock
+from phoenix_protocol.core._home import Home
+from phoenix_protocol.integrations._install import hook_command
+from phoenix_protocol.services._agent import Agent
 
 GIT_ENV = {"GIT_CONFIG_GLOBAL": os.devnull, "GIT_CONFIG_NOSYSTEM": "1"}
 HOOK_PREFIX = shlex.split(hook_command("event"))[:-1]
@@ -61,7 +61,7 @@ def _write_behind_finished() -> Iterator[None]:
     """Each test ends with the write-behind of its checkpoints done (named files, removals, ops
     events), while its directories still exist; a write-behind that failed fails the test."""
     yield
-    from phoenix_protocol import _background
+    from phoenix_protocol.core import _background
 
     _background.wait()
 
@@ -204,7 +204,7 @@ def pg_url(pg_server: str) -> Iterator[str]:
 
     import psycopg
 
-    from phoenix_protocol import _pg
+    from phoenix_protocol.store import _pg
 
     schema = "phx_test_" + uuid.uuid4().hex[:12]
     with psycopg.connect(pg_server, autocommit=True, connect_timeout=5) as conn:
@@ -302,7 +302,7 @@ def plant_checkpoint(source: Agent, name: str, target: Agent, planted: str) -> N
 def rewrite_checkpoint(agent: Agent, name: str, envelope: dict[str, Any]) -> None:
     """Store ``envelope`` as checkpoint ``name``'s body with a checksum that matches (as a newer
     Phoenix, or a hand edit that recomputed it, would have written it)."""
-    from phoenix_protocol._checkpoints import encode
+    from phoenix_protocol.services._checkpoints import encode
 
     content, checksum = encode(envelope)
     agent.checkpoints.backend.db.transaction(

@@ -15,7 +15,7 @@ import click
 import pytest
 
 from conftest import git
-from phoenix_protocol._cli import main_group
+from phoenix_protocol.cli._main import main_group
 
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = [*sorted((ROOT / "docs").glob("*.md")), ROOT / "README.md"]

@@ -14,19 +14,12 @@ from phoenix_protocol._version import __version__
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from phoenix_protocol._agent import Agent
-    from phoenix_protocol._checkpoints import (
-        Checkpoint,
-        CheckpointInfo,
-        CheckpointOwnershipError,
-        CheckpointStore,
-        CollectContext,
-        Operation,
-        RestoreResult,
-    )
-    from phoenix_protocol._clock import Clock, ManualClock, SystemClock
-    from phoenix_protocol._config import Config, load_config
-    from phoenix_protocol._errors import (
+    from phoenix_protocol.agent._identity import Identity, IdentityCoreError, IdentityRepair, IdentityStore
+    from phoenix_protocol.agent._ops import OpsLog
+    from phoenix_protocol.agent._state import AgentState, StateStore
+    from phoenix_protocol.core._clock import Clock, ManualClock, SystemClock
+    from phoenix_protocol.core._config import Config, load_config
+    from phoenix_protocol.core._errors import (
         ConfigError,
         CorruptStateError,
         InvalidIdError,
@@ -40,13 +33,20 @@ if TYPE_CHECKING:
         StorageError,
         UsageError,
     )
-    from phoenix_protocol._home import Home
-    from phoenix_protocol._identity import Identity, IdentityCoreError, IdentityRepair, IdentityStore
-    from phoenix_protocol._ids import validate_id
-    from phoenix_protocol._ops import OpsLog
-    from phoenix_protocol._redact import redact
-    from phoenix_protocol._sessions import SessionStart, SessionStore
-    from phoenix_protocol._state import AgentState, StateStore
+    from phoenix_protocol.core._home import Home
+    from phoenix_protocol.core._ids import validate_id
+    from phoenix_protocol.core._redact import redact
+    from phoenix_protocol.services._agent import Agent
+    from phoenix_protocol.services._checkpoints import (
+        Checkpoint,
+        CheckpointInfo,
+        CheckpointOwnershipError,
+        CheckpointStore,
+        CollectContext,
+        Operation,
+        RestoreResult,
+    )
+    from phoenix_protocol.services._sessions import SessionStart, SessionStore
 
 __all__ = [
     "Agent",
@@ -90,43 +90,43 @@ __all__ = [
 ]
 
 _LOCATIONS = {
-    "Agent": "_agent",
-    "AgentState": "_state",
-    "Checkpoint": "_checkpoints",
-    "CheckpointInfo": "_checkpoints",
-    "CheckpointOwnershipError": "_checkpoints",
-    "CheckpointStore": "_checkpoints",
-    "Clock": "_clock",
-    "CollectContext": "_checkpoints",
-    "Config": "_config",
-    "ConfigError": "_errors",
-    "CorruptStateError": "_errors",
-    "Home": "_home",
-    "Identity": "_identity",
-    "IdentityCoreError": "_identity",
-    "IdentityRepair": "_identity",
-    "IdentityStore": "_identity",
-    "InvalidIdError": "_errors",
-    "LockTimeoutError": "_errors",
-    "ManualClock": "_clock",
-    "NotFoundError": "_errors",
-    "Operation": "_checkpoints",
-    "OperationError": "_errors",
-    "OpsLog": "_ops",
-    "PhoenixError": "_errors",
-    "RefusedError": "_errors",
-    "RestoreResult": "_checkpoints",
-    "SchemaVersionError": "_errors",
-    "SessionStart": "_sessions",
-    "SessionStore": "_sessions",
-    "StateStore": "_state",
-    "StatusRefusedError": "_errors",
-    "StorageError": "_errors",
-    "SystemClock": "_clock",
-    "UsageError": "_errors",
-    "load_config": "_config",
-    "redact": "_redact",
-    "validate_id": "_ids",
+    "Agent": "services._agent",
+    "AgentState": "agent._state",
+    "Checkpoint": "services._checkpoints",
+    "CheckpointInfo": "services._checkpoints",
+    "CheckpointOwnershipError": "services._checkpoints",
+    "CheckpointStore": "services._checkpoints",
+    "Clock": "core._clock",
+    "CollectContext": "services._checkpoints",
+    "Config": "core._config",
+    "ConfigError": "core._errors",
+    "CorruptStateError": "core._errors",
+    "Home": "core._home",
+    "Identity": "agent._identity",
+    "IdentityCoreError": "agent._identity",
+    "IdentityRepair": "agent._identity",
+    "IdentityStore": "agent._identity",
+    "InvalidIdError": "core._errors",
+    "LockTimeoutError": "core._errors",
+    "ManualClock": "core._clock",
+    "NotFoundError": "core._errors",
+    "Operation": "services._checkpoints",
+    "OperationError": "core._errors",
+    "OpsLog": "agent._ops",
+    "PhoenixError": "core._errors",
+    "RefusedError": "core._errors",
+    "RestoreResult": "services._checkpoints",
+    "SchemaVersionError": "core._errors",
+    "SessionStart": "services._sessions",
+    "SessionStore": "services._sessions",
+    "StateStore": "agent._state",
+    "StatusRefusedError": "core._errors",
+    "StorageError": "core._errors",
+    "SystemClock": "core._clock",
+    "UsageError": "core._errors",
+    "load_config": "core._config",
+    "redact": "core._redact",
+    "validate_id": "core._ids",
 }
 
 

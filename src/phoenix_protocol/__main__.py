@@ -1,5 +1,5 @@
 """``python -m phoenix_protocol`` is ``phx``."""
 
-from phoenix_protocol._entry import main
+from phoenix_protocol.cli._entry import main
 
 raise SystemExit(main())

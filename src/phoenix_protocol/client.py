@@ -35,8 +35,8 @@ from collections.abc import Iterable
 from types import TracebackType
 from typing import Any
 
-from phoenix_protocol._bridge import NotFoundError
-from phoenix_protocol._errors import (
+from phoenix_protocol._version import __version__
+from phoenix_protocol.core._errors import (
     CorruptStateError,
     InvalidIdError,
     LockTimeoutError,
@@ -48,7 +48,7 @@ from phoenix_protocol._errors import (
     StorageError,
     UsageError,
 )
-from phoenix_protocol._version import __version__
+from phoenix_protocol.services._bridge import NotFoundError
 
 __all__ = ["AuthenticationError", "NotFoundError", "PhoenixClient", "ServerError"]
 
@@ -82,15 +82,15 @@ def _class_for(name: str, status: int) -> type[PhoenixError]:
     if name in _BY_NAME:
         return _BY_NAME[name]
     if name in ("IdentityCoreError",):
-        from phoenix_protocol._identity import IdentityCoreError
+        from phoenix_protocol.agent._identity import IdentityCoreError
 
         return IdentityCoreError
     if name in ("ClaimConflictError", "TeamReadOnlyError"):
-        from phoenix_protocol import _teams
+        from phoenix_protocol.store import _teams
 
         return getattr(_teams, name)  # type: ignore[no-any-return]
     if name == "CheckpointOwnershipError":
-        from phoenix_protocol._checkpoints import CheckpointOwnershipError
+        from phoenix_protocol.services._checkpoints import CheckpointOwnershipError
 
         return CheckpointOwnershipError
     if status == 401:

@@ -35,7 +35,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import urlsplit
 
-from phoenix_protocol._install import install_claude_code
+from phoenix_protocol.integrations._install import install_claude_code
 
 CLAUDE_CODE_VERSION = "2.1.330"
 CLAUDE_CODE_PACKAGE = "@anthropic-ai/claude-code"

@@ -24,9 +24,9 @@ import pytest
 from claude_code import ClaudeProject, ClaudeRun, FakeAnthropic, Turn, ensure_claude_code
 
 from phoenix_protocol import Agent
-from phoenix_protocol._home import Home
-from phoenix_protocol._hooks import _digest
-from phoenix_protocol._process import liveness
+from phoenix_protocol.core._home import Home
+from phoenix_protocol.core._process import liveness
+from phoenix_protocol.integrations._hooks import _digest
 
 SCHEMA = "/work/shared/schemas/claude-code-settings.schema.json"
 TASK = "Migrate the billing tables"

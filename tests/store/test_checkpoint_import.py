@@ -19,10 +19,10 @@ from typing import Any
 
 import pytest
 
-from phoenix_protocol._agent import Agent
-from phoenix_protocol._cli import cli as main
-from phoenix_protocol._config import Config
-from phoenix_protocol._home import Home
+from phoenix_protocol.cli._main import cli as main
+from phoenix_protocol.core._config import Config
+from phoenix_protocol.core._home import Home
+from phoenix_protocol.services._agent import Agent
 from phoenix_protocol.store import _db, _schema
 
 DATA = Path(__file__).resolve().parent.parent / "data" / "homes"
@@ -82,7 +82,7 @@ def test_every_checkpoint_and_session_of_a_0_1_0_home_comes_back(
         failed = [r["operation_id"] for r in expected["checkpoints"]["checkpoints"] if r["operation_status"]]
         assert all(agent.checkpoints.operation_outcomes()[op] == "failed" for op in failed)
         # The open session is still open: its record came along.
-        from phoenix_protocol._sessions import read_current
+        from phoenix_protocol.services._sessions import read_current
 
         assert (read_current(agent) or {}).get("session_id") == f"{agent_id}-s2"
         # Writing goes on past the imported numbers.
@@ -108,15 +108,17 @@ def test_a_checkpoint_only_the_log_held_is_imported_and_a_damaged_file_is_kept_a
     with pytest.raises(Exception, match="checksum mismatch"):
         agent.checkpoints.read(os.path.basename(damaged))
     findings = [
-        f for f in __import__("phoenix_protocol._doctor", fromlist=["x"]).check_agent(agent) if f.level == "error"
+        f
+        for f in __import__("phoenix_protocol.services._doctor", fromlist=["x"]).check_agent(agent)
+        if f.level == "error"
     ]
     assert any(os.path.basename(damaged) in (f.path or "") for f in findings)
 
 
 _IMPORT = """
 import sys
-from phoenix_protocol._agent import Agent
-from phoenix_protocol._home import Home
+from phoenix_protocol.services._agent import Agent
+from phoenix_protocol.core._home import Home
 print([e.name for e in Agent.open(sys.argv[2], home=Home(sys.argv[1])).checkpoints.entries()], flush=True)
 """
 
@@ -146,7 +148,7 @@ def test_an_import_killed_at_any_point_is_done_by_the_next_use_with_nothing_lost
 def test_a_postgresql_database_at_schema_8_migrates_its_checkpoints_forward(
     pg_url: str, old_home: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from phoenix_protocol import _pg
+    from phoenix_protocol.store import _pg
 
     old = [m for m in _schema.MIGRATIONS if m.version <= 8]
     monkeypatch.setattr(_schema, "MIGRATIONS", old)
@@ -201,7 +203,7 @@ def test_a_postgresql_database_at_schema_8_migrates_its_checkpoints_forward(
 def test_the_doctor_reports_files_not_imported_then_imports_them_and_names_what_it_left_out(
     engine: str, old_home: str
 ) -> None:
-    from phoenix_protocol._doctor import check_agent
+    from phoenix_protocol.services._doctor import check_agent
 
     alpha_file = sorted(glob.glob(os.path.join(old_home, "agents", "alpha", "checkpoints", "*.checkpoint")))[0]
     beta_dir = os.path.join(old_home, "agents", "beta")

@@ -8,9 +8,9 @@ from collections.abc import Iterator
 
 import pytest
 
-from phoenix_protocol._config import Config
-from phoenix_protocol._errors import ConfigError, CorruptStateError, LockTimeoutError, SchemaVersionError
-from phoenix_protocol._home import Home
+from phoenix_protocol.core._config import Config
+from phoenix_protocol.core._errors import ConfigError, CorruptStateError, LockTimeoutError, SchemaVersionError
+from phoenix_protocol.core._home import Home
 from phoenix_protocol.store import _db, _schema
 from phoenix_protocol.store._db import Database, Dialect, Tx, open_database
 
@@ -52,7 +52,7 @@ def test_a_database_a_newer_phoenix_migrated_is_refused_and_left_alone(db: Datab
     )
     db.close()
     if db.engine == "postgresql":
-        from phoenix_protocol import _pg
+        from phoenix_protocol.store import _pg
 
         _pg.ready.clear()
     fresh: Database = (

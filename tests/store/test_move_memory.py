@@ -18,14 +18,14 @@ from typing import Any
 
 import pytest
 
-from phoenix_protocol._clock import ManualClock
-from phoenix_protocol._config import Config
-from phoenix_protocol._errors import CorruptStateError
-from phoenix_protocol._home import Home
-from phoenix_protocol._memory import MemoryStore
-from phoenix_protocol._tokens import TokenStore
+from phoenix_protocol.core._clock import ManualClock
+from phoenix_protocol.core._config import Config
+from phoenix_protocol.core._errors import CorruptStateError
+from phoenix_protocol.core._home import Home
 from phoenix_protocol.store import _db
+from phoenix_protocol.store._memory import MemoryStore
 from phoenix_protocol.store._move_memory import MOVES_LOG, move_earlier_files
+from phoenix_protocol.store._tokens import TokenStore
 
 DATA = Path(__file__).resolve().parent.parent / "data" / "homes"
 EXPECTED = json.loads((DATA / "expected-0.1.0.json").read_text())
@@ -126,8 +126,8 @@ def test_a_move_killed_by_sigkill_runs_again_next_time(old_home: Home, store: st
     it kept the first file aside (1) or between the two (2). The next use finishes the move."""
     script = f"""
 import os, signal
-from phoenix_protocol._config import Config
-from phoenix_protocol._home import Home
+from phoenix_protocol.core._config import Config
+from phoenix_protocol.core._home import Home
 from phoenix_protocol.store._db import open_database
 from phoenix_protocol.store._move_memory import move_earlier_files
 
@@ -172,7 +172,7 @@ def test_what_an_earlier_release_stored_unredacted_is_redacted_when_moved(tmp_pa
     token, key = "ghp_" + "Zx9" * 12, "AKIA" + "Q7XZ2MRT4KPLW3VN"
     home = Home(str(tmp_path / "home"))
     script = (
-        "from phoenix_protocol._home import Home; from phoenix_protocol._memory import MemoryStore; "
+        "from phoenix_protocol.core._home import Home; from phoenix_protocol.store._memory import MemoryStore; "
         f"r = MemoryStore(Home({home.root!r})).store('zero', 'deploy notes', tags=[{token!r}], metadata={{{key!r}: 1}}); "
         "print(r.id)"
     )
@@ -227,7 +227,7 @@ def test_a_postgresql_store_at_schema_7_keeps_its_memories(
             )
         )
     _db.close_all()
-    from phoenix_protocol import _pg
+    from phoenix_protocol.store import _pg
 
     _pg.ready.clear()
     memory = MemoryStore(home, config=config)
@@ -263,7 +263,7 @@ def test_any_first_use_moves_the_files(old_home: Home, store: str, first_use: st
 
 
 def test_doctor_reports_the_move_then_makes_it(old_home: Home, store: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    from phoenix_protocol._doctor import check_home
+    from phoenix_protocol.services._doctor import check_home
 
     if store != "sqlite":
         monkeypatch.setenv("PHOENIX_STORE", store)
@@ -278,7 +278,7 @@ def test_doctor_reports_the_move_then_makes_it(old_home: Home, store: str, monke
 
 
 def test_doctor_reports_a_token_record_that_authenticates_nothing(home: Home) -> None:
-    from phoenix_protocol._doctor import check_home
+    from phoenix_protocol.services._doctor import check_home
 
     tokens = TokenStore(home)
     _token, info = tokens.create(["agent:zero"], ["*"])

@@ -15,9 +15,9 @@ STORM = textwrap.dedent(
     """
     import json, sys, threading, time
     import psycopg
-    from phoenix_protocol._config import Config
-    from phoenix_protocol._errors import PhoenixError
-    from phoenix_protocol._home import Home
+    from phoenix_protocol.core._config import Config
+    from phoenix_protocol.core._errors import PhoenixError
+    from phoenix_protocol.core._home import Home
     from phoenix_protocol.store._db import open_database
 
     url, server, home, name = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4]

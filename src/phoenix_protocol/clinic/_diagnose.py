@@ -57,9 +57,9 @@ from pydantic_ai.exceptions import (
     OutputTokenLimitExceeded,
 )
 
-from phoenix_protocol._redact import redact
 from phoenix_protocol.clinic._models import Diagnosis, Visit
 from phoenix_protocol.clinic._triage import Failure, clip, retry_feedback_causes
+from phoenix_protocol.core._redact import redact
 
 __all__ = [
     "CLINIC_GUIDE",

@@ -1,4 +1,4 @@
-"""The Clinic's one error: ``ClinicGaveUp``, an ``OperationError`` (see ``phoenix_protocol._errors``).
+"""The Clinic's one error: ``ClinicGaveUp``, an ``OperationError`` (see ``phoenix_protocol.core._errors``).
 
 Failures the Clinic does not treat (credentials, an unknown model, an exhausted quota, a usage
 mistake, a cancellation) are not wrapped: they propagate unchanged, as pydantic-ai raised them.
@@ -6,8 +6,8 @@ mistake, a cancellation) are not wrapped: they propagate unchanged, as pydantic-
 
 from __future__ import annotations
 
-from phoenix_protocol._errors import OperationError
 from phoenix_protocol.clinic._models import Diagnosis, Episode, Prescription, TraumaContext
+from phoenix_protocol.core._errors import OperationError
 
 __all__ = ["ClinicGaveUp"]
 

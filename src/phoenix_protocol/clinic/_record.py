@@ -11,11 +11,11 @@ from __future__ import annotations
 import warnings
 from typing import Any
 
-from phoenix_protocol._agent import Agent as PhoenixAgent
-from phoenix_protocol._clinic_log import CHECKPOINT_SECTION, EVENT, SCHEMA_VERSION
-from phoenix_protocol._errors import PhoenixError
 from phoenix_protocol.clinic._models import Episode, TraumaContext, Visit
 from phoenix_protocol.clinic._triage import clip
+from phoenix_protocol.core._errors import PhoenixError
+from phoenix_protocol.services._agent import Agent as PhoenixAgent
+from phoenix_protocol.services._clinic_log import CHECKPOINT_SECTION, EVENT, SCHEMA_VERSION
 
 __all__ = ["record_checkpoint", "record_visit", "resolve_phoenix"]
 

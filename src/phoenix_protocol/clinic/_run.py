@@ -18,9 +18,6 @@ from pydantic_ai import Agent, AgentRunResult, capture_run_messages
 from pydantic_ai.agent import AbstractAgent
 from pydantic_ai.models import KnownModelName, Model
 
-from phoenix_protocol._agent import Agent as PhoenixAgent
-from phoenix_protocol._clock import Clock, system_clock
-from phoenix_protocol._errors import UsageError
 from phoenix_protocol.clinic._diagnose import (
     CLINIC_GUIDE,
     CLINIC_SYSTEM_PROMPT,
@@ -33,6 +30,9 @@ from phoenix_protocol.clinic._models import ClinicReport, Diagnosis, Episode, Pr
 from phoenix_protocol.clinic._prescribe import Backoff, Plan, apply, merge, remedy, summarize
 from phoenix_protocol.clinic._record import record_checkpoint, record_visit, resolve_phoenix
 from phoenix_protocol.clinic._triage import Failure, Observer, clip, render_messages, triage
+from phoenix_protocol.core._clock import Clock, system_clock
+from phoenix_protocol.core._errors import UsageError
+from phoenix_protocol.services._agent import Agent as PhoenixAgent
 
 __all__ = ["Clinic", "ClinicEvent", "recoverable_run", "recoverable_run_sync"]
 

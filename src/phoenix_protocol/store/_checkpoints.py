@@ -1,6 +1,6 @@
 """Agents' checkpoints as rows of the home's database (``phx_checkpoints``), on either engine.
 
-The store (``phoenix_protocol._checkpoints.CheckpointStore``) builds the envelope, its checksum
+The store (``phoenix_protocol.services._checkpoints.CheckpointStore``) builds the envelope, its checksum
 and its name; this module keeps them, with the catalogue's metadata beside the body, so that
 listing reads no body.
 
@@ -29,7 +29,7 @@ from collections.abc import Callable, Iterator
 from datetime import date as _date
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-from phoenix_protocol._clock import iso_from_ms
+from phoenix_protocol.core._clock import iso_from_ms
 
 if TYPE_CHECKING:
     from phoenix_protocol.store._db import Database, Tx

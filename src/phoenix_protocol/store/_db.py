@@ -7,7 +7,7 @@
   transaction that returned is on disk), a busy timeout of ``lock_timeout`` seconds, the file
   0600. A home on a network file system is refused: SQLite's WAL needs shared memory that NFS and
   SMB do not give; use PostgreSQL there, or a local home.
-- ``postgresql://…``: the server, through psycopg 3 and one pool per process (``phoenix_protocol._pg``).
+- ``postgresql://…``: the server, through psycopg 3 and one pool per process (``phoenix_protocol.store._pg``).
 
 ``Database.transaction(work)`` runs ``work(tx)`` in one transaction and commits; an exception
 rolls everything back. SQL is written once, with ``?`` placeholders (``tx.execute``); what differs
@@ -28,12 +28,12 @@ from typing import TYPE_CHECKING, Any, Literal, NamedTuple, Protocol, TypeVar
 
 import orjson
 
-from phoenix_protocol._durable import FILE_MODE, FileLock
-from phoenix_protocol._errors import ConfigError, CorruptStateError, LockTimeoutError, StorageError
+from phoenix_protocol.core._durable import FILE_MODE, FileLock
+from phoenix_protocol.core._errors import ConfigError, CorruptStateError, LockTimeoutError, StorageError
 
 if TYPE_CHECKING:
-    from phoenix_protocol._config import Config
-    from phoenix_protocol._home import Home
+    from phoenix_protocol.core._config import Config
+    from phoenix_protocol.core._home import Home
 
 __all__ = [
     "DB_NAME",
@@ -158,7 +158,7 @@ class Dialect:
         try:
             return orjson.dumps(value).decode()
         except TypeError:  # a lone surrogate read from a hand edit: written back escaped, as read
-            from phoenix_protocol._jsonio import dumps_line
+            from phoenix_protocol.core._jsonio import dumps_line
 
             return dumps_line(value)
 
@@ -374,7 +374,7 @@ class SqliteDatabase(Database):
 
     def _create(self) -> None:
         directory = os.path.dirname(self.path)
-        from phoenix_protocol._durable import ensure_dir
+        from phoenix_protocol.core._durable import ensure_dir
 
         ensure_dir(directory)
         kind = _mount_type(directory)
@@ -464,7 +464,7 @@ class PostgresDatabase(Database):
     engine: Engine = "postgresql"
 
     def __init__(self, url: str, *, pool_size: int = 10) -> None:
-        from phoenix_protocol import _pg
+        from phoenix_protocol.store import _pg
 
         self.url = url
         self.pool_size = pool_size
@@ -472,7 +472,7 @@ class PostgresDatabase(Database):
         self.dialect = Dialect("postgresql")
 
     def migrate(self) -> list[dict[str, Any]]:
-        from phoenix_protocol import _pg
+        from phoenix_protocol.store import _pg
 
         key = (os.getpid(), self.url)
         if key in _pg.ready:
@@ -484,13 +484,13 @@ class PostgresDatabase(Database):
         return applied
 
     def _run(self, work: Callable[[Tx], T], write: bool, retry: bool) -> T:
-        from phoenix_protocol import _pg
+        from phoenix_protocol.store import _pg
 
         _pg.pool(self.url, max_size=self.pool_size)  # the first use in the process sizes the pool
         return _pg.transaction(self.url, lambda conn: work(Tx(conn, self)), retry=retry, ensure=False)
 
     def close(self) -> None:
-        from phoenix_protocol import _pg
+        from phoenix_protocol.store import _pg
 
         _pg.close_all()
 
@@ -507,7 +507,7 @@ class PostgresDatabase(Database):
 
         import psycopg
 
-        from phoenix_protocol import _pg
+        from phoenix_protocol.store import _pg
 
         deadline = time.monotonic() + timeout
         try:
@@ -537,7 +537,7 @@ _open_lock = threading.Lock()
 def open_database(home: Home, config: Config | None = None) -> Database:
     """The database the configuration names for ``home`` (one object per process per target)."""
     if config is None:
-        from phoenix_protocol._config import load_config
+        from phoenix_protocol.core._config import load_config
 
         config = load_config(home.root, project_root=home.project_root)
     store = str(config.store or "sqlite")

@@ -28,12 +28,12 @@ import sqlite3
 import time
 from typing import TYPE_CHECKING, Any
 
-from phoenix_protocol._clock import Clock, iso_from_ms, system_clock
-from phoenix_protocol._durable import FileLock, durable_append, fsync_dir, read_bytes
-from phoenix_protocol._errors import CorruptStateError, SchemaVersionError, StorageError, UsageError
+from phoenix_protocol.core._clock import Clock, iso_from_ms, system_clock
+from phoenix_protocol.core._durable import FileLock, durable_append, fsync_dir, read_bytes
+from phoenix_protocol.core._errors import CorruptStateError, SchemaVersionError, StorageError, UsageError
 
 if TYPE_CHECKING:
-    from phoenix_protocol._home import Home
+    from phoenix_protocol.core._home import Home
     from phoenix_protocol.store._db import Database, Tx
 
 __all__ = ["MEMORY_DIR", "MOVES_LOG", "TOKENS_FILE", "move_earlier_files"]
@@ -72,7 +72,7 @@ def move_earlier_files(home: Home, db: Database, *, clock: Clock = system_clock)
 
 def _read_memories(path: str) -> list[tuple[str, str, str, list[str], str, int]]:
     """The memories of an earlier release's store, checked and redacted as ``store`` would."""
-    from phoenix_protocol._memory import _import_row
+    from phoenix_protocol.store._memory import _import_row
 
     damaged = (
         f"{path} (memories written by an earlier Phoenix) does not read: %s. It was left in place and "
@@ -123,7 +123,7 @@ def _read_memories(path: str) -> list[tuple[str, str, str, list[str], str, int]]
 
 
 def _read_tokens(path: str) -> list[Any]:
-    from phoenix_protocol._tokens import parse_token_file
+    from phoenix_protocol.store._tokens import parse_token_file
 
     data = read_bytes(path)
     return parse_token_file(data, path) if data is not None else []
@@ -138,7 +138,7 @@ def _move(
     tokens_path: str,
     tokens: list[Any] | None,
 ) -> dict[str, Any]:
-    from phoenix_protocol import _memory, _tokens
+    from phoenix_protocol.store import _memory, _tokens
 
     token_records = tokens or []
     keys: list[str] = []
@@ -184,7 +184,7 @@ def _verify(
     db: Database, memories: list[tuple[str, str, str, list[str], str, int]], tokens: list[Any], keys: list[str]
 ) -> None:
     """Every memory and token of the files is in the database (ids, and what each holds)."""
-    from phoenix_protocol._tokens import record_json
+    from phoenix_protocol.store._tokens import record_json
 
     def work(tx: Tx) -> list[str]:
         missing: list[str] = []

@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar
 
-from phoenix_protocol._errors import SchemaVersionError
+from phoenix_protocol.core._errors import SchemaVersionError
 
 if TYPE_CHECKING:
     from phoenix_protocol.store._db import Database, Tx

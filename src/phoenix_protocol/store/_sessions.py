@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from phoenix_protocol._jsonio import dumps_document, dumps_line, loads, loads_object
+from phoenix_protocol.core._jsonio import dumps_document, dumps_line, loads, loads_object
 from phoenix_protocol.store._checkpoints import lock_agent
 
 if TYPE_CHECKING:

@@ -1,0 +1,88 @@
+"""Teammate heartbeats on a fast path, and the liveness classes read from them (seed 004).
+
+A heartbeat is one small JSON file per teammate in a runtime directory (``$XDG_RUNTIME_DIR``, else
+the system temp dir), replaced atomically without fsync on every beat: it is the hottest write
+in a team, its loss in a crash costs nothing (the next beat replaces it), and its last values are
+copied into every team checkpoint. It carries UTC milliseconds *and* a sequence number::
+
+    {"schema_version": 1, "name": "engineer-a", "seq": 87, "ms": 1740069825000, "host": "...", "session_id": "..."}
+
+Liveness classes, by the time since the last beat: ``online`` (< 10 min), ``idle`` (< 30 min),
+``suspended`` (< 60 min), ``stale`` (>= 60 min), thresholds configurable. Wall clocks disagree
+across machines: a beat from the *future* by more than 30 s is reported as clock skew, and then
+ordering falls back to the sequence number: the observer remembers when (by its own clock) it
+last saw the sequence advance, and classifies by that.
+
+Hot path (the PostToolUse hook beats for a teammate): ``os``, ``time`` and Phoenix primitives only.
+"""
+
+from __future__ import annotations
+
+import os
+
+from phoenix_protocol.core._durable import atomic_write, ensure_dir, read_bytes
+from phoenix_protocol.core._ids import short_digest, validate_id
+from phoenix_protocol.core._jsonio import dumps_line, loads_object
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
+
+__all__ = ["CLASSES", "SKEW_MS", "beat", "classify", "read_beat", "runtime_dir"]
+
+CLASSES = ("online", "idle", "suspended", "stale")
+SKEW_MS = 30_000
+"""A beat this far in the future is clock skew, not life."""
+
+
+def runtime_dir(home_root: str, team_id: str) -> str:
+    """Where a team's heartbeats live: per user, per home, per team."""
+    base = os.environ.get("XDG_RUNTIME_DIR") or os.environ.get("TMPDIR") or "/tmp"  # noqa: S108 - per-user subdir, 0700
+    digest = short_digest(home_root.encode("utf-8", "surrogatepass"))
+    return os.path.join(base, f"phoenix-{os.getuid()}", digest, validate_id(team_id, "team id"))
+
+
+def read_beat(directory: str, name: str) -> dict[str, Any] | None:
+    """The last heartbeat of ``name``, or ``None`` (none yet, or unreadable)."""
+    beat_ = loads_object(read_bytes(os.path.join(directory, validate_id(name, "teammate name") + ".json")))
+    if beat_ is None or not isinstance(beat_.get("seq"), int) or not isinstance(beat_.get("ms"), int):
+        return None
+    return beat_
+
+
+def beat(
+    directory: str, name: str, *, now_ms: int, host: str | None = None, session_id: str | None = None
+) -> dict[str, Any]:
+    """Record a heartbeat of ``name`` (sequence number one above the last); returns it."""
+    validate_id(name, "teammate name")
+    if not os.path.isdir(directory):
+        ensure_dir(directory)
+    previous = read_beat(directory, name)
+    record = {
+        "schema_version": 1,
+        "name": name,
+        "seq": (previous["seq"] if previous else 0) + 1,
+        "ms": now_ms,
+        "host": host or os.uname().nodename,
+        "session_id": session_id,
+    }
+    atomic_write(os.path.join(directory, name + ".json"), (dumps_line(record) + "\n").encode("ascii"), durable=False)
+    return record
+
+
+def classify(
+    elapsed_ms: int,
+    *,
+    online_minutes: float = 10.0,
+    idle_minutes: float = 30.0,
+    suspended_minutes: float = 60.0,
+) -> str:
+    """The liveness class for a time since the last beat (see the module docstring)."""
+    minutes = elapsed_ms / 60_000
+    if minutes < online_minutes:
+        return "online"
+    if minutes < idle_minutes:
+        return "idle"
+    if minutes < suspended_minutes:
+        return "suspended"
+    return "stale"

@@ -1,0 +1,211 @@
+"""``phx serve`` and ``phx token …``: the memory bridge's server and its bearer tokens (seed 002).
+
+Registered on the ``phx`` group by ``_cli``. FastAPI and uvicorn are imported only by ``phx serve``
+(the ``[server]`` extra); the token commands need neither.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+import click
+
+from phoenix_protocol.cli._main import (
+    Output,
+    _Exit,
+    _exit_code_for,
+    _make_console,
+    home_common,
+    main_group,
+    write_stdout,
+)
+from phoenix_protocol.core._errors import PhoenixError, UsageError
+from phoenix_protocol.core._home import Home
+
+__all__: list[str] = []
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+@main_group.command("serve")
+@click.option("--host", metavar="ADDRESS", help="Address to listen on (default: the server_host setting, 127.0.0.1).")
+@click.option("--port", type=click.IntRange(1, 65535), help="Port (default: the server_port setting, 8765).")
+@click.option(
+    "--log-level",
+    type=click.Choice(["critical", "error", "warning", "info", "debug"]),
+    default="info",
+    show_default=True,
+)
+@click.option(
+    "--home", "home_path", metavar="PATH", help="Phoenix home (default: $PHOENIX_HOME or .phoenix/ at the git root)."
+)
+def serve_command(host: str | None, port: int | None, log_level: str, home_path: str | None) -> None:
+    """Serve this home over HTTP (the memory bridge): checkpoints, sessions, memory, identity, teams.
+
+    Needs the [server] extra. Tokens are required as soon as the home has one; a non-loopback
+    --host is refused until it does. Example: phx serve --port 8765
+    """
+    from phoenix_protocol.core._config import load_config
+
+    out = Output(False)
+    try:
+        home = Home(os.path.abspath(home_path)) if home_path else Home.resolve()
+        config = load_config(home.root, project_root=home.project_root)
+        try:
+            from phoenix_protocol.server._app import check_bind, is_loopback, serve
+        except ImportError as exc:
+            raise UsageError(str(exc)) from None
+        from phoenix_protocol.store._tokens import TokenStore
+
+        address = host or config.server_host
+        number = port or config.server_port
+        check_bind(home, address)
+        auth = (
+            "bearer tokens required"
+            if TokenStore(home, config=config).configured() or not is_loopback(address)
+            else "no tokens in this home: open to this machine (`phx token create` turns authentication on)"
+        )
+        from rich.markup import escape
+
+        _make_console(stderr=True).print(
+            f"memory bridge for {escape(home.root)} on http://{escape(address)}:{number} ({escape(auth)}); "
+            "OpenAPI at /openapi.json"
+        )
+        serve(home, host=address, port=number, log_level=log_level, config=config)
+    except PhoenixError as exc:
+        code = _exit_code_for(exc)
+        out.error(exc, code)
+        raise _Exit(code) from None
+
+
+@main_group.group("token")
+def token_group() -> None:
+    """Bearer tokens for `phx serve`, scoped to namespaces and operations; stored hashed.
+
+    Example: phx token create --agent zero --scope memory:read --expires 30d
+    """
+
+
+def _token_table(out: Output, infos: list[Any], now_ms: int) -> None:
+    from rich.markup import escape
+    from rich.table import Table
+
+    table = Table(box=None, padding=(0, 1), header_style="bold")
+    for column in ("id", "status", "namespaces", "scopes", "expires"):
+        table.add_column(column, no_wrap=True)
+    table.add_column("label", overflow="fold")
+    for info in infos:
+        data = info.as_dict(now_ms)
+        if data["expires_at"] is not None:
+            expires = data["expires_at"][:19].replace("T", " ")
+        else:  # a record whose expiry does not read may have had one: not "never"
+            expires = "never" if info.expiry_known else "-"
+        table.add_row(
+            escape(info.id),
+            data["status"],
+            escape(", ".join(info.namespaces)),
+            escape(", ".join(info.scopes)),
+            expires,
+            escape(info.label or ""),
+        )
+    out.console.print(table)
+    if not infos:
+        out.console.print("(no tokens)")
+    for info in infos:  # why each invalid one is: the file, the record, what is wrong, what to do
+        if info.problem is not None:
+            out.console.print(f"[red]invalid[/] {escape(info.id)}: {escape(info.problem)}")
+
+
+@token_group.command("create")
+@click.option("--agent", "agents", multiple=True, metavar="ID", help="An agent's namespace (repeatable).")
+@click.option("--team", "teams", multiple=True, metavar="ID", help="A team's namespace (repeatable).")
+@click.option("--all-namespaces", is_flag=True, help="Every namespace (an operator's token).")
+@click.option(
+    "--scope",
+    "scopes",
+    multiple=True,
+    metavar="SCOPE",
+    help="An operation: memory:read, memory:write, checkpoint:read, checkpoint:write, identity:read, "
+    "identity:write, team:read, team:write, AREA:* or * (repeatable; default: *).",
+)
+@click.option("--expires", metavar="DURATION", help="Lifetime: 3600, 90m, 12h, 30d, 2w (default: never).")
+@click.option("--label", metavar="TEXT", help="What the token is for (shown by `phx token list`).")
+@home_common
+def token_create(
+    home: Home,
+    out: Output,
+    agents: tuple[str, ...],
+    teams: tuple[str, ...],
+    all_namespaces: bool,
+    scopes: tuple[str, ...],
+    expires: str | None,
+    label: str | None,
+) -> None:
+    """Create a token and print it once: the last line of the output (`token` with --json).
+
+    Only its hash is stored. Example: phx token create --agent zero --scope memory:read --expires 30d
+    """
+    from phoenix_protocol.store._tokens import ALL, TokenStore, agent_namespace, parse_duration, team_namespace
+
+    namespaces = [agent_namespace(a) for a in agents] + [team_namespace(t) for t in teams]
+    if all_namespaces:
+        namespaces.append(ALL)
+    if not namespaces:
+        raise UsageError("say whose token it is: --agent ID, --team ID (both repeatable) or --all-namespaces.")
+    store = TokenStore(home)
+    token, info = store.create(
+        namespaces,
+        list(scopes) or [ALL],
+        expires_in=parse_duration(expires) if expires is not None else None,
+        label=label,
+    )
+    if out.as_json:
+        out.json({"token": token, "info": info.as_dict(store.clock.now_ms())})
+        return
+    from rich.markup import escape
+
+    expiry = info.as_dict()["expires_at"] or "never"
+    out.console.print(
+        f"token [bold]{info.id}[/] for {escape(', '.join(info.namespaces))}, scopes "
+        f"{escape(', '.join(info.scopes))}, expires {expiry}"
+    )
+    out.console.print("Store it now: it is shown only this once (Phoenix keeps only its hash).")
+    write_stdout(token + "\n")
+
+
+@token_group.command("list")
+@home_common
+def token_list(home: Home, out: Output) -> None:
+    """List tokens (never their secrets): id, status, namespaces, scopes, expiry, label.
+
+    Example: phx token list --json
+    """
+    from phoenix_protocol.store._tokens import TokenStore
+
+    store = TokenStore(home)
+    now = store.clock.now_ms()
+    infos = store.list()
+    if out.as_json:
+        out.json({"tokens": [i.as_dict(now) for i in infos]})
+    else:
+        _token_table(out, infos, now)
+
+
+@token_group.command("revoke")
+@click.argument("token_id", metavar="ID")
+@home_common
+def token_revoke(home: Home, out: Output, token_id: str) -> None:
+    """Revoke a token by id; a running server refuses it from its next request on.
+
+    Example: phx token revoke 3f9a1c2b7d4e
+    """
+    from phoenix_protocol.store._tokens import TokenStore
+
+    store = TokenStore(home)
+    info = store.revoke(token_id)
+    if out.as_json:
+        out.json({"token": info.as_dict(store.clock.now_ms())})
+    else:
+        out.console.print(f"revoked {info.id}")

@@ -1,0 +1,521 @@
+"""Claude Code hook handlers: ``phx hook <event>`` reads the hook's JSON on stdin.
+
+=================  ==============================================================================
+event              what it does
+=================  ==============================================================================
+session-start      Records the session and the agent process (pid + start time); status working.
+                   When the previous state was working or error (a crash, a kill, a lost
+                   context) prints the recovery context (RECOVERY DETECTED, the state, a fresh
+                   brief) as ``hookSpecificOutput.additionalContext``. On ``source`` compact or
+                   resume it injects the brief again.
+post-tool-use      The heartbeat: ``last_active``, ``heartbeat_seq``, the last tool and whether it
+                   failed (also registered for PostToolUseFailure). Hot path: see below.
+pre-compact        Refreshes ``brief.md``. Never blocks compaction.
+stop               Heartbeat only; prints nothing (output there would keep the turn going).
+session-end        Status idle, ops event session_end, ``brief.md`` refreshed.
+=================  ==============================================================================
+
+A hook never breaks the agent: whatever goes wrong (empty or malformed stdin, an unknown
+event, a locked, corrupt or newer state file, a full disk) it exits 0 with one line on stderr
+and, where it still can, an ops event with status warn or error. It never exits 2 and never
+rewrites a state file it could not read.
+
+A payload over ``_MAX_STDIN`` (64 MiB: a tool's whole output) is still read to its end, so that
+Claude Code never waits on a full pipe, but in pieces and with its values over ``_MAX_VALUE``
+(1 MiB) left out (``_jsonskim.loads_skimmed``): the hook still runs on the ids, names and flags,
+and logs ``hook_payload_oversized``.
+
+Hot path: the PostToolUse handler imports only ``os``, ``sys``, ``time``, ``fcntl``, ``_json``
+and Phoenix's own primitives. ``phx install`` registers it as
+``<python> -S -P -c 'import sys; sys.path.append(<dir>); from phoenix_protocol.integrations._hooks import main; main()' post-tool-use``
+(``<dir>``: the directory Phoenix is installed in), which skips the console-script wrapper (it
+imports ``re``), the full CLI and the set-up of the site packages (``-S``); ``main()`` sets
+those up the first time an import needs them (``_SiteOnFirstMiss``).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Callable, Iterator
+    from typing import Any, BinaryIO
+
+    from phoenix_protocol.agent._state import AgentState
+    from phoenix_protocol.services._agent import Agent
+
+__all__ = ["EVENTS", "handle", "main", "run"]
+
+EVENTS = {
+    "session-start": "SessionStart",
+    "post-tool-use": "PostToolUse",
+    "post-tool-use-failure": "PostToolUseFailure",
+    "pre-compact": "PreCompact",
+    "stop": "Stop",
+    "session-end": "SessionEnd",
+}
+_BY_CLAUDE_NAME = {v: k for k, v in EVENTS.items()}
+_MAX_STDIN = 64 * 1024 * 1024
+"""A payload up to this size is read whole; a larger one in pieces, its large values left out."""
+_MAX_VALUE = 1024 * 1024
+"""In a payload over ``_MAX_STDIN``: the largest value kept (others become ``"<N characters left out>"``)."""
+_PIECE = 1024 * 1024
+_OVERSIZED_BUDGET = 2.0
+"""Seconds to decode a payload over ``_MAX_STDIN`` (about 0.2 s for 70 MB of tool output); past
+them the hook goes on with the members decoded so far, and the rest of stdin is only read."""
+_NAME_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_.:-")
+_SESSION_END_BUDGET = 1.0  # Claude Code gives all SessionEnd hooks about 1.5 s together
+_GIT_TIMEOUT = 1.0  # per git call of a brief, so that a hung git never eats a hook's budget
+RECOVERY_BANNER = "RECOVERY DETECTED"
+REFRESH_BANNER = "FORCED REFRESH"
+
+
+def _plain(value: object, limit: int = 100, default: str = "unknown") -> str:
+    """A tool name, reason or source reduced to a safe token (these skip the redactor)."""
+    if not isinstance(value, str) or not value:
+        return default
+    cleaned = "".join(ch if ch in _NAME_CHARS else "_" for ch in value[:limit])
+    return cleaned or default
+
+
+def _raw_session_id(payload: dict[str, Any]) -> str | None:
+    """The payload's session id as it came (text, or ``None``), for the heartbeat: the state
+    keeps only ids ``session_id_of`` gave, so one equal to the state's needs no further look."""
+    value = payload.get("session_id")
+    return value if isinstance(value, str) and value else None
+
+
+def _session_id(payload: dict[str, Any], state: AgentState | None = None) -> str | None:
+    """The payload's session id as Phoenix keeps it (``session_id_of``: one it cannot keep as it
+    is, a secret among them, becomes ``sid-`` and a hash of it, the same in every hook of that
+    session). When it is ``state``'s own already, that is it: no secret check on the hot path."""
+    raw = _raw_session_id(payload)
+    if raw is not None and state is not None and state.session_id is not None:
+        if raw == state.session_id:
+            return raw
+        if state.session_id.startswith("sid-"):
+            from phoenix_protocol.core._ids import hashed_session_id
+
+            if hashed_session_id(raw) == state.session_id:
+                return state.session_id  # the session's own id, kept as a hash (a secret, say)
+    from phoenix_protocol.core._ids import session_id_of
+
+    return session_id_of(raw)
+
+
+_COSMETIC_KEYS = frozenset({"description", "timeout", "run_in_background"})
+
+
+def _normalized(value: object) -> object:
+    """A tool input without what does not change the action taken: whitespace runs inside
+    strings collapse, and cosmetic keys (the Bash tool's ``description``, ``timeout``) go."""
+    if isinstance(value, str):
+        return " ".join(value.split())
+    if isinstance(value, dict):
+        return {k: _normalized(v) for k, v in value.items() if k not in _COSMETIC_KEYS}
+    if isinstance(value, list):
+        return [_normalized(v) for v in value]
+    return value
+
+
+def _digest(value: object) -> str | None:
+    """A short, stable digest of a tool's normalized input (drift detection compares them)."""
+    if value is None:
+        return None
+    from phoenix_protocol.core._jsonio import dumps_canonical
+
+    try:
+        data = dumps_canonical(_normalized(value)).encode("utf-8", "surrogatepass")
+    except (TypeError, ValueError):
+        return None
+    from phoenix_protocol.core._ids import short_digest
+
+    return short_digest(data)
+
+
+def _tool_outcome(event: str, payload: dict[str, Any]) -> tuple[bool, str | None]:
+    """Whether the tool call succeeded, and its error text when it did not."""
+    if event == "post-tool-use-failure" or payload.get("hook_event_name") == "PostToolUseFailure":
+        error = payload.get("error")
+        return False, error if isinstance(error, str) and error else "tool failed"
+    response = payload.get("tool_response")
+    if isinstance(response, dict):
+        if response.get("is_error") is True or response.get("success") is False:
+            error = response.get("error") or response.get("stderr") or response.get("message")
+            return False, error if isinstance(error, str) and error else "tool reported an error"
+        if response.get("interrupted") is True:
+            return False, "tool call interrupted"
+    return True, None
+
+
+def _open_agent(payload: dict[str, Any], options: dict[str, str], *, lock_timeout_cap: float | None = None) -> Agent:
+    from phoenix_protocol.core._home import Home
+    from phoenix_protocol.services._agent import Agent
+
+    # The project Claude Code was started in, which a `cd` in the session does not change; the
+    # payload's cwd (where the session is now) only when Claude Code does not say.
+    cwd = os.environ.get("CLAUDE_PROJECT_DIR") or payload.get("cwd")
+    if not isinstance(cwd, str) or not os.path.isabs(cwd) or not os.path.isdir(cwd):
+        cwd = payload.get("cwd")
+        if not isinstance(cwd, str) or not os.path.isabs(cwd) or not os.path.isdir(cwd):
+            cwd = os.getcwd()
+    home = Home(os.path.join(cwd, options["home"])) if "home" in options else Home.resolve(cwd)
+    agent = Agent.open(options.get("agent"), home=home)
+    timeout = agent.config.hook_lock_timeout
+    if lock_timeout_cap is not None:
+        timeout = min(timeout, lock_timeout_cap)
+    agent.config.lock_timeout = timeout
+    agent.ops.log.lock_timeout = timeout
+    agent.store_fallback = True  # a hook's state change never waits on an unreachable server
+    return agent
+
+
+def handle(event: str, payload: dict[str, Any], options: dict[str, str]) -> str | None:
+    """Run one hook; returns what to print on stdout (or ``None``). Raises on failure."""
+    raw_session = _raw_session_id(payload)
+    if event in ("post-tool-use", "post-tool-use-failure"):
+        agent = _open_agent(payload, options)
+        ok, error = _tool_outcome(event, payload)
+        due: list[str] = []
+        drift: list[Any] = []
+        tool = _plain(payload.get("tool_name"))
+        duration = payload.get("duration_ms")
+        from phoenix_protocol.agent._drift import EDIT_TOOLS
+
+        state = agent.state.heartbeat(
+            session_id=raw_session,
+            tool=tool,
+            ok=ok,
+            input_digest=_digest(payload.get("tool_input")),
+            error=error,
+            durable=False,  # atomic, not fsynced: the next heartbeat replaces it (transitions stay durable)
+            lock_timeout=agent.config.lock_timeout,
+            due=due,
+            duration_ms=duration if isinstance(duration, int) and not isinstance(duration, bool) else None,
+            progress=tool in EDIT_TOOLS,
+            drift=drift,
+        )
+        _share_heartbeat(agent, payload, state)
+        if drift and drift[0][1]:
+            # Seed 003's emergency recovery (once per episode of drift) replaces a plain recovery
+            # checkpoint due now.
+            due = [k for k in due if k != "recovery"] + ["emergency:" + drift[0][0].detail]
+        if not due and not drift and "persona_reanchor" not in state.extra:
+            return None  # the common case ends here: nothing more is imported
+        from phoenix_protocol.integrations._hooks_session import after_tool
+
+        return after_tool(agent, state, payload, options, due, drift)
+    if event == "stop":
+        agent = _open_agent(payload, options)
+        agent.state.heartbeat(session_id=raw_session, tool=None, durable=False, lock_timeout=agent.config.lock_timeout)
+        answer = payload.get("last_assistant_message")
+        if isinstance(answer, str) and answer.strip() and os.path.exists(os.path.join(agent.dir, "identity.yaml")):
+            from phoenix_protocol.integrations._hooks_session import _persona_check
+
+            _persona_check(agent, answer)
+        return None  # Stop prints nothing: output there would keep the conversation going
+    if event in ("session-start", "pre-compact", "session-end"):
+        from phoenix_protocol.integrations._hooks_session import handle_session_event
+
+        return handle_session_event(event, payload, options, _session_id(payload))
+    raise ValueError(f"unknown hook event {event!r}; expected one of {', '.join(EVENTS)}")
+
+
+PG_BEAT_INTERVAL_MS = 30_000
+SYNC_MARK = ".store-sync"
+"""In the agent's directory: when the PostToolUse hook last passed its copy on to PostgreSQL."""
+
+
+def _take_due_checkpoints(payload: dict[str, Any], options: dict[str, str], due: list[str]) -> None:
+    """Take the time-based checkpoints the heartbeat claimed, off the hot path: in a detached
+    child (the hook returns at once; Claude Code does not wait for it), or inline when
+    ``PHOENIX_HOOK_INLINE=1`` (tests, platforms without fork)."""
+
+    def work() -> None:
+        from phoenix_protocol.integrations._hooks_session import _checkpoints_now
+
+        _checkpoints_now(payload, options, due)
+
+    _detached(work)
+
+
+def _detached(work: Callable[[], None]) -> None:
+    """Run ``work`` off the hot path: in a detached child (the hook returns at once; Claude Code
+    does not wait for it; the child imports what it needs), or inline when
+    ``PHOENIX_HOOK_INLINE=1`` (tests, platforms without fork)."""
+    if os.environ.get("PHOENIX_HOOK_INLINE") != "1" and hasattr(os, "fork"):
+        pid = os.fork()
+        if pid:
+            return
+        try:
+            os.setsid()
+            devnull = os.open(os.devnull, os.O_RDWR)
+            for fd in (0, 1, 2):
+                os.dup2(devnull, fd)
+            os.nice(10)  # yield the CPU to the agent (and to this hook's parent finishing)
+            work()
+        finally:
+            behind = sys.modules.get("phoenix_protocol.core._background")
+            if behind is not None:  # os._exit skips atexit: finish what was written behind
+                behind.drain()
+            os._exit(0)
+    work()
+
+
+def _team_binding() -> tuple[str, str] | None:
+    """``(team_id, teammate)`` when this session belongs to a team ($PHOENIX_TEAM, $PHOENIX_TEAMMATE)."""
+    team = os.environ.get("PHOENIX_TEAM")
+    mate = os.environ.get("PHOENIX_TEAMMATE")
+    return (team, mate) if team and mate else None
+
+
+def _share_heartbeat(agent: Agent, payload: dict[str, Any], state: AgentState) -> None:
+    """The teammate's heartbeat, on the hot path: one small file, no roster lookup. On the
+    PostgreSQL store, every 30 s, the heartbeat and this machine's copy of the agent's state and
+    ops events are passed on to the server from a detached process (psycopg and a connection
+    cost more than the hook's budget)."""
+    binding = _team_binding()
+    now = agent.clock.now_ms()
+    if binding is not None:
+        from phoenix_protocol.agent._heartbeats import beat, runtime_dir
+
+        session_id = _session_id(payload, state)
+        beat(runtime_dir(agent.home.root, binding[0]), binding[1], now_ms=now, session_id=session_id)
+    if str(agent.config.store).startswith(("postgresql://", "postgres://")):
+        from phoenix_protocol.core._durable import atomic_write, read_bytes
+
+        mark = os.path.join(agent.dir, SYNC_MARK)
+        last = read_bytes(mark)
+        if last is None or not last.strip().isdigit() or now - int(last) >= PG_BEAT_INTERVAL_MS:
+            atomic_write(mark, str(now).encode("ascii"), durable=False)
+            _spawn_share(agent, binding, _session_id(payload, state))
+
+
+def _spawn_share(agent: Agent, binding: tuple[str, str] | None, session_id: str | None) -> None:
+    """Start a detached interpreter that passes the heartbeat and the agent's copy on to
+    PostgreSQL. ``posix_spawn`` costs this hook about a millisecond, where ``fork`` of this
+    process costs several."""
+    team, name = binding or ("", "")
+    argv = [agent.home.root, agent.id, team, name, session_id or ""]
+    if os.environ.get("PHOENIX_HOOK_INLINE") == "1" or not hasattr(os, "posix_spawn"):
+        from phoenix_protocol.integrations._hooks_session import share_main
+
+        share_main(argv)
+        return
+    code = "import sys; from phoenix_protocol.integrations._hooks_session import share_main; share_main(sys.argv[1:])"
+    devnull = [(os.POSIX_SPAWN_OPEN, fd, os.devnull, os.O_RDWR, 0) for fd in (0, 1, 2)]
+    os.posix_spawn(
+        sys.executable, [sys.executable, "-P", "-c", code, *argv], os.environ, file_actions=devnull, setsid=True
+    )
+
+
+def _parse_args(argv: list[str]) -> tuple[str, dict[str, str]]:
+    event = ""
+    options: dict[str, str] = {}
+    i = 0
+    while i < len(argv):
+        arg = argv[i]
+        if arg in ("--agent", "--home") and i + 1 < len(argv):
+            options[arg[2:]] = argv[i + 1]
+            i += 2
+            continue
+        if arg.startswith(("--agent=", "--home=")):
+            key, _, value = arg[2:].partition("=")
+            options[key] = value
+        elif not event:
+            event = arg
+        i += 1
+    return event, options
+
+
+def _normalize_event(event: str, payload: dict[str, Any]) -> str:
+    name = event.strip().lower().replace("_", "-")
+    if name in EVENTS:
+        return name
+    by_claude = _BY_CLAUDE_NAME.get(event.strip())
+    if by_claude:
+        return by_claude
+    if not event:
+        named = payload.get("hook_event_name")
+        if isinstance(named, str) and named in _BY_CLAUDE_NAME:
+            return _BY_CLAUDE_NAME[named]
+    return name
+
+
+def run(argv: list[str], stdin: bytes, rest: BinaryIO | None = None) -> tuple[int, str, str]:
+    """Run a hook from its arguments and stdin; returns ``(exit_code, stdout, stderr)``.
+
+    ``rest``: the payload is over ``_MAX_STDIN``; ``stdin`` holds its first bytes and ``rest``
+    is the stream of the others, read here to its end.
+
+    The exit code is always 0. Nothing here raises.
+    """
+    event = "?"
+    payload: dict[str, Any] = {}
+    options: dict[str, str] = {}
+    oversized: dict[str, Any] | None = None
+    try:
+        event, options = _parse_args(argv)
+        from phoenix_protocol.core._jsonio import JSONError, loads
+
+        problem = None
+        if rest is None and not stdin.strip():
+            problem = "empty stdin (expected the hook's JSON)"
+        else:
+            try:
+                if rest is None:
+                    decoded = loads(stdin)
+                else:
+                    decoded, oversized = _read_oversized(stdin, rest)
+            except JSONError as exc:
+                problem = f"stdin is not JSON ({exc})"
+            else:
+                if isinstance(decoded, dict):
+                    payload = decoded
+                else:
+                    problem = "stdin JSON is not an object"
+        event = _normalize_event(event, payload)
+        if event not in EVENTS:
+            raise ValueError(f"unknown hook event {event or '(none)'!r}; expected one of {', '.join(EVENTS)}")
+        if problem is not None:
+            raise ValueError(problem)
+        if oversized is not None:
+            _log_best_effort("hook_payload_oversized", "warn", event, payload, options, oversized)
+        out = handle(event, payload, options)
+        return 0, (out + "\n") if out else "", ""
+    except BaseException as exc:  # noqa: BLE001 - a hook must never break the agent
+        if isinstance(exc, KeyboardInterrupt):
+            message = "interrupted"
+        else:
+            message = " ".join(str(exc).split()) or type(exc).__name__
+            try:  # redacted before it is cut (a cut secret no longer matches); off the hot path
+                from phoenix_protocol.core._redact import redact
+
+                message = redact(message)
+            except Exception:  # noqa: BLE001, S110 - the hook's own failure must not get worse
+                pass
+        line = f"phoenix: {event} hook: {message[:300]} (the agent is unaffected)"
+        _log_best_effort("hook_failed", "error", event, payload, options, {"error": message[:500]})
+        return 0, "", line + "\n"
+
+
+def _read_oversized(head: bytes, rest: BinaryIO) -> tuple[Any, dict[str, Any]]:
+    """A payload over ``_MAX_STDIN``, ``head`` then ``rest``, read in pieces with its values over
+    ``_MAX_VALUE`` left out; and what to log about it. ``rest`` is read to its end whatever
+    happens (after ``_OVERSIZED_BUDGET`` without decoding). Raises ``JSONError``."""
+    import time
+
+    from phoenix_protocol.core._jsonskim import loads_skimmed
+
+    size = 0
+
+    def read() -> Iterator[bytes | memoryview]:
+        nonlocal size
+        view = memoryview(head)
+        for start in range(0, len(view), _PIECE):
+            size += len(view[start : start + _PIECE])
+            yield view[start : start + _PIECE]
+        while piece := rest.read(_PIECE):
+            size += len(piece)
+            yield piece
+
+    pieces = read()
+    try:
+        value, left_out, complete = loads_skimmed(
+            pieces, max_value=_MAX_VALUE, deadline=time.monotonic() + _OVERSIZED_BUDGET
+        )
+    finally:
+        try:
+            for _ in pieces:  # the rest, only counted
+                pass
+        except (OSError, ValueError):
+            pass  # stdin broke: main() reports nothing more about it
+    largest = sorted(left_out.items(), key=lambda item: -item[1])[:10]
+    note: dict[str, Any] = {
+        "bytes": size,
+        "limit": _MAX_STDIN,
+        "left_out": {_plain(path, 200): chars for path, chars in largest},
+    }
+    if not complete:
+        note["complete"] = False  # out of time: the members after those decoded were not seen
+    return value, note
+
+
+def _drain(stream: BinaryIO) -> None:
+    """Read what is left of stdin, so that its writer is never left blocked on a full pipe (or
+    told the pipe broke)."""
+    try:
+        while stream.read(_PIECE):
+            pass
+    except (OSError, ValueError):
+        pass
+
+
+def _log_best_effort(
+    name: str, status: str, event: str, payload: dict[str, Any], options: dict[str, str], meta: dict[str, Any]
+) -> None:
+    """Best effort: an ops event about the hook itself (``hook_failed``, whose stderr line already
+    reports it; ``hook_payload_oversized``, only a note). Never raises."""
+    try:
+        agent = _open_agent(payload, options, lock_timeout_cap=0.5)
+        agent.record(name, status, {"hook": _plain(event), **meta})
+    except BaseException:  # noqa: BLE001, S110 - the hook goes on either way
+        pass
+
+
+class _SiteOnFirstMiss:
+    """An import finder for the installed hook command, which runs Python with ``-S``: setting
+    up the site packages (``site``, its ``.pth`` files) costs every heartbeat about 2 ms, and the
+    heartbeat needs only the standard library and Phoenix (the command puts Phoenix's directory
+    on ``sys.path``). Last on ``sys.meta_path``, it is asked only when no other finder found a
+    top-level module: it then sets up the site packages once (``site.main()``, as a normal start
+    would have) and looks again, so the cold paths (a checkpoint, SessionStart) import their
+    dependencies as usual."""
+
+    done = False
+
+    @classmethod
+    def find_spec(cls, name: str, path: object = None, target: object = None) -> Any:
+        if path is not None or cls.done:  # a submodule: its package was found without this
+            return None
+        cls.done = True
+        import site
+
+        site.main()
+        for finder in list(sys.meta_path):
+            find = getattr(finder, "find_spec", None)
+            if finder is cls or find is None:
+                continue
+            spec = find(name, None, target)
+            if spec is not None:
+                return spec
+        return None
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Entry point used by the installed hook commands. Always exits 0."""
+    if sys.flags.no_site and _SiteOnFirstMiss not in sys.meta_path:
+        sys.meta_path.append(_SiteOnFirstMiss)
+    args = sys.argv[1:] if argv is None else argv
+    stream = sys.stdin.buffer if sys.stdin is not None else None
+    try:
+        data = stream.read(_MAX_STDIN + 1) if stream is not None else b""
+    except (OSError, ValueError):
+        data = b""
+    rest = stream if stream is not None and len(data) > _MAX_STDIN else None
+    code, out, err = run(args, data, rest)
+    if rest is not None:
+        del data
+        _drain(rest)
+    try:
+        if out:
+            sys.stdout.write(out)
+            sys.stdout.flush()
+        if err:
+            sys.stderr.write(err)
+            sys.stderr.flush()
+    except (OSError, ValueError):
+        pass
+    raise SystemExit(code)

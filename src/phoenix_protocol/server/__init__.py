@@ -1,0 +1,1 @@
+"""Layer 4 (edges): the HTTP service (``phx serve``; the ``[server]`` extra)."""

@@ -1,0 +1,234 @@
+"""The resume protocol (seed 004, section 2): a lead (re-)attaches to a team after a crash.
+
+``resume`` runs the seed's validation sequence and returns every step with its outcome:
+
+1. **discovery**: the team's ``metadata.json`` exists;
+2. **team status**: active, pending or suspended attach; consolidating attaches with a warning and,
+   when git shows staged or dirty changes, the partial consolidation and its options
+   (retry | abort | inspect); completed is permanent (read-only);
+3. **lead session**: the same session takes the fast path; another session may re-attach when the
+   bound lead has been silent for more than 5 minutes (no file to delete by hand); a lead still
+   active elsewhere is a transient refusal (retry later);
+4. **probe teammates**: their liveness classes (online, idle, suspended, stale; clock skew noted);
+5. **verify facts**: the facts command's hash against the one stored with the newest full
+   checkpoint (a mismatch is a warning);
+6. **load mailbox**: the newest messages and the unread count, from the mailbox's tail;
+7. **summary**: tasks by status, teammates by class, last activity.
+
+Exit codes: 0 attached, 1 transient (retry), 2 permanent.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from phoenix_protocol.core._clock import Clock, iso_from_ms, system_clock
+from phoenix_protocol.core._errors import CorruptStateError, LockTimeoutError, SchemaVersionError, StorageError
+from phoenix_protocol.store._teams import LEAD_TIMEOUT_MS, Team, TeamNotFoundError
+
+if TYPE_CHECKING:
+    from phoenix_protocol.core._home import Home
+
+__all__ = ["EXIT_ATTACHED", "EXIT_PERMANENT", "EXIT_TRANSIENT", "ResumeResult", "probe", "resume", "summary"]
+
+EXIT_ATTACHED, EXIT_TRANSIENT, EXIT_PERMANENT = 0, 1, 2
+
+
+class ResumeResult:
+    """The steps taken, the summary, and the exit code."""
+
+    def __init__(self, team_id: str) -> None:
+        self.team_id = team_id
+        self.steps: list[dict[str, Any]] = []
+        self.summary: dict[str, Any] = {}
+        self.exit_code = EXIT_ATTACHED
+        self.attached = False
+
+    def step(self, name: str, level: str, detail: str, **data: Any) -> None:
+        self.steps.append({"step": name, "level": level, "detail": detail, **data})
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "team_id": self.team_id,
+            "attached": self.attached,
+            "exit_code": self.exit_code,
+            "steps": self.steps,
+            "summary": self.summary,
+        }
+
+
+def probe(team: Team, *, now_ms: int | None = None) -> dict[str, Any]:
+    """Liveness of every teammate and of the lead, without changing anything but the
+    sequence-number bookkeeping of skewed clocks."""
+    now = team.clock.now_ms() if now_ms is None else now_ms
+    data = team.read()
+    mates = []
+    lives = team.liveness_all(now_ms=now)
+    for mate in team.roster():
+        live = lives[mate["name"]]
+        mates.append({"name": mate["name"], "role": mate.get("role"), "current_task": mate.get("current_task"), **live})
+    counts: dict[str, int] = {}
+    for mate in mates:
+        counts[mate["class"]] = counts.get(mate["class"], 0) + 1
+    silence = team.lead_silence_ms(now_ms=now)
+    return {
+        "team_id": team.id,
+        "status": data["status"],
+        "lead": data["lead"],
+        "lead_session_id": data.get("lead_session_id"),
+        "lead_silence_ms": silence,
+        "teammates": mates,
+        "counts": counts,
+    }
+
+
+def summary(team: Team, data: dict[str, Any], probed: dict[str, Any], *, now_ms: int) -> dict[str, Any]:
+    """The seed's summary: age, tasks by status, teammates by class, last activity."""
+    tasks: dict[str, int] = {}
+    for task in data["tasks"]:
+        tasks[task["status"]] = tasks.get(task["status"], 0) + 1
+    log = data["session_log"]
+    return {
+        "team_id": team.id,
+        "name": data.get("name"),
+        "status": data["status"],
+        "created_seconds_ago": (now_ms - int(data.get("created_ms") or now_ms)) // 1000,
+        "tasks": tasks,
+        "teammates": probed["counts"],
+        "last_action": log.get("last_action"),
+        "last_action_at": log.get("last_action_at"),
+        "last_checkpoint_at": iso_from_ms(log["last_checkpoint_ms"]) if log.get("last_checkpoint_ms") else None,
+        "next_checkpoint_at": iso_from_ms(int(log.get("last_checkpoint_ms") or now_ms) + 30_000),
+    }
+
+
+def resume(
+    home: Home,
+    team_id: str,
+    *,
+    session_id: str,
+    clock: Clock = system_clock,
+    verify_facts: bool = True,
+    attach: bool = True,
+) -> ResumeResult:
+    """Run the validation sequence and, unless ``attach=False`` (probe only), bind the lead."""
+    from phoenix_protocol.core._ids import validate_session_id
+
+    validate_session_id(session_id)  # stored in clear: never a secret
+    result = ResumeResult(team_id)
+    try:
+        _resume(result, home, team_id, session_id=session_id, clock=clock, verify_facts=verify_facts, attach=attach)
+    except TeamNotFoundError as exc:
+        result.step("discovery", "error", str(exc))
+        result.exit_code = EXIT_PERMANENT
+    except (CorruptStateError, SchemaVersionError) as exc:
+        result.step("discovery", "error", str(exc))
+        result.exit_code = EXIT_PERMANENT
+    except (LockTimeoutError, StorageError) as exc:
+        result.step("io", "error", f"{exc} (transient: retry)")
+        result.exit_code = EXIT_TRANSIENT
+    return result
+
+
+def _resume(
+    result: ResumeResult, home: Home, team_id: str, *, session_id: str, clock: Clock, verify_facts: bool, attach: bool
+) -> None:
+    team = Team.open(home, team_id, clock=clock)
+    data = team.read()
+    now = clock.now_ms()
+    result.step("discovery", "ok", f"team {team.id} found ({team.store.location})")
+
+    status = data["status"]
+    if status == "completed":
+        result.step("team status", "error", "team completed: its state is read-only (review it with `phx team status`)")
+        result.exit_code = EXIT_PERMANENT
+        return
+    if status == "consolidating":
+        partial = team.partial_consolidation()
+        if partial:
+            result.step(
+                "team status",
+                "warn",
+                "partial consolidation: the last session was consolidating and git has staged or dirty changes; "
+                "choose retry | abort | inspect (`phx team consolidate TEAM --resolve retry|abort|inspect`)",
+                partial_consolidation=partial,
+            )
+        else:
+            result.step("team status", "warn", "team mid-consolidation: finish it (`phx team complete`) or retry it")
+    else:
+        result.step("team status", "ok", f"status {status}")
+
+    bound = data.get("lead_session_id")
+    silence = team.lead_silence_ms(now_ms=now)
+    if bound is None or bound == session_id:
+        result.step(
+            "lead session", "ok", "fast path: this session is the lead" if bound else "no lead session bound yet"
+        )
+    elif silence is None or silence > LEAD_TIMEOUT_MS:
+        minutes = "never seen" if silence is None else f"silent for {silence // 60_000} min"
+        result.step("lead session", "warn", f"re-attaching: the bound lead session {bound} is {minutes}")
+    elif not attach:
+        result.step("lead session", "ok", f"the lead is attached in session {bound}, seen {silence // 1000} s ago")
+    else:
+        result.step(
+            "lead session",
+            "error",
+            f"the lead is attached in session {bound}, seen {silence // 1000} s ago; retry after it has been silent "
+            f"for {LEAD_TIMEOUT_MS // 60_000} minutes",
+        )
+        result.exit_code = EXIT_TRANSIENT
+        return
+
+    probed = probe(team, now_ms=now)
+    skewed = [m["name"] for m in probed["teammates"] if m["skew"]]
+    detail = ", ".join(f"{count} {cls}" for cls, count in sorted(probed["counts"].items())) or "no teammates"
+    if skewed:
+        detail += f"; clock skew from {', '.join(skewed)}: ordered by heartbeat sequence"
+    result.step("probe teammates", "warn" if skewed else "ok", detail, teammates=probed["teammates"])
+
+    if verify_facts:
+        latest = team.latest_checkpoint(kind="full")
+        stored = (latest or {}).get("facts", {}).get("hash") if latest else None
+        current = team.facts_hash()
+        if stored is None:
+            result.step("verify facts", "ok", "no facts recorded yet", facts=current)
+        elif stored == current["hash"]:
+            result.step("verify facts", "ok", "facts match the last full checkpoint", facts=current)
+        else:
+            result.step(
+                "verify facts",
+                "warn",
+                f"facts changed since checkpoint {latest.get('seq') if latest else '?'} ({current['source']}): safe to "
+                "proceed, but review what changed",
+                facts=current,
+                stored=stored,
+            )
+
+    recent = [m.as_dict() for m in team.mailbox.replay(5)]
+    stats = team.mailbox.stats()
+    unread = team.mailbox.unread_count(data["lead"]) if data["lead"] in team.teammate_names() else 0
+    result.step(
+        "load mailbox",
+        "ok",
+        f"{stats.get('count', 0)} messages, {unread} unread by the lead",
+        recent=recent,
+        unread=unread,
+    )
+
+    if attach:
+
+        def bind(meta: dict[str, Any]) -> None:
+            meta["lead_session_id"] = session_id
+            meta["lead_last_seen_ms"] = now
+            meta["lead_last_seen"] = iso_from_ms(now)
+            meta["session_log"]["lead_timeout_detected_at"] = None
+            if meta["status"] == "suspended":
+                meta["status"] = "active"
+            team._log(meta, "lead_attached")
+
+        meta, _ = team._change(bind, metadata_only=True)  # the tasks are as read above
+        data = {**meta, "tasks": data["tasks"]}
+        team.heartbeat(data["lead"], session_id=session_id)
+        result.attached = True
+    result.summary = summary(team, data, probed, now_ms=now)
+    result.step("summary", "ok", "ready to continue, consolidate, or message teammates")

@@ -1,0 +1,390 @@
+"""The watchdog (seed 000): never trust state files alone; check them against real processes.
+
+For every agent in the home whose status is ``working``:
+
+==============================  ===============================================================
+what is found                   verdict
+==============================  ===============================================================
+its process is alive            ``alive``, however long since the last tool call (long
+                                thinking is not a stall)
+its PID is free, a zombie, or   ``gone``: after ``watchdog_grace`` seconds since the last
+taken by a process that         heartbeat the agent is marked **stalled** (status error,
+started at another time         ``status_event`` ``stalled``, set by the watchdog, which outranks
+(PID reuse)                     hook and model), with an ops event and a recovery checkpoint;
+                                before that, ``grace``
+recorded on another host        ``remote``: its process cannot be seen from here, only its
+                                heartbeat: stalled after ``watchdog_remote_grace`` without one
+no process recorded             ``unknown``: judged by its heartbeat, like a remote agent
+==============================  ===============================================================
+
+Agents that are idle or already in error are reported and left alone; a corrupt or newer
+state.json is reported (``phx doctor`` repairs it), never touched. Operational drift (``_drift``)
+is evaluated for live agents from the actions the heartbeat recorded: an agent whose calls keep
+coming without progress gets the same emergency recovery the hook gives.
+
+The tmux mode (seed 000's ``pstree`` of tmux panes) lists the agent processes (``claude``,
+``gemini``, ``codex`` or ``watchdog_process_names``) in the pane trees of every tmux session, and
+reports a session whose agent process has gone while an agent named after it is working.
+
+The library never prints; ``phx watchdog`` renders ``WatchdogReport``.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from typing import TYPE_CHECKING, Any
+
+from phoenix_protocol.core._clock import Clock, iso_from_ms, system_clock
+from phoenix_protocol.core._errors import CorruptStateError, PhoenixError, SchemaVersionError, StatusRefusedError
+from phoenix_protocol.core._process import hostname
+
+if TYPE_CHECKING:
+    from phoenix_protocol.core._home import Home
+    from phoenix_protocol.services._agent import Agent
+
+__all__ = ["AgentVerdict", "TmuxPane", "WatchdogReport", "check_agent", "known_agents", "run_pass", "tmux_agents"]
+
+VERDICTS = ("alive", "grace", "stalled", "remote", "unknown", "idle", "error", "corrupt")
+
+
+class AgentVerdict:
+    """What the watchdog concluded about one agent, and what it did."""
+
+    __slots__ = ("action", "agent_id", "detail", "drift", "host", "last_active", "pid", "status", "verdict")
+
+    def __init__(
+        self,
+        agent_id: str,
+        verdict: str,
+        detail: str,
+        *,
+        status: str | None = None,
+        pid: int | None = None,
+        host: str | None = None,
+        last_active: str | None = None,
+        action: str | None = None,
+        drift: str | None = None,
+    ) -> None:
+        self.agent_id = agent_id
+        self.verdict = verdict
+        self.detail = detail
+        self.status = status
+        self.pid = pid
+        self.host = host
+        self.last_active = last_active
+        self.action = action
+        self.drift = drift
+
+    def as_dict(self) -> dict[str, Any]:
+        return {name: getattr(self, name) for name in self.__slots__}
+
+
+class TmuxPane:
+    """A tmux pane and the agent processes in its process tree."""
+
+    def __init__(self, session: str, pane_pid: int, agents: list[dict[str, Any]]) -> None:
+        self.session = session
+        self.pane_pid = pane_pid
+        self.agents = agents
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"session": self.session, "pane_pid": self.pane_pid, "agents": self.agents}
+
+
+class WatchdogReport:
+    """One pass: when, every verdict, and (tmux mode) the panes."""
+
+    def __init__(
+        self,
+        checked_at: str,
+        verdicts: list[AgentVerdict],
+        tmux: list[TmuxPane] | None,
+        teammates: list[dict[str, Any]] | None = None,
+    ) -> None:
+        self.checked_at = checked_at
+        self.verdicts = verdicts
+        self.tmux = tmux
+        self.teammates = teammates or []
+
+    @property
+    def stalled(self) -> list[AgentVerdict]:
+        """Agents marked stalled in this pass."""
+        return [v for v in self.verdicts if v.action == "marked_stalled"]
+
+    @property
+    def swept(self) -> list[dict[str, Any]]:
+        """Teammates whose tasks this pass returned to their team's queue."""
+        return [t for t in self.teammates if t.get("action") == "tasks_returned"]
+
+    @property
+    def drifting(self) -> list[AgentVerdict]:
+        return [v for v in self.verdicts if v.drift]
+
+    def counts(self) -> dict[str, int]:
+        out: dict[str, int] = {}
+        for v in self.verdicts:
+            out[v.verdict] = out.get(v.verdict, 0) + 1
+        return out
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "checked_at": self.checked_at,
+            "counts": self.counts(),
+            "stalled": [v.agent_id for v in self.stalled],
+            "drifting": [v.agent_id for v in self.drifting],
+            "agents": [v.as_dict() for v in self.verdicts],
+            "teammates": self.teammates,
+            "tmux": [p.as_dict() for p in self.tmux] if self.tmux is not None else None,
+        }
+
+
+def _mark_stalled(agent: Agent, reason: str, session_id: str | None) -> str:
+    """Status error/stalled by the watchdog, an ops event (the transition), a recovery checkpoint."""
+    try:
+        agent.state.set_status("error", f"stalled: {reason}", source="watchdog", session_id=session_id, event="stalled")
+    except StatusRefusedError:  # pragma: no cover - the watchdog outranks every writer
+        return "refused"
+    try:
+        agent.checkpoints.create("recovery", summary=f"stalled: {reason}")
+    except PhoenixError as exc:
+        agent.record("checkpoint_failed", "error", {"reason": "stalled", "error": str(exc)[:300]})
+    return "marked_stalled"
+
+
+def check_agent(agent: Agent, *, now_ms: int, act: bool = True, this_host: str | None = None) -> AgentVerdict:
+    """Judge one agent (see the module docstring); with ``act`` mark it stalled when it is."""
+    from phoenix_protocol.core._process import liveness
+
+    host_here = this_host or hostname()
+    try:
+        state = agent.state.read()
+    except (CorruptStateError, SchemaVersionError) as exc:
+        return AgentVerdict(agent.id, "corrupt", str(exc))
+    base: dict[str, Any] = {
+        "status": state.status,
+        "pid": state.pid,
+        "host": state.host,
+        "last_active": state.last_active,
+    }
+    if state.status != "working":
+        label = "idle" if state.status == "idle" else "error"
+        detail = state.error_message or "" if state.status == "error" else "not working"
+        return AgentVerdict(agent.id, label, detail, **base)
+    config = agent.config
+    silent_ms = now_ms - (state.last_active_ms or 0)
+    silent = f"{silent_ms / 1000:.0f}s since the last heartbeat"
+    if state.pid is not None and state.host == host_here:
+        alive = liveness(state.pid, state.pid_start_time, state.host, tolerance=config.process_start_tolerance)
+        if alive:
+            verdict = AgentVerdict(agent.id, "alive", f"process {state.pid} is running; {silent}", **base)
+            return _drift_check(agent, state, verdict, now_ms=now_ms, act=act)
+        if silent_ms < config.watchdog_grace * 1000:
+            return AgentVerdict(
+                agent.id, "grace", f"process {state.pid} is gone; {silent} (grace {config.watchdog_grace:g}s)", **base
+            )
+        reason = f"agent process {state.pid} on {state.host} is gone (or its PID was reused); {silent}"
+        action = _mark_stalled(agent, reason, state.session_id) if act else None
+        return AgentVerdict(agent.id, "stalled", reason, action=action, **base)
+    label = "remote" if state.host and state.host != host_here else "unknown"
+    where = f"recorded on {state.host}" if label == "remote" else "no process recorded"
+    if silent_ms < config.watchdog_remote_grace * 1000:
+        return AgentVerdict(agent.id, label, f"{where}; judged by heartbeat: {silent}", **base)
+    reason = f"{where}; no heartbeat for {silent_ms // 60_000} minutes"
+    action = _mark_stalled(agent, reason, state.session_id) if act else None
+    return AgentVerdict(agent.id, "stalled", reason, action=action, **base)
+
+
+def _drift_check(agent: Agent, state: Any, verdict: AgentVerdict, *, now_ms: int, act: bool) -> AgentVerdict:
+    """Operational drift of a live agent (e.g. calls without progress, which the heartbeat only
+    sees when the next call comes): the same emergency recovery as the hook, once per drift."""
+    from phoenix_protocol.agent._drift import Action, DriftConfig, detect, warn_once
+
+    actions = []
+    for item in state.recent_actions:
+        try:
+            actions.append(Action.from_list(item))
+        except (TypeError, ValueError):
+            continue
+    since = state.last_progress_ms or state.work_started_ms
+    signals = detect(actions, now_ms=now_ms, config=DriftConfig.from_config(agent.config), last_progress_ms=since)
+    if not signals:
+        return verdict
+    verdict.drift = signals[0].detail
+    if not act or warn_once(signals, state.drift, iso_from_ms(now_ms)) is None:
+        return verdict
+    opened: list[bool] = []
+
+    def mark(current: Any) -> list[Any]:
+        from phoenix_protocol.agent._state import Transition
+
+        found = warn_once(signals, current.drift, iso_from_ms(now_ms))  # under the lock: the hook may have warned
+        if found is None:
+            return []
+        signal, current.drift, opens = found
+        opened.append(opens)
+        meta = {"kind": signal.kind, "detail": signal.detail, "by": "watchdog", "episode_opened": opens}
+        return [Transition("drift_detected", "warn", meta)]
+
+    agent.state.change(mark)
+    if opened and opened[0]:  # once per episode of drift, as the hook
+        agent.checkpoints.emergency_recovery(f"drift: {verdict.drift}")
+        verdict.action = "emergency_recovery"
+    return verdict
+
+
+def _process_names(config: Any) -> set[str]:
+    return {n.strip() for n in str(config.watchdog_process_names).split(",") if n.strip()}
+
+
+def tmux_agents(names: set[str], *, socket: str | None = None) -> list[TmuxPane] | None:
+    """Agent processes in the pane trees of every tmux session (``None`` without a tmux server)."""
+    import psutil
+
+    command = ["tmux"] + (["-S", socket] if socket else []) + ["list-panes", "-a", "-F", "#{session_name}\t#{pane_pid}"]
+    try:
+        proc = subprocess.run(command, capture_output=True, text=True, timeout=5, check=False)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    if proc.returncode != 0:
+        return None
+    panes = []
+    for line in proc.stdout.splitlines():
+        session, _, pid_text = line.partition("\t")
+        if not pid_text.isdigit():
+            continue
+        found = []
+        try:
+            root = psutil.Process(int(pid_text))
+            for child in [root, *root.children(recursive=True)]:
+                try:
+                    name = child.name()
+                    cmdline = " ".join(child.cmdline()[:3])
+                except (psutil.NoSuchProcess, psutil.AccessDenied):
+                    continue
+                if name in names or any(os.path.basename(part) in names for part in cmdline.split()):
+                    found.append({"pid": child.pid, "name": name, "start_time": child.create_time()})
+        except (psutil.NoSuchProcess, psutil.AccessDenied):
+            pass
+        panes.append(TmuxPane(session, int(pid_text), found))
+    return panes
+
+
+def run_pass(
+    home: Home,
+    *,
+    agents: list[Agent] | None = None,
+    clock: Clock = system_clock,
+    act: bool = True,
+    tmux: bool = False,
+    tmux_socket: str | None = None,
+    config_overrides: dict[str, Any] | None = None,
+) -> WatchdogReport:
+    """One pass over every agent of ``home`` (or ``agents``)."""
+    from phoenix_protocol.services._agent import Agent
+
+    if agents is None:
+        agents = [
+            Agent.open(aid, home=home, clock=clock, config_overrides=config_overrides)
+            for aid in known_agents(home, config_overrides)
+        ]
+    now_ms = clock.now_ms()
+    host_here = hostname()
+    verdicts = [check_agent(agent, now_ms=now_ms, act=act, this_host=host_here) for agent in agents]
+    panes = None
+    if tmux:
+        names = _process_names(agents[0].config) if agents else {"claude", "gemini", "codex"}
+        panes = tmux_agents(names, socket=tmux_socket)
+        if panes is not None:
+            by_id = {v.agent_id: v for v in verdicts}
+            for pane in panes:
+                verdict = by_id.get(pane.session)
+                # Seed 000: a tmux session named after a working agent, with no agent process in it.
+                if verdict is not None and verdict.verdict in ("alive", "unknown", "remote") and not pane.agents:
+                    verdict.detail += f"; tmux session {pane.session!r} has no agent process"
+                    if verdict.verdict != "alive":
+                        verdict.verdict = "stalled"
+                        agent = next(a for a in agents if a.id == pane.session)
+                        if act:
+                            verdict.action = _mark_stalled(
+                                agent, f"no agent process in tmux session {pane.session!r}", None
+                            )
+    teammates = check_teams(home, clock=clock, act=act)
+    return WatchdogReport(iso_from_ms(now_ms), verdicts, panes, teammates)
+
+
+def known_agents(home: Home, config_overrides: dict[str, Any] | None = None) -> list[str]:
+    """The agents of ``home``; on the PostgreSQL store also those whose state the server holds
+    (agents running on other machines)."""
+    from phoenix_protocol.core._config import load_config
+
+    ids = home.agent_ids()
+    store = str(load_config(home.root, project_root=home.project_root, overrides=config_overrides).store)
+    if store.startswith(("postgresql://", "postgres://")):
+        from phoenix_protocol.agent._state_pg import agents_with_state
+
+        ids = sorted(set(ids) | set(agents_with_state(store)))
+    return ids
+
+
+def check_teams(home: Home, *, clock: Clock = system_clock, act: bool = True) -> list[dict[str, Any]]:
+    """Every teammate of every team not completed: its liveness class from its heartbeats (a
+    teammate's process may run on any machine: heartbeats are the ground truth here); tasks held
+    by suspended or stale teammates go back to the queue (``Team.sweep``) when ``act``."""
+    from phoenix_protocol.store._teams import Team, list_teams
+
+    out: list[dict[str, Any]] = []
+    for team_id in list_teams(home):
+        try:
+            team = Team.open(home, team_id, clock=clock)
+            data = team.read()
+            if data["status"] == "completed":
+                continue
+            holding = {
+                t["assigned_to"]
+                for t in data["tasks"]
+                if t["status"] in ("in_progress", "blocked") and t["assigned_to"]
+            }
+            rows = []
+            lives = team.liveness_all()
+            for mate in team.roster():
+                live = lives[mate["name"]]
+                rows.append(
+                    {
+                        "team": team_id,
+                        "name": mate["name"],
+                        "class": live["class"],
+                        "skew": live["skew"],
+                        "task": mate.get("current_task"),
+                    }
+                )
+            dead = [r for r in rows if r["class"] in ("suspended", "stale") and r["name"] in holding]
+            if act:
+                _periodic_snapshot(team, data)
+            if dead and act:
+                returned = team.sweep()
+                for row in dead:
+                    row["action"] = "tasks_returned"
+                    row["returned"] = [
+                        t["task_id"] for t in returned if t["checkpoint"].get("inherited_from") == row["name"]
+                    ]
+            out += rows
+        except PhoenixError as exc:
+            out.append({"team": team_id, "error": str(exc)})
+    return out
+
+
+def _periodic_snapshot(team: Any, data: dict[str, Any]) -> None:
+    """Seed 004's periodic full snapshot, for a team whose transitions have stopped; in ZOMBIE
+    mode (the lead silent for more than 5 minutes) every 30 seconds."""
+    from phoenix_protocol.store._teams import FULL_SNAPSHOT_MS, LEAD_TIMEOUT_MS, ZOMBIE_CHECKPOINT_MS
+
+    now = team.clock.now_ms()
+    log = data["session_log"]
+    silence = team.lead_silence_ms(now_ms=now)
+    if data["status"] in ("active", "suspended") and silence is not None and silence > LEAD_TIMEOUT_MS:
+        if now - (log.get("last_checkpoint_ms") or 0) >= ZOMBIE_CHECKPOINT_MS:
+            team.checkpoint(kind="full", reason="ZOMBIE: the lead is silent; teammates work on")
+        return
+    if now - (log.get("last_full_snapshot_ms") or 0) >= FULL_SNAPSHOT_MS:
+        team.checkpoint(kind="full", reason="periodic (watchdog)")

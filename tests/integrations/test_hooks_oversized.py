@@ -1,0 +1,181 @@
+"""A hook payload over the 64 MiB read limit (a tool's whole output): the real hook process still
+records the heartbeat, reads stdin to its end (its writer never gets a broken pipe), stays in
+bounded memory and exits 0."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from conftest import HOOK_PREFIX
+from phoenix_protocol.core._home import Home
+from phoenix_protocol.integrations import _hooks
+from phoenix_protocol.services._agent import Agent
+
+BIG = 70_000_000  # characters of tool output: the payload is over _MAX_STDIN (64 MiB)
+
+# Claude Code's side: writes the payload into the hook's stdin, in pieces, then waits for it.
+# It runs as a process of its own so that the hook's peak memory (os.wait4) is the hook's, not
+# that of the test process it would otherwise be forked from.
+WRITER = r"""
+import json, os, subprocess, sys, time
+payload, hook = sys.argv[1], sys.argv[2:]
+proc = subprocess.Popen(hook, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+start = time.monotonic()
+broken = False
+with open(payload, "rb") as f:
+    try:
+        while piece := f.read(1 << 20):
+            proc.stdin.write(piece)
+        proc.stdin.close()
+    except BrokenPipeError:
+        broken = True
+out, err = proc.stdout.read(), proc.stderr.read()
+_, status, usage = os.wait4(proc.pid, 0)
+print(json.dumps({
+    "code": os.waitstatus_to_exitcode(status), "stdout": out.decode(), "stderr": err.decode(),
+    "broken_pipe": broken, "seconds": time.monotonic() - start, "max_rss_mb": usage.ru_maxrss / 1024,
+}))
+"""
+
+
+def _run_writer(tmp_path: Path, project: Path, command: list[str], payload: bytes) -> dict[str, Any]:
+    path = tmp_path / "payload.json"
+    path.write_bytes(payload)
+    env = {
+        **os.environ,
+        "HOME": str(tmp_path),
+        "PHOENIX_HOME": str(tmp_path / "phoenix-home"),
+        "CLAUDE_PROJECT_DIR": str(project),
+    }
+    proc = subprocess.run(
+        [sys.executable, "-c", WRITER, str(path), *command],
+        capture_output=True,
+        check=True,
+        env=env,
+        cwd=project,
+        timeout=120,
+    )
+    path.unlink()
+    result: dict[str, Any] = json.loads(proc.stdout)
+    return result
+
+
+def _agent(tmp_path: Path) -> Agent:
+    return Agent.open("default", home=Home(str(tmp_path / "phoenix-home")))
+
+
+def _body(project: Path, event: str, **extra: Any) -> dict[str, Any]:
+    return {
+        "session_id": "sess-big",
+        "transcript_path": "/tmp/t.jsonl",
+        "cwd": str(project),
+        "permission_mode": "default",
+        "hook_event_name": event,
+        **extra,
+    }
+
+
+def test_post_tool_use_over_the_limit_is_still_the_heartbeat(tmp_path: Path, project: Path) -> None:
+    # The Bash tool's response: its output first, the flag that it was interrupted after it.
+    stdout = 'line of build output \\ with "quotes"\n' * (BIG // 38)
+    response = {"stdout": stdout, "stderr": "", "interrupted": True, "isImage": False}
+    body = _body(project, "PostToolUse", tool_name="Bash", tool_input={"command": "make"}, tool_response=response)
+    payload = json.dumps({**body, "tool_use_id": "toolu_1"}).encode()
+    assert len(payload) > _hooks._MAX_STDIN
+
+    done = _run_writer(tmp_path, project, [*HOOK_PREFIX, "post-tool-use"], payload)
+
+    assert (done["code"], done["stdout"], done["stderr"]) == (0, "", "")
+    assert not done["broken_pipe"]  # all of stdin was read
+    assert done["max_rss_mb"] < 120  # 70 MB was never held twice (before: 138 MB)
+    agent = _agent(tmp_path)
+    state = agent.state.read()
+    assert state.session_id == "sess-big" and state.heartbeat_seq == 1
+    assert state.last_tool is not None
+    assert state.last_tool["name"] == "Bash" and state.last_tool["ok"] is False
+    assert state.last_tool["error"] == "tool call interrupted"
+    assert state.last_tool["input_digest"] == _hooks._digest({"command": "make"})
+    events, _ = agent.ops.read()
+    oversized = [e for e in events if e["event"] == "hook_payload_oversized"]
+    assert len(oversized) == 1 and oversized[0]["status"] == "warn"
+    assert oversized[0]["meta"] == {
+        "hook": "post-tool-use",
+        "bytes": len(payload),
+        "limit": _hooks._MAX_STDIN,
+        "left_out": {"tool_response.stdout": len(json.dumps(stdout))},
+    }
+    assert [e["event"] for e in events if e["event"] in ("tool_failed", "hook_failed")] == ["tool_failed"]
+
+
+def test_post_tool_use_failure_over_the_limit_through_phx_hook(tmp_path: Path, project: Path) -> None:
+    # A Write of 70 MB: the large value is the tool's input, and the error comes after it.
+    tool_input = {"file_path": str(project / "big.txt"), "content": "é" * (BIG // 2)}
+    body = _body(project, "PostToolUseFailure", tool_name="Write", tool_input=tool_input)
+    extra = {"tool_use_id": "t", "error": "ENOSPC: no space left", "is_interrupt": False}
+    payload = json.dumps({**body, **extra}, ensure_ascii=False)  # as Claude Code writes it: UTF-8
+    command = [sys.executable, "-c", "import sys; from phoenix_protocol.cli._entry import main; sys.exit(main())"]
+
+    done = _run_writer(tmp_path, project, [*command, "hook", "PostToolUseFailure"], payload.encode())
+
+    assert (done["code"], done["stdout"], done["stderr"], done["broken_pipe"]) == (0, "", "", False)
+    state = _agent(tmp_path).state.read()
+    assert state.session_id == "sess-big" and state.last_tool is not None
+    assert state.last_tool["name"] == "Write" and state.last_tool["ok"] is False
+    assert state.last_tool["error"] == "ENOSPC: no space left"
+    assert state.last_tool["input_digest"]  # of the input with its content left out
+    events, _ = _agent(tmp_path).ops.read()
+    [note] = [e["meta"] for e in events if e["event"] == "hook_payload_oversized"]
+    assert note["left_out"] == {"tool_input.content": len(json.dumps(tool_input["content"], ensure_ascii=False))}
+
+
+def test_payload_over_the_limit_that_is_not_json_fails_softly_and_is_drained(tmp_path: Path, project: Path) -> None:
+    # Cut off in the middle of its output: the hook reads it all, then reports it.
+    payload = json.dumps(_body(project, "PostToolUse", tool_name="Read")).encode()[:-1]
+    payload += b', "tool_response": {"content": "' + b"x" * BIG
+
+    done = _run_writer(tmp_path, project, [*HOOK_PREFIX, "post-tool-use"], payload)
+
+    assert (done["code"], done["stdout"], done["broken_pipe"]) == (0, "", False)
+    assert done["stderr"].count("\n") == 1
+    assert done["stderr"].startswith("phoenix: post-tool-use hook: stdin is not JSON (unterminated string")
+    events, _ = _agent(tmp_path).ops.read()
+    assert events[-1]["event"] == "hook_failed" and "stdin is not JSON" in events[-1]["meta"]["error"]
+
+
+def _main(stdin: bytes) -> None:
+    """``_hooks.main`` in this process, with ``stdin`` as its standard input."""
+    old = sys.stdin
+    sys.stdin = io.TextIOWrapper(io.BytesIO(stdin))
+    try:
+        with pytest.raises(SystemExit) as exc:
+            _hooks.main(["post-tool-use"])
+        assert exc.value.code == 0
+    finally:
+        sys.stdin = old
+
+
+def test_the_limit_is_the_largest_payload_read_whole(project: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(project)
+    monkeypatch.setattr(_hooks, "_MAX_VALUE", 100, raising=False)
+    body = _body(project, "PostToolUse", tool_name="Read", tool_input={}, tool_response={"content": "x" * 200})
+    payload = json.dumps(body).encode()
+    agent = Agent.open("default", home=Home(str(project / ".phoenix")))
+
+    monkeypatch.setattr(_hooks, "_MAX_STDIN", len(payload))
+    _main(payload)
+    assert agent.state.read().heartbeat_seq == 1
+    assert "hook_payload_oversized" not in [e["event"] for e in agent.ops.read()[0]]
+
+    monkeypatch.setattr(_hooks, "_MAX_STDIN", len(payload) - 1)
+    _main(payload)
+    assert agent.state.read().heartbeat_seq == 2
+    [note] = [e["meta"] for e in agent.ops.read()[0] if e["event"] == "hook_payload_oversized"]
+    assert note["bytes"] == len(payload) and note["left_out"] == {"tool_response.content": 202}

@@ -134,6 +134,32 @@ def test_user_scope_goes_to_the_temporary_home(tmp_path: Path) -> None:
     _validate(json.loads(Path(result.path).read_text()))
 
 
+def test_hook_commands_installed_by_0_1_0_still_run_and_are_replaced_by_install(project: Path) -> None:
+    """0.1.0 wrote ``from phoenix_protocol._hooks import main`` into settings: that command still
+    records the work, and ``phx install`` replaces those entries instead of adding its own beside them."""
+    legacy_marker = "phoenix_protocol." + "_hooks"  # spelled apart: the path 0.1.0 wrote, not today's
+    install_claude_code("project", project_dir=str(project))
+    path = project / ".claude" / "settings.json"
+    text = path.read_text().replace(MARKER, legacy_marker)
+    path.write_text(text)
+    old = json.loads(text)
+    command = next(h["command"] for g in old["hooks"]["PostToolUse"] for h in g["hooks"])
+    assert legacy_marker + " import main" in command
+    payload = json.dumps(
+        {"session_id": "s", "cwd": str(project), "tool_name": "Bash", "tool_input": {}, "tool_response": {}}
+    )
+    proc = subprocess.run(
+        ["/bin/sh", "-c", command], input=payload.encode(), capture_output=True, cwd=project, check=False
+    )
+    assert proc.returncode == 0 and proc.stderr == b""
+    assert (project / ".phoenix/agents/default/state.json").exists()
+    result = install_claude_code("project", project_dir=str(project))
+    assert result.changed and all(a.startswith("updated") for a in result.actions)
+    settings = json.loads(path.read_text())
+    commands = [h["command"] for groups in settings["hooks"].values() for g in groups for h in g["hooks"]]
+    assert len(commands) == len(HOOK_SPECS) and all(MARKER in c for c in commands)
+
+
 def test_the_command_runs_from_any_path(project: Path) -> None:
     """The written command works with an empty PATH, from another directory, via the shell."""
     command = hook_command("post-tool-use", agent="zero")

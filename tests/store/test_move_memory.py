@@ -4,11 +4,13 @@ into the home's database on first use, on both engines, with nothing lost; an in
 
 from __future__ import annotations
 
+import contextlib
 import glob
 import json
 import os
 import shutil
 import signal
+import sqlite3
 import subprocess
 import sys
 import tarfile
@@ -30,7 +32,6 @@ from phoenix_protocol.store._tokens import TokenStore
 DATA = Path(__file__).resolve().parent.parent / "data" / "homes"
 EXPECTED = json.loads((DATA / "expected-0.1.0.json").read_text())
 SRC = str(Path(__file__).resolve().parents[2] / "src")
-LEGACY_SRC = "/work/legacy/src"
 
 
 @pytest.fixture(params=["sqlite", "postgres"])
@@ -166,24 +167,22 @@ def test_a_damaged_old_file_is_named_and_nothing_moves(old_home: Home, store: st
     assert _kept_aside(old_home) == ([], [])
 
 
-@pytest.mark.skipif(not os.path.isdir(LEGACY_SRC), reason="the earlier release's checkout is not here")
-def test_what_an_earlier_release_stored_unredacted_is_redacted_when_moved(tmp_path: Path, store: str) -> None:
-    """0.1.0 kept tags and metadata keys as given: a GitHub token as a tag, an AWS key id as a key."""
+def test_what_an_earlier_release_stored_unredacted_is_redacted_when_moved(old_home: Home, store: str) -> None:
+    """0.1.0 kept tags and metadata keys as given: a GitHub token as a tag, an AWS key id as a key.
+    The row is added to the fixture home's memory.sqlite3 as 0.1.0's schema (its tables and
+    triggers, in the file) stores it."""
     token, key = "ghp_" + "Zx9" * 12, "AKIA" + "Q7XZ2MRT4KPLW3VN"
-    home = Home(str(tmp_path / "home"))
-    script = (
-        "from phoenix_protocol.core._home import Home; from phoenix_protocol.store._memory import MemoryStore; "
-        f"r = MemoryStore(Home({home.root!r})).store('zero', 'deploy notes', tags=[{token!r}], metadata={{{key!r}: 1}}); "
-        "print(r.id)"
-    )
-    proc = subprocess.run(
-        [sys.executable, "-c", script],
-        env={**os.environ, "PYTHONPATH": LEGACY_SRC},
-        capture_output=True,
-        timeout=60,
-        check=True,
-    )
-    memory_id = proc.stdout.decode().strip()
+    home = old_home
+    memory_id = "mem-" + "ab" * 12
+    path = os.path.join(home.root, "memory", "memory.sqlite3")
+    with contextlib.closing(sqlite3.connect(path, isolation_level=None)) as conn:
+        conn.execute("BEGIN")
+        cur = conn.execute(
+            "INSERT INTO memories (id, namespace, text, tags, metadata, created_ms) VALUES (?, ?, ?, ?, ?, ?)",
+            (memory_id, "zero", "deploy notes", json.dumps([token.lower()]), json.dumps({key: 1}), 1_795_800_000_000),
+        )
+        conn.execute("INSERT INTO memory_tags (memory_rowid, tag) VALUES (?, ?)", (cur.lastrowid, token.lower()))
+        conn.execute("COMMIT")
     old_bytes = b"".join(Path(p).read_bytes() for p in glob.glob(os.path.join(home.root, "memory", "memory.sqlite3*")))
     assert token.lower().encode() in old_bytes and key.encode() in old_bytes  # as the old release kept them
     got = MemoryStore(home, config=Config({"store": store})).get("zero", memory_id)

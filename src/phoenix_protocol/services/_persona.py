@@ -906,7 +906,7 @@ def _core_sentence(core: Mapping[str, Any]) -> str:
     return ". ".join(parts)
 
 
-VOCAB = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data", "all-MiniLM-L6-v2-vocab.txt")
+VOCAB = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "data", "all-MiniLM-L6-v2-vocab.txt")
 """all-MiniLM-L6-v2's WordPiece vocabulary (BERT uncased, Apache-2.0), shipped with Phoenix: the
 ONNX package carries the network only."""
 

@@ -83,4 +83,7 @@ done
     "$("$phx" token list --json)"
 } | python3 -m json.tool > "$here/expected-0.1.0.json"
 tar -C "$work" -czf "$here/home-0.1.0.tar.gz" home
-echo "wrote $here/home-0.1.0.tar.gz and expected-0.1.0.json"
+# What 0.1.0's `phx export` wrote of that home (tokens.json as a file, checkpoints as files).
+PHOENIX_STORE=files "$phx" export "$work/export.jsonl" --home "$PHOENIX_HOME" >/dev/null
+gzip -9 -c "$work/export.jsonl" > "$here/export-0.1.0.jsonl.gz"
+echo "wrote $here/home-0.1.0.tar.gz, export-0.1.0.jsonl.gz and expected-0.1.0.json"

@@ -30,6 +30,7 @@ from datetime import date as _date
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from phoenix_protocol.core._clock import iso_from_ms
+from phoenix_protocol.store._db import AgentRows
 
 if TYPE_CHECKING:
     from phoenix_protocol.store._db import Database, Tx
@@ -261,32 +262,17 @@ when needed), the new checkpoint, its content, its checksum and what retention d
 Choose = Callable[[View, Callable[[], set[str]]], list[CheckpointInfo]]
 
 
-class CheckpointRows:
+class CheckpointRows(AgentRows):
     """One agent's checkpoints in ``db``."""
 
     def __init__(self, db: Database, agent_id: str, *, keep_routine: int = 3, keep_session: int = 50) -> None:
-        self.db = db
-        self.agent_id = agent_id
+        super().__init__(db, agent_id)
         self.keep = (keep_routine, keep_session)
         self._prefetched: tuple[str, Stored] | None = None  # the newest one's body, for the read that follows
-        self.before_use: Callable[[], None] = lambda: None
-        """Run before the first use (the import of a home's files: ``_checkpoint_import``)."""
 
     def where(self, name: str) -> str:
         """Where checkpoint ``name`` is, for messages: the database, the agent and the name."""
         return f"{self.db.where}#agents/{self.agent_id}/checkpoints/{name}"
-
-    def _read(self, work: Callable[[Tx], Any], empty: Any = None) -> Any:
-        """``work`` in a read transaction; ``empty`` without one when there is no database yet
-        (a reader creates nothing)."""
-        self.before_use()
-        if not self.db.exists():
-            return empty
-        return self.db.read(work)
-
-    def _write(self, work: Callable[[Tx], Any]) -> Any:
-        self.before_use()
-        return self.db.transaction(work)
 
     def ordered(self) -> list[CheckpointInfo]:
         """Every checkpoint, oldest first (metadata only)."""

@@ -38,6 +38,7 @@ if TYPE_CHECKING:
 __all__ = [
     "DB_NAME",
     "POLL_SECONDS",
+    "AgentRows",
     "Database",
     "Dialect",
     "FullText",
@@ -313,6 +314,29 @@ class Database:
     def exists(self) -> bool:
         """Whether the database is there at all (a home with no ``phoenix.db`` has stored nothing)."""
         return True
+
+
+class AgentRows:
+    """The rows of one agent in ``db`` (its checkpoints, its sessions): reads create nothing, and
+    ``before_use`` runs first (the import of an earlier release's files)."""
+
+    def __init__(self, db: Database, agent_id: str) -> None:
+        self.db = db
+        self.agent_id = agent_id
+        self.before_use: Callable[[], None] = lambda: None
+        """Run before the first use (the import of a home's files: ``_checkpoint_import``)."""
+
+    def _read(self, work: Callable[[Tx], Any], empty: Any = None) -> Any:
+        """``work`` in a read transaction; ``empty`` without one when there is no database yet
+        (a reader creates nothing)."""
+        self.before_use()
+        if not self.db.exists():
+            return empty
+        return self.db.read(work)
+
+    def _write(self, work: Callable[[Tx], Any]) -> Any:
+        self.before_use()
+        return self.db.transaction(work)
 
 
 # -- SQLite ------------------------------------------------------------------------------------

@@ -16,9 +16,10 @@ from typing import TYPE_CHECKING, Any
 
 from phoenix_protocol.core._jsonio import dumps_document, dumps_line, loads, loads_object
 from phoenix_protocol.store._checkpoints import lock_agent
+from phoenix_protocol.store._db import AgentRows
 
 if TYPE_CHECKING:
-    from phoenix_protocol.store._db import Database, Tx
+    from phoenix_protocol.store._db import Tx
 
 __all__ = ["SessionRows", "empty_current"]
 
@@ -28,26 +29,8 @@ def empty_current() -> dict[str, Any]:
     return {"session_id": None, "memory_ids": [], "last_recall_query": None}
 
 
-class SessionRows:
+class SessionRows(AgentRows):
     """One agent's sessions in ``db``."""
-
-    def __init__(self, db: Database, agent_id: str) -> None:
-        self.db = db
-        self.agent_id = agent_id
-        self.before_use: Callable[[], None] = lambda: None
-        """Run before the first use (the import of a home's files: ``_checkpoint_import``)."""
-
-    def _read(self, work: Callable[[Tx], Any], empty: Any = None) -> Any:
-        """``work`` in a read transaction; ``empty`` without one when there is no database yet
-        (a reader creates nothing)."""
-        self.before_use()
-        if not self.db.exists():
-            return empty
-        return self.db.read(work)
-
-    def _write(self, work: Callable[[Tx], Any]) -> Any:
-        self.before_use()
-        return self.db.transaction(work)
 
     def current_text(self) -> str | None:
         """The open session's record as stored, or ``None``."""

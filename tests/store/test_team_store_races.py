@@ -30,17 +30,20 @@ PY = sys.executable
 READERS = ["lead", "r1", "r2"]
 
 # Sends messages 0..n-1 of writer `me` (ids <me>-<k>) and prints how many were new and how many
-# were already stored.
+# were already stored. Half-way it waits for the file `gate`, so that no sender can finish before
+# the test has killed enough of them, however fast the machine.
 SENDER = r"""
-import sys
+import os, sys, time
 from phoenix_protocol.core._home import Home
 from phoenix_protocol.store._teams import Team
 
-home, team_id, me, n = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
+home, team_id, me, n, gate = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4]), sys.argv[5]
 box = Team.open(Home(home), team_id).mailbox
 targets = ["lead", "r1", "r2", "*"]
 new = dup = 0
 for k in range(n):
+    while k == n // 2 and not os.path.exists(gate):
+        time.sleep(0.01)
     m = box.send(me, targets[k % 4], subject=f"{me} #{k}", body="payload " * 20, msg_id=f"{me}-{k}")
     if m.duplicate:
         dup += 1
@@ -127,7 +130,8 @@ def test_senders_sigkilled_and_resending_everything_store_each_id_once(backend: 
     names = [f"w{i}" for i in range(writers)]
     team = mailbox_team(home, names)
     rng = random.Random(4)
-    procs = {name: start(SENDER, home.root, team.id, name, n) for name in names}
+    gate = Path(home.root) / "gate"
+    procs = {name: start(SENDER, home.root, team.id, name, n, gate) for name in names}
     kills = 0
 
     def stored_by(name: str) -> int:
@@ -151,8 +155,10 @@ def test_senders_sigkilled_and_resending_everything_store_each_id_once(backend: 
             procs[victim].send_signal(signal.SIGKILL)
             procs[victim].communicate()
             kills += 1
-            procs[victim] = start(SENDER, home.root, team.id, victim, n)  # retry everything, same ids
-    assert kills >= 6
+            procs[victim] = start(SENDER, home.root, team.id, victim, n, gate)  # retry everything, same ids
+        if kills >= 8:
+            gate.touch()
+    assert kills >= 8
     check_mailbox(team, {f"w{i}-{k}" for i in range(writers) for k in range(n)})
     assert any(line.split()[2] != "0" for line in finished.values()), "no resend found a duplicate"
     box = team.mailbox

@@ -2,7 +2,7 @@
 
 Each takes the library's objects (an ``Agent``, a ``Team``, the memory store) and plain values,
 calls the same library functions as the CLI, and returns JSON-ready data. No HTTP here: the
-FastAPI layer (``_server``) validates input, authorizes, and turns ``PhoenixError`` into problem
+FastAPI layer (``server/``) validates input, authorizes, and turns ``PhoenixError`` into problem
 details; ``phx memory`` calls these functions directly on the local home.
 
 A read of a namespace that does not exist raises ``NotFoundError`` with one fixed message, the same
@@ -92,13 +92,13 @@ def open_agent(
     return agent
 
 
-def open_team(home: Home, team_id: str, *, clock: Clock | None = None) -> Team:
+def open_team(home: Home, team_id: str, *, config: Config | None = None, clock: Clock | None = None) -> Team:
     """The team ``team_id``; ``NotFoundError`` (without the list of teams) when there is none."""
 
     from phoenix_protocol.core._clock import system_clock
     from phoenix_protocol.store._teams import Team
 
-    team = Team(home, validate_id(team_id, "team id"), clock=clock or system_clock)
+    team = Team(home, validate_id(team_id, "team id"), clock=clock or system_clock, config=config)
     if not team.exists():
         raise NotFoundError()
     return team

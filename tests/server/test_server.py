@@ -15,7 +15,8 @@ from phoenix_protocol.cli._main import cli
 from phoenix_protocol.core._clock import ManualClock
 from phoenix_protocol.core._errors import UsageError
 from phoenix_protocol.core._home import Home
-from phoenix_protocol.server._app import check_bind, check_json, create_app, is_loopback
+from phoenix_protocol.server._app import check_bind, create_app, is_loopback
+from phoenix_protocol.server._params import check_json
 from phoenix_protocol.services._agent import Agent
 from phoenix_protocol.services._bridge import NOT_FOUND
 from phoenix_protocol.store._memory import MemoryStore

@@ -15,7 +15,8 @@ from fastapi.testclient import TestClient
 from phoenix_protocol.core import _background
 from phoenix_protocol.core._clock import ManualClock
 from phoenix_protocol.core._home import Home
-from phoenix_protocol.server._app import PUBLIC_PATHS, create_app
+from phoenix_protocol.server._app import create_app
+from phoenix_protocol.server._common import PUBLIC_PATHS
 from phoenix_protocol.services._bridge import NOT_FOUND
 from phoenix_protocol.store._memory import MemoryStore
 from phoenix_protocol.store._teams import Team

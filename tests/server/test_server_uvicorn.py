@@ -26,7 +26,8 @@ from phoenix_protocol.cli._main import cli
 from phoenix_protocol.client import AuthenticationError, NotFoundError, PhoenixClient, ServerError
 from phoenix_protocol.core._errors import InvalidIdError, RefusedError, UsageError
 from phoenix_protocol.core._home import Home
-from phoenix_protocol.server._app import Answer, create_app, problem
+from phoenix_protocol.server._app import create_app
+from phoenix_protocol.server._common import Answer, problem
 from phoenix_protocol.services._agent import Agent
 from phoenix_protocol.services._checkpoints import CheckpointOwnershipError
 from phoenix_protocol.store._teams import ClaimConflictError, Team

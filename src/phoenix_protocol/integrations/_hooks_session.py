@@ -358,7 +358,7 @@ def _team_context(agent: Agent) -> str | None:
         from phoenix_protocol.services._team_resume import probe
         from phoenix_protocol.store._teams import Team
 
-        team = Team.open(agent.home, binding[0], clock=agent.clock)
+        team = Team.open(agent.home, binding[0], clock=agent.clock, config=agent.config)
         view = team.status_for(binding[1])
         probed = probe(team)
     except PhoenixError as exc:

@@ -1297,12 +1297,12 @@ class CheckpointStore:
 
         bound_team = os.environ.get("PHOENIX_TEAM")
         name = os.environ.get("PHOENIX_TEAMMATE") if bound_team else None
-        candidates = [bound_team] if bound_team else list_teams(self.agent.home)
+        candidates = [bound_team] if bound_team else list_teams(self.agent.home, config=self.agent.config)
         sender = name or self.agent.id
         reported = []
         for team_id in candidates:
             try:
-                team = Team.open(self.agent.home, team_id, clock=self.agent.clock)
+                team = Team.open(self.agent.home, team_id, clock=self.agent.clock, config=self.agent.config)
                 data = team.read()
                 if data["status"] == "completed" or sender not in team.teammate_names() or sender == data["lead"]:
                     continue

@@ -27,6 +27,7 @@ from phoenix_protocol.core._errors import CorruptStateError, LockTimeoutError, S
 from phoenix_protocol.store._teams import LEAD_TIMEOUT_MS, Team, TeamNotFoundError
 
 if TYPE_CHECKING:
+    from phoenix_protocol.core._config import Config
     from phoenix_protocol.core._home import Home
 
 __all__ = ["EXIT_ATTACHED", "EXIT_PERMANENT", "EXIT_TRANSIENT", "ResumeResult", "probe", "resume", "summary"]
@@ -110,6 +111,7 @@ def resume(
     clock: Clock = system_clock,
     verify_facts: bool = True,
     attach: bool = True,
+    config: Config | None = None,
 ) -> ResumeResult:
     """Run the validation sequence and, unless ``attach=False`` (probe only), bind the lead."""
     from phoenix_protocol.core._ids import validate_session_id
@@ -117,7 +119,8 @@ def resume(
     validate_session_id(session_id)  # stored in clear: never a secret
     result = ResumeResult(team_id)
     try:
-        _resume(result, home, team_id, session_id=session_id, clock=clock, verify_facts=verify_facts, attach=attach)
+        team = Team.open(home, team_id, clock=clock, config=config)
+        _resume(result, team, session_id=session_id, clock=clock, verify_facts=verify_facts, attach=attach)
     except TeamNotFoundError as exc:
         result.step("discovery", "error", str(exc))
         result.exit_code = EXIT_PERMANENT
@@ -131,9 +134,8 @@ def resume(
 
 
 def _resume(
-    result: ResumeResult, home: Home, team_id: str, *, session_id: str, clock: Clock, verify_facts: bool, attach: bool
+    result: ResumeResult, team: Team, *, session_id: str, clock: Clock, verify_facts: bool, attach: bool
 ) -> None:
-    team = Team.open(home, team_id, clock=clock)
     data = team.read()
     now = clock.now_ms()
     result.step("discovery", "ok", f"team {team.id} found ({team.store.location})")

@@ -44,6 +44,7 @@ from phoenix_protocol.core._ids import validate_id, validate_session_id
 from phoenix_protocol.core._jsonio import dumps_line
 
 if TYPE_CHECKING:
+    from phoenix_protocol.core._config import Config
     from phoenix_protocol.core._home import Home
     from phoenix_protocol.store._team_store import Mailbox, Message, TeamStore
 
@@ -150,14 +151,14 @@ def migrate(data: dict[str, Any], path: str) -> dict[str, Any]:
     return data
 
 
-def list_teams(home: Home, *, config: Any = None) -> list[str]:
+def list_teams(home: Home, *, config: Config | None = None) -> list[str]:
     """Ids of the teams in ``home``'s database (its ``store``), sorted."""
     from phoenix_protocol.store._team_store import list_team_ids
 
     return list_team_ids(_database(home, config))
 
 
-def _database(home: Home, config: Any = None) -> Any:
+def _database(home: Home, config: Config | None = None) -> Any:
     """The home's database, with a home written by an earlier release's team folders moved in
     first (``_team_files.import_home_teams``, once)."""
     from phoenix_protocol.store._db import open_database
@@ -174,7 +175,7 @@ class Team:
     """One team in a Phoenix home. ``Team.create`` makes one; ``Team.open`` loads one. Its state
     is in the home's database (``self.store``, a ``TeamStore``)."""
 
-    def __init__(self, home: Home, team_id: str, *, clock: Clock = system_clock, config: Any = None) -> None:
+    def __init__(self, home: Home, team_id: str, *, clock: Clock = system_clock, config: Config | None = None) -> None:
         from phoenix_protocol.core._config import load_config
         from phoenix_protocol.store._team_store import TeamStore
 
@@ -205,12 +206,13 @@ class Team:
         facts_command: str | None = None,
         team_id: str | None = None,
         clock: Clock = system_clock,
+        config: Config | None = None,
     ) -> Team:
         """Create a team (status pending) led by ``lead``."""
         validate_id(lead, "lead name")
         if not name.strip():
             raise UsageError("a team needs a name.")
-        team = cls(home, team_id or generate_team_id(name), clock=clock)
+        team = cls(home, team_id or generate_team_id(name), clock=clock, config=config)
         if team.store.exists():
             raise UsageError(f"team {team.id} already exists.")
         home.ensure()
@@ -247,9 +249,9 @@ class Team:
         return team
 
     @classmethod
-    def open(cls, home: Home, team_id: str, *, clock: Clock = system_clock) -> Team:
+    def open(cls, home: Home, team_id: str, *, clock: Clock = system_clock, config: Config | None = None) -> Team:
         """Open an existing team; ``TeamNotFoundError`` names the ids that do exist."""
-        team = cls(home, team_id, clock=clock)
+        team = cls(home, team_id, clock=clock, config=config)
         if not team.store.exists():
             known = list_teams(home, config=team.config)
             raise TeamNotFoundError(

@@ -34,6 +34,19 @@ def test_layers_in_order(tmp_path: Path) -> None:
     assert config.sources["ops_keep"].endswith("phoenix.toml")
 
 
+def test_replace_is_load_config_with_overrides(tmp_path: Path) -> None:
+    """``Config.replace`` applies overrides to a configuration already read, as ``load_config``'s
+    ``overrides`` do (the CLI's flags), without reading the files again."""
+    (tmp_path / "phoenix.toml").write_text("ops_keep = 4\nwatchdog_grace = 30\n")
+    config = load_config(str(tmp_path), env={})
+    replaced = config.replace({"watchdog_grace": 5})
+    assert replaced.as_dict() == load_config(str(tmp_path), env={}, overrides={"watchdog_grace": 5}).as_dict()
+    assert replaced.sources["watchdog_grace"] == "argument" and replaced.sources["ops_keep"].endswith("phoenix.toml")
+    assert config.watchdog_grace == 30.0  # the original is unchanged
+    with pytest.raises(ConfigError, match="at least 1"):
+        config.replace({"ops_keep": 0})
+
+
 @pytest.mark.parametrize(
     ("text", "message"),
     [

@@ -287,6 +287,11 @@ class Config:
         """Every setting and its value."""
         return {name: getattr(self, name) for name in SETTINGS}
 
+    def replace(self, changes: Mapping[str, Any]) -> Config:
+        """A copy with ``changes`` applied as explicit overrides are (checked, source ``argument``):
+        ``load_config(..., overrides=changes)`` without reading the files again."""
+        return Config({**self.as_dict(), **changes}, {**self.sources, **dict.fromkeys(changes, "argument")})
+
 
 _TRUE = ("1", "true", "yes", "on")
 _FALSE = ("0", "false", "no", "off")

@@ -40,6 +40,7 @@ from phoenix_protocol.core._errors import CorruptStateError, PhoenixError, Schem
 from phoenix_protocol.core._process import hostname
 
 if TYPE_CHECKING:
+    from phoenix_protocol.core._config import Config
     from phoenix_protocol.core._home import Home
     from phoenix_protocol.services._agent import Agent
 
@@ -279,15 +280,15 @@ def run_pass(
     tmux: bool = False,
     tmux_socket: str | None = None,
     config_overrides: dict[str, Any] | None = None,
+    config: Config | None = None,
 ) -> WatchdogReport:
-    """One pass over every agent of ``home`` (or ``agents``)."""
+    """One pass over every agent of ``home`` (or ``agents``), on ``config`` (default: the home's)
+    with ``config_overrides`` applied."""
     from phoenix_protocol.services._agent import Agent
 
+    config = _configured(home, config, config_overrides)
     if agents is None:
-        agents = [
-            Agent.open(aid, home=home, clock=clock, config_overrides=config_overrides)
-            for aid in known_agents(home, config_overrides)
-        ]
+        agents = [Agent(aid, home, config=config, clock=clock) for aid in known_agents(home, config=config)]
     now_ms = clock.now_ms()
     host_here = hostname()
     verdicts = [check_agent(agent, now_ms=now_ms, act=act, this_host=host_here) for agent in agents]
@@ -309,17 +310,26 @@ def run_pass(
                             verdict.action = _mark_stalled(
                                 agent, f"no agent process in tmux session {pane.session!r}", None
                             )
-    teammates = check_teams(home, clock=clock, act=act)
+    teammates = check_teams(home, clock=clock, act=act, config=config)
     return WatchdogReport(iso_from_ms(now_ms), verdicts, panes, teammates)
 
 
-def known_agents(home: Home, config_overrides: dict[str, Any] | None = None) -> list[str]:
+def _configured(home: Home, config: Config | None, overrides: dict[str, Any] | None) -> Config:
+    """``config`` (or the home's, read now) with ``overrides`` applied."""
+    if config is None:
+        from phoenix_protocol.core._config import load_config
+
+        return load_config(home.root, project_root=home.project_root, overrides=overrides)
+    return config.replace(overrides) if overrides else config
+
+
+def known_agents(
+    home: Home, config_overrides: dict[str, Any] | None = None, *, config: Config | None = None
+) -> list[str]:
     """The agents of ``home``; on the PostgreSQL store also those whose state the server holds
     (agents running on other machines)."""
-    from phoenix_protocol.core._config import load_config
-
     ids = home.agent_ids()
-    store = str(load_config(home.root, project_root=home.project_root, overrides=config_overrides).store)
+    store = str(_configured(home, config, config_overrides).store)
     if store.startswith(("postgresql://", "postgres://")):
         from phoenix_protocol.agent._state_pg import agents_with_state
 
@@ -327,16 +337,22 @@ def known_agents(home: Home, config_overrides: dict[str, Any] | None = None) -> 
     return ids
 
 
-def check_teams(home: Home, *, clock: Clock = system_clock, act: bool = True) -> list[dict[str, Any]]:
+def check_teams(
+    home: Home, *, clock: Clock = system_clock, act: bool = True, config: Config | None = None
+) -> list[dict[str, Any]]:
     """Every teammate of every team not completed: its liveness class from its heartbeats (a
     teammate's process may run on any machine: heartbeats are the ground truth here); tasks held
     by suspended or stale teammates go back to the queue (``Team.sweep``) when ``act``."""
     from phoenix_protocol.store._teams import Team, list_teams
 
     out: list[dict[str, Any]] = []
-    for team_id in list_teams(home):
+    if config is None:
+        from phoenix_protocol.core._config import load_config
+
+        config = load_config(home.root, project_root=home.project_root)
+    for team_id in list_teams(home, config=config):
         try:
-            team = Team.open(home, team_id, clock=clock)
+            team = Team.open(home, team_id, clock=clock, config=config)
             data = team.read()
             if data["status"] == "completed":
                 continue

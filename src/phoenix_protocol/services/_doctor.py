@@ -60,6 +60,7 @@ if TYPE_CHECKING:
     from collections.abc import Callable
     from typing import Any
 
+    from phoenix_protocol.core._config import Config
     from phoenix_protocol.core._home import Home
     from phoenix_protocol.services._agent import Agent
 
@@ -553,11 +554,13 @@ def check_home(
     *,
     repair: bool = True,
     hook_problems: Callable[[str | None], list[tuple[str, str, str]]] | None = None,
+    config: Config | None = None,
 ) -> list[Finding]:
-    """Check the home's permissions and every agent in ``agents``. ``hook_problems(project_dir)``:
-    what is wrong with the hook commands installed for this project, as ``(scope, settings file,
-    problem)`` (the CLI passes the Claude Code installer's check; reported only: the settings are
-    not the home's to change)."""
+    """Check the home's permissions, its store and every agent in ``agents``, on ``config``
+    (default: the home's; one that does not read is a finding, and the store goes unchecked).
+    ``hook_problems(project_dir)``: what is wrong with the hook commands installed for this
+    project, as ``(scope, settings file, problem)`` (the CLI passes the Claude Code installer's
+    check; reported only: the settings are not the home's to change)."""
 
     def hook_commands() -> list[Finding]:
         return [
@@ -572,8 +575,16 @@ def check_home(
             *hook_commands(),
         ]
     _check_modes(home.root, repair, findings)
-    findings.extend(_check_store(home, repair))
-    findings.extend(_check_memory_and_tokens(home, repair))
+    if config is None:
+        from phoenix_protocol.core._config import load_config
+
+        try:
+            config = load_config(home.root, project_root=home.project_root)
+        except PhoenixError as exc:
+            findings.append(Finding("error", str(exc), path=home.root))
+    if config is not None:
+        findings.extend(_check_store(config, repair))
+        findings.extend(_check_memory_and_tokens(home, config, repair))
     findings.extend(hook_commands())
     for agent in agents:
         findings.extend(check_agent_apart(agent, repair=repair))
@@ -591,7 +602,7 @@ def check_agent_apart(agent: Agent, *, repair: bool = True) -> list[Finding]:
         return [Finding("error", f"its check stopped: {exc}", agent=agent.id, path=path)]
 
 
-def _check_memory_and_tokens(home: Home, repair: bool) -> list[Finding]:
+def _check_memory_and_tokens(home: Home, config: Config, repair: bool) -> list[Finding]:
     """An earlier release's ``memory/memory.sqlite3`` and ``tokens.json`` not moved into the
     database yet (``repair`` moves them, as first use would), and token records that authenticate
     nothing (reported: ``phx token revoke`` is the fix)."""
@@ -608,7 +619,7 @@ def _check_memory_and_tokens(home: Home, repair: bool) -> list[Finding]:
         try:
             from phoenix_protocol.store._db import open_database
 
-            moved = _move_memory.move_earlier_files(home, open_database(home))
+            moved = _move_memory.move_earlier_files(home, open_database(home, config))
         except PhoenixError as exc:
             return [Finding("error", str(exc), path=getattr(exc, "path", None) or home.root)]
         if moved is not None:
@@ -626,11 +637,11 @@ def _check_memory_and_tokens(home: Home, repair: bool) -> list[Finding]:
     from phoenix_protocol.store._db import open_database
     from phoenix_protocol.store._tokens import TokenStore
 
-    db = open_database(home)
+    db = open_database(home, config)
     try:
         if not db.exists() or (_schema.status(db)["pending"] and not repair):
             return []  # nothing stored yet, or a schema --check must not migrate
-        problems = TokenStore(home).problems()
+        problems = TokenStore(home, config=config).problems()
     except PhoenixError as exc:
         if db.engine == "postgresql":
             return []  # the store's check names the server's trouble
@@ -638,17 +649,13 @@ def _check_memory_and_tokens(home: Home, repair: bool) -> list[Finding]:
     return [Finding("warn", problem) for problem in problems]
 
 
-def _check_store(home: Home, repair: bool) -> list[Finding]:
+def _check_store(config: Config, repair: bool) -> list[Finding]:
     """With the PostgreSQL store: the server answers and its schema is current (``repair``
     applies pending migrations, as first use would). Nothing to check for the file store here."""
-    from phoenix_protocol.core._config import load_config
     from phoenix_protocol.core._errors import PhoenixError
     from phoenix_protocol.store._pg import is_postgres_url
 
-    try:
-        store = load_config(home.root, project_root=home.project_root).store
-    except PhoenixError as exc:
-        return [Finding("error", str(exc), path=home.root)]
+    store = config.store
     if not is_postgres_url(store):
         return []
     from phoenix_protocol.store import _pg

@@ -232,13 +232,14 @@ class Agent:
         return None if data is None else data.decode("utf-8", "replace")
 
 
-def sync_copies(home: Home, *, progress: Callable[[str], None] | None = None) -> list[dict[str, Any]]:
-    """Pass every agent copy in ``home`` on to the configured PostgreSQL store (or take the newer
-    records): ``phx db sync``, and ``phx export`` before it reads the server. One report per
-    agent (``Agent.sync_store``)."""
-    from phoenix_protocol.core._config import load_config
-
-    config = load_config(home.root, project_root=home.project_root)
+def sync_copies(
+    home: Home, *, progress: Callable[[str], None] | None = None, config: Config | None = None
+) -> list[dict[str, Any]]:
+    """Pass every agent copy in ``home`` on to the PostgreSQL store ``config`` names (default: the
+    home's configuration) or take the newer records: ``phx db sync``, and ``phx export`` before it
+    reads the server. One report per agent (``Agent.sync_store``)."""
+    if config is None:
+        config = load_config(home.root, project_root=home.project_root)
     reports = []
     for agent_id in home.agent_ids():
         if progress is not None:

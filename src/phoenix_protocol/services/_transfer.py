@@ -40,7 +40,7 @@ from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
 from phoenix_protocol.core._clock import ManualClock, system_clock
-from phoenix_protocol.core._config import load_config
+from phoenix_protocol.core._config import Config, load_config
 from phoenix_protocol.core._durable import FileLock, atomic_write, ensure_dir, iter_lines, read_bytes
 from phoenix_protocol.core._errors import CorruptStateError, SchemaVersionError, UsageError
 from phoenix_protocol.core._jsonio import JSONError, dumps_line, loads
@@ -93,11 +93,10 @@ def _home_files(home: Home, *, store_files: bool = True) -> Iterator[str]:
                 yield rel
 
 
-def _records(home: Home, progress: Progress) -> Iterator[dict[str, Any]]:
+def _records(home: Home, config: Config, progress: Progress) -> Iterator[dict[str, Any]]:
     from phoenix_protocol.store._pg import is_postgres_url
     from phoenix_protocol.store._teams import KEEP_CHECKPOINTS, Team, list_teams
 
-    config = load_config(home.root, project_root=home.project_root)
     on_pg = is_postgres_url(config.store)
     from phoenix_protocol.store._tokens import TokenStore
 
@@ -116,7 +115,7 @@ def _records(home: Home, progress: Progress) -> Iterator[dict[str, Any]]:
     if on_pg:
         from phoenix_protocol.services._agent import sync_copies
 
-        sync_copies(home, progress=progress)  # this machine's copies first pass on what they hold
+        sync_copies(home, progress=progress, config=config)  # this machine's copies first pass on what they hold
         yield from _pg_store_files(config.store, config.pg_pool_size)
     for team_id in list_teams(home, config=config):
         progress(f"team {team_id}")
@@ -175,7 +174,7 @@ def _pg_store_files(url: str, pool_size: int) -> Iterator[dict[str, Any]]:
             yield _file_record(os.path.join("agents", agent_id, "identity.digest"), (digest + "\n").encode("ascii"))
 
 
-def _checkpoint_rows(home: Home, config: Any) -> Iterator[dict[str, Any]]:
+def _checkpoint_rows(home: Home, config: Config) -> Iterator[dict[str, Any]]:
     """Agents' checkpoints and sessions (rows of the database), as the files earlier releases kept."""
     from phoenix_protocol.store._checkpoints import LEGACY, CheckpointRows, agents_with_checkpoints
     from phoenix_protocol.store._db import open_database
@@ -208,7 +207,7 @@ def _checkpoint_rows(home: Home, config: Any) -> Iterator[dict[str, Any]]:
             yield _file_record(os.path.join(base, "sessions.jsonl"), "".join(f"{x}\n" for x in texts).encode("utf-8"))
 
 
-def _import_checkpoint_rows(home: Home, config: Any, files: list[dict[str, Any]]) -> None:
+def _import_checkpoint_rows(home: Home, config: Config, files: list[dict[str, Any]]) -> None:
     """Agents' checkpoint and session files of an export, as rows of the database."""
     from phoenix_protocol.core._ids import validate_id
     from phoenix_protocol.services._checkpoints import from_file
@@ -319,17 +318,21 @@ def _seq_of(line: str) -> int:
     return seq if isinstance(seq, int) else 0
 
 
-def export_home(home: Home, path: str, *, progress: Progress | None = None) -> dict[str, int]:
-    """Write everything in ``home`` (and its store) to ``path``; returns the count of each record type."""
+def export_home(
+    home: Home, path: str, *, progress: Progress | None = None, config: Config | None = None
+) -> dict[str, int]:
+    """Write everything in ``home`` (and its store, per ``config``: default the home's) to ``path``;
+    returns the count of each record type."""
     from phoenix_protocol.store._pg import describe, is_postgres_url
 
-    config = load_config(home.root, project_root=home.project_root)
+    if config is None:
+        config = load_config(home.root, project_root=home.project_root)
     source = describe(config.store) if is_postgres_url(config.store) else "files"
     lines = [
         dumps_line({"kind": "phoenix.export", "format_version": FORMAT_VERSION, "home": home.root, "store": source})
     ]
     counts: dict[str, int] = {}
-    for record in _records(home, progress or (lambda _what: None)):
+    for record in _records(home, config, progress or (lambda _what: None)):
         counts[record["type"]] = counts.get(record["type"], 0) + 1
         lines.append(dumps_line(record))
     atomic_write(path, ("\n".join(lines) + "\n").encode("utf-8"))
@@ -368,15 +371,19 @@ def read_export(path: str) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     return header, records
 
 
-def import_home(home: Home, path: str, *, progress: Progress | None = None) -> dict[str, int]:
-    """Load an export into ``home`` and the store it is configured with (see the module docstring)."""
+def import_home(
+    home: Home, path: str, *, progress: Progress | None = None, config: Config | None = None
+) -> dict[str, int]:
+    """Load an export into ``home`` and the store ``config`` names (default: the home's; see the
+    module docstring)."""
     from phoenix_protocol.store._memory import open_memory_store
     from phoenix_protocol.store._pg import is_postgres_url
     from phoenix_protocol.store._teams import KEEP_CHECKPOINTS, Team, list_teams
 
     say = progress or (lambda _what: None)
     _header, records = read_export(path)
-    config = load_config(home.root, project_root=home.project_root)
+    if config is None:
+        config = load_config(home.root, project_root=home.project_root)
     by_type: dict[str, list[dict[str, Any]]] = {}
     for record in records:
         by_type.setdefault(str(record.get("type")), []).append(record)
@@ -509,7 +516,7 @@ def _pg_store_clashes(url: str, pool_size: int, files: list[dict[str, Any]]) -> 
     return clashes
 
 
-def _checkpoint_clashes(home: Home, config: Any, files: list[dict[str, Any]]) -> list[str]:
+def _checkpoint_clashes(home: Home, config: Config, files: list[dict[str, Any]]) -> list[str]:
     """Exported checkpoint and session files the database already has rows for."""
     from phoenix_protocol.store._checkpoints import CheckpointRows, agents_with_checkpoints
     from phoenix_protocol.store._db import open_database

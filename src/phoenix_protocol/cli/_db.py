@@ -12,17 +12,17 @@ from typing import Any
 import click
 
 from phoenix_protocol.cli._main import Output, home_common, main_group
+from phoenix_protocol.core._config import Config
 from phoenix_protocol.core._errors import UsageError
 from phoenix_protocol.core._home import Home
 
 __all__: list[str] = []
 
 
-def _url(home: Home) -> str:
-    from phoenix_protocol.core._config import load_config
+def _url(config: Config) -> str:
     from phoenix_protocol.store._pg import is_postgres_url
 
-    store = load_config(home.root, project_root=home.project_root).store
+    store = config.store
     if not is_postgres_url(store):
         raise UsageError(
             f"the store is {store!r}, not PostgreSQL: set PHOENIX_STORE=postgresql://user@host/db "
@@ -41,7 +41,7 @@ def db_group() -> None:
 
 @db_group.command("migrate")
 @home_common
-def db_migrate(home: Home, out: Output) -> None:
+def db_migrate(home: Home, config: Config, out: Output) -> None:
     """Apply the pending schema migrations (also done on first use); concurrent runs wait for
     each other.
 
@@ -49,7 +49,7 @@ def db_migrate(home: Home, out: Output) -> None:
     """
     from phoenix_protocol.store import _pg
 
-    url = _url(home)
+    url = _url(config)
     applied = _pg.migrate(url)
     result: dict[str, Any] = {"server": _pg.describe(url), "applied": applied, **_pg.status(url)}
     if out.as_json:
@@ -62,7 +62,7 @@ def db_migrate(home: Home, out: Output) -> None:
 
 @db_group.command("status")
 @home_common
-def db_status(home: Home, out: Output) -> None:
+def db_status(home: Home, config: Config, out: Output) -> None:
     """The schema version of the PostgreSQL store and the migrations not applied yet (nothing is changed).
 
     Example: phx db status --json
@@ -71,7 +71,7 @@ def db_status(home: Home, out: Output) -> None:
 
     from phoenix_protocol.store import _pg
 
-    info = _pg.status(_url(home))
+    info = _pg.status(_url(config))
     if out.as_json:
         out.json(info)
         return
@@ -88,7 +88,7 @@ def db_status(home: Home, out: Output) -> None:
 
 @db_group.command("sync")
 @home_common
-def db_sync(home: Home, out: Output) -> None:
+def db_sync(home: Home, config: Config, out: Output) -> None:
     """Pass this machine's copies of the agents' state and ops events on to the PostgreSQL store
     now (the hooks do it every 30 s and at every other change), or take newer records from it.
 
@@ -99,9 +99,9 @@ def db_sync(home: Home, out: Output) -> None:
     from phoenix_protocol.services._agent import sync_copies
     from phoenix_protocol.store import _pg
 
-    url = _url(home)
+    url = _url(config)
     with _progress(out) as say:
-        reports = sync_copies(home, progress=say)
+        reports = sync_copies(home, progress=say, config=config)
     if out.as_json:
         out.json({"server": _pg.describe(url), "agents": reports})
         return
@@ -141,7 +141,7 @@ def _progress(out: Output) -> Any:
 @main_group.command("export")
 @click.argument("path", type=click.Path(dir_okay=False))
 @home_common
-def export_cmd(home: Home, out: Output, path: str) -> None:
+def export_cmd(home: Home, config: Config, out: Output, path: str) -> None:
     """Write the whole home and its store (agents' files, teams, memory) to PATH (JSON lines, 0600).
 
     Example: phx export home.phx.jsonl
@@ -149,7 +149,7 @@ def export_cmd(home: Home, out: Output, path: str) -> None:
     from phoenix_protocol.services._transfer import export_home
 
     with _progress(out) as say:
-        counts = export_home(home, path, progress=say)
+        counts = export_home(home, path, progress=say, config=config)
     if out.as_json:
         out.json({"path": path, "records": counts})
     else:
@@ -159,7 +159,7 @@ def export_cmd(home: Home, out: Output, path: str) -> None:
 @main_group.command("import")
 @click.argument("path", type=click.Path(dir_okay=False, exists=True))
 @home_common
-def import_cmd(home: Home, out: Output, path: str) -> None:
+def import_cmd(home: Home, config: Config, out: Output, path: str) -> None:
     """Load an export into this home and its store; refused (nothing written) if any of it exists.
 
     Example: PHOENIX_STORE=postgresql://phoenix@db/phoenix phx import home.phx.jsonl --home /new/home
@@ -167,7 +167,7 @@ def import_cmd(home: Home, out: Output, path: str) -> None:
     from phoenix_protocol.services._transfer import import_home
 
     with _progress(out) as say:
-        counts = import_home(home, path, progress=say)
+        counts = import_home(home, path, progress=say, config=config)
     if out.as_json:
         out.json({"path": path, "records": counts})
     else:

@@ -269,7 +269,8 @@ def common(func: F) -> F:
 
 def home_common(func: F) -> F:
     """``--home`` and ``--json`` for a command that works on the home, not on one agent (teams,
-    the server, tokens, the store); gives it ``home`` and ``out`` and maps errors to exit codes."""
+    the server, tokens, the store); gives it ``home``, its ``config`` (read once, here) and ``out``
+    and maps errors to exit codes."""
 
     @click.option("--json", "as_json", is_flag=True, help="Print one JSON document (stable format) instead of text.")
     @click.option(
@@ -282,8 +283,11 @@ def home_common(func: F) -> F:
     def wrapper(*args: Any, home_path: str | None, as_json: bool, **kwargs: Any) -> Any:
         out = Output(as_json)
         with reported(out):
+            from phoenix_protocol.core._config import load_config
+
             home = Home(os.path.abspath(home_path)) if home_path else Home.resolve()
-            return func(*args, home=home, out=out, **kwargs)
+            config = load_config(home.root, project_root=home.project_root)
+            return func(*args, home=home, config=config, out=out, **kwargs)
 
     return wrapper  # type: ignore[return-value]
 
@@ -640,13 +644,15 @@ def doctor_command(agent: Agent, out: Output, check_only: bool, all_agents: bool
     else:  # named in the report: a "healthy" that checked one agent must not pass for the home's
         unchecked = [aid for aid in agent.home.agent_ids() if aid != agent.id]
     if out.as_json or len(agents) < 10:
-        findings = check_home(agent.home, agents, repair=not check_only, hook_problems=_hook_problems)
+        findings = check_home(
+            agent.home, agents, repair=not check_only, hook_problems=_hook_problems, config=agent.config
+        )
     else:
         from rich.progress import track
 
         from phoenix_protocol.services._doctor import check_agent_apart
 
-        findings = check_home(agent.home, [], repair=not check_only, hook_problems=_hook_problems)
+        findings = check_home(agent.home, [], repair=not check_only, hook_problems=_hook_problems, config=agent.config)
         for each in track(agents, description="checking agents", console=out.console, transient=True):
             findings.extend(check_agent_apart(each, repair=not check_only))
     remaining = [f for f in findings if f.level == "error" and not f.repaired]

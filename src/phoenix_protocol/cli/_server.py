@@ -21,6 +21,7 @@ from phoenix_protocol.cli._main import (
     main_group,
     write_stdout,
 )
+from phoenix_protocol.core._config import Config
 from phoenix_protocol.core._errors import PhoenixError, UsageError
 from phoenix_protocol.core._home import Home
 
@@ -61,7 +62,7 @@ def serve_command(host: str | None, port: int | None, log_level: str, home_path:
 
         address = host or config.server_host
         number = port or config.server_port
-        check_bind(home, address)
+        check_bind(home, address, config=config)
         auth = (
             "bearer tokens required"
             if TokenStore(home, config=config).configured() or not is_loopback(address)
@@ -135,6 +136,7 @@ def _token_table(out: Output, infos: list[Any], now_ms: int) -> None:
 @home_common
 def token_create(
     home: Home,
+    config: Config,
     out: Output,
     agents: tuple[str, ...],
     teams: tuple[str, ...],
@@ -154,7 +156,7 @@ def token_create(
         namespaces.append(ALL)
     if not namespaces:
         raise UsageError("say whose token it is: --agent ID, --team ID (both repeatable) or --all-namespaces.")
-    store = TokenStore(home)
+    store = TokenStore(home, config=config)
     token, info = store.create(
         namespaces,
         list(scopes) or [ALL],
@@ -177,14 +179,14 @@ def token_create(
 
 @token_group.command("list")
 @home_common
-def token_list(home: Home, out: Output) -> None:
+def token_list(home: Home, config: Config, out: Output) -> None:
     """List tokens (never their secrets): id, status, namespaces, scopes, expiry, label.
 
     Example: phx token list --json
     """
     from phoenix_protocol.store._tokens import TokenStore
 
-    store = TokenStore(home)
+    store = TokenStore(home, config=config)
     now = store.clock.now_ms()
     infos = store.list()
     if out.as_json:
@@ -196,14 +198,14 @@ def token_list(home: Home, out: Output) -> None:
 @token_group.command("revoke")
 @click.argument("token_id", metavar="ID")
 @home_common
-def token_revoke(home: Home, out: Output, token_id: str) -> None:
+def token_revoke(home: Home, config: Config, out: Output, token_id: str) -> None:
     """Revoke a token by id; a running server refuses it from its next request on.
 
     Example: phx token revoke 3f9a1c2b7d4e
     """
     from phoenix_protocol.store._tokens import TokenStore
 
-    store = TokenStore(home)
+    store = TokenStore(home, config=config)
     info = store.revoke(token_id)
     if out.as_json:
         out.json({"token": info.as_dict(store.clock.now_ms())})

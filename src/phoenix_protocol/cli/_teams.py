@@ -24,6 +24,7 @@ from phoenix_protocol.cli._main import (
     visible,
     write_stdout,
 )
+from phoenix_protocol.core._config import Config
 from phoenix_protocol.core._errors import PhoenixError
 from phoenix_protocol.core._home import Home
 
@@ -32,10 +33,10 @@ __all__: list[str] = []
 F = TypeVar("F", bound=Callable[..., Any])
 
 
-def _team(home: Home, team_id: str) -> Any:
+def _team(home: Home, config: Config, team_id: str) -> Any:
     from phoenix_protocol.store._teams import Team
 
-    return Team.open(home, team_id)
+    return Team.open(home, team_id, config=config)
 
 
 def _print_task(out: Output, task: dict[str, Any], verb: str) -> None:
@@ -91,6 +92,7 @@ def team_group() -> None:
 @home_common
 def team_create(
     home: Home,
+    config: Config,
     out: Output,
     name: str,
     lead: str,
@@ -104,7 +106,15 @@ def team_create(
     """
     from phoenix_protocol.store._teams import Team
 
-    team = Team.create(home, name, lead=lead, check_command=check_command, facts_command=facts_command, team_id=team_id)
+    team = Team.create(
+        home,
+        name,
+        lead=lead,
+        check_command=check_command,
+        facts_command=facts_command,
+        team_id=team_id,
+        config=config,
+    )
     if out.as_json:
         out.json({"team": team.read()})
     else:
@@ -118,12 +128,12 @@ def team_create(
 @click.option("--role", default="engineer", show_default=True)
 @click.option("--session", metavar="ID", help="The teammate's session id (default: $PHOENIX_SESSION_ID).")
 @home_common
-def team_join(home: Home, out: Output, team_id: str, name: str, role: str, session: str | None) -> None:
+def team_join(home: Home, config: Config, out: Output, team_id: str, name: str, role: str, session: str | None) -> None:
     """Join a team (a pending team becomes active).
 
     Example: phx team join release-1a2b3 alice --role engineer
     """
-    mate = _team(home, team_id).join(
+    mate = _team(home, config, team_id).join(
         name, role=role, session_id=session or os.environ.get("PHOENIX_SESSION_ID") or None
     )
     if out.as_json:
@@ -145,12 +155,12 @@ def team_task_group() -> None:
 @click.argument("title")
 @click.option("--after", multiple=True, metavar="TASK", help="A task this one depends on (repeatable).")
 @home_common
-def team_task_add(home: Home, out: Output, team_id: str, title: str, after: tuple[str, ...]) -> None:
+def team_task_add(home: Home, config: Config, out: Output, team_id: str, title: str, after: tuple[str, ...]) -> None:
     """Add a task (pending), optionally after others.
 
     Example: phx team task add TEAM "Integration tests" --after task-0001
     """
-    _print_task(out, _team(home, team_id).add_task(title, after=list(after)), "added")
+    _print_task(out, _team(home, config, team_id).add_task(title, after=list(after)), "added")
 
 
 @team_task_group.command("depend")
@@ -158,23 +168,23 @@ def team_task_add(home: Home, out: Output, team_id: str, title: str, after: tupl
 @click.argument("task_id", metavar="TASK")
 @click.option("--on", "on", required=True, metavar="TASK", help="The task it depends on.")
 @home_common
-def team_task_depend(home: Home, out: Output, team_id: str, task_id: str, on: str) -> None:
+def team_task_depend(home: Home, config: Config, out: Output, team_id: str, task_id: str, on: str) -> None:
     """Make TASK depend on another; a cycle is refused.
 
     Example: phx team task depend TEAM task-0003 --on task-0002
     """
-    _print_task(out, _team(home, team_id).add_dependency(task_id, on), "updated")
+    _print_task(out, _team(home, config, team_id).add_dependency(task_id, on), "updated")
 
 
 @team_group.command("tasks")
 @click.argument("team_id", metavar="TEAM")
 @home_common
-def team_tasks(home: Home, out: Output, team_id: str) -> None:
+def team_tasks(home: Home, config: Config, out: Output, team_id: str) -> None:
     """List every task.
 
     Example: phx team tasks TEAM --json
     """
-    tasks = _team(home, team_id).read()["tasks"]
+    tasks = _team(home, config, team_id).read()["tasks"]
     if out.as_json:
         out.json({"team_id": team_id, "tasks": tasks})
     else:
@@ -184,12 +194,12 @@ def team_tasks(home: Home, out: Output, team_id: str) -> None:
 @team_group.command("ready")
 @click.argument("team_id", metavar="TEAM")
 @home_common
-def team_ready(home: Home, out: Output, team_id: str) -> None:
+def team_ready(home: Home, config: Config, out: Output, team_id: str) -> None:
     """Tasks whose dependencies are all completed, ready to claim.
 
     Example: phx team ready TEAM
     """
-    tasks = _team(home, team_id).ready()
+    tasks = _team(home, config, team_id).ready()
     if out.as_json:
         out.json({"team_id": team_id, "ready": tasks})
     else:
@@ -201,13 +211,13 @@ def team_ready(home: Home, out: Output, team_id: str) -> None:
 @click.argument("task_id", metavar="[TASK]", required=False)
 @click.option("--as", "name", required=True, metavar="NAME")
 @home_common
-def team_claim(home: Home, out: Output, team_id: str, task_id: str | None, name: str) -> None:
+def team_claim(home: Home, config: Config, out: Output, team_id: str, task_id: str | None, name: str) -> None:
     """Claim a ready task (without TASK: the first ready one); atomic: of two claimers of one
     task exactly one wins (the other exits 4). With no task ready, prints so and exits 0.
 
     Example: phx team claim TEAM task-0001 --as alice
     """
-    team = _team(home, team_id)
+    team = _team(home, config, team_id)
     if task_id is not None:
         _print_task(out, team.claim(task_id, name), "claimed")
         return
@@ -225,12 +235,12 @@ def team_claim(home: Home, out: Output, team_id: str, task_id: str | None, name:
 @click.argument("task_id", metavar="TASK")
 @click.option("--as", "name", required=True, metavar="NAME")
 @home_common
-def team_release(home: Home, out: Output, team_id: str, task_id: str, name: str) -> None:
+def team_release(home: Home, config: Config, out: Output, team_id: str, task_id: str, name: str) -> None:
     """Give a claimed task back to the queue.
 
     Example: phx team release TEAM task-0001 --as alice
     """
-    _print_task(out, _team(home, team_id).release(task_id, name), "released")
+    _print_task(out, _team(home, config, team_id).release(task_id, name), "released")
 
 
 @team_group.command("done")
@@ -241,13 +251,13 @@ def team_release(home: Home, out: Output, team_id: str, task_id: str, name: str)
 @click.option("--file", "files", multiple=True, metavar="PATH", help="A file the task modified (repeatable).")
 @home_common
 def team_done(
-    home: Home, out: Output, team_id: str, task_id: str, name: str, check: str, files: tuple[str, ...]
+    home: Home, config: Config, out: Output, team_id: str, task_id: str, name: str, check: str, files: tuple[str, ...]
 ) -> None:
     """Finish a task: --check green completes it, red blocks it.
 
     Example: phx team done TEAM task-0001 --as alice --check green
     """
-    _print_task(out, _team(home, team_id).done(task_id, name, check=check, files=list(files)), "done")
+    _print_task(out, _team(home, config, team_id).done(task_id, name, check=check, files=list(files)), "done")
 
 
 @team_group.command("reassign")
@@ -255,23 +265,23 @@ def team_done(
 @click.argument("task_id", metavar="TASK")
 @click.argument("new_owner")
 @home_common
-def team_reassign(home: Home, out: Output, team_id: str, task_id: str, new_owner: str) -> None:
+def team_reassign(home: Home, config: Config, out: Output, team_id: str, task_id: str, new_owner: str) -> None:
     """The seed's --force-reassign: hand a task to NEW_OWNER, who inherits its checkpoint.
 
     Example: phx team reassign TEAM task-0001 bob
     """
-    _print_task(out, _team(home, team_id).reassign(task_id, new_owner), "reassigned")
+    _print_task(out, _team(home, config, team_id).reassign(task_id, new_owner), "reassigned")
 
 
 @team_group.command("sweep")
 @click.argument("team_id", metavar="TEAM")
 @home_common
-def team_sweep(home: Home, out: Output, team_id: str) -> None:
+def team_sweep(home: Home, config: Config, out: Output, team_id: str) -> None:
     """Return tasks held by suspended or stale teammates to the queue.
 
     Example: phx team sweep TEAM
     """
-    back = _team(home, team_id).sweep()
+    back = _team(home, config, team_id).sweep()
     if out.as_json:
         out.json({"team_id": team_id, "returned": back})
     else:
@@ -294,13 +304,22 @@ def team_sweep(home: Home, out: Output, team_id: str) -> None:
 @click.option("--id", "msg_id", metavar="MSG_ID", help="Idempotency key: sending the same id twice stores it once.")
 @home_common
 def team_send(
-    home: Home, out: Output, team_id: str, sender: str, to: str, kind: str, subject: str, body: str, msg_id: str | None
+    home: Home,
+    config: Config,
+    out: Output,
+    team_id: str,
+    sender: str,
+    to: str,
+    kind: str,
+    subject: str,
+    body: str,
+    msg_id: str | None,
 ) -> None:
     """Send a message (direct, or * to broadcast); idempotent by --id.
 
     Example: phx team send TEAM --from alice --to '*' --subject "Found it" --body "Deadlock at line 427" --id msg-001
     """
-    message = _team(home, team_id).send(sender, to, type=kind, subject=subject, body=body, msg_id=msg_id)
+    message = _team(home, config, team_id).send(sender, to, type=kind, subject=subject, body=body, msg_id=msg_id)
     if out.as_json:
         out.json({"message": message.as_dict(), "duplicate": bool(getattr(message, "duplicate", False))})
     else:
@@ -324,12 +343,14 @@ def _print_messages(out: Output, messages: list[Any]) -> None:
 @click.option("--follow", is_flag=True, help="Keep waiting for new messages (Ctrl-C stops).")
 @click.option("--limit", type=click.IntRange(min=1), help="At most N messages.")
 @home_common
-def team_inbox(home: Home, out: Output, team_id: str, name: str, follow: bool, limit: int | None) -> None:
+def team_inbox(
+    home: Home, config: Config, out: Output, team_id: str, name: str, follow: bool, limit: int | None
+) -> None:
     """Messages NAME has not received yet; marked delivered only once printed.
 
     Example: phx team inbox TEAM --as bob
     """
-    team = _team(home, team_id)
+    team = _team(home, config, team_id)
     mailbox = team.mailbox
 
     def deliver() -> Any:
@@ -363,12 +384,12 @@ def team_inbox(home: Home, out: Output, team_id: str, name: str, follow: bool, l
 @click.argument("seq", type=int)
 @click.option("--as", "name", required=True, metavar="NAME")
 @home_common
-def team_ack(home: Home, out: Output, team_id: str, seq: int, name: str) -> None:
+def team_ack(home: Home, config: Config, out: Output, team_id: str, seq: int, name: str) -> None:
     """Acknowledge message SEQ (it must have been delivered to NAME).
 
     Example: phx team ack TEAM 12 --as bob
     """
-    mailbox = _team(home, team_id).mailbox
+    mailbox = _team(home, config, team_id).mailbox
     mailbox.ack(name, seq)
     if out.as_json:
         out.json({"seq": seq, "acked_by": mailbox.acked_by(seq)})
@@ -380,12 +401,12 @@ def team_ack(home: Home, out: Output, team_id: str, seq: int, name: str) -> None
 @click.argument("team_id", metavar="TEAM")
 @click.option("--last", "last", type=click.IntRange(min=1), default=10, show_default=True)
 @home_common
-def team_replay(home: Home, out: Output, team_id: str, last: int) -> None:
+def team_replay(home: Home, config: Config, out: Output, team_id: str, last: int) -> None:
     """The newest N messages of the whole team (the lead's summary).
 
     Example: phx team replay TEAM --last 5
     """
-    messages = _team(home, team_id).mailbox.replay(last)
+    messages = _team(home, config, team_id).mailbox.replay(last)
     if out.as_json:
         out.json({"team_id": team_id, "messages": [m.as_dict() for m in messages]})
     else:
@@ -396,12 +417,12 @@ def team_replay(home: Home, out: Output, team_id: str, last: int) -> None:
 @click.argument("team_id", metavar="TEAM")
 @click.argument("name")
 @home_common
-def team_heartbeat(home: Home, out: Output, team_id: str, name: str) -> None:
+def team_heartbeat(home: Home, config: Config, out: Output, team_id: str, name: str) -> None:
     """Record a heartbeat (UTC ms + sequence number); the hooks do it on every tool call.
 
     Example: phx team heartbeat TEAM alice
     """
-    record = _team(home, team_id).heartbeat(name, session_id=os.environ.get("PHOENIX_SESSION_ID") or None)
+    record = _team(home, config, team_id).heartbeat(name, session_id=os.environ.get("PHOENIX_SESSION_ID") or None)
     if out.as_json:
         out.json({"heartbeat": record})
     else:
@@ -412,14 +433,14 @@ def team_heartbeat(home: Home, out: Output, team_id: str, name: str) -> None:
 @click.argument("team_id", metavar="TEAM")
 @click.option("--as", "name", metavar="NAME", help="A teammate's view: its tasks, unread messages, ZOMBIE mode.")
 @home_common
-def team_status(home: Home, out: Output, team_id: str, name: str | None) -> None:
+def team_status(home: Home, config: Config, out: Output, team_id: str, name: str | None) -> None:
     """The team's state, or a teammate's view of it (ZOMBIE mode when the lead is silent).
 
     Example: phx team status TEAM --as alice
     """
     from rich.markup import escape
 
-    team = _team(home, team_id)
+    team = _team(home, config, team_id)
     if name:
         view = team.status_for(name)
         if out.as_json:
@@ -451,12 +472,12 @@ def team_status(home: Home, out: Output, team_id: str, name: str | None) -> None
 @team_group.command("checkpoint")
 @click.argument("team_id", metavar="TEAM")
 @home_common
-def team_checkpoint(home: Home, out: Output, team_id: str) -> None:
+def team_checkpoint(home: Home, config: Config, out: Output, team_id: str) -> None:
     """Take a full team checkpoint now.
 
     Example: phx team checkpoint TEAM
     """
-    info = _team(home, team_id).checkpoint(kind="full", reason="on demand")
+    info = _team(home, config, team_id).checkpoint(kind="full", reason="on demand")
     if out.as_json:
         out.json({"checkpoint": info})
     else:
@@ -467,7 +488,7 @@ def team_checkpoint(home: Home, out: Output, team_id: str) -> None:
 @click.argument("team_id", metavar="TEAM")
 @click.argument("directory", type=click.Path(file_okay=False))
 @home_common
-def team_export(home: Home, out: Output, team_id: str, directory: str) -> None:
+def team_export(home: Home, config: Config, out: Output, team_id: str, directory: str) -> None:
     """Write the team as seed 004's files: DIRECTORY/TEAM/ with metadata.json, mailbox.jsonl,
     teammates.json and checkpoints/ (an earlier export there is brought up to date).
 
@@ -477,7 +498,7 @@ def team_export(home: Home, out: Output, team_id: str, directory: str) -> None:
 
     from phoenix_protocol.store._team_files import check_export_directory
 
-    result = _team(home, team_id).export(check_export_directory(directory))
+    result = _team(home, config, team_id).export(check_export_directory(directory))
     if out.as_json:
         out.json(result)
     else:
@@ -491,12 +512,12 @@ def team_export(home: Home, out: Output, team_id: str, directory: str) -> None:
 @click.argument("team_id", metavar="TEAM")
 @click.option("--resolve", type=click.Choice(["retry", "abort", "inspect"]), help="After a partial consolidation.")
 @home_common
-def team_consolidate(home: Home, out: Output, team_id: str, resolve: str | None) -> None:
+def team_consolidate(home: Home, config: Config, out: Output, team_id: str, resolve: str | None) -> None:
     """Mark consolidating, run the check command, record the last good commit.
 
     Example: phx team consolidate TEAM
     """
-    team = _team(home, team_id)
+    team = _team(home, config, team_id)
     result = team.resolve_consolidation(resolve) if resolve else team.consolidate()
     if out.as_json:
         out.json({"team_id": team_id, "consolidation": result})
@@ -516,12 +537,12 @@ def team_consolidate(home: Home, out: Output, team_id: str, resolve: str | None)
 @click.argument("team_id", metavar="TEAM")
 @click.option("--force", is_flag=True, help="Even with uncommitted changes.")
 @home_common
-def team_complete(home: Home, out: Output, team_id: str, force: bool) -> None:
+def team_complete(home: Home, config: Config, out: Output, team_id: str, force: bool) -> None:
     """Mark the team completed (read-only from then on).
 
     Example: phx team complete TEAM
     """
-    data = _team(home, team_id).complete(force=force)
+    data = _team(home, config, team_id).complete(force=force)
     if out.as_json:
         out.json({"team_id": team_id, "status": data["status"]})
     else:
@@ -530,7 +551,7 @@ def team_complete(home: Home, out: Output, team_id: str, force: bool) -> None:
 
 @team_group.command("list")
 @home_common
-def team_list(home: Home, out: Output) -> None:
+def team_list(home: Home, config: Config, out: Output) -> None:
     """Teams in this home (resumable ones first).
 
     Example: phx team list --json
@@ -538,9 +559,9 @@ def team_list(home: Home, out: Output) -> None:
     from phoenix_protocol.store._teams import Team, list_teams
 
     rows: list[dict[str, Any]] = []
-    for team_id in list_teams(home):
+    for team_id in list_teams(home, config=config):
         try:
-            data = Team.open(home, team_id).read()
+            data = Team.open(home, team_id, config=config).read()
         except PhoenixError as exc:
             rows.append({"team_id": team_id, "error": str(exc)})
             continue
@@ -587,7 +608,7 @@ def _resume_output(out: Output, result: Any) -> None:
 @team_group.command("probe")
 @click.argument("team_id", metavar="TEAM")
 @home_common
-def team_probe(home: Home, out: Output, team_id: str) -> None:
+def team_probe(home: Home, config: Config, out: Output, team_id: str) -> None:
     """Run the resume validation without attaching (another lead's binding is reported, not an
     error; exit 1 transient, 2 permanent, as resume).
 
@@ -595,7 +616,9 @@ def team_probe(home: Home, out: Output, team_id: str) -> None:
     """
     from phoenix_protocol.services._team_resume import resume
 
-    result = resume(home, team_id, session_id=os.environ.get("PHOENIX_SESSION_ID") or "probe", attach=False)
+    result = resume(
+        home, team_id, session_id=os.environ.get("PHOENIX_SESSION_ID") or "probe", attach=False, config=config
+    )
     _resume_output(out, result)
     if result.exit_code:
         raise _Exit(result.exit_code)
@@ -605,7 +628,7 @@ def team_probe(home: Home, out: Output, team_id: str) -> None:
 @click.argument("team_id", metavar="TEAM")
 @click.option("--session", metavar="ID", help="The lead's session id (default: $PHOENIX_SESSION_ID, else a new one).")
 @home_common
-def team_resume(home: Home, out: Output, team_id: str, session: str | None) -> None:
+def team_resume(home: Home, config: Config, out: Output, team_id: str, session: str | None) -> None:
     """Re-attach as lead after a crash: the seed's validation sequence; exit 0 attached,
     1 transient (retry), 2 permanent.
 
@@ -616,7 +639,7 @@ def team_resume(home: Home, out: Output, team_id: str, session: str | None) -> N
     from phoenix_protocol.services._team_resume import resume
 
     session_id = session or os.environ.get("PHOENIX_SESSION_ID") or f"lead-{uuid.uuid4().hex[:12]}"
-    result = resume(home, team_id, session_id=session_id)
+    result = resume(home, team_id, session_id=session_id, config=config)
     _resume_output(out, result)
     if result.exit_code:
         raise _Exit(result.exit_code)

@@ -105,7 +105,9 @@ def watchdog_command(
     home: Home = agent.home
 
     def one_pass() -> Any:
-        report = run_pass(home, clock=agent.clock, act=not dry_run, tmux=use_tmux, config_overrides=overrides)
+        report = run_pass(
+            home, clock=agent.clock, act=not dry_run, tmux=use_tmux, config_overrides=overrides, config=agent.config
+        )
         if out.as_json:
             out.json(report.as_dict(), one_line=True)  # one line per pass, handed over at once (flushed)
         else:

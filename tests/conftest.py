@@ -115,6 +115,36 @@ def agent(home: Home, clock: ManualClock) -> Iterator[Agent]:
     yield Agent.open("tester", home=home, clock=clock)
 
 
+@pytest.fixture
+def load_config_calls(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """Where ``load_config`` is called from (``file:line``), call by call, from now on in this
+    test: a counting wrapper replaces it in ``core._config`` (which a function-level import reads)
+    and in every module that imported it at its top. Clear it once the test's setup is done."""
+    import contextlib
+    import importlib
+
+    from phoenix_protocol.core import _config
+
+    for name in ("phoenix_protocol.cli._main", "phoenix_protocol.services._transfer", "phoenix_protocol.server._app"):
+        with contextlib.suppress(ImportError):  # the server's extra may be missing
+            importlib.import_module(name)  # its top-level import done now, so that it is replaced below
+    original = _config.load_config
+    calls: list[str] = []
+
+    def counting(*args: Any, **kwargs: Any) -> _config.Config:
+        caller = sys._getframe(1)
+        calls.append(f"{caller.f_code.co_filename}:{caller.f_lineno}")
+        return original(*args, **kwargs)
+
+    for module in list(sys.modules.values()):
+        if (
+            getattr(module, "__name__", "").startswith("phoenix_protocol")
+            and vars(module).get("load_config") is original
+        ):
+            monkeypatch.setattr(module, "load_config", counting)
+    return calls
+
+
 PG_SERVER = os.environ.get("PHOENIX_TEST_PG", "postgresql://postgres@127.0.0.1:5432/test")
 """The PostgreSQL server the tests use when it answers (CI's machines run one: trust auth,
 database ``test``); otherwise ``pg_server`` starts a throwaway one, or skips."""

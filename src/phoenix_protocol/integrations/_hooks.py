@@ -163,6 +163,9 @@ def _open_agent(payload: dict[str, Any], options: dict[str, str], *, lock_timeou
             cwd = os.getcwd()
     home = Home(os.path.join(cwd, options["home"])) if "home" in options else Home.resolve(cwd)
     agent = Agent.open(options.get("agent"), home=home)
+    lane = agent.lane_of_session(_raw_session_id(payload))  # one stat (docs/lanes.md)
+    if lane is not None:
+        agent.use_lane(lane)
     timeout = agent.config.hook_lock_timeout
     if lock_timeout_cap is not None:
         timeout = min(timeout, lock_timeout_cap)
@@ -192,13 +195,13 @@ def handle(event: str, payload: dict[str, Any], options: dict[str, str]) -> str 
             error=error,
             durable=False,  # atomic, not fsynced: the next heartbeat replaces it (transitions stay durable)
             lock_timeout=agent.config.lock_timeout,
-            due=due,
+            due=due if agent.lane is None else None,  # lanes take no checkpoints (docs/lanes.md)
             duration_ms=duration if isinstance(duration, int) and not isinstance(duration, bool) else None,
             progress=tool in EDIT_TOOLS,
             drift=drift,
         )
         _share_heartbeat(agent, payload, state)
-        if drift and drift[0][1]:
+        if drift and drift[0][1] and agent.lane is None:
             # Seed 003's emergency recovery (once per episode of drift) replaces a plain recovery
             # checkpoint due now.
             due = [k for k in due if k != "recovery"] + ["emergency:" + drift[0][0].detail]

@@ -91,11 +91,14 @@ def _open(project: Path) -> Agent:
 
 
 def _primary(project: Path) -> dict[str, Any]:
-    return json.loads((project / ".phoenix" / "agents" / "default" / "state.json").read_text())
+    data: dict[str, Any] = json.loads((project / ".phoenix" / "agents" / "default" / "state.json").read_text())
+    return data
 
 
 def _lane(project: Path, session: str) -> dict[str, Any]:
-    return json.loads((project / ".phoenix" / "agents" / "default" / "lanes" / session / "state.json").read_text())
+    path = project / ".phoenix" / "agents" / "default" / "lanes" / session / "state.json"
+    data: dict[str, Any] = json.loads(path.read_text())
+    return data
 
 
 def _watchdog(project: Path, capsys: pytest.CaptureFixture[str]) -> tuple[int, dict[str, Any]]:

@@ -947,5 +947,6 @@ from phoenix_protocol.cli import _memory as _cli_memory  # noqa: E402, F401
 from phoenix_protocol.cli import _remote as _cli_remote  # noqa: E402, F401
 from phoenix_protocol.cli import _server as _cli_server  # noqa: E402, F401
 from phoenix_protocol.cli import _sessions as _cli_sessions  # noqa: E402, F401
+from phoenix_protocol.cli import _status as _cli_status  # noqa: E402, F401
 from phoenix_protocol.cli import _teams as _cli_teams  # noqa: E402, F401
 from phoenix_protocol.cli import _watchdog as _cli_watchdog  # noqa: E402, F401

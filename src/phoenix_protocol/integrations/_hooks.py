@@ -3,7 +3,9 @@
 =================  ==============================================================================
 event              what it does
 =================  ==============================================================================
-session-start      Records the session and the agent process (pid + start time); status working.
+session-start      Picks the session's lane (its own beside another live session: docs/lanes.md)
+                   and claims dead sessions' lanes for recovery (``_hooks_lanes``).
+                   Records the session and the agent process (pid + start time); status working.
                    When the previous state was working or error (a crash, a kill, a lost
                    context) prints the recovery context (RECOVERY DETECTED, the state, a fresh
                    brief) as ``hookSpecificOutput.additionalContext``. On ``source`` compact or
@@ -14,6 +16,9 @@ pre-compact        Refreshes ``brief.md``. Never blocks compaction.
 stop               Heartbeat only; prints nothing (output there would keep the turn going).
 session-end        Status idle, ops event session_end, ``brief.md`` refreshed.
 =================  ==============================================================================
+
+Every event of a session that has a lane of its own goes to that lane (``_open_agent``: one
+``stat`` of ``lanes/<lane-id>/state.json``); the others to the agent's ``state.json``.
 
 A hook never breaks the agent: whatever goes wrong (empty or malformed stdin, an unknown
 event, a locked, corrupt or newer state file, a full disk) it exits 0 with one line on stderr

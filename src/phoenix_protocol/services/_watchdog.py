@@ -17,6 +17,13 @@ recorded on another host        ``remote``: its process cannot be seen from here
 no process recorded             ``unknown``: judged by its heartbeat, like a remote agent
 ==============================  ===============================================================
 
+Every lane of every agent (docs/lanes.md: the state of a session that ran beside the one
+``state.json`` holds) is judged the same way (``check_lanes``); a lane takes no checkpoint.
+
+Seed 000 marks a dead agent *idle* after the grace; Phoenix marks it ``error``/stalled, so that the
+next session, whose start hook recovers a state left working or in error, still recovers it
+(docs/watchdog.md, "Where it departs from seed 000").
+
 Agents that are idle or already in error are reported and left alone; a corrupt or newer
 state.json is reported (``phx doctor`` repairs it), never touched. Operational drift (``_drift``)
 is evaluated for live agents from the actions the heartbeat recorded: an agent whose calls keep

@@ -24,7 +24,13 @@ import os
 from typing import TYPE_CHECKING, Any
 
 from phoenix_protocol.agent._lanes import PRIMARY, lane_ids, open_lane, retire_lane
-from phoenix_protocol.core._errors import CorruptStateError, PhoenixError, SchemaVersionError
+from phoenix_protocol.core._errors import (
+    CorruptStateError,
+    LockTimeoutError,
+    PhoenixError,
+    SchemaVersionError,
+    StorageError,
+)
 
 if TYPE_CHECKING:
     from phoenix_protocol.agent._state import AgentState
@@ -201,16 +207,24 @@ def settle_lanes(agent: Agent, session_id: str | None) -> list[RecoveredLane]:
     for lane in lane_ids(agent.dir):
         if lane == agent.lane:
             continue
+        view = agent.in_lane(lane)
         try:
-            state = agent.in_lane(lane).state.read_if_any()
-        except (CorruptStateError, SchemaVersionError):
-            continue
-        if state is None:
-            continue  # being opened right now (no state written yet), or emptied by hand
-        verdict, reason = judge_lane(state, agent.config, now)
-        if verdict == "live":
-            continue
-        retired = retire_lane(agent.dir, lane, now)
+            # Under the lane's lock, so that a write in progress (the watchdog marking it
+            # stalled, a late hook) ends before the lane moves, and the judgement is on the last.
+            with view.state.lock():
+                state = view.state.read_if_any()
+                if state is None:
+                    continue  # being opened right now (no state written yet), or retired meanwhile
+                verdict, reason = judge_lane(state, agent.config, now)
+                if verdict == "live":
+                    continue
+                retired = retire_lane(agent.dir, lane, now)
+        except (CorruptStateError, SchemaVersionError, LockTimeoutError):
+            continue  # left as it is: `phx status` reports it; busy: the next start looks again
+        except StorageError:
+            if os.path.isdir(view.state.directory):
+                raise
+            continue  # another session retired it between the listing and the lock
         if retired is None:
             continue  # another session retired it first
         gone = agent.in_lane(lane, directory=retired)

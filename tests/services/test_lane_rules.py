@@ -134,3 +134,18 @@ def test_settle_leaves_live_lanes_and_unreadable_ones(home: Home, dead: dict[str
     finally:
         sleeper.kill()
         sleeper.wait()
+
+
+def test_a_lane_that_cannot_be_moved_is_reported_and_left(home: Home, dead: dict[str, object]) -> None:
+    clock = ManualClock(NOW)
+    start_placed(Agent.open("a", home=home, clock=clock), "primary-session", process=_me())
+    gone = Agent.open("a", home=home, clock=clock)
+    assert start_placed(gone, SESSIONS["gone"], process=dead).lane == SESSIONS["gone"]
+    Path(gone.dir, "lanes", ".retired").write_text("in the way")  # no folder can be made there
+    newcomer = Agent.open("a", home=home, clock=clock)
+    assert start_placed(newcomer, SESSIONS["new"], process=_me() | {"pid": os.getppid()}).lane == SESSIONS["new"]
+    assert settle_lanes(newcomer, SESSIONS["new"]) == []
+    assert lane_ids(newcomer.dir) == [SESSIONS["gone"], SESSIONS["new"]]  # left for the next start
+    events, _ = Agent.open("a", home=home).ops.read()
+    [problem] = [e for e in events if e["event"] == "lanes_not_settled"]
+    assert problem["meta"]["lane"] == SESSIONS["gone"] and "could not create directory" in problem["meta"]["error"]

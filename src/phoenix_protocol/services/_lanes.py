@@ -20,6 +20,7 @@ to whichever session restores next. A lane's own files (state, ops log, brief) a
 
 from __future__ import annotations
 
+import contextlib
 import os
 from typing import TYPE_CHECKING, Any
 
@@ -199,8 +200,10 @@ def settle_lanes(agent: Agent, session_id: str | None) -> list[RecoveredLane]:
     whose session ended (``lane_retired``), and retire and return those whose session died
     (``lane_recovered``, status warn), which session ``session_id`` is to recover. A lane another
     session retired first is skipped (it recovers it); a lane whose state cannot be read is left
-    as it is (``phx status`` reports it, ``phx doctor`` repairs it). Events go to the primary
-    lane's ops log and to the retired lane's own."""
+    as it is (``phx status`` reports it, ``phx doctor`` repairs it), and one that cannot be moved
+    is reported (``lanes_not_settled``) and left for the next start. Events go to the primary
+    lane's ops log and to the retired lane's own. Never raises for one lane: the lanes claimed
+    before a problem are recovered all the same."""
     primary = primary_of(agent)
     now = agent.clock.now_ms()
     recovered: list[RecoveredLane] = []
@@ -221,10 +224,13 @@ def settle_lanes(agent: Agent, session_id: str | None) -> list[RecoveredLane]:
                 retired = retire_lane(agent.dir, lane, now)
         except (CorruptStateError, SchemaVersionError, LockTimeoutError):
             continue  # left as it is: `phx status` reports it; busy: the next start looks again
-        except StorageError:
-            if os.path.isdir(view.state.directory):
-                raise
-            continue  # another session retired it between the listing and the lock
+        except (StorageError, OSError) as exc:
+            if os.path.isdir(view.state.directory):  # not one retired between the listing and the lock
+                with contextlib.suppress(PhoenixError, OSError):
+                    primary.record(
+                        "lanes_not_settled", "warn", {"lane": lane, "error": " ".join(str(exc).split())[:300]}
+                    )
+            continue  # the other lanes are settled all the same
         if retired is None:
             continue  # another session retired it first
         gone = agent.in_lane(lane, directory=retired)
@@ -246,9 +252,8 @@ def settle_lanes(agent: Agent, session_id: str | None) -> list[RecoveredLane]:
         for log_to in (gone, primary):
             try:
                 log_to.record(name, status, meta)
-            except PhoenixError:
-                if log_to is primary:
-                    raise
+            except (PhoenixError, OSError):
+                pass  # the claim is the rename, made: the recovery must not be lost for an event
         if verdict == "dead":
             recovered.append(RecoveredLane(lane, state, gone, retired, reason))
     return recovered

@@ -10,6 +10,9 @@ Compares, interleaved round-robin so that machine noise hits all three alike:
     into ``.claude/settings.json``, with the durability the code ships with (locked
     read-modify-write, atomic replace; transitions fsynced).
 
+(g) is (c) for a second session that started beside the first and has a lane of its own
+(docs/lanes.md): its heartbeat finds the lane with one ``stat`` and writes there.
+
 (a) and (c) are executed directly (the argv of the installed command), so the ratio compares
 the processes themselves; two extra rows run them through ``/bin/sh -c`` as Claude Code does
 (the shell costs every hook the same).
@@ -46,11 +49,14 @@ from pathlib import Path
 
 import phoenix_protocol
 from phoenix_protocol.core._home import Home
+from phoenix_protocol.core._process import hostname, identity_of
 from phoenix_protocol.integrations._install import MARKER, hook_command
 from phoenix_protocol.services._agent import Agent
+from phoenix_protocol.services._lanes import start_placed
 
 HERE = Path(__file__).resolve().parent
 BENCH_SESSION = "5f0c2a1e-8d3b-4c7a-9e21-6b4d8f3a7c10"  # Claude Code gives every session a UUID
+LANE_SESSION = "6a1d3b2f-9e4c-4d8b-8f32-7c5e9a4b8d21"  # a second session, beside the first (docs/lanes.md)
 
 
 def _time(cmd: list[str], stdin: bytes, cwd: str, env: dict[str, str]) -> float:
@@ -114,19 +120,26 @@ def main() -> int:
         env = {k: v for k, v in os.environ.items() if not k.startswith(("PHOENIX_", "CLAUDE"))}
         # A realistic state: a session, a task, a few notes.
         agent = Agent.open("default", home=Home(os.path.join(project, ".phoenix")))
-        agent.state.start_session("bench-session")
+        # The session holds the agent's state.json, its process alive (this one), so that a
+        # second session starting beside it gets a lane of its own: row (g).
+        me = identity_of(os.getpid())
+        held = {"pid": me.pid, "start_time": me.start_time, "host": me.host} if me else None
+        agent.state.start_session("bench-session", process=held)
         agent.state.set_status("working", "Implement refresh tokens for the auth service", session_id=BENCH_SESSION)
         for text in ("Token rotation race", "Clock skew on expiry", "Integration tests missing"):
             agent.state.add_note("open_loop", text)
+        beside = {"pid": os.getppid(), "start_time": 0.0, "host": hostname()}
+        if start_placed(Agent.open("default", home=agent.home), LANE_SESSION, process=beside).lane != LANE_SESSION:
+            raise SystemExit("the second session did not get a lane of its own")
         calls = itertools.count()
 
-        def payload() -> bytes:
+        def payload(session: str = BENCH_SESSION) -> bytes:
             """The next tool call's payload: a different command each time, as in a working
             session (the same input over and over would be drift: a repetition warning)."""
             n = next(calls)
             return json.dumps(
                 {
-                    "session_id": BENCH_SESSION,
+                    "session_id": session,
                     "transcript_path": os.path.join(work, "t.jsonl"),
                     "cwd": project,
                     "hook_event_name": "PostToolUse",
@@ -161,7 +174,9 @@ def main() -> int:
                 [sys.executable, "-P", "-c", f"from {MARKER} import main; main()", "post-tool-use"],
                 env,
             ),
+            "(g) phx PostToolUse hook, a session in a lane": (shlex.split(hook_command("post-tool-use")), env),
         }
+        sessions = {"(g) phx PostToolUse hook, a session in a lane": LANE_SESSION}
         before: dict[str, Callable[[], None]] = {}
         after: dict[str, Callable[[], None]] = {}
         if args.pg:
@@ -178,15 +193,17 @@ def main() -> int:
         samples: dict[str, list[float]] = {name: [] for name in commands}
         for name, (cmd, cmd_env) in commands.items():  # warm-up
             before.get(name, lambda: None)()
-            _time(cmd, payload(), project, cmd_env)
+            _time(cmd, payload(sessions.get(name, BENCH_SESSION)), project, cmd_env)
             after.get(name, lambda: None)()
         for _ in range(runs):
             for name, (cmd, cmd_env) in commands.items():
                 before.get(name, lambda: None)()
-                samples[name].append(_time(cmd, payload(), project, cmd_env))
+                samples[name].append(_time(cmd, payload(sessions.get(name, BENCH_SESSION)), project, cmd_env))
                 after.get(name, lambda: None)()
         state = agent.state.read()
         assert state.heartbeat_seq >= 2 * runs, "the hook did not record its heartbeats"
+        lane = agent.in_lane(LANE_SESSION).state.read()
+        assert lane.heartbeat_seq >= runs, "the hook of the session in a lane did not record its heartbeats"
         drift = [e for e in agent.ops.tail(100_000)[0] if e.get("event") == "drift_detected"]
         assert not drift, f"the benchmark's own calls looked like drift: {drift[0]}"
         imports = _import_report(payload(), project)
@@ -230,6 +247,8 @@ def main() -> int:
     )
     old_c = med["(c) without -S (the command before 2026-11-24, reference)"]
     print(f"(c)/(c without -S) = {c / old_c:.2f}; (c without -S)/(a) = {old_c / a:.2f} (reference)")
+    g = med["(g) phx PostToolUse hook, a session in a lane"]
+    print(f"(g)/(a) = {g / a:.2f} (target <= 1.5: {'met' if g <= 1.5 * a else 'MISSED'}); (g)/(c) = {g / c:.2f}")
     for name in [n for n in commands if n.startswith(("(d)", "(e)", "(f)"))]:
         ratio = med[name] / a
         print(f"{name[:3]}/(a) = {ratio:.2f} (target <= 1.5: {'met' if ratio <= 1.5 else 'MISSED'})")

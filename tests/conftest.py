@@ -47,6 +47,8 @@ def run_hook(
 def _isolated_env(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> None:
     fake_home = tmp_path_factory.mktemp("user-home")
     monkeypatch.setenv("HOME", str(fake_home))
+    # This user's list of homes (phx status --all) is the test's own.
+    monkeypatch.setenv("XDG_STATE_HOME", str(fake_home / ".local" / "state"))
     for name in list(os.environ):
         if name.startswith(("PHOENIX_", "CLAUDE")):
             monkeypatch.delenv(name, raising=False)

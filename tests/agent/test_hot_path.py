@@ -161,3 +161,32 @@ def test_a_teammate_whose_session_id_was_kept_as_a_hash_loads_nothing_more(proje
     assert loaded <= team_path, f"the hot path now also imports {sorted(loaded - team_path)}"
     beats = [p for p in tmp_path.rglob("alice*") if p.is_file()]
     assert beats and all(secret.encode() not in p.read_bytes() for p in beats)
+
+
+def test_a_session_in_a_lane_of_its_own_loads_nothing_more(project: Path) -> None:
+    """A session that runs beside another live one (docs/lanes.md): its heartbeat finds its lane
+    with one stat and goes there, loading no module a heartbeat of the primary lane does not."""
+    import os
+
+    from phoenix_protocol.core._home import Home
+    from phoenix_protocol.core._process import hostname, identity_of
+    from phoenix_protocol.services._agent import Agent
+    from phoenix_protocol.services._lanes import start_placed
+
+    home = Home(str(project / ".phoenix"))
+    me = identity_of(os.getpid())
+    assert me is not None
+    holder = {"pid": me.pid, "start_time": me.start_time, "host": hostname()}  # alive: this test
+    start_placed(Agent.open(home=home), "a-live-session", process=holder)
+    beside = {"pid": os.getppid(), "start_time": 0.0, "host": hostname()}
+    assert start_placed(Agent.open(home=home), SESSION, process=beside).lane == SESSION
+    payload = {"session_id": SESSION, "cwd": str(project), "tool_name": "Bash", "tool_input": {}, "tool_response": {}}
+    for _ in range(2):
+        proc = subprocess.run(
+            [sys.executable, "-P", "-c", PROBE], input=json.dumps(payload).encode(), capture_output=True, check=True
+        )
+        loaded = set(proc.stdout.decode().split())
+        assert loaded <= ALLOWED, f"the hot path now also imports {sorted(loaded - ALLOWED)}"
+    lane = Agent.open(home=home).in_lane(SESSION).state.read()
+    assert lane.heartbeat_seq == 2
+    assert Agent.open(home=home).state.read().heartbeat_seq == 0

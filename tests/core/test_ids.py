@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from phoenix_protocol.core._errors import InvalidIdError, UsageError
 from phoenix_protocol.core._home import Home, resolve_agent_id
 from phoenix_protocol.core._ids import (
     MAX_ID_LENGTH,
     is_valid_id,
+    lane_id_of,
     secret_in_id,
     session_id_of,
     validate_id,
@@ -115,3 +118,25 @@ def test_hooks_keep_a_hash_for_a_session_id_they_cannot_keep() -> None:
         assert session_id_of(nothing) is None
     with pytest.raises(InvalidIdError, match="characters long"):
         validate_session_id("x" * 129)
+
+
+@given(
+    st.one_of(
+        st.uuids().map(str), st.text(min_size=1, max_size=200), st.from_regex(r"[A-Za-z0-9][A-Za-z0-9._-]{0,130}")
+    )
+)
+def test_a_lane_id_names_a_folder_and_is_the_same_for_the_raw_and_the_kept_session_id(raw: str) -> None:
+    """docs/lanes.md: a hook reads the raw id, the model's `phx state` has the kept one
+    ($PHOENIX_SESSION_ID); both must find the same lane, whose id is a safe folder name."""
+    lane = lane_id_of(raw)
+    assert is_valid_id(lane)
+    kept = session_id_of(raw)
+    assert kept is not None and lane_id_of(kept) == lane
+
+
+def test_a_lane_id_is_the_uuid_itself_and_hashes_anything_else() -> None:
+    uuid = "0b6f3c1e-7a2d-4e95-8c41-2f9d6a0b7e53"
+    assert lane_id_of(uuid) == uuid and lane_id_of(uuid.upper()) == uuid.upper()
+    assert lane_id_of("sid-0123abcd") == "sid-0123abcd"
+    for other in ("a/b", "..", "ghp_" + "x7Yq2Lm9Pz4Rt6Vb8Nc1Kd3Fg5Hj0Ws2Ea4Ub", "my session", "x" * 65, "-" * 36):
+        assert lane_id_of(other).startswith("sid-") and len(lane_id_of(other)) == 28

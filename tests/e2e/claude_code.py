@@ -41,6 +41,7 @@ CLAUDE_CODE_VERSION = "2.1.330"
 CLAUDE_CODE_PACKAGE = "@anthropic-ai/claude-code"
 CLI_WRAPPER = os.path.join("node_modules", "@anthropic-ai", "claude-code", "cli-wrapper.cjs")
 RUN_TIMEOUT = 120.0
+HOLD_TIMEOUT = 300.0  # the longest a held answer (``Turn.held``) waits to be released
 MODEL = "claude-opus-5-5"  # what 2.1.330 asks for when no model is configured
 
 # A test-only hook (registered in settings.local.json, never in Phoenix's settings.json) that
@@ -171,10 +172,13 @@ def ensure_claude_code() -> list[str]:
 
 @dataclass(frozen=True)
 class Turn:
-    """One scripted model answer: a Bash tool call (``command``) or plain ``text``."""
+    """One scripted model answer: a Bash tool call (``command``) or plain ``text``; with ``hold``,
+    the answer waits until that event is set (a model that is still thinking: the session stays
+    alive, its request open, until the test releases it or kills the session)."""
 
     text: str | None = None
     command: str | None = None
+    hold: threading.Event | None = field(default=None, compare=False)
 
     @classmethod
     def bash(cls, command: str) -> Turn:
@@ -183,6 +187,10 @@ class Turn:
     @classmethod
     def say(cls, text: str) -> Turn:
         return cls(text=text)
+
+    @classmethod
+    def held(cls, until: threading.Event, text: str = "Done.") -> Turn:
+        return cls(text=text, hold=until)
 
 
 @dataclass
@@ -363,6 +371,8 @@ class FakeAnthropic:
                     request.kind = "side"
                     turn = Turn.say(self.fallback_text)
                 self.requests.append(request)
+            if turn.hold is not None:
+                turn.hold.wait(HOLD_TIMEOUT)  # in this request's own thread: the others are answered
             model = body["model"] if isinstance(body.get("model"), str) else MODEL
             if body.get("stream"):
                 return 200, "text/event-stream", self._stream(turn, model)
@@ -624,6 +634,23 @@ class ClaudeProject:
         if extra:
             env.update(extra)
         return env
+
+    def start(
+        self, args: Sequence[str], *, api: FakeAnthropic | None = None, env: Mapping[str, str] | None = None
+    ) -> subprocess.Popen[str]:
+        """Start ``claude <args>`` in the project and return at once: a session that runs beside
+        others. It runs in a process group of its own, so that ``os.killpg(proc.pid, SIGKILL)``
+        kills Claude Code and everything it started, as a crash would."""
+        return subprocess.Popen(
+            [*self.claude, *args],
+            cwd=self.dir,
+            env=self.env(api, env),
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            start_new_session=True,
+        )
 
     def run(
         self,

@@ -237,6 +237,11 @@ def hand_down(ctx: click.Context, **options: Any) -> None:
     ctx.meta.setdefault(_HANDED_DOWN, {}).update({k: v for k, v in options.items() if v})
 
 
+LANE_COMMANDS = frozenset({"state", "note", "brief", "log"})
+"""The commands that work on the lane of the session they run in (``$PHOENIX_SESSION_ID``, or
+``--session``) when it has one; every other command works on the agent's primary lane."""
+
+
 def common(func: F) -> F:
     """``--agent``, ``--home`` and ``--json`` for a command; builds the ``Agent`` and maps errors.
 
@@ -262,6 +267,11 @@ def common(func: F) -> F:
             if given.get("server"):  # a subcommand that takes --server took it (``_cli_remote.attach``)
                 raise UsageError(f"--server does not apply to `{ctx.command_path}`: it works on the local home only.")
             agent = Agent.open(agent_id, home=Home(os.path.abspath(home)) if home else None)
+            if ctx.find_root().invoked_subcommand in LANE_COMMANDS:
+                # A session with a lane of its own writes there (docs/lanes.md).
+                lane = agent.lane_of_session(kwargs.get("session") or os.environ.get("PHOENIX_SESSION_ID"))
+                if lane is not None:
+                    agent.use_lane(lane)
             return func(*args, agent=agent, out=out, **kwargs)
 
     return wrapper  # type: ignore[return-value]
@@ -943,5 +953,6 @@ from phoenix_protocol.cli import _memory as _cli_memory  # noqa: E402, F401
 from phoenix_protocol.cli import _remote as _cli_remote  # noqa: E402, F401
 from phoenix_protocol.cli import _server as _cli_server  # noqa: E402, F401
 from phoenix_protocol.cli import _sessions as _cli_sessions  # noqa: E402, F401
+from phoenix_protocol.cli import _status as _cli_status  # noqa: E402, F401
 from phoenix_protocol.cli import _teams as _cli_teams  # noqa: E402, F401
 from phoenix_protocol.cli import _watchdog as _cli_watchdog  # noqa: E402, F401

@@ -41,7 +41,7 @@ def _render(out: Output, report: Any) -> None:
         colour = _COLOURS.get(v.verdict, "white")
         detail = v.detail + (f"; drift: {v.drift}" if v.drift else "")
         table.add_row(
-            escape(v.agent_id),
+            escape(v.label),
             f"[{colour}]{v.verdict}[/]",
             v.status or "-",
             str(v.pid or "-"),

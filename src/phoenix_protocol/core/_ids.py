@@ -18,6 +18,7 @@ __all__ = [
     "SESSION_ID_LENGTH",
     "hashed_session_id",
     "is_valid_id",
+    "lane_id_of",
     "secret_in_id",
     "session_id_of",
     "short_digest",
@@ -120,6 +121,24 @@ def session_id_of(value: object) -> str | None:
     if isinstance(value, str) and value:
         return hashed_session_id(value)
     return None
+
+
+def lane_id_of(session_id: str) -> str:
+    """The lane id of a session (``docs/lanes.md``): its id as its agent CLI gave it when that is
+    a UUID (what Claude Code gives) or an id Phoenix made (``sid-<hex>``), else ``sid-`` and a
+    hash of it. The same for the raw id a hook reads and the id ``session_id_of`` keeps of it, and
+    cheap enough for the hot path (no redactor: one that could be a secret is hashed; a UUID
+    costs about a microsecond)."""
+    if (
+        len(session_id) == 36
+        and session_id[8] == session_id[13] == session_id[18] == session_id[23] == "-"
+        and session_id.count("-") == 4
+        and _HEX.issuperset(session_id.replace("-", ""))
+    ):
+        return session_id  # a UUID: what Claude Code gives
+    if is_valid_id(session_id) and _plainly_no_secret(session_id):
+        return session_id
+    return hashed_session_id(session_id)
 
 
 def hashed_session_id(value: str) -> str:

@@ -3,7 +3,9 @@
 =================  ==============================================================================
 event              what it does
 =================  ==============================================================================
-session-start      Records the session and the agent process (pid + start time); status working.
+session-start      Picks the session's lane (its own beside another live session: docs/lanes.md)
+                   and claims dead sessions' lanes for recovery (``_hooks_lanes``).
+                   Records the session and the agent process (pid + start time); status working.
                    When the previous state was working or error (a crash, a kill, a lost
                    context) prints the recovery context (RECOVERY DETECTED, the state, a fresh
                    brief) as ``hookSpecificOutput.additionalContext``. On ``source`` compact or
@@ -14,6 +16,9 @@ pre-compact        Refreshes ``brief.md``. Never blocks compaction.
 stop               Heartbeat only; prints nothing (output there would keep the turn going).
 session-end        Status idle, ops event session_end, ``brief.md`` refreshed.
 =================  ==============================================================================
+
+Every event of a session that has a lane of its own goes to that lane (``_open_agent``: one
+``stat`` of ``lanes/<lane-id>/state.json``); the others to the agent's ``state.json``.
 
 A hook never breaks the agent: whatever goes wrong (empty or malformed stdin, an unknown
 event, a locked, corrupt or newer state file, a full disk) it exits 0 with one line on stderr
@@ -163,6 +168,9 @@ def _open_agent(payload: dict[str, Any], options: dict[str, str], *, lock_timeou
             cwd = os.getcwd()
     home = Home(os.path.join(cwd, options["home"])) if "home" in options else Home.resolve(cwd)
     agent = Agent.open(options.get("agent"), home=home)
+    lane = agent.lane_of_session(_raw_session_id(payload))  # one stat (docs/lanes.md)
+    if lane is not None:
+        agent.use_lane(lane)
     timeout = agent.config.hook_lock_timeout
     if lock_timeout_cap is not None:
         timeout = min(timeout, lock_timeout_cap)
@@ -192,13 +200,13 @@ def handle(event: str, payload: dict[str, Any], options: dict[str, str]) -> str 
             error=error,
             durable=False,  # atomic, not fsynced: the next heartbeat replaces it (transitions stay durable)
             lock_timeout=agent.config.lock_timeout,
-            due=due,
+            due=due if agent.lane is None else None,  # lanes take no checkpoints (docs/lanes.md)
             duration_ms=duration if isinstance(duration, int) and not isinstance(duration, bool) else None,
             progress=tool in EDIT_TOOLS,
             drift=drift,
         )
         _share_heartbeat(agent, payload, state)
-        if drift and drift[0][1]:
+        if drift and drift[0][1] and agent.lane is None:
             # Seed 003's emergency recovery (once per episode of drift) replaces a plain recovery
             # checkpoint due now.
             due = [k for k in due if k != "recovery"] + ["emergency:" + drift[0][0].detail]

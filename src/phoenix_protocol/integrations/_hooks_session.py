@@ -50,9 +50,12 @@ def handle_session_event(
             )
         except PhoenixError as exc:
             failed.append(exc)
-        agent.checkpoints.create("routine", summary="before context compaction", extra={"git_timeout": _GIT_TIMEOUT})
-        _sync_best_effort(agent)
-        _files_written(agent)
+        if agent.lane is None:  # lanes take no checkpoints (docs/lanes.md)
+            agent.checkpoints.create(
+                "routine", summary="before context compaction", extra={"git_timeout": _GIT_TIMEOUT}
+            )
+            _sync_best_effort(agent)
+            _files_written(agent)
         if failed:
             raise failed[0]  # reported as the hook's failure (exit 0), once the checkpoint is taken
         return None
@@ -62,7 +65,11 @@ def handle_session_event(
     # The state's session ends, brief.md, the session checkpoint (checkpoint_on_exit); no session
     # id in the payload: the session that ends is the one the state holds. All SessionEnd hooks
     # share about 1.5 s: git gets 0.2 s.
-    end_session(agent, session_id, reason=_plain(payload.get("reason"), default="other"), git_timeout=0.2)
+    reason = _plain(payload.get("reason"), default="other")
+    if agent.lane is not None:  # the session's own lane goes idle; lanes take no checkpoints (docs/lanes.md)
+        end_session(agent, session_id, reason=reason, git_timeout=0.2, checkpoint=False)
+        return None
+    end_session(agent, session_id, reason=reason, git_timeout=0.2)
     _sync_best_effort(agent)
     _files_written(agent)
     return None
@@ -280,17 +287,27 @@ def _session_start(payload: dict[str, Any], options: dict[str, str], session_id:
 
         session_id = (source == "compact" and previous.session_id) or f"sid-{uuid.uuid4().hex[:24]}"
     proc = find_agent_process()
-    before, after = agent.state.start_session(
+    from phoenix_protocol.integrations._hooks_lanes import lane_context, start_in_lane
+
+    # The primary lane, or a lane of its own beside a live session (docs/lanes.md); dead lanes
+    # of other sessions are claimed for this one to recover.
+    placed, recovered = start_in_lane(
+        agent,
         session_id,
         source=source,
         process={"pid": proc.pid, "start_time": proc.start_time, "host": proc.host} if proc else None,
     )
+    before, after = placed.before, placed.after
+    if placed.beside is not None:
+        notices = []  # about the primary lane, which this session does not take
     _export_env(agent, session_id)
     from phoenix_protocol.agent._state import is_new_session
 
     new_session = is_new_session(before, session_id, source)
     restored = None
-    if new_session:  # restore_on_start = false skips the restore, not the session's start
+    # restore_on_start = false skips the restore, not the session's start; a lane restores
+    # nothing (the agent's checkpoints are its primary lane's).
+    if new_session and agent.lane is None:
         restored = _paif_begin(agent, after.session_id, source, restore=agent.config.restore_on_start)
     if before.refresh_requested:
         request = before.refresh_requested
@@ -306,13 +323,16 @@ def _session_start(payload: dict[str, Any], options: dict[str, str], session_id:
     )
     anchor = _reanchor(agent) if "persona_reanchor" in after.extra else None
     team = _team_context(agent)
+    lanes = lane_context(agent, placed, recovered)
     if not recovering and source not in ("compact", "resume") and not handover and not anchor and not team:
         _write_brief_best_effort(agent, after)
-        return None
+        if not lanes:
+            return None
+        return dumps_line({"hookSpecificOutput": {"hookEventName": "SessionStart", "additionalContext": lanes}})
     context = _recovery_context(
         agent, before, after, source, notices if recovering else [], restored, recovering, crashed=crashed
     )
-    for block in (team, anchor):
+    for block in (team, anchor, lanes):
         if block:
             context = (block + "\n\n" + context)[: agent.config.brief_max_chars]
     return dumps_line({"hookSpecificOutput": {"hookEventName": "SessionStart", "additionalContext": context}})

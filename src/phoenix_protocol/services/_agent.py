@@ -36,6 +36,9 @@ if TYPE_CHECKING:
 
 __all__ = ["Agent"]
 
+LANES_DIR = "lanes"
+"""In an agent's directory: the lanes of sessions that run beside the one ``state.json`` holds."""
+
 
 class Agent:
     """One agent (``agent_id``) in one Phoenix home."""
@@ -65,6 +68,9 @@ class Agent:
             self.dir, agent_id=self.id, ops=self.ops, config=self.config, clock=clock, prepare=self.ensure
         )
         self.brief_path = os.path.join(self.dir, "brief.md")
+        self.lane: str | None = None
+        """``None``: this object reads and writes the agent's primary lane (``state.json`` in its
+        directory); else the id of the lane it is a view of (``use_lane``, docs/lanes.md)."""
         self._ensured = False
         self._checkpoints: CheckpointStore | None = None
         self._identity: IdentityStore | None = None
@@ -161,6 +167,43 @@ class Agent:
             resolved = Home(os.path.join(os.path.abspath(cwd or os.getcwd()), home))
         config = load_config(resolved.root, project_root=resolved.project_root, env=env, overrides=config_overrides)
         return cls(resolve_agent_id(agent_id, env, config.agent_id), resolved, config=config, clock=clock)
+
+    def lane_of_session(self, session_id: str | None) -> str | None:
+        """The id of the lane of session ``session_id`` (as its agent CLI gave it, or as Phoenix
+        keeps it) when that session has a lane of its own in this agent, else ``None``: one
+        ``stat``, the cost of lanes on the hook's hot path (docs/lanes.md)."""
+        if not session_id:
+            return None
+        from phoenix_protocol.core._ids import lane_id_of
+
+        lane = lane_id_of(session_id)
+        return lane if os.path.isfile(os.path.join(self.dir, LANES_DIR, lane, "state.json")) else None
+
+    def use_lane(self, lane: str, directory: str | None = None) -> Agent:
+        """Make this object a view of lane ``lane``: its ``state``, ``ops`` and ``brief_path`` are
+        the lane's files (``<agent>/lanes/<lane>/``, or ``directory``: a retired lane's). Nothing
+        creates the lane's directory on a write (the session start that opens a lane does): a
+        write to a lane retired meanwhile fails. Lanes are this machine's files on every store.
+        Returns ``self``."""
+        from phoenix_protocol.core._ids import validate_id
+
+        self.lane = validate_id(lane, "lane id")
+        where = directory or os.path.join(self.dir, LANES_DIR, lane)
+        self.ops = OpsLog(
+            os.path.join(where, "ops.jsonl"),
+            clock=self.clock,
+            max_bytes=self.config.ops_max_bytes,
+            keep=self.config.ops_keep,
+            lock_timeout=self.config.lock_timeout,
+        )
+        self.state = StateStore(where, agent_id=self.id, ops=self.ops, config=self.config, clock=self.clock)
+        self.brief_path = os.path.join(where, "brief.md")
+        self._checkpoints = None
+        return self
+
+    def in_lane(self, lane: str, directory: str | None = None) -> Agent:
+        """A new view of this agent's lane ``lane`` (see ``use_lane``); this object is unchanged."""
+        return Agent(self.id, self.home, config=self.config, clock=self.clock).use_lane(lane, directory)
 
     def ensure(self) -> None:
         """Create the home and this agent's directory (0700) if they do not exist."""

@@ -17,6 +17,13 @@ recorded on another host        ``remote``: its process cannot be seen from here
 no process recorded             ``unknown``: judged by its heartbeat, like a remote agent
 ==============================  ===============================================================
 
+Every lane of every agent (docs/lanes.md: the state of a session that ran beside the one
+``state.json`` holds) is judged the same way (``check_lanes``); a lane takes no checkpoint.
+
+Seed 000 marks a dead agent *idle* after the grace; Phoenix marks it ``error``/stalled, so that the
+next session, whose start hook recovers a state left working or in error, still recovers it
+(docs/watchdog.md, "Where it departs from seed 000").
+
 Agents that are idle or already in error are reported and left alone; a corrupt or newer
 state.json is reported (``phx doctor`` repairs it), never touched. Operational drift (``_drift``)
 is evaluated for live agents from the actions the heartbeat recorded: an agent whose calls keep
@@ -44,7 +51,16 @@ if TYPE_CHECKING:
     from phoenix_protocol.core._home import Home
     from phoenix_protocol.services._agent import Agent
 
-__all__ = ["AgentVerdict", "TmuxPane", "WatchdogReport", "check_agent", "known_agents", "run_pass", "tmux_agents"]
+__all__ = [
+    "AgentVerdict",
+    "TmuxPane",
+    "WatchdogReport",
+    "check_agent",
+    "check_lanes",
+    "known_agents",
+    "run_pass",
+    "tmux_agents",
+]
 
 VERDICTS = ("alive", "grace", "stalled", "remote", "unknown", "idle", "error", "corrupt")
 
@@ -52,7 +68,7 @@ VERDICTS = ("alive", "grace", "stalled", "remote", "unknown", "idle", "error", "
 class AgentVerdict:
     """What the watchdog concluded about one agent, and what it did."""
 
-    __slots__ = ("action", "agent_id", "detail", "drift", "host", "last_active", "pid", "status", "verdict")
+    __slots__ = ("action", "agent_id", "detail", "drift", "host", "lane", "last_active", "pid", "status", "verdict")
 
     def __init__(
         self,
@@ -66,8 +82,12 @@ class AgentVerdict:
         last_active: str | None = None,
         action: str | None = None,
         drift: str | None = None,
+        lane: str | None = None,
     ) -> None:
         self.agent_id = agent_id
+        self.lane = lane
+        """``None``: the agent's primary lane (``state.json``); else the lane of a session that
+        ran beside it (docs/lanes.md)."""
         self.verdict = verdict
         self.detail = detail
         self.status = status
@@ -76,6 +96,11 @@ class AgentVerdict:
         self.last_active = last_active
         self.action = action
         self.drift = drift
+
+    @property
+    def label(self) -> str:
+        """The agent id, and ``@<lane>`` for a lane beside the primary one."""
+        return self.agent_id if self.lane is None else f"{self.agent_id}@{self.lane}"
 
     def as_dict(self) -> dict[str, Any]:
         return {name: getattr(self, name) for name in self.__slots__}
@@ -132,8 +157,8 @@ class WatchdogReport:
         return {
             "checked_at": self.checked_at,
             "counts": self.counts(),
-            "stalled": [v.agent_id for v in self.stalled],
-            "drifting": [v.agent_id for v in self.drifting],
+            "stalled": [v.label for v in self.stalled],
+            "drifting": [v.label for v in self.drifting],
             "agents": [v.as_dict() for v in self.verdicts],
             "teammates": self.teammates,
             "tmux": [p.as_dict() for p in self.tmux] if self.tmux is not None else None,
@@ -141,11 +166,14 @@ class WatchdogReport:
 
 
 def _mark_stalled(agent: Agent, reason: str, session_id: str | None) -> str:
-    """Status error/stalled by the watchdog, an ops event (the transition), a recovery checkpoint."""
+    """Status error/stalled by the watchdog, an ops event (the transition), a recovery checkpoint
+    (not for a lane: lanes take no checkpoints, docs/lanes.md)."""
     try:
         agent.state.set_status("error", f"stalled: {reason}", source="watchdog", session_id=session_id, event="stalled")
     except StatusRefusedError:  # pragma: no cover - the watchdog outranks every writer
         return "refused"
+    if agent.lane is not None:
+        return "marked_stalled"
     try:
         agent.checkpoints.create("recovery", summary=f"stalled: {reason}")
     except PhoenixError as exc:
@@ -196,6 +224,23 @@ def check_agent(agent: Agent, *, now_ms: int, act: bool = True, this_host: str |
     return AgentVerdict(agent.id, "stalled", reason, action=action, **base)
 
 
+def check_lanes(agent: Agent, *, now_ms: int, act: bool = True, this_host: str | None = None) -> list[AgentVerdict]:
+    """``check_agent`` for each lane of ``agent`` beside its primary one. A dead working lane is
+    marked stalled (status error), never idle, so that the next session started in the project
+    still recovers it; a lane retired while it was being checked is reported as ``idle``."""
+    from phoenix_protocol.services._lanes import lane_views
+
+    out = []
+    for view in lane_views(agent):
+        try:
+            verdict = check_agent(view, now_ms=now_ms, act=act, this_host=this_host)
+        except PhoenixError as exc:  # retired meanwhile (its folder moved), or unreadable
+            verdict = AgentVerdict(agent.id, "idle" if not os.path.isdir(view.state.directory) else "corrupt", str(exc))
+        verdict.lane = view.lane
+        out.append(verdict)
+    return out
+
+
 def _drift_check(agent: Agent, state: Any, verdict: AgentVerdict, *, now_ms: int, act: bool) -> AgentVerdict:
     """Operational drift of a live agent (e.g. calls without progress, which the heartbeat only
     sees when the next call comes): the same emergency recovery as the hook, once per drift."""
@@ -228,7 +273,7 @@ def _drift_check(agent: Agent, state: Any, verdict: AgentVerdict, *, now_ms: int
         return [Transition("drift_detected", "warn", meta)]
 
     agent.state.change(mark)
-    if opened and opened[0]:  # once per episode of drift, as the hook
+    if opened and opened[0] and agent.lane is None:  # once per episode of drift, as the hook (lanes: no checkpoint)
         agent.checkpoints.emergency_recovery(f"drift: {verdict.drift}")
         verdict.action = "emergency_recovery"
     return verdict
@@ -292,12 +337,14 @@ def run_pass(
     now_ms = clock.now_ms()
     host_here = hostname()
     verdicts = [check_agent(agent, now_ms=now_ms, act=act, this_host=host_here) for agent in agents]
+    for agent in agents:  # and the lanes of sessions that ran beside the primary one (docs/lanes.md)
+        verdicts += check_lanes(agent, now_ms=now_ms, act=act, this_host=host_here)
     panes = None
     if tmux:
         names = _process_names(agents[0].config) if agents else {"claude", "gemini", "codex"}
         panes = tmux_agents(names, socket=tmux_socket)
         if panes is not None:
-            by_id = {v.agent_id: v for v in verdicts}
+            by_id = {v.agent_id: v for v in verdicts if v.lane is None}
             for pane in panes:
                 verdict = by_id.get(pane.session)
                 # Seed 000: a tmux session named after a working agent, with no agent process in it.

@@ -33,6 +33,7 @@ COMMANDS = [
     ["team", "resume", TEAM],
     ["token", "create", "--agent", "alice"],
     ["token", "list"],
+    ["status"],
 ]
 
 

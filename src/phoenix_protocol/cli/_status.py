@@ -10,6 +10,7 @@ from typing import Any
 import click
 
 from phoenix_protocol.cli._main import Output, home_common, main_group
+from phoenix_protocol.core._config import Config
 from phoenix_protocol.core._home import Home
 
 __all__: list[str] = []
@@ -100,7 +101,7 @@ def _render(out: Output, report: dict[str, Any]) -> None:
     "--all", "all_homes", is_flag=True, help="Every home this user used on this machine (recorded at session starts)."
 )
 @home_common
-def status_command(home: Home, out: Output, all_homes: bool) -> None:
+def status_command(home: Home, config: Config, out: Output, all_homes: bool) -> None:
     """Every agent and lane of the home: status, task, liveness by the watchdog's rules, last
     activity, next action, and whether the next session started there recovers it.
 
@@ -125,7 +126,7 @@ def status_command(home: Home, out: Output, all_homes: bool) -> None:
         homes = recorded + (
             [] if any(h.root == home.root for h in recorded) or not os.path.isdir(home.root) else [home]
         )
-    report = status_report(homes)
+    report = status_report(homes, configs={home.root: config})
     if out.as_json:
         out.json(report)
     else:

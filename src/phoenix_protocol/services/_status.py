@@ -15,6 +15,7 @@ from phoenix_protocol.core._clock import Clock, system_clock
 from phoenix_protocol.core._errors import PhoenixError
 
 if TYPE_CHECKING:
+    from phoenix_protocol.core._config import Config
     from phoenix_protocol.core._home import Home
     from phoenix_protocol.services._agent import Agent
 
@@ -97,8 +98,10 @@ def lane_row(view: Agent, *, now_ms: int, this_host: str) -> dict[str, Any]:
     return row
 
 
-def home_rows(home: Home, *, clock: Clock = system_clock) -> list[dict[str, Any]]:
-    """A row per lane of every agent of ``home`` (the primary lane first, then its lanes by id)."""
+def home_rows(home: Home, *, config: Config | None = None, clock: Clock = system_clock) -> list[dict[str, Any]]:
+    """A row per lane of every agent of ``home`` (the primary lane first, then its lanes by id);
+    ``config``: the home's settings, read here when not given."""
+    from phoenix_protocol.core._config import load_config
     from phoenix_protocol.core._process import hostname
     from phoenix_protocol.services._agent import Agent
     from phoenix_protocol.services._lanes import lane_views
@@ -107,17 +110,21 @@ def home_rows(home: Home, *, clock: Clock = system_clock) -> list[dict[str, Any]
     now = clock.now_ms()
     here = hostname()
     rows = []
-    for agent_id in known_agents(home):
-        agent = Agent.open(agent_id, home=home, clock=clock)
+    if config is None:
+        config = load_config(home.root, project_root=home.project_root)
+    for agent_id in known_agents(home, config=config):
+        agent = Agent(agent_id, home, config=config, clock=clock)
         for view in (agent, *lane_views(agent)):
             rows.append(lane_row(view, now_ms=now, this_host=here))
     return rows
 
 
-def status_report(homes: list[Home], *, clock: Clock = system_clock) -> dict[str, Any]:
+def status_report(
+    homes: list[Home], *, configs: dict[str, Config] | None = None, clock: Clock = system_clock
+) -> dict[str, Any]:
     """``phx status``'s document: ``checked_at``, ``homes`` (each: ``path``, ``exists``, and
     ``error`` when it could not be read), ``lanes`` (every row of every home), and ``counts`` by
-    verdict and of lanes to ``recover``."""
+    verdict and of lanes to ``recover``. ``configs``: settings already read, by home root."""
     import os
 
     from phoenix_protocol.core._clock import iso_from_ms
@@ -128,7 +135,7 @@ def status_report(homes: list[Home], *, clock: Clock = system_clock) -> dict[str
         entry: dict[str, Any] = {"path": home.root, "exists": os.path.isdir(home.root), "error": None}
         if entry["exists"]:
             try:
-                rows += home_rows(home, clock=clock)
+                rows += home_rows(home, config=(configs or {}).get(home.root), clock=clock)
             except (PhoenixError, OSError) as exc:
                 entry["error"] = " ".join(str(exc).split())
         out_homes.append(entry)

@@ -14,6 +14,12 @@ Compares, interleaved round-robin so that machine noise hits all three alike:
 the processes themselves; two extra rows run them through ``/bin/sh -c`` as Claude Code does
 (the shell costs every hook the same).
 
+Two more rows (issue 30) run the portable command ``phx install claude-code`` writes into the
+shared (project) settings, through ``/bin/sh -c`` with this venv's ``bin`` on ``PATH``: (g) doing
+the heartbeat (``phx`` from ``PATH``: the console-script wrapper, the site packages), and (h)
+standing aside because this machine registers the fast command in ``settings.local.json`` (it
+then runs beside that command, in parallel, and does nothing but read the settings).
+
 With ``--pg URL`` (issue 8) two more rows run the same hook for a teammate whose team is on the
 PostgreSQL store (a fresh schema, dropped afterwards): (d) as it runs on most calls (the local
 heartbeat file and this machine's copy of the agent's state; PostgreSQL gets both every 30 s),
@@ -46,7 +52,7 @@ from pathlib import Path
 
 import phoenix_protocol
 from phoenix_protocol.core._home import Home
-from phoenix_protocol.integrations._install import MARKER, hook_command
+from phoenix_protocol.integrations._install import MARKER, hook_command, install_claude_code, portable_command
 from phoenix_protocol.services._agent import Agent
 
 HERE = Path(__file__).resolve().parent
@@ -145,6 +151,15 @@ def main() -> int:
                 }
             ).encode()
 
+        bindir = os.path.dirname(sys.executable)
+        if not os.path.isfile(os.path.join(bindir, "phx")):
+            raise SystemExit(f"no phx beside {sys.executable}: install Phoenix in this venv (pip install -e .)")
+        path_env = dict(env, PATH=bindir + os.pathsep + env.get("PATH", ""))
+        # (h): a project whose local settings hold this machine's fast command.
+        standing = os.path.join(work, "standing-aside")
+        os.makedirs(standing)
+        install_claude_code("local", project_dir=standing)
+        aside_env = dict(path_env, CLAUDE_PROJECT_DIR=standing)
         seed_dir = os.path.join(work, "seed")
         os.makedirs(seed_dir)
         seed_env = dict(env, PHOENIX_STATE_DIR=seed_dir)
@@ -154,6 +169,14 @@ def main() -> int:
             "(c) phx PostToolUse hook": (shlex.split(hook_command("post-tool-use")), env),
             "(a) via /bin/sh -c": (["/bin/sh", "-c", f"{shlex.quote(sys.executable)} -c pass"], env),
             "(c) via /bin/sh -c": (["/bin/sh", "-c", hook_command("post-tool-use")], env),
+            "(g) portable command (shared settings), via /bin/sh -c": (
+                ["/bin/sh", "-c", portable_command("post-tool-use")],
+                path_env,
+            ),
+            "(h) portable command standing aside for (c), via /bin/sh -c": (
+                ["/bin/sh", "-c", portable_command("post-tool-use")],
+                aside_env,
+            ),
             # For reference, not targets: what -S saves a bare interpreter, and the hook run as
             # `phx install` wrote it before it used -S (python -P -c ...).
             "(a) python -S -c pass (reference)": ([sys.executable, "-S", "-c", "pass"], env),
@@ -186,7 +209,7 @@ def main() -> int:
                 samples[name].append(_time(cmd, payload(), project, cmd_env))
                 after.get(name, lambda: None)()
         state = agent.state.read()
-        assert state.heartbeat_seq >= 2 * runs, "the hook did not record its heartbeats"
+        assert state.heartbeat_seq >= 3 * runs, "the hooks did not record their heartbeats"
         drift = [e for e in agent.ops.tail(100_000)[0] if e.get("event") == "drift_detected"]
         assert not drift, f"the benchmark's own calls looked like drift: {drift[0]}"
         imports = _import_report(payload(), project)
@@ -227,6 +250,12 @@ def main() -> int:
     print(
         f"(c)/(a) = {c / a:.2f} (target <= 1.5: {'met' if ok_a else 'MISSED'}); "
         f"(c)/(b) = {c / b:.2f} (target <= 0.6: {'met' if ok_b else 'MISSED'})"
+    )
+    g = med["(g) portable command (shared settings), via /bin/sh -c"]
+    c_sh = med["(c) via /bin/sh -c"]
+    print(
+        f"(g)/(c via sh) = {g / c_sh:.2f}, +{g - c_sh:.1f} ms a heartbeat for the portable command; "
+        f"(g)/(a via sh) = {g / med['(a) via /bin/sh -c']:.2f}"
     )
     old_c = med["(c) without -S (the command before 2026-11-24, reference)"]
     print(f"(c)/(c without -S) = {c / old_c:.2f}; (c without -S)/(a) = {old_c / a:.2f} (reference)")

@@ -785,6 +785,9 @@ def uninstall_command(target: str, scope: str, project_dir: str | None, dry_run:
 def hook_command(event: str, args: tuple[str, ...]) -> None:
     """Run a Claude Code hook: reads the hook JSON on stdin. Always exits 0.
 
+    With --shared (the command of the shared .claude/settings.json), it does nothing when this
+    machine registers Phoenix's own command for the event in local or user scope.
+
     Example: echo '{"session_id":"s1","cwd":"/repo"}' | phx hook session-start
     """
     from phoenix_protocol.integrations._hooks import main as hook_main

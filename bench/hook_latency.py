@@ -277,11 +277,11 @@ def main() -> int:
         "(h) portable command standing aside for (c), via /bin/sh -c",
         "(c) via /bin/sh -c",
     )
-    cpu = {name: statistics.median(values) for name, values in CPU.items()}
+    cpu_med = {name: statistics.median(values) for name, values in CPU.items()}
     print(
-        f"(g)/(c via sh) = {med[g] / med[c_sh]:.2f} wall, {cpu[g] / cpu[c_sh]:.2f} CPU "
-        f"(+{cpu[g] - cpu[c_sh]:.1f} ms CPU a heartbeat for the portable command); "
-        f"(h), beside (c): {cpu[h]:.1f} ms CPU"
+        f"(g)/(c via sh) = {med[g] / med[c_sh]:.2f} wall, {cpu_med[g] / cpu_med[c_sh]:.2f} CPU "
+        f"(+{cpu_med[g] - cpu_med[c_sh]:.1f} ms CPU a heartbeat for the portable command); "
+        f"(h), beside (c): {cpu_med[h]:.1f} ms CPU"
     )
     old_c = med["(c) without -S (the command before 2026-11-24, reference)"]
     print(f"(c)/(c without -S) = {c / old_c:.2f}; (c without -S)/(a) = {old_c / a:.2f} (reference)")

@@ -76,6 +76,28 @@ def test_python_examples_run(doc: Path, tmp_path: Path) -> None:
         assert proc.returncode == 0, f"{doc.name}: {proc.stderr}"
 
 
+def test_install_lines_install_from_the_repository() -> None:
+    """Phoenix is not on PyPI: every install line of the docs installs this repository (``.`` or
+    ``'.[extra]'`` with an extra pyproject.toml declares), never a package name from an index.
+    (``pip install .`` itself runs in tests/e2e, which installs Phoenix that way for its ``phx``.)"""
+    import tomllib
+
+    extras = set(tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"])
+    lines = [
+        (doc.name, line.split("#")[0].strip())
+        for doc in DOCS
+        for body in _blocks(doc, "sh") + _blocks(doc, "console")
+        for line in body.splitlines()
+        if re.match(r"(\$ )?(pipx|pip|uv tool|python3? -m pip) install ", line.strip())
+    ]
+    assert any(name == "README.md" and line == "pip install ." for name, line in lines), lines
+    for name, line in lines:
+        target = line.split()[-1].strip("'\"")
+        match = re.fullmatch(r"\.(?:\[([a-z,]+)\])?", target)
+        assert match, f"{name}: {line!r} does not install this repository"
+        assert set((match.group(1) or "").split(",")) - {""} <= extras, f"{name}: {line!r} names an unknown extra"
+
+
 # -- the ops events docs/state.md lists -------------------------------------------------------------
 
 _EVENT_CALLS = {"record", "record_later", "make_entry", "_log_best_effort", "Transition", "on_damage", "_tell"}

@@ -12,6 +12,7 @@ import pytest
 
 from phoenix_protocol.cli._main import EXIT_CODES, cli
 from phoenix_protocol.cli._state_update import main as state_update
+from phoenix_protocol.core._home import Home
 
 
 def phx(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
@@ -166,27 +167,34 @@ def test_hook_help_is_help_not_an_unknown_event(flag: str) -> None:
 
 
 def test_state_update_accepts_the_seed_flags(capsys: pytest.CaptureFixture[str], project: Path) -> None:
-    assert state_update(["--working", "Test task"]) == 0
+    """In a project with a Phoenix home, state-update writes the agent's state, silently, with the
+    seed's fields (tests/cli/test_state_update.py compares it with the seed's own script)."""
+    Home(str(project / ".phoenix")).ensure()
     state_file = project / ".phoenix/agents/default/state.json"
+    assert state_update(["--working", "Test task"]) == 0
     assert json.loads(state_file.read_text())["current_task"] == "Test task"
     assert state_update(["--done", "All green"]) == 0
     assert json.loads(state_file.read_text())["status"] == "idle"
+    assert json.loads(state_file.read_text())["current_task"] == "All green"
     assert state_update(["--error", "boom"]) == 0
     assert json.loads(state_file.read_text())["status"] == "error"
     assert state_update(["--idle"]) == 0
     assert json.loads(state_file.read_text())["status"] == "idle"
-    capsys.readouterr()
-    assert state_update([]) == 2
-    assert "Usage: state-update" in capsys.readouterr().err
-    assert state_update(["--bogus"]) == 2
+    assert capsys.readouterr() == ("", "")
+    assert state_update([]) == 0  # the seed's script: its usage line on stdout, exit 0
+    assert capsys.readouterr().out == "Usage: state-update --working|--done|--error|--idle [message]\n"
+    assert state_update(["--bogus"]) == 0
+    assert "Usage: state-update" in capsys.readouterr().out
+    assert not (project / "state.json").exists()
 
 
 def test_console_scripts_run_as_processes(project: Path) -> None:
     bindir = Path(sys.executable).parent
+    Home(str(project / ".phoenix")).ensure()
     proc = subprocess.run(
         [str(bindir / "state-update"), "--working", "From the shell"], capture_output=True, text=True, check=False
     )
-    assert proc.returncode == 0, proc.stderr
+    assert (proc.returncode, proc.stdout, proc.stderr) == (0, "", "")
     proc = subprocess.run([str(bindir / "phx"), "state", "show", "--json"], capture_output=True, text=True, check=False)
     assert proc.returncode == 0 and json.loads(proc.stdout)["state"]["current_task"] == "From the shell"
     proc = subprocess.run(

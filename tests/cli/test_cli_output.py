@@ -265,3 +265,22 @@ def test_a_reader_that_goes_away_leaves_the_exit_code_as_it_was(tmp_path: Path, 
     proc = phx_unread([*args, "--agent", "zero", "--home", home])
     assert proc.returncode == code, proc.stderr.decode("utf-8", "replace")
     assert b"Traceback" not in proc.stderr and b"BrokenPipe" not in proc.stderr
+
+
+def test_install_says_what_it_wrote_where(project: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The text names the file, its scope and the command; ``--json`` has the same, stably."""
+    assert cli(["install", "claude-code", "--project-dir", str(project)]) == 0
+    out = capsys.readouterr().out
+    assert f"created {project / '.claude' / 'settings.json'} (project scope: shared" in out
+    assert "exec phx hook <event> --shared" in out and "--scope local" in out
+    assert cli(["install", "claude-code", "--project-dir", str(project), "--scope", "local", "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert set(data) == {
+        "ok", "path", "scope", "kind", "changed", "dry_run", "created", "removed", "actions", "commands", "notes", "settings",
+    }  # fmt: skip
+    assert (data["scope"], data["kind"], data["created"]) == ("local", "machine", True)
+    assert data["commands"]["PostToolUse"].startswith(f"{sys.executable} -S -P -c ")
+    assert any("git does not ignore" in note for note in data["notes"])
+    assert cli(["uninstall", "claude-code", "--project-dir", str(project), "--scope", "local"]) == 0
+    assert "removed" in capsys.readouterr().out
+    assert not (project / ".claude" / "settings.local.json").exists()

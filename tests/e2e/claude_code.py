@@ -6,7 +6,10 @@
   of turns (a Bash ``tool_use`` or plain text) with the real SSE event sequence and records every
   request it gets.
 * ``ClaudeProject``: a temporary git project with Phoenix's hooks installed, a temporary HOME,
-  and a way to run ``claude`` in it.
+  and a way to run ``claude`` in it; a clone of it (another checkout of the committed settings);
+  what Claude Code's transcripts and debug log say about the hooks it ran.
+* ``install_phoenix(dir)``: Phoenix installed from this repository into a new virtualenv, as the
+  README says (``pip install .``), for a ``phx`` on ``PATH`` that is not the test runner's.
 
 Nothing here touches the real ``~/.claude``, ``~/.gemini``, ``~/.codex`` or the user's git config:
 Claude Code runs with ``HOME`` set to a temporary folder, git with ``GIT_CONFIG_GLOBAL=/dev/null``.
@@ -35,8 +38,9 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import urlsplit
 
-from phoenix_protocol.integrations._install import install_claude_code
+from phoenix_protocol.integrations._install import InstallResult, install_claude_code
 
+REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 CLAUDE_CODE_VERSION = "2.1.330"
 CLAUDE_CODE_PACKAGE = "@anthropic-ai/claude-code"
 CLI_WRAPPER = os.path.join("node_modules", "@anthropic-ai", "claude-code", "cli-wrapper.cjs")
@@ -165,6 +169,41 @@ def ensure_claude_code() -> list[str]:
                     f"(exit {done.returncode}):\n{done.stderr[-3000:]}"
                 )
     return [node, wrapper]
+
+
+# -- Phoenix installed elsewhere ---------------------------------------------------------------
+
+
+class PhoenixInstallFailed(RuntimeError):
+    """``pip install`` of this repository into a new virtualenv failed."""
+
+
+def install_phoenix(directory: str) -> str:
+    """Phoenix from this repository (its files as they are now) in a new virtualenv at
+    ``directory``, as the README's install line does it: ``python3 -m venv``, then ``pip install
+    .`` in the repository (pip's configured index brings the dependencies). Returns the venv's
+    ``bin`` folder, which holds ``phx`` and ``state-update``. Raises ``PhoenixInstallFailed``
+    (never skips)."""
+    env = _base_env()
+    bindir = os.path.join(directory, "bin")
+    steps = [
+        [sys.executable, "-m", "venv", directory],
+        [os.path.join(bindir, "python"), "-m", "pip", "install", "--quiet", "."],
+        [os.path.join(bindir, "python"), "-m", "compileall", "-q", os.path.join(directory, "lib")],
+    ]
+    for argv in steps:
+        done = subprocess.run(argv, cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=600, check=False)
+        if done.returncode != 0:
+            raise PhoenixInstallFailed(f"{argv} exited {done.returncode}:\n{done.stderr[-3000:]}")
+    if not os.path.isfile(os.path.join(bindir, "phx")):
+        raise PhoenixInstallFailed(f"pip install . left no phx in {bindir}")
+    return bindir
+
+
+def path_without_phx(*first: str) -> str:
+    """This process's ``PATH`` without the folders that hold a ``phx``, after ``first``."""
+    kept = [d for d in os.environ.get("PATH", "").split(os.pathsep) if d and not shutil.which("phx", path=d)]
+    return os.pathsep.join([*first, *kept])
 
 
 # -- the fake Messages API -------------------------------------------------------------------
@@ -506,34 +545,71 @@ def _base_env() -> dict[str, str]:
 
 
 class ClaudeProject:
-    """A temporary git project with Phoenix's hooks in ``.claude/settings.json`` and a temporary HOME.
+    """A temporary git project with Phoenix's hooks and a temporary HOME: the portable command in
+    ``.claude/settings.json`` and, unless ``scopes`` says otherwise, this interpreter's fast command
+    in ``.claude/settings.local.json`` (the code under test, whatever ``phx`` is on ``PATH``: the
+    shared command stands aside for it). ``clone`` makes another checkout of the committed project.
 
     The Phoenix home is the default one, ``<project>/.phoenix`` (found from the hook payload's
     ``cwd``): no ``PHOENIX_*`` variable reaches Claude Code or its hooks unless ``env`` passes one.
     """
 
-    def __init__(self, root: str, claude: Sequence[str] | None = None) -> None:
+    def __init__(
+        self,
+        root: str,
+        claude: Sequence[str] | None = None,
+        *,
+        scopes: Sequence[str] = ("project", "local"),
+        name: str = "project",
+        clone_of: str | None = None,
+    ) -> None:
         self.root = root
         self.claude = list(claude) if claude is not None else ensure_claude_code()
-        self.dir = os.path.join(root, "project")
-        self.home = os.path.join(root, "home")
-        os.makedirs(self.dir)
+        self.dir = os.path.join(root, name)
+        self.home = os.path.join(root, "home" if name == "project" else f"home-{name}")
         os.makedirs(self.home)
-        with open(os.path.join(self.dir, "README.md"), "w", encoding="utf-8") as fh:
-            fh.write("# e2e project\n")
-        _git(self.dir, "init", "-q")
-        _git(self.dir, "add", "README.md")
-        _git(self.dir, "commit", "-q", "-m", "init")
-        self.install = install_claude_code("project", project_dir=self.dir)
+        if clone_of is None:
+            os.makedirs(self.dir)
+            with open(os.path.join(self.dir, "README.md"), "w", encoding="utf-8") as fh:
+                fh.write("# e2e project\n")
+            _git(self.dir, "init", "-q")
+            _git(self.dir, "add", "README.md")
+            _git(self.dir, "commit", "-q", "-m", "init")
+        else:
+            _git(root, "clone", "-q", clone_of, self.dir)
+        self.installs: dict[str, InstallResult] = {
+            scope: install_claude_code(scope, project_dir=self.dir) for scope in scopes
+        }
+
+    @property
+    def install(self) -> InstallResult:
+        """What ``phx install claude-code`` (project scope) did."""
+        return self.installs["project"]
+
+    def commit_settings(self) -> None:
+        """Commit ``.claude/settings.json``, as a team shares it."""
+        _git(self.dir, "add", ".claude/settings.json")
+        _git(self.dir, "commit", "-q", "-m", "Phoenix hooks")
+
+    def clone(self, name: str) -> ClaudeProject:
+        """Another checkout of this project (``git clone``: what is committed), its own HOME,
+        nothing installed."""
+        return ClaudeProject(self.root, self.claude, scopes=(), name=name, clone_of=self.dir)
 
     @classmethod
     @contextmanager
-    def create(cls, claude: Sequence[str] | None = None, *, prefix: str = "phx-e2e-") -> Iterator[ClaudeProject]:
+    def create(
+        cls,
+        claude: Sequence[str] | None = None,
+        *,
+        prefix: str = "phx-e2e-",
+        scopes: Sequence[str] = ("project", "local"),
+    ) -> Iterator[ClaudeProject]:
         """A project in a new temporary folder, removed afterwards. ``claude`` is the argv prefix
         from ``ensure_claude_code()`` (called here when not given)."""
         root = tempfile.mkdtemp(prefix=prefix)
         try:
-            yield cls(root, claude)
+            yield cls(root, claude, scopes=scopes)
         finally:
             shutil.rmtree(root, ignore_errors=True)
 
@@ -542,6 +618,10 @@ class ClaudeProject:
     @property
     def settings_path(self) -> str:
         return os.path.join(self.dir, ".claude", "settings.json")
+
+    @property
+    def local_settings_path(self) -> str:
+        return os.path.join(self.dir, ".claude", "settings.local.json")
 
     @property
     def phoenix_home(self) -> str:
@@ -605,6 +685,49 @@ class ClaudeProject:
         for dirpath, _dirs, files in os.walk(projects):
             found += [f[: -len(".jsonl")] for f in files if f.endswith(".jsonl") and dirpath != projects]
         return sorted(found)
+
+    def transcript_records(self) -> list[dict[str, Any]]:
+        """Every record of the transcripts Claude Code wrote under the temporary HOME."""
+        records = []
+        for dirpath, _dirs, files in os.walk(os.path.join(self.home, ".claude", "projects")):
+            for name in sorted(files):
+                if name.endswith(".jsonl"):
+                    with open(os.path.join(dirpath, name), encoding="utf-8") as fh:
+                        records += [json.loads(line) for line in fh if line.strip()]
+        return records
+
+    def hook_errors(self) -> list[dict[str, Any]]:
+        """The hook errors Claude Code recorded in its transcripts, which it shows the user
+        (``hook_non_blocking_error`` attachments and any other hook attachment with a non-zero
+        exit code or stderr, e.g. ``/bin/sh: 1: /…/python: not found``)."""
+        found = []
+        for record in self.transcript_records():
+            attachment = record.get("attachment")
+            if not isinstance(attachment, dict) or "hook" not in str(attachment.get("type", "")).lower():
+                continue
+            kind = str(attachment.get("type", ""))
+            if "error" in kind or attachment.get("exitCode") not in (None, 0) or attachment.get("stderr"):
+                found.append(attachment)
+        return found
+
+    def hook_runs(self) -> list[tuple[str, str, int]]:
+        """The command hooks Claude Code ran, from its debug log (``--debug``): ``(hook, command,
+        exit status)`` each, e.g. ``("PostToolUse:Bash", "command -v phx …", 0)``."""
+        import re
+
+        # "Hooks: PostToolUse:Bash [cmd] finished with status 0 (18ms)", "Hooks: Stop [cmd] ...",
+        # "SessionEnd:other [cmd] completed with status 0" (2.1.330)
+        pattern = re.compile(r"\] (?:Hooks: )?([A-Za-z]+(?::\S+)?) \[(.*)\] (?:completed|finished) with status (\d+)")
+        runs = []
+        for dirpath, _dirs, files in os.walk(os.path.join(self.home, ".claude", "debug")):
+            for name in sorted(files):
+                if name.endswith(".txt") and not os.path.islink(os.path.join(dirpath, name)):
+                    with open(os.path.join(dirpath, name), encoding="utf-8", errors="replace") as fh:
+                        for line in fh:
+                            match = pattern.search(line)
+                            if match:
+                                runs.append((match.group(1), match.group(2), int(match.group(3))))
+        return runs
 
     # -- running claude
 

@@ -1,13 +1,17 @@
 """End to end: Phoenix's hooks inside the real Claude Code CLI (pinned, from npm).
 
 Every test runs ``claude -p`` in a temporary git project whose ``.claude/settings.json`` was
-written by ``install_claude_code("project", ...)``, with a temporary HOME. Without a login
+written by ``install_claude_code("project", ...)`` (the portable command) and, unless a test says
+otherwise, ``.claude/settings.local.json`` by ``install_claude_code("local", ...)`` (this
+interpreter's fast command, the code under test), with a temporary HOME. Without a login
 Claude Code still runs the SessionStart and SessionEnd hooks; with ``FakeAnthropic`` as its API
 it runs tools, so PostToolUse fires with the real payload, and the SessionStart hook's context
 can be found in the model request it sends.
 
-Test-only probes go to ``.claude/settings.local.json`` so that Phoenix's own file stays exactly
-as Phoenix wrote it.
+Test-only probes go to ``.claude/settings.local.json`` so that Phoenix's shared file stays exactly
+as Phoenix wrote it. The tests of the portable command install Phoenix from this repository into a
+virtualenv of their own (``pip install .``, as the README says) and put its ``bin`` on ``PATH``, or
+run in a clone of the project where no ``phx`` is on ``PATH`` at all.
 """
 
 from __future__ import annotations
@@ -15,13 +19,22 @@ from __future__ import annotations
 import json
 import os
 import shlex
-import sys
+import shutil
+import tempfile
 from collections.abc import Iterator
 from typing import Any
 
 import jsonschema
 import pytest
-from claude_code import ClaudeProject, ClaudeRun, FakeAnthropic, Turn, ensure_claude_code
+from claude_code import (
+    ClaudeProject,
+    ClaudeRun,
+    FakeAnthropic,
+    Turn,
+    ensure_claude_code,
+    install_phoenix,
+    path_without_phx,
+)
 
 from phoenix_protocol import Agent
 from phoenix_protocol.core._home import Home
@@ -30,7 +43,6 @@ from phoenix_protocol.integrations._hooks import _digest
 
 SCHEMA = "/work/shared/schemas/claude-code-settings.schema.json"
 TASK = "Migrate the billing tables"
-STATE_UPDATE = os.path.join(os.path.dirname(sys.executable), "state-update")  # the model's own writer
 PHOENIX_EVENTS = ("SessionStart", "PostToolUse", "PostToolUseFailure", "PreCompact", "Stop", "SessionEnd")
 
 
@@ -38,6 +50,23 @@ PHOENIX_EVENTS = ("SessionStart", "PostToolUse", "PostToolUseFailure", "PreCompa
 def claude_argv() -> list[str]:
     """Install (once, under a lock) or find the pinned Claude Code; fails, never skips, without node/npm."""
     return ensure_claude_code()
+
+
+@pytest.fixture(scope="module")
+def phoenix_bin() -> Iterator[str]:
+    """The ``bin`` folder of Phoenix installed from this repository into a virtualenv elsewhere
+    (``pip install .``): a ``phx`` on ``PATH`` that is neither the test runner's nor its code's path."""
+    where = tempfile.mkdtemp(prefix="phx-e2e-venv-")
+    try:
+        yield install_phoenix(os.path.join(where, "venv"))
+    finally:
+        shutil.rmtree(where, ignore_errors=True)
+
+
+@pytest.fixture
+def state_update(phoenix_bin: str) -> str:
+    """The model's own writer: ``state-update`` of the Phoenix under test, by absolute path."""
+    return os.path.join(phoenix_bin, "state-update")
 
 
 @pytest.fixture
@@ -74,8 +103,8 @@ def tool_results(api: FakeAnthropic) -> dict[str, dict[str, Any]]:
     return found
 
 
-def state_update_turn(task: str) -> Turn:
-    return Turn.bash(f"{shlex.quote(STATE_UPDATE)} --working {shlex.quote(task)}")
+def state_update_turn(state_update: str, task: str) -> Turn:
+    return Turn.bash(f"{shlex.quote(state_update)} --working {shlex.quote(task)}")
 
 
 # -- a. no login: SessionStart and SessionEnd ------------------------------------------------
@@ -261,45 +290,154 @@ def test_recovery_context_reaches_the_model(project: ClaudeProject) -> None:
 # -- d. the settings file: accepted by the real client, valid against the schema ---------------
 
 
-@pytest.mark.e2e
-def test_settings_json_accepted_by_claude_code_and_schema(project: ClaudeProject) -> None:
-    with open(project.settings_path, "rb") as fh:
-        written = fh.read()
-    settings = json.loads(written)
-    assert set(settings["hooks"]) == set(PHOENIX_EVENTS)
-    assert project.install.changed and not os.path.exists(os.path.join(project.dir, ".claude", "settings.local.json"))
-
+def _validate(settings: dict[str, Any]) -> None:
     with open(SCHEMA, encoding="utf-8") as fh:
         schema = json.load(fh)
     validator_class = jsonschema.validators.validator_for(schema)
     validator_class.check_schema(schema)
     errors = sorted(validator_class(schema).iter_errors(settings), key=lambda e: list(e.absolute_path))
-    # The schema (SchemaStore, 2026-08-07) and Claude Code 2.1.330 agree on this file today. Should a
-    # future schema reject what the real client accepts, the client below wins: relax this check then.
+    # The schema (SchemaStore, 2026-08-07) and Claude Code 2.1.330 agree on these files today. Should a
+    # future schema reject what the real client accepts, the client wins: relax this check then.
     assert not errors, [f"{list(e.absolute_path)}: {e.message}" for e in errors]
 
-    # The real client accepted the file: with only Phoenix's settings.json (no probes, no local
-    # settings), its hooks ran at session start and end.
-    run = project.run(["-p", "hello"])
-    assert "Not logged in" in run.stdout + run.stderr, run.describe()
+
+@pytest.mark.e2e
+def test_settings_json_accepted_by_claude_code_and_schema(claude_argv: list[str], phoenix_bin: str) -> None:
+    with ClaudeProject.create(claude_argv, scopes=("project",)) as project:
+        with open(project.settings_path, "rb") as fh:
+            written = fh.read()
+        settings = json.loads(written)
+        assert set(settings["hooks"]) == set(PHOENIX_EVENTS)
+        assert project.install.changed and not os.path.exists(
+            os.path.join(project.dir, ".claude", "settings.local.json")
+        )
+        _validate(settings)
+
+        # The real client accepted the file: with only Phoenix's settings.json (no probes, no local
+        # settings) and a `phx` on PATH, its hooks ran at session start and end.
+        run = project.run(["-p", "hello"], env={"PATH": path_without_phx(phoenix_bin)})
+        assert "Not logged in" in run.stdout + run.stderr, run.describe()
+        logged = events(project)
+        assert logged.index("session_start") < logged.index("session_end"), logged
+        assert project.state()["status"] == "idle"
+        assert_no_hook_failed(project, run)
+        assert project.hook_errors() == []
+        # ...and left it as Phoenix wrote it.
+        with open(project.settings_path, "rb") as fh:
+            assert fh.read() == written
+    # This machine's settings, beside the shared ones, validate too.
+    with ClaudeProject.create(claude_argv) as project, open(project.local_settings_path, "rb") as fh:
+        _validate(json.loads(fh.read()))
+
+
+# -- e. the portable install: committed settings on other machines and checkouts ----------------
+
+_TOOL_TURNS = [Turn.bash("ls missing-phoenix-e2e"), Turn.bash("echo phoenix-e2e"), Turn.say("Done.")]
+_TOOL_ARGS = ["-p", "go", "--allowedTools", "Bash(ls *)", "Bash(echo *)", "--output-format", "json", "--debug"]
+_HOOKS_RUN = {"SessionStart", "PostToolUse", "PostToolUseFailure", "Stop", "SessionEnd"}
+
+
+def _shared_checkout(origin: ClaudeProject) -> ClaudeProject:
+    """The project as a teammate gets it: the committed settings.json, cloned."""
+    origin.commit_settings()
+    checkout = origin.clone("checkout")
+    with open(checkout.settings_path, "rb") as theirs, open(origin.settings_path, "rb") as ours:
+        assert theirs.read() == ours.read()
+    assert not os.path.exists(os.path.join(checkout.dir, ".claude", "settings.local.json"))
+    return checkout
+
+
+@pytest.mark.e2e
+def test_committed_settings_do_nothing_where_phoenix_is_not_installed(claude_argv: list[str]) -> None:
+    """A teammate (or CI) without Phoenix clones the project: every hook of the committed
+    settings runs, exits 0 and prints nothing; Claude Code records no hook error. The same
+    checkout with the machine-specific command an earlier Phoenix committed gets the errors this
+    prevents."""
+    with ClaudeProject.create(claude_argv, scopes=("project",)) as origin:
+        checkout = _shared_checkout(origin)
+        env = {"PATH": path_without_phx()}
+        with FakeAnthropic(_TOOL_TURNS) as api:
+            run = checkout.run(_TOOL_ARGS, api=api, env=env)
+        assert run.returncode == 0, run.describe()
+        assert result_json(run)["result"] == "Done."
+        assert checkout.hook_errors() == [], run.describe()
+        runs = [(hook, status) for hook, command, status in checkout.hook_runs() if "phx hook" in command]
+        assert {hook.split(":")[0] for hook, _ in runs} >= _HOOKS_RUN, runs
+        assert all(status == 0 for _, status in runs), runs
+        assert not os.path.exists(checkout.phoenix_home)
+
+        # Before: this machine's interpreter in the shared file, from another machine's view.
+        install_claude_code_old(checkout)
+        with FakeAnthropic(_TOOL_TURNS) as api:
+            run = checkout.run(_TOOL_ARGS, api=api, env=env)
+        errors = checkout.hook_errors()
+        assert errors and any("not found" in str(e.get("stderr")) for e in errors), checkout.hook_runs()
+        assert any(status == 127 for _, _, status in checkout.hook_runs())
+
+
+def install_claude_code_old(project: ClaudeProject) -> None:
+    """What Phoenix 0.2.0.dev wrote into the shared settings: a fast command naming a virtualenv,
+    here one that this checkout's machine does not have."""
+    from phoenix_protocol.integrations._install import install_claude_code
+
+    install_claude_code(
+        "project", project_dir=project.dir, portable=False, python="/home/someone/phoenix/.venv/bin/python"
+    )
+
+
+@pytest.mark.e2e
+def test_committed_settings_run_phx_from_path(claude_argv: list[str], phoenix_bin: str) -> None:
+    """A teammate who installed Phoenix elsewhere (its own virtualenv, on PATH) clones the project:
+    the committed settings run that Phoenix, and every hook does its work."""
+    with ClaudeProject.create(claude_argv, scopes=("project",)) as origin:
+        checkout = _shared_checkout(origin)
+        with FakeAnthropic(_TOOL_TURNS) as api:
+            run = checkout.run(_TOOL_ARGS, api=api, env={"PATH": path_without_phx(phoenix_bin)})
+        assert run.returncode == 0, run.describe()
+        assert checkout.hook_errors() == [], run.describe()
+        runs = [(hook, status) for hook, command, status in checkout.hook_runs() if "phx hook" in command]
+        assert {hook.split(":")[0] for hook, _ in runs} >= _HOOKS_RUN, runs
+        assert all(status == 0 for _, status in runs), runs
+        logged = events(checkout)
+        assert logged[0] == "session_start" and "session_end" in logged and "tool_failed" in logged, logged
+        assert_no_hook_failed(checkout, run)
+        state = checkout.state()
+        assert state["session_id"] == result_json(run)["session_id"]
+        assert state["status"] == "idle" and state["last_tool"]["name"] == "Bash"
+
+
+@pytest.mark.e2e
+def test_shared_and_local_commands_handle_each_event_once(project: ClaudeProject, phoenix_bin: str) -> None:
+    """Claude Code runs the hooks of settings.json and settings.local.json, both: with Phoenix in
+    both (the shared command, this machine's fast one) and `phx` on PATH, both run for every event,
+    and the shared one stands aside, so that each event is handled once."""
+    from phoenix_protocol.integrations._install import MARKER
+
+    with FakeAnthropic(_TOOL_TURNS) as api:
+        run = project.run(_TOOL_ARGS, api=api, env={"PATH": path_without_phx(phoenix_bin)})
+    assert run.returncode == 0, run.describe()
+    assert project.hook_errors() == [], run.describe()
+    runs = project.hook_runs()
+    shared = sorted(hook for hook, command, status in runs if "phx hook" in command and status == 0)
+    fast = sorted(hook for hook, command, status in runs if MARKER in command and status == 0)
+    assert shared == fast and {hook.split(":")[0] for hook in fast} >= _HOOKS_RUN, runs
     logged = events(project)
-    assert logged.index("session_start") < logged.index("session_end"), logged
-    assert project.state()["status"] == "idle"
+    assert logged.count("session_start") == 1 and logged.count("session_end") == 1, logged
+    assert logged.count("tool_failed") == 1, logged
+    beats = [hook for hook in fast if hook.startswith(("PostToolUse", "Stop"))]
+    assert project.state()["heartbeat_seq"] == len(beats), (project.state(), runs)
     assert_no_hook_failed(project, run)
-    # ...and left it as Phoenix wrote it.
-    with open(project.settings_path, "rb") as fh:
-        assert fh.read() == written
 
 
 # -- more of the real client: the model's own writes, resume, compaction ------------------------
 
 
 @pytest.mark.e2e
-def test_model_state_update_inside_a_session(project: ClaudeProject) -> None:
+def test_model_state_update_inside_a_session(project: ClaudeProject, state_update: str) -> None:
     """The model records its task with `state-update` through Bash; the write carries the session id
     that Phoenix's SessionStart hook exported through CLAUDE_ENV_FILE."""
-    with FakeAnthropic([state_update_turn("Write the e2e tests"), Turn.say("Noted.")]) as api:
-        run = project.run(["-p", "go", "--allowedTools", f"Bash({STATE_UPDATE} *)", "--output-format", "json"], api=api)
+    with FakeAnthropic([state_update_turn(state_update, "Write the e2e tests"), Turn.say("Noted.")]) as api:
+        run = project.run(["-p", "go", "--allowedTools", f"Bash({state_update} *)", "--output-format", "json"], api=api)
     assert run.returncode == 0, run.describe()
     session_id = result_json(run)["session_id"]
     [result] = tool_results(api).values()
@@ -351,14 +489,14 @@ def test_manual_compact_of_a_resumed_session(project: ClaudeProject) -> None:
 
 
 @pytest.mark.e2e
-def test_model_state_update_after_resume(project: ClaudeProject) -> None:
-    allow = ["--allowedTools", f"Bash({STATE_UPDATE} *)", "--output-format", "json"]
-    with FakeAnthropic([state_update_turn("Write the e2e tests"), Turn.say("Noted.")]) as api:
+def test_model_state_update_after_resume(project: ClaudeProject, state_update: str) -> None:
+    allow = ["--allowedTools", f"Bash({state_update} *)", "--output-format", "json"]
+    with FakeAnthropic([state_update_turn(state_update, "Write the e2e tests"), Turn.say("Noted.")]) as api:
         first = project.run(["-p", "go", *allow], api=api)
     assert first.returncode == 0, first.describe()
     session_id = result_json(first)["session_id"]
 
-    with FakeAnthropic([state_update_turn("Resume the e2e tests"), Turn.say("Noted.")]) as api:
+    with FakeAnthropic([state_update_turn(state_update, "Resume the e2e tests"), Turn.say("Noted.")]) as api:
         second = project.run(["-p", "go on", "--resume", session_id, *allow], api=api)
     assert second.returncode == 0, second.describe()
     assert result_json(second)["session_id"] == session_id

@@ -824,9 +824,9 @@ def test_doctors_running_alongside_writers_break_no_write(tmp_path: Path) -> Non
 
 
 def test_doctor_reports_hook_commands_that_will_not_run_or_are_out_of_date(project: Path, tmp_path: Path) -> None:
-    """The Claude Code hooks ``phx install`` wrote name an interpreter and a directory: after the
-    environment moved, or from an earlier Phoenix, ``phx doctor`` says so (and changes nothing:
-    the settings are not the home's)."""
+    """The fast hook commands ``phx install --scope local`` writes name an interpreter and a
+    directory: after the environment moved, or from an earlier Phoenix, ``phx doctor`` says so
+    (and changes nothing: the settings are not the home's)."""
     import json
     import shlex
 
@@ -835,9 +835,8 @@ def test_doctor_reports_hook_commands_that_will_not_run_or_are_out_of_date(proje
     home = Home(str(project / ".phoenix"))
     agent = Agent.open("zero", home=home)
     agent.state.set_status("working", "x")
-    install_claude_code("project", project_dir=str(project), agent="zero")
-    install_claude_code("user")
-    settings = project / ".claude" / "settings.json"
+    install_claude_code("local", project_dir=str(project), agent="zero")
+    settings = project / ".claude" / "settings.local.json"
 
     def hook_findings() -> list[str]:
         from phoenix_protocol.integrations._install import check_installed
@@ -861,7 +860,7 @@ def test_doctor_reports_hook_commands_that_will_not_run_or_are_out_of_date(proje
     # Written by an earlier Phoenix (python -P -c ..., before -S): runs, but not as this one writes.
     rewrite(sys.executable)
     [message] = hook_findings()
-    assert "earlier Phoenix" in message and "--scope project" in message
+    assert "earlier Phoenix" in message and "--scope local" in message
     written = settings.read_bytes()
     check_home(home, [agent])
     assert settings.read_bytes() == written  # reported, not changed
@@ -901,8 +900,68 @@ def test_doctor_reports_hook_commands_that_will_not_run_or_are_out_of_date(proje
     not_yet = check_home(Home(str(project / "not-yet")), [], hook_problems=lambda d: check_installed(project_dir=d))
     assert [f.level for f in not_yet] == ["ok", "warn"] and "earlier Phoenix" in not_yet[1].message
     # The current command again: nothing to say.
-    install_claude_code("project", project_dir=str(project), agent="zero")
+    install_claude_code("local", project_dir=str(project), agent="zero")
     assert hook_findings() == []
+
+
+def test_doctor_reports_a_machine_specific_command_in_the_shared_settings(
+    project: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An earlier Phoenix wrote this machine's interpreter into .claude/settings.json, which the
+    team commits: every other machine and checkout gets a hook error. Doctor says so and how to
+    fix it; after the fix, nothing."""
+    from phoenix_protocol.integrations._install import check_installed, install_claude_code
+
+    home = Home(str(project / ".phoenix"))
+    install_claude_code("project", project_dir=str(project), portable=False)
+    monkeypatch.setenv("PATH", os.path.dirname(sys.executable) + os.pathsep + os.environ.get("PATH", ""))  # has phx
+
+    def messages() -> list[str]:
+        found = check_home(home, [], hook_problems=lambda d: check_installed(project_dir=d))
+        return [f.message for f in found if f.level == "warn"]
+
+    [message] = messages()
+    assert "shared settings name this machine's interpreter" in message and sys.executable in message
+    assert "`phx install claude-code --scope project` writes the portable command" in message
+    install_claude_code("project", project_dir=str(project))
+    assert messages() == []
+
+
+def test_doctor_reports_shared_hooks_that_find_no_phx(project: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The portable command runs `phx` from PATH: on a machine whose PATH has none it does
+    nothing, which doctor reports (unless this machine registers its own command)."""
+    import shutil
+
+    from phoenix_protocol.integrations._install import check_installed, install_claude_code
+
+    home = Home(str(project / ".phoenix"))
+    install_claude_code("project", project_dir=str(project))
+    bindir = os.path.dirname(sys.executable)
+    monkeypatch.setenv("PATH", bindir + os.pathsep + "/usr/bin:/bin")
+    assert check_installed(project_dir=str(project)) == []
+    no_phx = os.pathsep.join(d for d in ("/usr/bin", "/bin") if shutil.which("phx", path=d) is None)
+    monkeypatch.setenv("PATH", no_phx)
+    found = [
+        f for f in check_home(home, [], hook_problems=lambda d: check_installed(project_dir=d)) if f.level == "warn"
+    ]
+    [finding] = found
+    assert "this machine's PATH has none" in finding.message and str(finding.path).endswith("settings.json")
+    assert "rewrites them" not in finding.message  # its own fix, not a reinstall of the project scope
+    install_claude_code("local", project_dir=str(project))
+    assert check_installed(project_dir=str(project)) == []
+
+
+def test_doctor_reports_hooks_registered_twice(project: Path) -> None:
+    """Claude Code runs the hooks of every settings file: two different fast commands for one
+    event (local and user scope) run twice. The same command in both runs once."""
+    from phoenix_protocol.integrations._install import check_installed, install_claude_code
+
+    install_claude_code("local", project_dir=str(project))
+    install_claude_code("user")
+    assert check_installed(project_dir=str(project)) == []
+    install_claude_code("user", agent="other")
+    [(scope, _path, problem)] = check_installed(project_dir=str(project))
+    assert scope == "local" and "run twice" in problem and "SessionStart" in problem
 
 
 @pytest.mark.parametrize(

@@ -667,13 +667,16 @@ class StateStore:
         session_id: str | None = None,
         force: bool = False,
         event: str | None = None,
+        task: str | None = None,
     ) -> AgentState:
         """Change the status. ``text`` is the task (working), the summary (idle via done), or the
         error message (error). ``event`` names the transition in the ops log (default
-        ``state_<status>``)."""
+        ``state_<status>``). ``task``: the task to record as well, whatever the status (seed
+        000's ``state-update`` records its text as the task for each of its flags)."""
         if status not in STATUSES:
             raise UsageError(f"status must be one of {', '.join(STATUSES)}, not {status!r}.")
         clean = _clean_text(text, "the status text") if text is not None else None
+        clean_task = _clean_text(task, "the task") if task is not None else None
         logged_session = _logged_session(session_id)
         name = event or {"working": "task_started", "idle": "task_done", "error": "task_error"}[status]
 
@@ -699,6 +702,8 @@ class StateStore:
                 state.error_message = None
             else:
                 state.error_message = clean or state.error_message or "unspecified error"
+            if clean_task is not None:
+                state.current_task = clean_task
             meta: dict[str, Any] = {
                 "from": previous,
                 "to": status,

@@ -1,7 +1,8 @@
 """The ``phx`` console script.
 
 Two commands skip the full CLI (click, rich, every command module: about 100 ms of imports):
-``phx hook ...`` goes straight to the light hook module, and ``phx team resume|probe TEAM
+``phx hook ...`` goes straight to the light hook module (``phx hook EVENT --shared``, what the
+shared settings run, first stands aside for this machine's own registration: ``_stands_aside``), and ``phx team resume|probe TEAM
 --json`` (what a lead's session start runs, on a time budget) to the resume protocol. Anything
 else, or any option these fast paths do not know, loads the full CLI, so behaviour is the same.
 """
@@ -17,6 +18,10 @@ def main(argv: list[str] | None = None) -> int:
     if args[:1] == ["hook"] and not {"--help", "-h"} & set(args[1:2]):  # help is the full CLI's
         from phoenix_protocol.integrations._hooks import main as hook_main
 
+        if "--shared" in args[1:]:
+            if _stands_aside(args[1:]):
+                return 0
+            args = [arg for arg in args if arg != "--shared"]
         hook_main(args[1:])  # raises SystemExit(0)
         return 0  # pragma: no cover
     if args[:2] in (["team", "resume"], ["team", "probe"]) and "--json" in args:
@@ -26,6 +31,31 @@ def main(argv: list[str] | None = None) -> int:
     from phoenix_protocol.cli._main import cli
 
     return cli(args)
+
+
+def _stands_aside(args: list[str]) -> bool:
+    """``phx hook EVENT --shared``, the command of the shared settings (``_portable``): whether
+    this machine registers Phoenix's own fast command for the event in local or user scope, which
+    then does the work alone (Claude Code runs the hooks of every settings file). Then stdin is
+    read to its end (Claude Code never sees the pipe break) and nothing else happens. Never
+    raises: in doubt, the hook runs."""
+    try:
+        from phoenix_protocol.integrations._hooks import EVENTS
+        from phoenix_protocol.integrations._portable import machine_registration
+
+        event = next((arg for arg in args if not arg.startswith("-")), "")
+        claude_event = EVENTS.get(event)
+        if claude_event is None or machine_registration(claude_event) is None:
+            return False
+    except Exception:  # noqa: BLE001 - a hook never breaks the agent: in doubt, it runs
+        return False
+    try:
+        stream = sys.stdin.buffer if sys.stdin is not None else None
+        while stream is not None and stream.read(1 << 20):
+            pass
+    except (OSError, ValueError):
+        pass
+    return True
 
 
 def _team_resume_json(command: str, args: list[str]) -> int | None:

@@ -700,25 +700,44 @@ def doctor_command(agent: Agent, out: Output, check_only: bool, all_agents: bool
 
 
 def _install_output(out: Output, result: Any, verb: str) -> None:
+    """What an install or uninstall wrote where: the file and what it is, the events, the
+    command (``--json``: ``InstallResult.as_dict``, a stable document)."""
     if out.as_json:
         out.json(result.as_dict())
         return
     from rich.markup import escape
 
+    path = escape(result.path)
     if result.dry_run:
-        out.console.print(f"[bold]dry run[/]: {escape(result.path)} would become:")
-        # as the file is written: indented, non-ASCII text as itself (a lone surrogate as U+FFFD)
-        write_stdout(dumps_output(result.settings) + "\n")
+        if result.removed:
+            out.console.print(f"[bold]dry run[/]: {path} would hold nothing and be removed")
+        else:
+            out.console.print(f"[bold]dry run[/]: {path} would become:")
+            # as the file is written: indented, non-ASCII text as itself (a lone surrogate as U+FFFD)
+            write_stdout(dumps_output(result.settings) + "\n")
     if not result.changed:
-        out.console.print(f"{escape(result.path)}: nothing to {verb}, already up to date")
+        out.console.print(f"{path} ({escape(result.description)}): nothing to {verb}, already up to date")
         return
-    for action in result.actions:
-        out.console.print(f"  {escape(action)}")
-    if not result.dry_run:
-        out.console.print(
-            f"[green]{verb}ed[/] {escape(result.path)}"
-            + (f" (backup: {escape(result.backup)})" if result.backup else "")
-        )
+    done = "would be " if result.dry_run else ""
+    if result.removed:
+        out.console.print(f"{done}[green]removed[/] {path}: it held nothing but Phoenix's hooks")
+    else:
+        what = "created" if result.created else "updated"
+        out.console.print(f"{done}[green]{what}[/] {path} ({escape(result.description)})")
+    events = sorted({a.split(" ", 1)[1] for a in result.actions}, key=list(result.commands).index)
+    first = result.actions[0].split(" ", 1)[0] if result.actions else verb
+    out.console.print(f"  {first} the hooks of {escape(', '.join(events))}")
+    if verb == "install":
+        out.console.print(f"  each runs: [dim]{escape(result.template)}[/]")
+        if result.kind == "portable":
+            out.console.print(
+                "  `phx` from PATH wherever Phoenix is installed; nothing at all where it is not. For this "
+                "machine's faster command: `phx install claude-code --scope local` (the shared one then stands aside)"
+            )
+        else:
+            out.console.print("  this machine's interpreter by absolute path; the shared hooks stand aside for it")
+    for note in result.notes:
+        out.console.print(f"  [yellow]note[/]: {escape(note)}")
 
 
 @main_group.command("install")
@@ -781,6 +800,9 @@ def uninstall_command(target: str, scope: str, project_dir: str | None, dry_run:
 @click.argument("args", nargs=-1, type=click.UNPROCESSED)
 def hook_command(event: str, args: tuple[str, ...]) -> None:
     """Run a Claude Code hook: reads the hook JSON on stdin. Always exits 0.
+
+    With --shared (the command of the shared .claude/settings.json), it does nothing when this
+    machine registers Phoenix's own command for the event in local or user scope.
 
     Example: echo '{"session_id":"s1","cwd":"/repo"}' | phx hook session-start
     """

@@ -31,11 +31,12 @@ Claude Code never waits on a full pipe, but in pieces and with its values over `
 and logs ``hook_payload_oversized``.
 
 Hot path: the PostToolUse handler imports only ``os``, ``sys``, ``time``, ``fcntl``, ``_json``
-and Phoenix's own primitives. ``phx install`` registers it as
+and Phoenix's own primitives. ``phx install --scope local`` (or ``user``) registers it as
 ``<python> -S -P -c 'import sys; sys.path.append(<dir>); from phoenix_protocol.integrations._hooks import main; main()' post-tool-use``
 (``<dir>``: the directory Phoenix is installed in), which skips the console-script wrapper (it
 imports ``re``), the full CLI and the set-up of the site packages (``-S``); ``main()`` sets
-those up the first time an import needs them (``_SiteOnFirstMiss``).
+those up the first time an import needs them (``_SiteOnFirstMiss``). The shared settings
+(``--scope project``) run ``phx hook <event> --shared`` from ``PATH`` instead (``_portable``).
 """
 
 from __future__ import annotations

@@ -1,14 +1,26 @@
 """``phx install claude-code`` / ``phx uninstall claude-code``: our hooks in Claude Code's settings.
 
-Scopes and files (as Claude Code defines them):
+Scopes and files (as Claude Code defines them), and the command each gets:
 
-=========  ===========================================
-project    ``<project>/.claude/settings.json`` (shared with the team through git)
-local      ``<project>/.claude/settings.local.json`` (this machine only)
-user       ``~/.claude/settings.json`` (every project of this user)
-=========  ===========================================
+=========  ====================================================  =================================
+project    ``<project>/.claude/settings.json`` (shared: commit)  the portable command
+local      ``<project>/.claude/settings.local.json`` (this       this machine's fast command
+           machine only)
+user       ``~/.claude/settings.json``, or                       this machine's fast command
+           ``$CLAUDE_CONFIG_DIR/settings.json`` (every project)
+=========  ====================================================  =================================
 
-The command written runs this very installation's interpreter by absolute path, so it works
+The **portable command** (``_portable``) names nothing of this machine, so a committed settings
+file works for every teammate, CI and checkout::
+
+    command -v phx >/dev/null 2>&1 || exit 0; exec phx hook post-tool-use --shared
+
+``phx`` from ``PATH``, however Phoenix was installed; nothing at all (exit 0, no output) where it is
+not installed. It stands aside when this machine registers the fast command for the same event in
+local or user scope (Claude Code runs the hooks of every settings file: without that, each event
+would run twice).
+
+The **fast command** runs this very installation's interpreter by absolute path, so it works
 whatever ``PATH`` Claude Code runs with, and goes straight to the light hook module::
 
     '/path/to/.venv/bin/python' -S -P -c 'import sys; sys.path.append("/path/to/.venv/lib/python3.11/site-packages"); from phoenix_protocol.integrations._hooks import main; main()' post-tool-use
@@ -16,13 +28,17 @@ whatever ``PATH`` Claude Code runs with, and goes straight to the light hook mod
 ``-S`` skips setting up the site packages, about 2 ms of every heartbeat; the command names the
 directory Phoenix is installed in instead (``install_dir``), and the hook sets the site packages
 up when an import needs them (``_hooks._SiteOnFirstMiss``). After the environment moves, run
-``phx install`` again (as for a moved interpreter).
+``phx install`` again (as for a moved interpreter). It belongs to this machine: ``phx doctor``
+reports one found in the shared settings (written there by an earlier Phoenix).
 
-Install is idempotent (a second run changes nothing), keeps every other key and hook, replaces
-an older Phoenix entry in place (say, after the venv moved), and keeps a backup of the file it
-changes (``settings.json.bak-<time>``). Uninstall removes exactly the entries whose command runs
-``phoenix_protocol.integrations._hooks`` and nothing else, dropping matcher groups and event lists it leaves
-empty. A settings file that is not valid JSON is refused, untouched.
+Install is idempotent (a second run changes nothing), keeps every other key and hook, and replaces
+an older Phoenix entry in place (say, after the venv moved, or the fast command an earlier Phoenix
+wrote into the shared file). Uninstall removes exactly the entries whose command is one of ours
+and nothing else, dropping matcher groups and event lists it leaves empty, and removes a file it
+leaves holding nothing (``{}``). Both keep the file's formatting (its indentation, key order,
+separators, final newline, line endings, escaping of non-ASCII text), so an install followed by
+an uninstall gives back the very bytes there were; no backup is written (``--dry-run`` shows the
+result first). A settings file that is not valid JSON is refused, untouched.
 """
 
 from __future__ import annotations
@@ -32,12 +48,12 @@ import shlex
 import stat
 import sys
 
-from phoenix_protocol.core._clock import Clock, system_clock
-from phoenix_protocol.core._durable import atomic_write, ensure_dir, read_bytes
+from phoenix_protocol.core._durable import atomic_write, ensure_dir, fsync_dir, read_bytes
 from phoenix_protocol.core._errors import UsageError
 from phoenix_protocol.core._home import find_work_tree_root
 from phoenix_protocol.core._ids import validate_id
 from phoenix_protocol.core._jsonio import JSONError, loads
+from phoenix_protocol.integrations._portable import LEGACY_MARKERS, MARKER, SHARED_FLAG, user_settings_path
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -46,20 +62,26 @@ if TYPE_CHECKING:
 
 __all__ = [
     "HOOK_SPECS",
+    "MARKER",
     "SCOPES",
     "InstallResult",
     "check_installed",
     "hook_command",
     "install_claude_code",
     "install_dir",
+    "portable_command",
     "settings_path",
     "uninstall_claude_code",
 ]
 
 SCOPES = ("project", "local", "user")
-MARKER = "phoenix_protocol.integrations._hooks"
-LEGACY_MARKERS = ("phoenix_protocol._hooks ",)
-"""What the hook commands of earlier releases name: recognised as ours, so that install replaces them."""
+SHARED_SCOPES = ("project",)
+"""Scopes whose file is shared with other machines (committed): they get the portable command."""
+_DESCRIPTIONS = {
+    "project": "project scope: shared with the team through git; commit it",
+    "local": "local scope: this machine only; keep it out of git",
+    "user": "user scope: every project of this user on this machine",
+}
 
 # (Claude Code event, our event, timeout in seconds, matcher or None)
 HOOK_SPECS: list[tuple[str, str, int, str | None]] = [
@@ -71,11 +93,13 @@ HOOK_SPECS: list[tuple[str, str, int, str | None]] = [
     ("SessionEnd", "session-end", 2, None),
 ]
 
+_PORTABLE_GUARD = "command -v phx >/dev/null 2>&1 || exit 0; exec phx hook "
+
 
 def hook_command(event: str, *, python: str | None = None, agent: str | None = None) -> str:
-    """The shell command Claude Code runs for ``event`` (see the module docstring). With
-    ``python``, another interpreter than this one: the command then lets it find Phoenix as its
-    own start-up does (without ``-S``)."""
+    """This machine's fast command for ``event`` (see the module docstring). With ``python``,
+    another interpreter than this one: the command then lets it find Phoenix as its own start-up
+    does (without ``-S``)."""
     interpreter = python or sys.executable
     if not interpreter:
         raise UsageError("cannot tell which Python runs Phoenix (sys.executable is empty).")
@@ -92,6 +116,16 @@ def hook_command(event: str, *, python: str | None = None, agent: str | None = N
     return " ".join(parts)
 
 
+def portable_command(event: str, *, agent: str | None = None) -> str:
+    """The shared settings' command for ``event``: ``phx`` from ``PATH`` where Phoenix is
+    installed, exit 0 and silence where it is not, standing aside for this machine's fast command
+    (``_portable``). Names nothing of this machine. ``/bin/sh`` (dash, bash) runs it."""
+    parts = [event]
+    if agent is not None:
+        parts += ["--agent", shlex.quote(validate_id(agent, "agent id"))]
+    return _PORTABLE_GUARD + " ".join([*parts, SHARED_FLAG])
+
+
 def install_dir() -> str:
     """The directory this Phoenix is imported from (the one holding ``phoenix_protocol/``): the
     site packages of its environment, or the source tree of an editable install."""
@@ -104,10 +138,8 @@ def settings_path(scope: str, *, project_dir: str | None = None, env: Mapping[st
     """The settings file for ``scope``."""
     if scope not in SCOPES:
         raise UsageError(f"scope must be one of {', '.join(SCOPES)}, not {scope!r}.")
-    environ = os.environ if env is None else env
     if scope == "user":
-        home = environ.get("HOME") or os.path.expanduser("~")
-        return os.path.join(home, ".claude", "settings.json")
+        return user_settings_path(env)
     base = os.path.abspath(project_dir or os.getcwd())
     root = find_work_tree_root(base) if project_dir is None else base
     name = "settings.json" if scope == "project" else "settings.local.json"
@@ -115,35 +147,166 @@ def settings_path(scope: str, *, project_dir: str | None = None, env: Mapping[st
 
 
 class InstallResult:
-    """What an install or uninstall did (or would do, with ``dry_run``)."""
+    """What an install or uninstall did (or would do, with ``dry_run``): the file, its scope,
+    which command it holds (``portable`` or ``machine``), the commands by Claude Code event, and
+    whether the file was ``created`` or ``removed``."""
 
     def __init__(
-        self, path: str, changed: bool, settings: dict[str, Any], actions: list[str], backup: str | None, dry_run: bool
+        self,
+        path: str,
+        changed: bool,
+        settings: dict[str, Any],
+        actions: list[str],
+        dry_run: bool,
+        *,
+        scope: str = "project",
+        kind: str = "portable",
+        commands: dict[str, str] | None = None,
+        created: bool = False,
+        removed: bool = False,
+        notes: list[str] | None = None,
     ) -> None:
         self.path = path
         self.changed = changed
         self.settings = settings
         self.actions = actions
-        self.backup = backup
         self.dry_run = dry_run
+        self.scope = scope
+        self.kind = kind
+        self.commands = commands or {}
+        self.created = created
+        self.removed = removed
+        self.notes = notes or []
+
+    @property
+    def description(self) -> str:
+        """What the file is, in a few words (``project scope: shared ...``)."""
+        return _DESCRIPTIONS[self.scope]
+
+    @property
+    def template(self) -> str:
+        """The command of every event, the event's name as ``<event>``."""
+        for claude_event, event, _, _ in HOOK_SPECS:
+            command = self.commands.get(claude_event)
+            if command is not None:
+                before, found, after = command.partition(f" {event}")
+                return f"{before} <event>{after}" if found else command
+        return ""
 
     def as_dict(self) -> dict[str, Any]:
         return {
             "path": self.path,
+            "scope": self.scope,
+            "kind": self.kind,
             "changed": self.changed,
             "dry_run": self.dry_run,
-            "backup": self.backup,
+            "created": self.created,
+            "removed": self.removed,
             "actions": self.actions,
+            "commands": self.commands,
+            "notes": self.notes,
             "settings": self.settings,
         }
 
 
-def _load(path: str) -> dict[str, Any]:
-    data = read_bytes(path)
+class _Format:
+    """How a settings file is laid out, to write it back the same way (``detect``): the
+    ``json.dumps`` arguments that reproduce it, its final newline, line endings and byte-order mark."""
+
+    def __init__(
+        self,
+        indent: int | str | None = 2,
+        separators: tuple[str, str] = (",", ": "),
+        ensure_ascii: bool = False,
+        final_newline: bool = True,
+        crlf: bool = False,
+        bom: bool = False,
+    ) -> None:
+        self.indent = indent
+        self.separators = separators
+        self.ensure_ascii = ensure_ascii
+        self.final_newline = final_newline
+        self.crlf = crlf
+        self.bom = bom
+
+    @classmethod
+    def detect(cls, data: bytes) -> _Format:
+        text = data.decode("utf-8-sig", errors="replace")
+        bom = data.startswith(b"\xef\xbb\xbf")
+        crlf = "\r\n" in text
+        text = text.replace("\r\n", "\n")
+        body = text.strip()
+        indent: int | str | None = None
+        if "\n" in body:
+            indent = 0  # one item a line, none indented, unless a line says otherwise
+            for line in body.splitlines()[1:]:
+                stripped = line.lstrip(" \t")
+                if stripped and stripped != line:
+                    unit = line[: len(line) - len(stripped)]
+                    indent = len(unit) if set(unit) == {" "} else unit
+                    break
+        key_sep = ": " if _outside_strings(body, '":') is None or _outside_strings(body, '": ') is not None else ":"
+        # With an indent, items end their line; on one line, "a, b" or "a,b".
+        one_line_sep = ", " if _outside_strings(body, ", ") is not None else ","
+        item_sep = one_line_sep if indent is None else ","
+        ensure_ascii = all(b < 0x80 for b in data[3 if bom else 0 :]) and "\\u" in text
+        if ensure_ascii:  # escaped non-ASCII: \u00e9, not only escaped control characters
+            ensure_ascii = any(int(text[i + 2 : i + 6], 16) >= 0x80 for i in _escapes(text))
+        return cls(indent, (item_sep, key_sep), ensure_ascii, text.endswith("\n"), crlf, bom)
+
+    def dump(self, settings: dict[str, Any]) -> bytes:
+        import json  # settings files are written rarely: the full codec's options are welcome
+
+        text = json.dumps(settings, indent=self.indent, separators=self.separators, ensure_ascii=self.ensure_ascii)
+        if self.final_newline:
+            text += "\n"
+        if self.crlf:
+            text = text.replace("\n", "\r\n")
+        return (b"\xef\xbb\xbf" if self.bom else b"") + text.encode("utf-8", errors="surrogatepass")
+
+
+def _outside_strings(text: str, needle: str) -> int | None:
+    """The offset of the first ``needle`` in JSON ``text`` outside its strings, or ``None``. A
+    ``needle`` that starts with ``"`` is looked for at the quotes that close a string (``": ``
+    after a key)."""
+    in_string = False
+    escaped = False
+    for i, ch in enumerate(text):
+        if in_string:
+            if escaped:
+                escaped = False
+            elif ch == "\\":
+                escaped = True
+            elif ch == '"':
+                in_string = False
+                if text.startswith(needle, i):
+                    return i
+        elif ch == '"':
+            in_string = True
+        elif text.startswith(needle, i):
+            return i
+    return None
+
+
+def _escapes(text: str) -> list[int]:
+    """Offsets of the ``\\uXXXX`` escapes in JSON ``text`` (an escaped backslash is not one)."""
+    found = []
+    i = 0
+    while i < len(text) - 5:
+        if text[i] == "\\":
+            if text[i + 1] == "u" and all(c in "0123456789abcdefABCDEF" for c in text[i + 2 : i + 6]):
+                found.append(i)
+            i += 2
+            continue
+        i += 1
+    return found
+
+
+def _load(path: str, data: bytes | None) -> dict[str, Any]:
     if data is None or not data.strip():
         return {}
     try:
-        settings = loads(data)
+        settings = loads(data[3:] if data.startswith(b"\xef\xbb\xbf") else data)
     except JSONError as exc:
         raise UsageError(f"{path} is not valid JSON ({exc}); fix it first, Phoenix left it untouched.") from None
     if not isinstance(settings, dict):
@@ -154,26 +317,69 @@ def _load(path: str) -> dict[str, Any]:
     return settings
 
 
-def _is_ours(entry: object) -> bool:
-    command = str(entry.get("command", "")) if isinstance(entry, dict) else ""
+def _is_portable(command: str) -> bool:
+    return command.startswith(_PORTABLE_GUARD) and command.endswith(" " + SHARED_FLAG)
+
+
+def _is_machine(command: str) -> bool:
     return MARKER in command or any(legacy in command for legacy in LEGACY_MARKERS)
 
 
-def _save(path: str, before: bytes | None, settings: dict[str, Any], clock: Clock) -> str | None:
-    import json  # settings files are written rarely: the full codec's indentation is welcome
+def _is_ours(entry: object) -> bool:
+    command = str(entry.get("command", "")) if isinstance(entry, dict) else ""
+    return _is_machine(command) or _is_portable(command)
 
+
+def _save(path: str, before: bytes | None, settings: dict[str, Any]) -> None:
+    """Write ``settings`` to ``path`` laid out as ``before`` was (a new file: two-space indent),
+    keeping its permissions (a new file: 0644, as Claude Code's own)."""
     ensure_dir(os.path.dirname(path))
-    backup = None
     mode = 0o644
+    layout = _Format()
     if before is not None:
-        stamp = clock.now_iso().replace(":", "").replace("-", "")
-        backup = f"{path}.bak-{stamp}"
         mode = stat.S_IMODE(os.stat(path).st_mode)
-        atomic_write(backup, before)
-    text = json.dumps(settings, indent=2, ensure_ascii=False) + "\n"
-    atomic_write(path, text.encode("utf-8"))
+        if before.strip():
+            layout = _Format.detect(before)
+    atomic_write(path, layout.dump(settings))
     os.chmod(path, mode)
-    return backup
+
+
+def _remove(path: str) -> None:
+    """Remove a settings file left holding nothing, and its ``.claude`` folder if that is left empty."""
+    folder = os.path.dirname(path)
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        return
+    except OSError as exc:
+        raise UsageError(f"cannot remove {path}, which holds nothing any more: {exc}") from None
+    try:
+        os.rmdir(folder)
+    except OSError:  # not empty (Claude Code's other files, the user's): it stays
+        fsync_dir(folder)
+    else:
+        fsync_dir(os.path.dirname(folder))
+
+
+def _git_ignored(path: str) -> bool | None:
+    """Whether git ignores ``path`` (``None``: not in a work tree, or git is not there)."""
+    import subprocess
+
+    folder = os.path.dirname(path)
+    while not os.path.isdir(folder):
+        folder = os.path.dirname(folder)
+    try:
+        done = subprocess.run(
+            ["git", "check-ignore", "-q", "--", path],
+            cwd=folder,
+            capture_output=True,
+            timeout=5,
+            check=False,
+            env={**os.environ, "GIT_OPTIONAL_LOCKS": "0"},
+        )
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return {0: True, 1: False}.get(done.returncode)
 
 
 def install_claude_code(
@@ -182,22 +388,29 @@ def install_claude_code(
     project_dir: str | None = None,
     agent: str | None = None,
     python: str | None = None,
+    portable: bool | None = None,
     dry_run: bool = False,
     env: Mapping[str, str] | None = None,
-    clock: Clock = system_clock,
 ) -> InstallResult:
-    """Merge Phoenix's hooks into the settings file of ``scope``."""
+    """Merge Phoenix's hooks into the settings file of ``scope``: the portable command in the
+    shared (project) settings, this machine's fast command in local and user settings
+    (``portable`` chooses otherwise; ``python``: the fast command of another interpreter)."""
     path = settings_path(scope, project_dir=project_dir, env=env)
+    use_portable = scope in SHARED_SCOPES if portable is None else portable
+    if use_portable and python is not None:
+        raise UsageError("the portable command runs `phx` from PATH: it names no interpreter (drop python=).")
     before = read_bytes(path)
-    settings = _load(path)
+    settings = _load(path, before)
+    had_hooks = "hooks" in settings
     hooks: dict[str, Any] = settings.setdefault("hooks", {})
     actions: list[str] = []
+    commands: dict[str, str] = {}
     for claude_event, event, timeout, matcher in HOOK_SPECS:
-        wanted: dict[str, Any] = {
-            "type": "command",
-            "command": hook_command(event, python=python, agent=agent),
-            "timeout": timeout,
-        }
+        command = (
+            portable_command(event, agent=agent) if use_portable else hook_command(event, python=python, agent=agent)
+        )
+        commands[claude_event] = command
+        wanted: dict[str, Any] = {"type": "command", "command": command, "timeout": timeout}
         groups = hooks.get(claude_event)
         if groups is None:
             groups = hooks[claude_event] = []
@@ -221,50 +434,142 @@ def install_claude_code(
                 group_new = {"matcher": matcher, "hooks": [wanted]}
             groups.append(group_new)
             actions.append(f"added {claude_event}")
+    if not actions and not had_hooks:  # pragma: no cover - every install adds to a file without hooks
+        del settings["hooks"]
     changed = bool(actions)
-    backup = None
     if changed and not dry_run:
-        backup = _save(path, before, settings, clock)
-    return InstallResult(path, changed, settings, actions, backup, dry_run)
+        _save(path, before, settings)
+    notes = []
+    if scope == "local" and _git_ignored(path) is False:
+        notes.append(
+            f"git does not ignore {path}: it names this machine's paths, keep it out of commits "
+            "(add `.claude/settings.local.json` to .gitignore)"
+        )
+    return InstallResult(
+        path,
+        changed,
+        settings,
+        actions,
+        dry_run,
+        scope=scope,
+        kind="portable" if use_portable else "machine",
+        commands=commands,
+        created=changed and before is None,
+        notes=notes,
+    )
 
 
 def check_installed(
     *, project_dir: str | None = None, env: Mapping[str, str] | None = None
 ) -> list[tuple[str, str, str]]:
-    """Phoenix's hook entries that will not run as written, or that differ from what ``phx
-    install`` writes now from this interpreter, in the settings of every scope (the project's
-    two when ``project_dir`` is given, the user's): ``(scope, settings path, problem)`` each.
-    An entry whose interpreter is another one than this is only checked for being there (it
-    may be another environment's on purpose). A settings file that does not read is named."""
+    """Phoenix's hook entries that will not run as written, run twice, or differ from what ``phx
+    install`` writes now, in the settings of every scope (the project's two when ``project_dir``
+    is given, the user's): ``(scope, settings path, problem)`` each. A problem whose fix is not
+    ``phx install claude-code --scope <scope>`` names its own. A fast command in the shared
+    settings is one (it fails on every other machine); a fast command whose interpreter is
+    another one than this is only checked for being there (it may be another environment's on
+    purpose); the portable command for ``phx`` being on ``PATH``, unless this machine registers
+    the fast one it stands aside for. A settings file that does not read is named."""
+    import shutil
+
     problems: list[tuple[str, str, str]] = []
     events = {event for _, event, _, _ in HOOK_SPECS}
+    machine: dict[str, dict[str, str]] = {}  # scope -> Claude Code event -> fast command
+    portable_in: list[tuple[str, str]] = []
     for scope in SCOPES:
         if scope != "user" and project_dir is None:
             continue
         path = settings_path(scope, project_dir=project_dir, env=env)
         try:
-            settings = _load(path)  # a missing file: no hooks
+            settings = _load(path, read_bytes(path))  # a missing file: no hooks
         except UsageError as exc:
             problems.append((scope, path, str(exc)))
             continue
         seen: set[str] = set()
         hooks = settings.get("hooks")
-        for groups in hooks.values() if isinstance(hooks, dict) else []:
+        for claude_event, groups in hooks.items() if isinstance(hooks, dict) else []:
             for group in groups if isinstance(groups, list) else []:
                 entries = group.get("hooks") if isinstance(group, dict) else None
                 for entry in entries if isinstance(entries, list) else []:
                     if not _is_ours(entry):
                         continue
                     command = str(entry.get("command", ""))
-                    problem = _command_problem(command, events)
+                    if _is_portable(command):
+                        if (scope, path) not in portable_in:
+                            portable_in.append((scope, path))
+                        problem = _portable_problem(command, events)
+                    elif scope in SHARED_SCOPES:
+                        problem = _shared_machine_problem(command)
+                    else:
+                        machine.setdefault(scope, {})[claude_event] = command
+                        problem = _command_problem(command, events)
                     if problem is not None and problem not in seen:
                         seen.add(problem)
                         problems.append((scope, path, problem))
+    local, user = machine.get("local", {}), machine.get("user", {})
+    twice = sorted(e for e in local.keys() & user.keys() if local[e] != user[e])
+    if twice:  # the same command in both runs once (Claude Code runs identical commands once)
+        path = settings_path("local", project_dir=project_dir, env=env)
+        problems.append(
+            (
+                "local",
+                path,
+                f"Phoenix's hooks are registered in both {path} and {settings_path('user', env=env)} with "
+                f"different commands: Claude Code runs both, so {', '.join(twice)} run twice; "
+                "`phx uninstall claude-code --scope local` (or `--scope user`) removes one",
+            )
+        )
+    environ = os.environ if env is None else env
+    if portable_in and shutil.which("phx", path=environ.get("PATH")) is None:
+        for scope, path in portable_in:
+            if not all(e in local or e in user for e, _, _, _ in HOOK_SPECS):
+                problems.append(
+                    (
+                        scope,
+                        path,
+                        "the shared hooks run `phx` from PATH and this machine's PATH has none: here they "
+                        "do nothing. Put the bin/ folder Phoenix is installed in on PATH (pipx and "
+                        "`uv tool` use ~/.local/bin), or `phx install claude-code --scope local` (a command "
+                        "for this machine, which the shared one stands aside for)",
+                    )
+                )
     return problems
 
 
+def _portable_problem(command: str, events: set[str]) -> str | None:
+    """What is wrong with a portable hook command, if anything: only that it is not the one this
+    Phoenix writes (an earlier one's, or edited)."""
+    try:
+        argv = shlex.split(command[len(_PORTABLE_GUARD) :])
+    except ValueError:
+        argv = []
+    event = argv[0] if argv and argv[0] in events else None
+    agent = argv[argv.index("--agent") + 1] if "--agent" in argv[:-1] else None
+    try:
+        wanted = portable_command(event, agent=agent) if event is not None else None
+    except UsageError:
+        wanted = None
+    if command != wanted:
+        return "the hook commands are not the ones this Phoenix writes (an earlier Phoenix's, or edited)"
+    return None
+
+
+def _shared_machine_problem(command: str) -> str:
+    """The problem of a fast command in the shared settings (an earlier Phoenix wrote it there)."""
+    try:
+        interpreter = shlex.split(command)[0]
+    except (ValueError, IndexError):
+        interpreter = command[:200]
+    return (
+        f"the shared settings name this machine's interpreter ({interpreter}): on every other machine "
+        "and checkout, and here after the environment moves, each hook fails with `/bin/sh: …: not found` "
+        "(written by an earlier Phoenix). `phx install claude-code --scope project` writes the portable "
+        "command instead (and `--scope local` this machine's fast one)"
+    )
+
+
 def _command_problem(command: str, events: set[str]) -> str | None:
-    """What is wrong with a Phoenix hook command, if anything (see ``check_installed``)."""
+    """What is wrong with a fast hook command, if anything (see ``check_installed``)."""
     try:
         argv = shlex.split(command)
     except ValueError:
@@ -318,16 +623,18 @@ def uninstall_claude_code(
     project_dir: str | None = None,
     dry_run: bool = False,
     env: Mapping[str, str] | None = None,
-    clock: Clock = system_clock,
 ) -> InstallResult:
-    """Remove exactly the hook entries ``install_claude_code`` adds."""
+    """Remove exactly the hook entries ``install_claude_code`` adds (either command), leaving
+    the rest of the file as it was laid out; a file left holding nothing is removed."""
     path = settings_path(scope, project_dir=project_dir, env=env)
+    kind = "portable" if scope in SHARED_SCOPES else "machine"
     before = read_bytes(path)
     if before is None:
-        return InstallResult(path, False, {}, [], None, dry_run)
-    settings = _load(path)
+        return InstallResult(path, False, {}, [], dry_run, scope=scope, kind=kind)
+    settings = _load(path, before)
     hooks = settings.get("hooks")
     actions: list[str] = []
+    commands: dict[str, str] = {}
     if isinstance(hooks, dict):
         for claude_event in list(hooks):
             groups = hooks[claude_event]
@@ -339,6 +646,9 @@ def uninstall_claude_code(
                     remaining = [e for e in group["hooks"] if not _is_ours(e)]
                     if len(remaining) != len(group["hooks"]):
                         actions.append(f"removed {claude_event}")
+                        for entry in group["hooks"]:
+                            if _is_ours(entry):
+                                commands.setdefault(claude_event, str(entry.get("command", "")))
                         if not remaining:
                             continue
                         kept_groups.append({**group, "hooks": remaining})
@@ -351,7 +661,12 @@ def uninstall_claude_code(
         if not hooks:
             del settings["hooks"]
     changed = bool(actions)
-    backup = None
+    removed = changed and not settings
     if changed and not dry_run:
-        backup = _save(path, before, settings, clock)
-    return InstallResult(path, changed, settings, actions, backup, dry_run)
+        if removed:
+            _remove(path)
+        else:
+            _save(path, before, settings)
+    return InstallResult(
+        path, changed, settings, actions, dry_run, scope=scope, kind=kind, commands=commands, removed=removed
+    )

@@ -560,11 +560,18 @@ def check_home(
     (default: the home's; one that does not read is a finding, and the store goes unchecked).
     ``hook_problems(project_dir)``: what is wrong with the hook commands installed for this
     project, as ``(scope, settings file, problem)`` (the CLI passes the Claude Code installer's
-    check; reported only: the settings are not the home's to change)."""
+    check; reported only: the settings are not the home's to change). A problem that names no
+    `phx` command to fix it gets ``phx install claude-code --scope <scope>``."""
 
     def hook_commands() -> list[Finding]:
         return [
-            Finding("warn", f"{problem}: `phx install claude-code --scope {scope}` rewrites them", path=path)
+            Finding(
+                "warn",
+                problem
+                if "`phx " in problem
+                else f"{problem}: `phx install claude-code --scope {scope}` rewrites them",
+                path=path,
+            )
             for scope, path, problem in (hook_problems(home.project_root) if hook_problems else [])
         ]
 

@@ -1,0 +1,82 @@
+"""The shared (portable) hook command and when it stands aside. Hot path: ``os`` only.
+
+``phx install claude-code`` (project scope) writes into ``.claude/settings.json``, the file a
+team commits, a command that names nothing of this machine::
+
+    command -v phx >/dev/null 2>&1 || exit 0; exec phx hook post-tool-use --shared
+
+Claude Code runs it with ``/bin/sh -c``. Where ``phx`` is on ``PATH`` (pipx, ``uv tool``, pip, a
+venv whose ``bin/`` is on ``PATH``) it runs the hook; where it is not (a teammate without Phoenix,
+CI, a checkout after ``make clean``) it exits 0 and prints nothing: no hook error anywhere.
+
+Claude Code runs the hooks of every settings file (user, project, local), each of them: a hook
+registered in two files runs twice. So the shared command stands aside (``--shared``: exit 0, having
+read its stdin, before anything is opened) when this machine registers Phoenix's own
+machine-specific command (``phx install claude-code --scope local`` or ``--scope user``: an
+absolute interpreter, ``-S -P``, faster), which then does the work alone.
+"""
+
+from __future__ import annotations
+
+import os
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+
+__all__ = ["LEGACY_MARKERS", "MARKER", "SHARED_FLAG", "machine_registration", "user_settings_path"]
+
+MARKER = "phoenix_protocol.integrations._hooks"
+"""What every machine-specific hook command Phoenix writes names (the module it imports)."""
+LEGACY_MARKERS = ("phoenix_protocol._hooks ",)
+"""What the hook commands of earlier releases name: recognised as ours, so that install replaces them."""
+SHARED_FLAG = "--shared"
+"""The argument of the shared command: ``phx hook <event> --shared`` stands aside for a
+machine-specific registration. An older ``phx`` ignores it (an argument after the event)."""
+
+_MAX_SETTINGS = 4 * 1024 * 1024
+
+
+def user_settings_path(env: Mapping[str, str] | None = None) -> str:
+    """Claude Code's user settings: ``$CLAUDE_CONFIG_DIR/settings.json`` when that is set (Claude
+    Code 2.1.330 then reads no ``~/.claude/settings.json``), else ``~/.claude/settings.json``."""
+    environ = os.environ if env is None else env
+    config_dir = environ.get("CLAUDE_CONFIG_DIR")
+    if config_dir:
+        return os.path.join(os.path.expanduser(config_dir), "settings.json")
+    home = environ.get("HOME") or os.path.expanduser("~")
+    return os.path.join(home, ".claude", "settings.json")
+
+
+def machine_registration(claude_event: str, env: Mapping[str, str] | None = None, cwd: str | None = None) -> str | None:
+    """The settings file that registers Phoenix's machine-specific hook command for
+    ``claude_event`` (``PostToolUse``, ...) on this machine: the local settings of the project
+    Claude Code runs in, then the user's; or ``None``. The project is ``$CLAUDE_PROJECT_DIR``
+    (Claude Code sets it for hooks), else ``cwd``. A file that does not read, or is not valid JSON,
+    counts as none: Claude Code runs no hook from it either."""
+    environ = os.environ if env is None else env
+    project = environ.get("CLAUDE_PROJECT_DIR") or cwd or os.getcwd()
+    markers = (MARKER, *LEGACY_MARKERS)
+    for path in (os.path.join(project, ".claude", "settings.local.json"), user_settings_path(environ)):
+        try:
+            with open(path, "rb") as fh:
+                data = fh.read(_MAX_SETTINGS + 1)
+        except OSError:
+            continue
+        if len(data) > _MAX_SETTINGS or not any(m.encode() in data for m in markers):
+            continue
+        from phoenix_protocol.core._jsonio import JSONError, loads
+
+        try:
+            settings = loads(data)
+        except (JSONError, UnicodeDecodeError):
+            continue
+        hooks = settings.get("hooks") if isinstance(settings, dict) else None
+        groups = hooks.get(claude_event) if isinstance(hooks, dict) else None
+        for group in groups if isinstance(groups, list) else []:
+            entries = group.get("hooks") if isinstance(group, dict) else None
+            for entry in entries if isinstance(entries, list) else []:
+                command = entry.get("command") if isinstance(entry, dict) else None
+                if isinstance(command, str) and any(m in command for m in markers):
+                    return path
+    return None

@@ -156,12 +156,16 @@ def _update_agent(target: tuple[str | None, str | None], flag: str, text: str, *
 
     home, agent_id = target
     agent = Agent.open(agent_id, home=Home(os.path.abspath(home)) if home else None)
+    session_id = os.environ.get("PHOENIX_SESSION_ID") or None
+    lane = agent.lane_of_session(session_id)
+    if lane is not None:  # a session beside another one writes its own lane (docs/lanes.md)
+        agent.use_lane(lane)
     status = _FLAGS[flag]
     state = agent.state.set_status(
         status,
         None if flag == "--idle" else text,
         source="model",
-        session_id=os.environ.get("PHOENIX_SESSION_ID") or None,
+        session_id=session_id,
         force=force,
         event=_EVENTS[flag],
         task=None if flag == "--idle" else text,

@@ -1,8 +1,8 @@
-"""A hook payload over the 64 MiB read limit: ``_jsonskim`` against reading it whole.
+"""A hook payload over the 64 MiB limit: the hook's reader (msgspec) against the alternatives.
 
     PYTHONPATH=src .venv/bin/python bench/json_skim.py [--rounds 3] [--sizes 70,300]
-        [--other-python /tmp/libvenv/bin/python]   # an interpreter with ijson and msgspec
-        [--readers skim,jsonio,orjson,msgspec,ijson]
+        [--other-python /tmp/libvenv/bin/python]   # an interpreter with ijson
+        [--readers hook,jsonio,orjson,ijson]
 
 Each reader runs in a fresh process that gets the payload on a pipe (``cat FILE | python ...``),
 as the hook gets it from Claude Code, and ends with what the hook needs from it: the payload's
@@ -11,20 +11,24 @@ from the first read to the decoded payload (stdin to its end included), the proc
 (``ru_maxrss``) and the time to import the reader's modules (in-process, after the interpreter's
 start; ``-X importtime`` gives the same order). Readers:
 
-- ``skim``: the hook as it is: the first 64 MiB read whole, then ``_hooks._read_oversized``
-  (``_jsonskim.loads_skimmed`` over 1 MiB pieces);
+- ``hook``: the hook as it is: stdin read whole, ``_hooks._loads_oversized`` (msgspec: the
+  members checked and handed over as ``msgspec.Raw`` slices of the input, only the small ones
+  decoded);
 - ``jsonio``: stdin read whole, ``_jsonio.loads`` (the standard library's C scanner), then the
   large values replaced;
 - ``orjson``: stdin read whole, ``orjson.loads`` (already a dependency), then the same;
-- ``msgspec``: stdin read whole, members decoded as ``msgspec.Raw`` (slices of the input, never
-  decoded) and only the small ones decoded (``--other-python``);
 - ``ijson``: ``ijson.parse`` (yajl2_c backend) over stdin in 1 MiB reads; large strings replaced
   as their events come (``--other-python``; containers are built whole).
+
+Until bbfa878 the hook read such a payload with ``_jsonskim.loads_skimmed`` (a streaming skimmer
+of Phoenix's own, 366 lines: the first 64 MiB held, the rest read in 1 MiB pieces, large values
+passed over undecoded, a 2 s budget); this script there has it as the reader ``skim`` (and the
+hook's reader as ``msgspec``).
 
 Payloads (``--sizes`` in MB of tool output): ``bash``, a Bash tool response whose ``stdout`` is
 the output (ASCII with quotes and backslashes, as in tests/integrations/test_hooks_oversized.py);
 ``write``, a Write of ``é`` * N/2 (UTF-8, as Claude Code writes it); ``tiny``, a tool response
-holding N/7 one-digit numbers in lists of ten (the skimmer's slowest case).
+holding N/7 one-digit numbers in lists of ten (millions of values to check).
 """
 
 from __future__ import annotations
@@ -41,15 +45,13 @@ READER = r"""
 import os, resource, sys, time
 t0 = time.perf_counter()
 mode, max_value = sys.argv[1], 1 << 20
-if mode == "skim":
-    from phoenix_protocol.core._jsonio import loads
+if mode == "hook":
     from phoenix_protocol.integrations import _hooks
+    import msgspec  # imported by _loads_oversized: counted with the imports
 elif mode == "jsonio":
     from phoenix_protocol.core._jsonio import loads, dumps_line
 elif mode == "orjson":
     import orjson
-elif mode == "msgspec":
-    import msgspec
 elif mode == "ijson":
     import ijson
 elif mode == "none":  # the interpreter alone
@@ -70,29 +72,12 @@ def left_out(value, size_of):
     return visit(value, 0)
 
 
-if mode == "skim":
-    head = stream.read(_hooks._MAX_STDIN + 1)
-    value = _hooks._read_oversized(head, stream)[0] if len(head) > _hooks._MAX_STDIN else loads(head)
+if mode == "hook":
+    value = _hooks._loads_oversized(stream.read())[0]
 elif mode == "jsonio":
     value = left_out(loads(stream.read()), lambda v: len(dumps_line(v)))
 elif mode == "orjson":
     value = left_out(orjson.loads(stream.read()), lambda v: len(orjson.dumps(v)))
-elif mode == "msgspec":
-    Members = dict[str, msgspec.Raw]
-    decode_members = msgspec.json.Decoder(Members).decode
-
-    def members(raw, depth):
-        out = {}
-        for k, v in decode_members(raw).items():
-            if len(v) <= max_value:
-                out[k] = msgspec.json.decode(v)
-            elif depth < 3 and memoryview(v)[:1] == b"{":
-                out[k] = members(v, depth + 1)
-            else:
-                out[k] = f"<{len(v)} bytes left out>"
-        return out
-
-    value = members(stream.read(), 1)
 elif mode == "ijson":
     stack, key, value = [], None, None
     for prefix, event, v in ijson.parse(stream, buf_size=1 << 20):
@@ -171,13 +156,13 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--sizes", default="70,300")
-    parser.add_argument("--other-python", default=None, help="an interpreter with ijson and msgspec installed")
-    parser.add_argument("--readers", default="skim,jsonio,orjson,msgspec,ijson")
+    parser.add_argument("--other-python", default=None, help="an interpreter with ijson installed")
+    parser.add_argument("--readers", default="hook,jsonio,orjson,ijson")
     args = parser.parse_args()
     wanted = args.readers.split(",")
-    readers = [(m, sys.executable) for m in ("skim", "jsonio", "orjson")]
+    readers = [(m, sys.executable) for m in ("hook", "jsonio", "orjson")]
     if args.other_python:
-        readers += [(m, args.other_python) for m in ("msgspec", "ijson")]
+        readers.append(("ijson", args.other_python))
     readers = [(m, python) for m, python in readers if m in wanted]
     with tempfile.TemporaryDirectory() as tmp:
         docs = payloads(tmp, [int(s) for s in args.sizes.split(",")])

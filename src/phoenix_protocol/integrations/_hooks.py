@@ -403,7 +403,7 @@ def _loads_oversized(data: bytes) -> tuple[Any, dict[str, Any]]:
     Why msgspec (``bench/json_skim.py``, docs/benchmarks.md): the fastest reader measured, twice
     as fast as the streaming skimmer Phoenix had (``_jsonskim``, until bbfa878), with the payload
     held once (the skimmer stayed near 80 MB; at 70 MB both take that); decoding it whole with
-    the standard library or orjson takes 2 to 10 times the payload in memory, ijson seconds. Unlike
+    the standard library or orjson takes 2 to 12 times the payload in memory, ijson seconds. Unlike
     the standard library, msgspec refuses an unpaired surrogate escape (``"\\ud83d"``): such a
     payload fails as not JSON. Raises ``JSONError``."""
     import msgspec

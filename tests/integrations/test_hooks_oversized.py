@@ -1,6 +1,6 @@
-"""A hook payload over the 64 MiB read limit (a tool's whole output): the real hook process still
-records the heartbeat, reads stdin to its end (its writer never gets a broken pipe), stays in
-bounded memory and exits 0."""
+"""A hook payload over the 64 MiB limit (a tool's whole output): the real hook process still
+records the heartbeat, reads stdin to its end (its writer never gets a broken pipe), holds the
+payload once (its large values are never decoded) and exits 0."""
 
 from __future__ import annotations
 
@@ -95,7 +95,7 @@ def test_post_tool_use_over_the_limit_is_still_the_heartbeat(tmp_path: Path, pro
 
     assert (done["code"], done["stdout"], done["stderr"]) == (0, "", "")
     assert not done["broken_pipe"]  # all of stdin was read
-    assert done["max_rss_mb"] < 120  # 70 MB was never held twice (before: 138 MB)
+    assert done["max_rss_mb"] < 120  # the 78 MB were held once, the output never decoded (twice: 157 MB)
     agent = _agent(tmp_path)
     state = agent.state.read()
     assert state.session_id == "sess-big" and state.heartbeat_seq == 1
@@ -133,10 +133,14 @@ def test_post_tool_use_failure_over_the_limit_through_phx_hook(tmp_path: Path, p
     assert state.last_tool["input_digest"]  # of the input with its content left out
     events, _ = _agent(tmp_path).ops.read()
     [note] = [e["meta"] for e in events if e["event"] == "hook_payload_oversized"]
-    assert note["left_out"] == {"tool_input.content": len(json.dumps(tool_input["content"], ensure_ascii=False))}
+    assert note["left_out"] == {
+        "tool_input.content": len(json.dumps(tool_input["content"], ensure_ascii=False).encode())
+    }
 
 
-def test_payload_over_the_limit_that_is_not_json_fails_softly_and_is_drained(tmp_path: Path, project: Path) -> None:
+def test_payload_over_the_limit_that_is_not_json_fails_softly_and_is_read_to_its_end(
+    tmp_path: Path, project: Path
+) -> None:
     # Cut off in the middle of its output: the hook reads it all, then reports it.
     payload = json.dumps(_body(project, "PostToolUse", tool_name="Read")).encode()[:-1]
     payload += b', "tool_response": {"content": "' + b"x" * BIG
@@ -145,7 +149,7 @@ def test_payload_over_the_limit_that_is_not_json_fails_softly_and_is_drained(tmp
 
     assert (done["code"], done["stdout"], done["broken_pipe"]) == (0, "", False)
     assert done["stderr"].count("\n") == 1
-    assert done["stderr"].startswith("phoenix: post-tool-use hook: stdin is not JSON (unterminated string")
+    assert done["stderr"].startswith("phoenix: post-tool-use hook: stdin is not JSON (Input data was truncated)")
     events, _ = _agent(tmp_path).ops.read()
     assert events[-1]["event"] == "hook_failed" and "stdin is not JSON" in events[-1]["meta"]["error"]
 
@@ -179,3 +183,44 @@ def test_the_limit_is_the_largest_payload_read_whole(project: Path, monkeypatch:
     assert agent.state.read().heartbeat_seq == 2
     [note] = [e["meta"] for e in agent.ops.read()[0] if e["event"] == "hook_payload_oversized"]
     assert note["bytes"] == len(payload) and note["left_out"] == {"tool_response.content": 202}
+
+
+def test_over_the_limit_objects_keep_their_members_three_keys_deep(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(_hooks, "_MAX_VALUE", 40)
+    big = "x" * 50
+    inner = {"b": {"c": big, "d": 1}, "e": [big], "g": 2}
+    doc = {"session_id": "s", "tool_input": {"a": inner, "f": big, "h": None}, "n": [big], "t": True}
+    size = {name: len(json.dumps(value)) for name, value in (("b", inner["b"]), ("e", inner["e"]), ("big", big))}
+
+    payload, note = _hooks._loads_oversized(json.dumps(doc).encode())
+
+    assert payload == {
+        "session_id": "s",
+        "tool_input": {
+            "a": {"b": f"<{size['b']} bytes left out>", "e": f"<{size['e']} bytes left out>", "g": 2},
+            "f": f"<{size['big']} bytes left out>",
+            "h": None,
+        },
+        "n": f"<{size['e']} bytes left out>",
+        "t": True,
+    }
+    left_out = {"tool_input.a.b": size["b"], "tool_input.a.e": size["e"], "tool_input.f": size["big"], "n": size["e"]}
+    assert note["left_out"] == left_out
+
+
+@pytest.mark.parametrize(
+    ("text", "problem"),
+    [
+        (b'[1, "' + b"x" * 50 + b'"]', "stdin JSON is not an object"),
+        (b'{"session_id": "s", "a": 1} x', "stdin is not JSON"),
+        (b'{"session_id": "s", "a": "\\ud83d"}', "stdin is not JSON"),  # the standard library would take it
+        (b'{"session_id": "s", "a": ' + b"[" * 5000 + b"]" * 5000 + b"}", "stdin is not JSON"),
+    ],
+)
+def test_over_the_limit_what_is_refused(
+    text: bytes, problem: str, project: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(project)  # where the hook_failed event goes
+    monkeypatch.setattr(_hooks, "_MAX_STDIN", 10)
+    code, out, err = _hooks.run(["post-tool-use"], text)
+    assert (code, out) == (0, "") and f"hook: {problem}" in err

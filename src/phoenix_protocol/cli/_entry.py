@@ -1,10 +1,21 @@
 """The ``phx`` console script.
 
-Two commands skip the full CLI (click, rich, every command module: about 100 ms of imports):
-``phx hook ...`` goes straight to the light hook module (``phx hook EVENT --shared``, what the
-shared settings run, first stands aside for this machine's own registration: ``_stands_aside``), and ``phx team resume|probe TEAM
+Two commands skip the full CLI (click, rich, every command module): ``phx hook ...`` goes straight
+to the light hook module (``phx hook EVENT --shared``, what the shared settings run, first stands
+aside for this machine's own registration: ``_stands_aside``), and ``phx team resume|probe TEAM
 --json`` (what a lead's session start runs, on a time budget) to the resume protocol. Anything
 else, or any option these fast paths do not know, loads the full CLI, so behaviour is the same.
+
+Why ``_team_resume_json`` parses its few options by hand, next to click (``bench/import_costs.py
+--runs 40``, docs/benchmarks.md; 2026-11-27, a loaded 2-core VM): the resume path imports 86
+modules, 48 ms of imports, 66 ms for the whole process; click on top adds 24 ms of imports (32 ms
+of process); the full CLI imports 141 modules, 103 ms, before resume's own. Resume's target of
+150 ms is already missed. argparse would cost about 1 ms here (resume loads ``re`` anyway), but it
+exits on a usage error where this path hands over to the full CLI: overriding that takes about as
+many lines as the loop it would replace. The hook's own options (``_hooks._parse_args``) are
+parsed by hand for the same reason, more strongly: argparse costs the hook's import path 10 ms
+(``re``, ``gettext``; 21 modules), click 38 ms, and the heartbeat's whole budget over a bare
+interpreter is about 8 ms.
 """
 
 from __future__ import annotations

@@ -25,10 +25,9 @@ event, a locked, corrupt or newer state file, a full disk) it exits 0 with one l
 and, where it still can, an ops event with status warn or error. It never exits 2 and never
 rewrites a state file it could not read.
 
-A payload over ``_MAX_STDIN`` (64 MiB: a tool's whole output) is still read to its end, so that
-Claude Code never waits on a full pipe, but in pieces and with its values over ``_MAX_VALUE``
-(1 MiB) left out (``_jsonskim.loads_skimmed``): the hook still runs on the ids, names and flags,
-and logs ``hook_payload_oversized``.
+A payload over ``_MAX_STDIN`` (64 MiB: a tool's whole output) is decoded with its values over
+``_MAX_VALUE`` (1 MiB) left out (``_loads_oversized``, msgspec): the hook still runs on the ids,
+names and flags, and logs ``hook_payload_oversized``.
 
 Hot path: the PostToolUse handler imports only ``os``, ``sys``, ``time``, ``fcntl``, ``_json``
 and Phoenix's own primitives. ``phx install --scope local`` (or ``user``) registers it as
@@ -46,8 +45,8 @@ import sys
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from collections.abc import Callable, Iterator
-    from typing import Any, BinaryIO
+    from collections.abc import Callable
+    from typing import Any
 
     from phoenix_protocol.agent._state import AgentState
     from phoenix_protocol.services._agent import Agent
@@ -64,13 +63,9 @@ EVENTS = {
 }
 _BY_CLAUDE_NAME = {v: k for k, v in EVENTS.items()}
 _MAX_STDIN = 64 * 1024 * 1024
-"""A payload up to this size is read whole; a larger one in pieces, its large values left out."""
+"""A payload up to this size is decoded whole; a larger one with its large values left out."""
 _MAX_VALUE = 1024 * 1024
-"""In a payload over ``_MAX_STDIN``: the largest value kept (others become ``"<N characters left out>"``)."""
-_PIECE = 1024 * 1024
-_OVERSIZED_BUDGET = 2.0
-"""Seconds to decode a payload over ``_MAX_STDIN`` (about 0.2 s for 70 MB of tool output); past
-them the hook goes on with the members decoded so far, and the rest of stdin is only read."""
+"""In a payload over ``_MAX_STDIN``: the largest value kept, in bytes (others become ``"<N bytes left out>"``)."""
 _NAME_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_.:-")
 _SESSION_END_BUDGET = 1.0  # Claude Code gives all SessionEnd hooks about 1.5 s together
 _GIT_TIMEOUT = 1.0  # per git call of a brief, so that a hung git never eats a hook's budget
@@ -353,11 +348,8 @@ def _normalize_event(event: str, payload: dict[str, Any]) -> str:
     return name
 
 
-def run(argv: list[str], stdin: bytes, rest: BinaryIO | None = None) -> tuple[int, str, str]:
+def run(argv: list[str], stdin: bytes) -> tuple[int, str, str]:
     """Run a hook from its arguments and stdin; returns ``(exit_code, stdout, stderr)``.
-
-    ``rest``: the payload is over ``_MAX_STDIN``; ``stdin`` holds its first bytes and ``rest``
-    is the stream of the others, read here to its end.
 
     The exit code is always 0. Nothing here raises.
     """
@@ -370,14 +362,14 @@ def run(argv: list[str], stdin: bytes, rest: BinaryIO | None = None) -> tuple[in
         from phoenix_protocol.core._jsonio import JSONError, loads
 
         problem = None
-        if rest is None and not stdin.strip():
+        if len(stdin) <= _MAX_STDIN and not stdin.strip():
             problem = "empty stdin (expected the hook's JSON)"
         else:
             try:
-                if rest is None:
+                if len(stdin) <= _MAX_STDIN:
                     decoded = loads(stdin)
                 else:
-                    decoded, oversized = _read_oversized(stdin, rest)
+                    decoded, oversized = _loads_oversized(stdin)
             except JSONError as exc:
                 problem = f"stdin is not JSON ({exc})"
             else:
@@ -410,56 +402,49 @@ def run(argv: list[str], stdin: bytes, rest: BinaryIO | None = None) -> tuple[in
         return 0, "", line + "\n"
 
 
-def _read_oversized(head: bytes, rest: BinaryIO) -> tuple[Any, dict[str, Any]]:
-    """A payload over ``_MAX_STDIN``, ``head`` then ``rest``, read in pieces with its values over
-    ``_MAX_VALUE`` left out; and what to log about it. ``rest`` is read to its end whatever
-    happens (after ``_OVERSIZED_BUDGET`` without decoding). Raises ``JSONError``."""
-    import time
+def _loads_oversized(data: bytes) -> tuple[Any, dict[str, Any]]:
+    """A payload over ``_MAX_STDIN`` with its values over ``_MAX_VALUE`` bytes left out; and what
+    to log about it. msgspec checks the whole document and hands each member over as a slice of
+    ``data`` (``msgspec.Raw``), which is decoded only when small. A larger object fewer than three
+    keys deep (``tool_input``, ``tool_response`` and the objects directly in them) keeps its
+    members by the same rule; any other larger value becomes ``"<N bytes left out>"``.
 
-    from phoenix_protocol.core._jsonskim import loads_skimmed
+    Why msgspec (``bench/json_skim.py``, docs/benchmarks.md): the fastest reader measured, twice
+    as fast as the streaming skimmer Phoenix had (``_jsonskim``, until bbfa878), with the payload
+    held once (the skimmer stayed near 80 MB; at 70 MB both take that); decoding it whole with
+    the standard library or orjson takes 2 to 12 times the payload in memory, ijson seconds. Unlike
+    the standard library, msgspec refuses an unpaired surrogate escape (``"\\ud83d"``): such a
+    payload fails as not JSON. Raises ``JSONError``."""
+    import msgspec
 
-    size = 0
+    from phoenix_protocol.core._jsonio import JSONError
 
-    def read() -> Iterator[bytes | memoryview]:
-        nonlocal size
-        view = memoryview(head)
-        for start in range(0, len(view), _PIECE):
-            size += len(view[start : start + _PIECE])
-            yield view[start : start + _PIECE]
-        while piece := rest.read(_PIECE):
-            size += len(piece)
-            yield piece
+    members = msgspec.json.Decoder(dict[str, msgspec.Raw]).decode
+    left_out: dict[str, int] = {}
 
-    pieces = read()
+    def read(raw: bytes | msgspec.Raw, path: str, depth: int) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        for key, value in members(raw).items():
+            where = f"{path}.{key}" if path else key
+            size = len(value)
+            if size <= _MAX_VALUE:
+                out[key] = msgspec.json.decode(value)
+            elif depth < 3 and memoryview(value)[:1].tobytes() == b"{":
+                out[key] = read(value, where, depth + 1)
+            else:
+                left_out[where] = size
+                out[key] = f"<{size} bytes left out>"
+        return out
+
     try:
-        value, left_out, complete = loads_skimmed(
-            pieces, max_value=_MAX_VALUE, deadline=time.monotonic() + _OVERSIZED_BUDGET
-        )
-    finally:
-        try:
-            for _ in pieces:  # the rest, only counted
-                pass
-        except (OSError, ValueError):
-            pass  # stdin broke: main() reports nothing more about it
+        payload: Any = read(data, "", 1)
+    except msgspec.ValidationError:  # valid JSON, not an object
+        payload = None
+    except (msgspec.DecodeError, RecursionError) as exc:
+        raise JSONError(str(exc)) from None
     largest = sorted(left_out.items(), key=lambda item: -item[1])[:10]
-    note: dict[str, Any] = {
-        "bytes": size,
-        "limit": _MAX_STDIN,
-        "left_out": {_plain(path, 200): chars for path, chars in largest},
-    }
-    if not complete:
-        note["complete"] = False  # out of time: the members after those decoded were not seen
-    return value, note
-
-
-def _drain(stream: BinaryIO) -> None:
-    """Read what is left of stdin, so that its writer is never left blocked on a full pipe (or
-    told the pipe broke)."""
-    try:
-        while stream.read(_PIECE):
-            pass
-    except (OSError, ValueError):
-        pass
+    note = {"bytes": len(data), "limit": _MAX_STDIN, "left_out": {_plain(path, 200): n for path, n in largest}}
+    return payload, note
 
 
 def _log_best_effort(
@@ -508,16 +493,12 @@ def main(argv: list[str] | None = None) -> None:
     if sys.flags.no_site and _SiteOnFirstMiss not in sys.meta_path:
         sys.meta_path.append(_SiteOnFirstMiss)
     args = sys.argv[1:] if argv is None else argv
-    stream = sys.stdin.buffer if sys.stdin is not None else None
     try:
-        data = stream.read(_MAX_STDIN + 1) if stream is not None else b""
+        data = sys.stdin.buffer.read() if sys.stdin is not None else b""  # to its end: Claude Code's pipe never fills
     except (OSError, ValueError):
         data = b""
-    rest = stream if stream is not None and len(data) > _MAX_STDIN else None
-    code, out, err = run(args, data, rest)
-    if rest is not None:
-        del data
-        _drain(rest)
+    code, out, err = run(args, data)
+    del data
     try:
         if out:
             sys.stdout.write(out)

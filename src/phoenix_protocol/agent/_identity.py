@@ -40,8 +40,8 @@ from phoenix_protocol.core._durable import FileLock, atomic_write, keep_damaged,
 from phoenix_protocol.core._errors import CorruptStateError, PhoenixError, RefusedError, UsageError
 
 if TYPE_CHECKING:
+    from phoenix_protocol.agent._context import AgentContext
     from phoenix_protocol.agent._identity_pg import PgIdentity
-    from phoenix_protocol.services._agent import Agent
 
 __all__ = [
     "IDENTITY_LISTS",
@@ -524,7 +524,7 @@ class IdentityStore:
     here are then this machine's copy (read by the hooks' persona check, and, when edited by
     hand, taken as the document, as on files)."""
 
-    def __init__(self, agent: Agent) -> None:
+    def __init__(self, agent: AgentContext) -> None:
         self.agent = agent
         self.path = os.path.join(agent.dir, "identity.yaml")
         self.digest_path = os.path.join(agent.dir, "identity.digest")

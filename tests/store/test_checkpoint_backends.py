@@ -67,9 +67,11 @@ def test_the_configured_engine_is_used_and_the_body_is_seed_003s_json(backend: s
     path = store.read(info.name).path
     assert path.startswith("postgresql://") if backend == "postgres" else path.startswith(agent.home.root)
     assert not os.path.exists(os.path.join(agent.dir, "checkpoints"))  # no files: rows
-    content, checksum = store.backend.db.read(
+    row = store.backend.db.read(
         lambda tx: tx.one("SELECT content, checksum FROM phx_checkpoints WHERE name = ?", (info.name,))
     )
+    assert row is not None
+    content, checksum = row
     document = json.loads(content)  # the column is JSON text, as `select content ... | jq` reads it
     assert document["summary"] == "where am I" and document["agent_id"] == "zero" and "checksum" not in document
     assert content.startswith('{\n  "kind": "phoenix.checkpoint"') and checksum.startswith("xxh3-128:")

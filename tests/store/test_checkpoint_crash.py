@@ -309,8 +309,9 @@ for i in range(8):
 
 def damage_rows(store: CheckpointStore, name: str, change: Callable[[str, str], tuple[str, str]]) -> None:
     def work(tx: _db.Tx) -> None:
-        content, checksum = tx.one("SELECT content, checksum FROM phx_checkpoints WHERE name = ?", (name,))
-        content, checksum = change(str(content), str(checksum))
+        row = tx.one("SELECT content, checksum FROM phx_checkpoints WHERE name = ?", (name,))
+        assert row is not None
+        content, checksum = change(str(row[0]), str(row[1]))
         tx.execute("UPDATE phx_checkpoints SET content = ?, checksum = ? WHERE name = ?", (content, checksum, name))
 
     store.backend.db.transaction(work)

@@ -41,6 +41,7 @@ import sys
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator
+    from importlib.machinery import ModuleSpec
     from typing import Any, BinaryIO
 
     from phoenix_protocol.agent._state import AgentState
@@ -477,7 +478,7 @@ class _SiteOnFirstMiss:
     done = False
 
     @classmethod
-    def find_spec(cls, name: str, path: object = None, target: object = None) -> Any:
+    def find_spec(cls, name: str, path: object = None, target: object = None) -> ModuleSpec | None:
         if path is not None or cls.done:  # a submodule: its package was found without this
             return None
         cls.done = True
@@ -488,7 +489,7 @@ class _SiteOnFirstMiss:
             find = getattr(finder, "find_spec", None)
             if finder is cls or find is None:
                 continue
-            spec = find(name, None, target)
+            spec: ModuleSpec | None = find(name, None, target)
             if spec is not None:
                 return spec
         return None

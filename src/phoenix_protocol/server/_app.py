@@ -47,7 +47,7 @@ import math
 import os
 from collections.abc import Awaitable, Callable, MutableMapping
 from http import HTTPStatus
-from typing import Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal, TypeVar
 
 try:
     from fastapi import Depends, FastAPI, Path, Query, Request
@@ -92,6 +92,12 @@ from phoenix_protocol.services._bridge import NOT_FOUND
 from phoenix_protocol.store._memory import MAX_TEXT, MEMORY_ID_REGEX, open_memory_store
 from phoenix_protocol.store._teams import TeamNotFoundError
 from phoenix_protocol.store._tokens import ALL, TokenInfo, TokenStore, agent_namespace, team_namespace
+
+if TYPE_CHECKING:
+    from phoenix_protocol.services._agent import Agent
+    from phoenix_protocol.store._teams import Team
+
+T = TypeVar("T")
 
 __all__ = ["PUBLIC_PATHS", "Answer", "check_bind", "create_app", "is_loopback", "serve"]
 
@@ -285,7 +291,7 @@ def _check_text(value: str) -> None:
         raise ValueError("text must be valid Unicode (no lone surrogates)") from None
 
 
-def check_json(value: Any) -> Any:
+def check_json(value: T) -> T:
     """Refuse what JSON parsers accept but Phoenix cannot store: lone surrogates, NaN and
     infinities, nesting deeper than ``MAX_JSON_DEPTH``. Iterative: no recursion on deep input."""
     stack: list[tuple[Any, int]] = [(value, 0)]
@@ -352,7 +358,7 @@ Tag = Annotated[str, Field(min_length=1, max_length=64)]
 ShortText = Annotated[str, Field(max_length=2000)]
 
 
-def _json_int(value: Any) -> Any:
+def _json_int(value: object) -> object:
     """JSON Schema's integer: ``3.0`` is one (strict pydantic would refuse it), ``true`` and
     ``"3"`` are not (lax pydantic would take them)."""
     if isinstance(value, float) and value.is_integer():
@@ -371,7 +377,7 @@ class _Request(_Part):
 
     @model_validator(mode="before")
     @classmethod
-    def _storable(cls, data: Any) -> Any:
+    def _storable(cls, data: object) -> object:
         return check_json(data)
 
 
@@ -864,10 +870,10 @@ def create_app(
     app.add_middleware(BodyLimit, max_bytes=limit)
     app.add_middleware(Authentication, tokens=tokens, require=require_tokens, home=home)
 
-    def agent(agent_id: str, *, must_exist: bool = False) -> Any:
+    def agent(agent_id: str, *, must_exist: bool = False) -> Agent:
         return _bridge.open_agent(home, agent_id, config=cfg, clock=clock, must_exist=must_exist)
 
-    def team(team_id: str) -> Any:
+    def team(team_id: str) -> Team:
         return _bridge.open_team(home, team_id, clock=clock)
 
     # -- errors --
@@ -920,7 +926,7 @@ def create_app(
         return {"status": "ok", "version": __version__}
 
     @app.get("/readyz", response_model=ReadyResponse, tags=["health"])
-    def readyz(request: Request) -> Any:
+    def readyz(request: Request) -> Response | dict[str, str]:
         """Ready when the home exists and is writable, and its token store can be read."""
         ok = os.path.isdir(home.root) and os.access(home.root, os.W_OK | os.X_OK)
         if ok:

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -20,19 +19,7 @@ from phoenix_protocol.core._home import Home
 from phoenix_protocol.services import _sessions
 from phoenix_protocol.services._agent import Agent
 from phoenix_protocol.services._checkpoints import CheckpointOwnershipError, CheckpointStore, encode, parse_name
-from phoenix_protocol.store import _db
 from phoenix_protocol.store._checkpoints import CheckpointRows
-
-
-@pytest.fixture(params=["sqlite", "postgres"])
-def backend(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
-    """Each engine in turn: SQLite (the default store) and PostgreSQL."""
-    if request.param == "postgres":
-        monkeypatch.setenv("PHOENIX_STORE", request.getfixturevalue("pg_url"))
-    else:
-        monkeypatch.delenv("PHOENIX_STORE", raising=False)
-    yield request.param
-    _db.close_all()
 
 
 @pytest.fixture

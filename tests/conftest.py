@@ -61,11 +61,18 @@ def _isolated_env(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.
 @pytest.fixture(autouse=True)
 def _write_behind_finished() -> Iterator[None]:
     """Each test ends with the write-behind of its checkpoints done (named files, removals, ops
-    events), while its directories still exist; a write-behind that failed fails the test."""
+    events), while its directories still exist; a write-behind that failed fails the test. Then
+    the databases it opened are closed: ``open_database`` keeps one per home for the process (its
+    SQLite connection, or the PostgreSQL pool), which a suite of homes would otherwise hold open."""
     yield
     from phoenix_protocol.core import _background
 
-    _background.wait()
+    try:
+        _background.wait()
+    finally:
+        opened = sys.modules.get("phoenix_protocol.store._db")
+        if opened is not None:
+            opened.close_all()
 
 
 def git(cwd: Path, *args: str) -> str:
@@ -250,10 +257,12 @@ def pg_url(pg_server: str) -> Iterator[str]:
             conn.execute(f"DROP SCHEMA {schema} CASCADE")
 
 
-@pytest.fixture(params=["files", "postgres"])
+@pytest.fixture(params=["sqlite", "postgres"])
 def backend(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
-    """Each store in turn: ``files`` (the home) and ``postgres`` (``PHOENIX_STORE`` naming a fresh
-    schema of the test server), for the conformance suites that run on both."""
+    """Each store in turn: ``sqlite`` (the home's ``phoenix.db``, the default; the agents' state
+    files in the home) and ``postgres`` (``PHOENIX_STORE`` naming a fresh schema of the test
+    server), for the conformance suites that run on both (``_write_behind_finished`` closes the
+    databases after the test; ``pg_url`` the pools, before it drops the schema)."""
     if request.param == "postgres":
         monkeypatch.setenv("PHOENIX_STORE", request.getfixturevalue("pg_url"))
     yield request.param

@@ -33,7 +33,7 @@ import threading
 import urllib.parse
 from collections.abc import Iterable
 from types import TracebackType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from phoenix_protocol._version import __version__
 from phoenix_protocol.core._errors import (
@@ -49,6 +49,9 @@ from phoenix_protocol.core._errors import (
     UsageError,
 )
 from phoenix_protocol.services._bridge import NotFoundError
+
+if TYPE_CHECKING:
+    from phoenix_protocol.core._jsonio import JSON
 
 __all__ = ["AuthenticationError", "NotFoundError", "PhoenixClient", "ServerError"]
 
@@ -88,7 +91,7 @@ def _class_for(name: str, status: int) -> type[PhoenixError]:
     if name in ("ClaimConflictError", "TeamReadOnlyError"):
         from phoenix_protocol.store import _teams
 
-        return getattr(_teams, name)  # type: ignore[no-any-return]
+        return _teams.ClaimConflictError if name == "ClaimConflictError" else _teams.TeamReadOnlyError
     if name == "CheckpointOwnershipError":
         from phoenix_protocol.services._checkpoints import CheckpointOwnershipError
 
@@ -174,8 +177,8 @@ class PhoenixClient:
         return self._conn, True
 
     def request(
-        self, method: str, path: str, *, body: Any = None, query: dict[str, Any] | None = None
-    ) -> tuple[int, Any]:
+        self, method: str, path: str, *, body: object = None, query: dict[str, Any] | None = None
+    ) -> tuple[int, JSON]:
         """Send one request; returns ``(status, decoded JSON or None)`` for a 2xx, raises otherwise."""
         target = self._prefix + path
         if query:
@@ -214,7 +217,7 @@ class PhoenixClient:
                     self.close()
                 break
         status = response.status
-        decoded: Any = None
+        decoded: JSON = None
         if raw:
             try:
                 decoded = json.loads(raw)
@@ -225,17 +228,38 @@ class PhoenixClient:
             raise error_from_problem(status, problem)
         return status, decoded
 
-    def _get(self, path: str, **query: Any) -> Any:
-        return self.request("GET", path, query=query)[1]
+    def _get(self, path: str, **query: Any) -> dict[str, Any]:
+        return self._object(path, self.request("GET", path, query=query)[1])
 
-    def _post(self, path: str, body: Any = None) -> Any:
-        return self.request("POST", path, body=body if body is not None else {})[1]
+    def _post(self, path: str, body: object = None) -> dict[str, Any]:
+        return self._object(path, self.request("POST", path, body=body if body is not None else {})[1])
+
+    def _object(self, path: str, value: JSON) -> dict[str, Any]:
+        """``value``, the JSON object the server answers ``path`` with; else a ``ServerError``
+        (not a Phoenix server, or not the version this client speaks)."""
+        if not isinstance(value, dict):
+            raise ServerError(f"{self.base_url} answered {path} with no JSON object.")
+        return value
+
+    def _field(self, answer: dict[str, Any], key: str) -> dict[str, Any]:
+        """``answer[key]``, a JSON object; else a ``ServerError`` (as ``_object``)."""
+        value = answer.get(key)
+        if not isinstance(value, dict):
+            raise ServerError(f"{self.base_url} answered with no JSON object under {key!r}.")
+        return value
+
+    def _items(self, answer: dict[str, Any], key: str) -> list[dict[str, Any]]:
+        """``answer[key]``, a list of JSON objects; else a ``ServerError`` (as ``_object``)."""
+        items = answer.get(key)
+        if not isinstance(items, list) or not all(isinstance(item, dict) for item in items):
+            raise ServerError(f"{self.base_url} answered with no list of JSON objects under {key!r}.")
+        return items
 
     # -- health ----------------------------------------------------------------------------------
 
     def health(self) -> dict[str, Any]:
         """``{"status": "ok", "version": ...}`` when the server is up."""
-        return self._get("/healthz")  # type: ignore[no-any-return]
+        return self._get("/healthz")
 
     def ready(self) -> bool:
         """Whether the server's home is writable."""
@@ -270,11 +294,11 @@ class PhoenixClient:
         ):
             if value is not None:
                 body[key] = value
-        return self._post(f"/checkpoint/{_segment(agent_id)}", body)["checkpoint"]  # type: ignore[no-any-return]
+        return self._field(self._post(f"/checkpoint/{_segment(agent_id)}", body), "checkpoint")
 
     def latest_checkpoint(self, agent_id: str, *, checkpoint_type: str | None = None) -> dict[str, Any]:
         """``{"name", "checkpoint", "problems"}`` of the newest valid checkpoint."""
-        return self._get(f"/checkpoint/{_segment(agent_id)}/latest", type=checkpoint_type)  # type: ignore[no-any-return]
+        return self._get(f"/checkpoint/{_segment(agent_id)}/latest", type=checkpoint_type)
 
     def restore(
         self, agent_id: str, *, checkpoint: str | None = None, force: bool = False, session_id: str | None = None
@@ -286,11 +310,11 @@ class PhoenixClient:
             body["checkpoint"] = checkpoint
         if session_id is not None:
             body["session_id"] = session_id
-        return self._post(f"/restore/{_segment(agent_id)}", body)  # type: ignore[no-any-return]
+        return self._post(f"/restore/{_segment(agent_id)}", body)
 
     def sessions(self, agent_id: str) -> list[dict[str, Any]]:
         """Every session of the agent, oldest first."""
-        return self._get(f"/sessions/{_segment(agent_id)}")["sessions"]  # type: ignore[no-any-return]
+        return self._items(self._get(f"/sessions/{_segment(agent_id)}"), "sessions")
 
     # -- memory ----------------------------------------------------------------------------------
 
@@ -301,7 +325,7 @@ class PhoenixClient:
         body: dict[str, Any] = {"text": text, "tags": list(tags)}
         if metadata is not None:
             body["metadata"] = metadata
-        return self._post(f"/memory/{_segment(agent_id)}", body)["memory"]  # type: ignore[no-any-return]
+        return self._field(self._post(f"/memory/{_segment(agent_id)}", body), "memory")
 
     def memory_recall(
         self, agent_id: str, query: str, *, k: int = 5, tags: Iterable[str] | None = None
@@ -310,18 +334,18 @@ class PhoenixClient:
         body: dict[str, Any] = {"query": query, "k": k}
         if tags is not None:
             body["tags"] = list(tags)
-        return self._post(f"/memory/{_segment(agent_id)}/recall", body)["results"]  # type: ignore[no-any-return]
+        return self._items(self._post(f"/memory/{_segment(agent_id)}/recall", body), "results")
 
     def memory_list(
         self, agent_id: str, *, tags: Iterable[str] | None = None, limit: int = 50, offset: int = 0
     ) -> list[dict[str, Any]]:
         """The agent's memories, newest first."""
         query = {"tag": list(tags) if tags is not None else None, "limit": limit, "offset": offset}
-        return self._get(f"/memory/{_segment(agent_id)}", **query)["memories"]  # type: ignore[no-any-return]
+        return self._items(self._get(f"/memory/{_segment(agent_id)}", **query), "memories")
 
     def memory_get(self, agent_id: str, memory_id: str) -> dict[str, Any]:
         """One memory."""
-        return self._get(f"/memory/{_segment(agent_id)}/{_segment(memory_id)}")["memory"]  # type: ignore[no-any-return]
+        return self._field(self._get(f"/memory/{_segment(agent_id)}/{_segment(memory_id)}"), "memory")
 
     def memory_delete(self, agent_id: str, memory_id: str) -> None:
         """Delete one memory (``NotFoundError`` when there is none)."""
@@ -331,12 +355,13 @@ class PhoenixClient:
 
     def identity_get(self, agent_id: str) -> dict[str, Any]:
         """``{"immutable": ..., "mutable": ...}``."""
-        return self._get(f"/identity/{_segment(agent_id)}")["identity"]  # type: ignore[no-any-return]
+        return self._field(self._get(f"/identity/{_segment(agent_id)}"), "identity")
 
     def identity_set(self, agent_id: str, path: str, value: Any) -> dict[str, Any]:
         """Set a value in the mutable section (``state.current_focus``); returns the identity."""
-        _status, data = self.request("PATCH", f"/identity/{_segment(agent_id)}", body={"path": path, "value": value})
-        return data["identity"]  # type: ignore[no-any-return]
+        target = f"/identity/{_segment(agent_id)}"
+        _status, data = self.request("PATCH", target, body={"path": path, "value": value})
+        return self._field(self._object(target, data), "identity")
 
     def identity_add(
         self,
@@ -353,7 +378,7 @@ class PhoenixClient:
         for key, value in (("confidence", confidence), ("level", level), ("type", type)):
             if value is not None:
                 body[key] = value
-        return self._post(f"/identity/{_segment(agent_id)}/entries", body)["identity"]  # type: ignore[no-any-return]
+        return self._field(self._post(f"/identity/{_segment(agent_id)}/entries", body), "identity")
 
     # -- teams -----------------------------------------------------------------------------------
 
@@ -384,13 +409,12 @@ class PhoenixClient:
         data = self.team_inbox_page(team_id, name, limit=limit)
         if confirm and data["messages"]:
             self.team_mark_delivered(team_id, name, data["through_seq"])
-        return data["messages"]  # type: ignore[no-any-return]
+        return self._items(data, "messages")
 
     def team_inbox_page(self, team_id: str, name: str, *, limit: int | None = None) -> dict[str, Any]:
         """``{"messages", "through_seq"}``: what ``team_inbox`` returns, not yet marked delivered
         (``team_mark_delivered`` once it is handed over, as ``phx team inbox --server`` does)."""
-        page: dict[str, Any] = self._get(f"/teams/{_segment(team_id)}/inbox/{_segment(name)}", limit=limit)
-        return page
+        return self._get(f"/teams/{_segment(team_id)}/inbox/{_segment(name)}", limit=limit)
 
     def team_mark_delivered(self, team_id: str, name: str, through_seq: int) -> None:
         """Mark ``name``'s messages up to ``through_seq`` (a page's) delivered (needs ``team:write``)."""
@@ -403,14 +427,14 @@ class PhoenixClient:
 
     def team_tasks(self, team_id: str) -> list[dict[str, Any]]:
         """Every task of the team."""
-        return self._get(f"/teams/{_segment(team_id)}/tasks")["tasks"]  # type: ignore[no-any-return]
+        return self._items(self._get(f"/teams/{_segment(team_id)}/tasks"), "tasks")
 
     def team_claim(self, team_id: str, task_id: str, name: str) -> dict[str, Any]:
         """Claim a ready task for ``name`` (``ClaimConflictError`` when another holds it)."""
         path = f"/teams/{_segment(team_id)}/tasks/{_segment(task_id)}/claim"
-        return self._post(path, {"name": name})["task"]  # type: ignore[no-any-return]
+        return self._field(self._post(path, {"name": name}), "task")
 
     def team_heartbeat(self, team_id: str, name: str, *, session_id: str | None = None) -> dict[str, Any]:
         """Record a heartbeat of ``name``; returns the heartbeat record."""
         body = {"session_id": session_id} if session_id is not None else {}
-        return self._post(f"/teams/{_segment(team_id)}/heartbeat/{_segment(name)}", body)["heartbeat"]  # type: ignore[no-any-return]
+        return self._field(self._post(f"/teams/{_segment(team_id)}/heartbeat/{_segment(name)}", body), "heartbeat")

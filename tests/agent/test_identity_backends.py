@@ -1,6 +1,7 @@
-"""One conformance suite for agents' identities (seed 002), on both stores: the home's files and
-PostgreSQL (a fresh schema per test). On files "elsewhere" is another process on the same home;
-on PostgreSQL another machine: another home on the same server, with its own copy."""
+"""One conformance suite for agents' identities (seed 002), on both stores: the home's files (the
+``sqlite`` store keeps them as files) and PostgreSQL (a fresh schema per test). On files
+"elsewhere" is another process on the same home; on PostgreSQL another machine: another home on
+the same server, with its own copy."""
 
 from __future__ import annotations
 
@@ -28,7 +29,7 @@ def agent(backend: str, home: Home, clock: ManualClock) -> Agent:
 
 
 def elsewhere(agent: Agent, backend: str, tmp_path: Path) -> Agent:
-    home = agent.home if backend == "files" else Home(str(tmp_path / "elsewhere" / ".phoenix"))
+    home = agent.home if backend == "sqlite" else Home(str(tmp_path / "elsewhere" / ".phoenix"))
     return Agent.open(agent.id, home=home, clock=agent.clock)
 
 
@@ -504,7 +505,7 @@ def test_a_core_edited_by_hand_is_redacted_when_reset(backend: str, agent: Agent
     token = "ghp_" + "a1B2c3D4e5" * 4
     seeded(agent)
     path = Path(agent.identity.path)
-    if backend == "files":
+    if backend == "sqlite":
         path.write_text(path.read_text().replace("role: release engineer", f"role: deploys with {token}"))
         agent.identity.reset_core()
     else:  # the document is the server's: the same edit through the store's own read-modify-write

@@ -1,5 +1,6 @@
-"""One conformance suite for agents' state and ops log, run on both stores: the home's files and
-PostgreSQL (``PHOENIX_STORE=postgresql://…``, a fresh schema on the real server per test).
+"""One conformance suite for agents' state and ops log, run on both stores: the home's files (the
+``sqlite`` store keeps them as files) and PostgreSQL (``PHOENIX_STORE=postgresql://…``, a fresh
+schema on the real server per test).
 
 On files "elsewhere" is another process on the same home; on PostgreSQL it is another machine:
 another home (its own copy of the agent) on the same server."""
@@ -35,8 +36,8 @@ def agent(backend: str, home: Home, clock: ManualClock) -> Agent:
 
 
 def elsewhere(agent: Agent, backend: str, tmp_path: Path, name: str = "other") -> Agent:
-    """The same agent seen from another process (files) or another machine (PostgreSQL)."""
-    home = agent.home if backend == "files" else Home(str(tmp_path / name / ".phoenix"))
+    """The same agent seen from another process (sqlite: the home's files) or another machine (PostgreSQL)."""
+    home = agent.home if backend == "sqlite" else Home(str(tmp_path / name / ".phoenix"))
     return Agent.open(agent.id, home=home, clock=agent.clock)
 
 
@@ -198,7 +199,7 @@ def test_the_cli_reads_and_writes_on_either_store(
     code, shown = phx(far, "state", "show", "--agent", "zero")
     assert code == 0 and shown["state"]["status"] == "working"
     assert shown["state"]["current_task"] == "ship the release"
-    assert shown["store"] == ("files" if backend == "files" else describe(os.environ["PHOENIX_STORE"]))
+    assert shown["store"] == ("files" if backend == "sqlite" else describe(os.environ["PHOENIX_STORE"]))
     code, log = phx(far, "log", "--agent", "zero")
     assert code == 0 and [e["event"] for e in log["events"]] == ["task_started", "note_added"]
 

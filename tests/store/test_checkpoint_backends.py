@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -20,19 +19,7 @@ from phoenix_protocol.core._home import Home
 from phoenix_protocol.services import _sessions
 from phoenix_protocol.services._agent import Agent
 from phoenix_protocol.services._checkpoints import CheckpointOwnershipError, CheckpointStore, encode, parse_name
-from phoenix_protocol.store import _db
 from phoenix_protocol.store._checkpoints import CheckpointRows
-
-
-@pytest.fixture(params=["sqlite", "postgres"])
-def backend(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
-    """Each engine in turn: SQLite (the default store) and PostgreSQL."""
-    if request.param == "postgres":
-        monkeypatch.setenv("PHOENIX_STORE", request.getfixturevalue("pg_url"))
-    else:
-        monkeypatch.delenv("PHOENIX_STORE", raising=False)
-    yield request.param
-    _db.close_all()
 
 
 @pytest.fixture
@@ -67,9 +54,11 @@ def test_the_configured_engine_is_used_and_the_body_is_seed_003s_json(backend: s
     path = store.read(info.name).path
     assert path.startswith("postgresql://") if backend == "postgres" else path.startswith(agent.home.root)
     assert not os.path.exists(os.path.join(agent.dir, "checkpoints"))  # no files: rows
-    content, checksum = store.backend.db.read(
+    row = store.backend.db.read(
         lambda tx: tx.one("SELECT content, checksum FROM phx_checkpoints WHERE name = ?", (info.name,))
     )
+    assert row is not None
+    content, checksum = row
     document = json.loads(content)  # the column is JSON text, as `select content ... | jq` reads it
     assert document["summary"] == "where am I" and document["agent_id"] == "zero" and "checksum" not in document
     assert content.startswith('{\n  "kind": "phoenix.checkpoint"') and checksum.startswith("xxh3-128:")

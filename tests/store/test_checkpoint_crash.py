@@ -28,7 +28,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -102,16 +102,6 @@ rows.CheckpointRows.insert = insert_then_die
 store.create("routine", summary="never committed")
 print("ack", flush=True)
 """
-
-
-@pytest.fixture(params=["sqlite", "postgres"])
-def engine(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
-    if request.param == "postgres":
-        monkeypatch.setenv("PHOENIX_STORE", request.getfixturevalue("pg_url"))
-    else:
-        monkeypatch.delenv("PHOENIX_STORE", raising=False)
-    yield request.param
-    _db.close_all()
 
 
 def child_env() -> dict[str, str]:
@@ -205,7 +195,7 @@ def check_next_create(store: CheckpointStore, where: str) -> int:
 
 
 @pytest.mark.slow
-def test_sigkilled_checkpoint_writers_never_leave_a_torn_latest(engine: str, tmp_path: Path) -> None:
+def test_sigkilled_checkpoint_writers_never_leave_a_torn_latest(backend: str, tmp_path: Path) -> None:
     home = str(tmp_path / "home")
     seed = random.randrange(1 << 30)
     rng = random.Random(seed)
@@ -215,7 +205,7 @@ def test_sigkilled_checkpoint_writers_never_leave_a_torn_latest(engine: str, tmp
         store = open_store(home, agent_id, keep, clock)
         last_acked = 0
         for round_no in range(25):
-            where = f"({engine}, agent {agent_id}, seed {seed}, round {round_no})"
+            where = f"({backend}, agent {agent_id}, seed {seed}, round {round_no})"
             start_ms = BASE_MS + (round_no + 1) * ROUND_MS
             proc = subprocess.Popen(
                 [PY, "-c", CHILD, home, agent_id, str(start_ms), str(keep), str(size[0]), str(size[1])],
@@ -240,11 +230,11 @@ def test_sigkilled_checkpoint_writers_never_leave_a_torn_latest(engine: str, tmp
             in_flight += flight
             clock.set(start_ms + ROUND_MS // 2)
             last_acked = check_next_create(store, where)
-    print(f"\n{engine}: {kills} kills, {acks_total} acknowledged, {in_flight} in flight committed (seed {seed})")
+    print(f"\n{backend}: {kills} kills, {acks_total} acknowledged, {in_flight} in flight committed (seed {seed})")
     assert acks_total > kills, "the children must get real work done between kills"
 
 
-def test_a_writer_killed_inside_its_transaction_leaves_nothing(engine: str, tmp_path: Path) -> None:
+def test_a_writer_killed_inside_its_transaction_leaves_nothing(backend: str, tmp_path: Path) -> None:
     home = str(tmp_path / "home")
     store = open_store(home, "pt", 3, ManualClock(BASE_MS))
     last = store.create("routine", summary="before")
@@ -265,7 +255,7 @@ def test_a_writer_killed_inside_its_transaction_leaves_nothing(engine: str, tmp_
     assert fresh.create("routine").seq == last.seq + 1  # the seq of the write rolled back, given again: never seen
 
 
-def test_concurrent_writers_in_many_processes_lose_nothing_and_share_no_seq(engine: str, tmp_path: Path) -> None:
+def test_concurrent_writers_in_many_processes_lose_nothing_and_share_no_seq(backend: str, tmp_path: Path) -> None:
     home = str(tmp_path / "home")
     store = open_store(home, "many", 100, ManualClock(BASE_MS))
     store.entries()  # migrated once, before the writers race
@@ -309,8 +299,9 @@ for i in range(8):
 
 def damage_rows(store: CheckpointStore, name: str, change: Callable[[str, str], tuple[str, str]]) -> None:
     def work(tx: _db.Tx) -> None:
-        content, checksum = tx.one("SELECT content, checksum FROM phx_checkpoints WHERE name = ?", (name,))
-        content, checksum = change(str(content), str(checksum))
+        row = tx.one("SELECT content, checksum FROM phx_checkpoints WHERE name = ?", (name,))
+        assert row is not None
+        content, checksum = change(str(row[0]), str(row[1]))
         tx.execute("UPDATE phx_checkpoints SET content = ?, checksum = ? WHERE name = ?", (content, checksum, name))
 
     store.backend.db.transaction(work)
@@ -339,7 +330,7 @@ def unknown_algorithm(content: str, checksum: str) -> tuple[str, str]:
 
 @pytest.mark.parametrize("damage", [truncate, flip_char, flip_checksum, empty, unknown_algorithm])
 def test_a_damaged_newest_checkpoint_is_reported_and_skipped(
-    engine: str, tmp_path: Path, damage: Callable[[str, str], tuple[str, str]]
+    backend: str, tmp_path: Path, damage: Callable[[str, str], tuple[str, str]]
 ) -> None:
     clock = ManualClock(BASE_MS)
     store = open_store(str(tmp_path / "home"), "hand", 5, clock)

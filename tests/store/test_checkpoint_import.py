@@ -13,7 +13,6 @@ import subprocess
 import sys
 import tarfile
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -28,16 +27,6 @@ from phoenix_protocol.store import _db, _schema
 DATA = Path(__file__).resolve().parent.parent / "data" / "homes"
 EXPECTED = json.loads((DATA / "expected-0.1.0.json").read_text())
 SRC = str(Path(__file__).resolve().parents[2] / "src")
-
-
-@pytest.fixture(params=["sqlite", "postgres"])
-def engine(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
-    if request.param == "postgres":
-        monkeypatch.setenv("PHOENIX_STORE", request.getfixturevalue("pg_url"))
-    else:
-        monkeypatch.delenv("PHOENIX_STORE", raising=False)
-    yield request.param
-    _db.close_all()
 
 
 @pytest.fixture
@@ -60,7 +49,7 @@ def without_size(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def test_every_checkpoint_and_session_of_a_0_1_0_home_comes_back(
-    engine: str, old_home: str, capsys: pytest.CaptureFixture[str]
+    backend: str, old_home: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
     for agent_id, expected in EXPECTED["agents"].items():
         listed = phx_json(capsys, "checkpoint", "list", "--agent", agent_id, "--home", old_home)
@@ -93,7 +82,7 @@ def test_every_checkpoint_and_session_of_a_0_1_0_home_comes_back(
 
 
 def test_a_checkpoint_only_the_log_held_is_imported_and_a_damaged_file_is_kept_and_reported(
-    engine: str, old_home: str
+    backend: str, old_home: str
 ) -> None:
     directory = os.path.join(old_home, "agents", "alpha", "checkpoints")
     newest = sorted(glob.glob(os.path.join(directory, "*.checkpoint")))[-1]
@@ -124,7 +113,7 @@ print([e.name for e in Agent.open(sys.argv[2], home=Home(sys.argv[1])).checkpoin
 
 
 def test_an_import_killed_at_any_point_is_done_by_the_next_use_with_nothing_lost_or_doubled(
-    engine: str, old_home: str, capsys: pytest.CaptureFixture[str]
+    backend: str, old_home: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
     env = {**os.environ, "PYTHONPATH": SRC}
     for delay in (0.05, 0.15, 0.3, 0.45, 0.6, 0.8):
@@ -201,7 +190,7 @@ def test_a_postgresql_database_at_schema_8_migrates_its_checkpoints_forward(
 
 
 def test_the_doctor_reports_files_not_imported_then_imports_them_and_names_what_it_left_out(
-    engine: str, old_home: str
+    backend: str, old_home: str
 ) -> None:
     from phoenix_protocol.services._doctor import check_agent
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import sqlite3
-from collections.abc import Iterator
 
 import pytest
 
@@ -15,13 +14,10 @@ from phoenix_protocol.store import _db, _schema
 from phoenix_protocol.store._db import Database, Dialect, Tx, open_database
 
 
-@pytest.fixture(params=["sqlite", "postgres"])
-def db(request: pytest.FixtureRequest, home: Home) -> Iterator[Database]:
-    """The home's database on each engine in turn."""
-    store = request.getfixturevalue("pg_url") if request.param == "postgres" else "sqlite"
-    database = open_database(home, Config({"store": store}))
-    yield database
-    _db.close_all()
+@pytest.fixture
+def db(backend: str, home: Home) -> Database:
+    """The home's database on each engine in turn (``backend``)."""
+    return open_database(home)
 
 
 def test_a_fresh_database_is_migrated_on_first_use_and_writes_commit(db: Database) -> None:

@@ -3,26 +3,22 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from phoenix_protocol.core._clock import ManualClock
-from phoenix_protocol.core._config import Config
 from phoenix_protocol.core._errors import InvalidIdError, UsageError
 from phoenix_protocol.core._home import Home
 from phoenix_protocol.services._agent import Agent
 from phoenix_protocol.services._sessions import recall_for, remember
-from phoenix_protocol.store import _db
 from phoenix_protocol.store._memory import MemoryStore
 
 
-@pytest.fixture(params=["sqlite", "postgres"])
-def store(request: pytest.FixtureRequest, home: Home, clock: ManualClock) -> Iterator[MemoryStore]:
-    url = request.getfixturevalue("pg_url") if request.param == "postgres" else "sqlite"
-    yield MemoryStore(home, config=Config({"store": url}), clock=clock)
-    _db.close_all()
+@pytest.fixture
+def store(backend: str, home: Home, clock: ManualClock) -> MemoryStore:
+    """The home's memory store on each engine in turn (``backend``)."""
+    return MemoryStore(home, clock=clock)
 
 
 def test_store_and_recall_ranked(store: MemoryStore, clock: ManualClock) -> None:

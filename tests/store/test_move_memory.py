@@ -14,7 +14,7 @@ import sqlite3
 import subprocess
 import sys
 import tarfile
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -34,11 +34,11 @@ EXPECTED = json.loads((DATA / "expected-0.1.0.json").read_text())
 SRC = str(Path(__file__).resolve().parents[2] / "src")
 
 
-@pytest.fixture(params=["sqlite", "postgres"])
-def store(request: pytest.FixtureRequest) -> Iterator[str]:
-    """The ``store`` setting: the home's SQLite database, or a fresh PostgreSQL schema."""
-    yield request.getfixturevalue("pg_url") if request.param == "postgres" else "sqlite"
-    _db.close_all()
+@pytest.fixture
+def store(backend: str) -> str:
+    """The ``store`` setting of ``backend``: ``sqlite`` (the home's database), or the URL of its
+    fresh PostgreSQL schema (which ``PHOENIX_STORE`` names too)."""
+    return os.environ["PHOENIX_STORE"] if backend == "postgres" else "sqlite"
 
 
 @pytest.fixture
@@ -261,11 +261,9 @@ def test_any_first_use_moves_the_files(old_home: Home, store: str, first_use: st
     assert memory.count("beta") == 2
 
 
-def test_doctor_reports_the_move_then_makes_it(old_home: Home, store: str, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_doctor_reports_the_move_then_makes_it(old_home: Home, store: str) -> None:
     from phoenix_protocol.services._doctor import check_home
 
-    if store != "sqlite":
-        monkeypatch.setenv("PHOENIX_STORE", store)
     (waiting,) = [f for f in check_home(old_home, [], repair=False) if "earlier release" in f.message]
     assert waiting.level == "warn" and not waiting.repaired
     assert Path(old_home.root, "tokens.json").exists()  # --check changes nothing

@@ -76,7 +76,7 @@ def test_subject_and_body_are_redacted(team: Team, box: Mailbox) -> None:
     message = box.send("alice", "bob", subject=f"token {token}", body=f"export GITHUB_TOKEN={token}")
     assert token not in message.subject and token not in message.body and "[REDACTED:" in message.body
     stored = team.store.db.read(lambda tx: tx.one("SELECT subject, body FROM phx_messages WHERE seq = 1"))
-    assert token not in stored[0] + stored[1]
+    assert stored is not None and token not in stored[0] + stored[1]
 
 
 def test_broadcast_reaches_everyone_but_its_sender(box: Mailbox) -> None:

@@ -200,7 +200,9 @@ def test_readers_killed_while_writers_write_lose_nothing_and_repeat_only_what_th
     expected = {"r1": writers * n // 2, "r2": writers * n // 2}  # targets cycle lead, r1, r2, *
     outputs: dict[str, list[str]] = {"r1": [], "r2": []}
     readers = {name: start(READER, home.root, team.id, name, count) for name, count in expected.items()}
-    senders = [start(SENDER, home.root, team.id, name, n) for name in names]
+    gate = Path(home.root) / "gate"
+    gate.touch()  # open from the start: here the readers are the ones killed
+    senders = [start(SENDER, home.root, team.id, name, n, gate) for name in names]
     rng = random.Random(8)
     kills = 0
     while any(p.poll() is None for p in senders) or readers["r2"].poll() is None:

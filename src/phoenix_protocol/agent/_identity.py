@@ -34,14 +34,17 @@ import hashlib
 import json
 import os
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast, overload
 
 from phoenix_protocol.core._durable import FileLock, atomic_write, keep_damaged, read_bytes
 from phoenix_protocol.core._errors import CorruptStateError, PhoenixError, RefusedError, UsageError
 
 if TYPE_CHECKING:
+    import yaml
+    from yaml.nodes import MappingNode, Node
+
+    from phoenix_protocol.agent._context import AgentContext
     from phoenix_protocol.agent._identity_pg import PgIdentity
-    from phoenix_protocol.services._agent import Agent
 
 __all__ = [
     "IDENTITY_LISTS",
@@ -122,7 +125,7 @@ MAX_DEPTH = 64
 reported when read: Python's recursion would fail on them somewhere down the line)."""
 
 
-def load_yaml(data: str | bytes) -> Any:
+def load_yaml(data: str | bytes) -> object:
     """YAML as ``yaml.safe_load`` reads it, without aliases (``*name``): an identity written by
     hand has no use for them, and nested ones make a few hundred bytes expand to gigabytes (a
     "billion laughs"); and nested at most ``MAX_DEPTH`` levels deep. Raises ``yaml.YAMLError``
@@ -134,13 +137,13 @@ def load_yaml(data: str | bytes) -> Any:
         loader.dispose()
 
 
-def _redacted(value: Any) -> Any:
+def _redacted(value: dict[str, Any]) -> dict[str, Any]:
     """``value`` with the secrets in its text redacted, as checkpoints and notes are, and text that
     was not UTF-8 (lone surrogates, e.g. from a command-line argument) made valid: U+FFFD."""
     from phoenix_protocol.core._jsonio import valid_text
     from phoenix_protocol.core._redact import redact_value
 
-    def valid(item: Any) -> Any:
+    def valid(item: object) -> object:
         if isinstance(item, str):
             return valid_text(item)
         if isinstance(item, dict):
@@ -149,24 +152,23 @@ def _redacted(value: Any) -> Any:
             return [valid(v) for v in item]
         return item
 
-    return redact_value(valid(value))
+    return cast("dict[str, Any]", redact_value(valid(value)))  # a dict comes back a dict
 
 
 def redacted_core(immutable: dict[str, Any]) -> dict[str, Any]:
     """A core as Phoenix seals it: its secrets redacted (``phx doctor`` seals again a core sealed
     with one in clear, before Phoenix redacted cores written by hand)."""
-    clean: dict[str, Any] = _redacted(immutable)
-    return clean
+    return _redacted(immutable)
 
 
 @functools.cache
-def _no_aliases_loader() -> Any:
+def _no_aliases_loader() -> type[yaml.SafeLoader]:
     import yaml
 
     class NoAliases(yaml.SafeLoader):
         depth = 0
 
-        def compose_node(self, parent: Any, index: Any) -> Any:
+        def compose_node(self, parent: Node | None, index: int) -> Node | None:
             if self.check_event(yaml.AliasEvent):
                 mark = self.peek_event().start_mark  # type: ignore[no-untyped-call]
                 raise yaml.composer.ComposerError(None, None, "aliases (*name) are not accepted here", mark)
@@ -179,7 +181,7 @@ def _no_aliases_loader() -> Any:
             finally:
                 self.depth -= 1
 
-        def construct_mapping(self, node: Any, deep: bool = False) -> Any:
+        def construct_mapping(self, node: MappingNode, deep: bool = False) -> dict[Any, Any]:
             # A key given twice: YAML keeps the last and the next write drops the first for good
             # (and a reader of the file sees the first): refused, as a damaged file is.
             seen: set[Any] = set()
@@ -213,7 +215,15 @@ def _iso(value: datetime.date) -> str:
     return value.isoformat()
 
 
-def _texts(value: Any, as_text: Callable[[datetime.date], str] = str) -> Any:
+@overload
+def _texts(value: dict[Any, Any], as_text: Callable[[datetime.date], str] = str) -> dict[Any, Any]: ...
+
+
+@overload
+def _texts(value: object, as_text: Callable[[datetime.date], str] = str) -> object: ...
+
+
+def _texts(value: object, as_text: Callable[[datetime.date], str] = str) -> object:
     """``value`` with the dates and times YAML reads from unquoted values (``2026-01-01``) as
     text, so that the document stays JSON (sessions, ``--json``, the PostgreSQL store). The
     core's as ``str`` gives them (as its digest saw them: seals stay valid); the mutable
@@ -524,7 +534,7 @@ class IdentityStore:
     here are then this machine's copy (read by the hooks' persona check, and, when edited by
     hand, taken as the document, as on files)."""
 
-    def __init__(self, agent: Agent) -> None:
+    def __init__(self, agent: AgentContext) -> None:
         self.agent = agent
         self.path = os.path.join(agent.dir, "identity.yaml")
         self.digest_path = os.path.join(agent.dir, "identity.digest")

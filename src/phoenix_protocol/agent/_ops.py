@@ -32,6 +32,8 @@ if TYPE_CHECKING:
     from collections.abc import Callable
     from typing import Any
 
+    from phoenix_protocol.agent._state_pg import PgAgentRecord
+
 __all__ = ["OPS_STATUSES", "OpsLog"]
 
 OPS_STATUSES = ("ok", "warn", "error")
@@ -57,7 +59,7 @@ class OpsLog:
         self.path = path
         self.clock = clock
         self.log = SeqLog(path, max_bytes=max_bytes, keep=keep, lock_timeout=lock_timeout, prepare=prepare)
-        self.remote: Callable[[], Any] | None = None
+        self.remote: Callable[[], PgAgentRecord] | None = None
         """On the PostgreSQL store: returns the agent's record on the server (``_state_pg``); the
         readers then return every copy's events (appends always go to this machine's file)."""
 
@@ -145,7 +147,7 @@ class OpsLog:
         if self.path in _later:
             self.flush_later()
         if self.remote is not None:
-            return self.remote().events(since_seq=since_seq)  # type: ignore[no-any-return]
+            return self.remote().events(since_seq=since_seq)
         return self.log.read(since_seq=since_seq)
 
     def since(self, seq: int) -> list[dict[str, Any]]:
@@ -162,5 +164,5 @@ class OpsLog:
         if self.path in _later:
             self.flush_later()
         if self.remote is not None:
-            return self.remote().events(tail=n)  # type: ignore[no-any-return]
+            return self.remote().events(tail=n)
         return self.log.tail(n)

@@ -38,6 +38,8 @@ if TYPE_CHECKING:
     from collections.abc import Callable
     from typing import Any
 
+    from phoenix_protocol.agent._state_pg import PgAgentRecord
+
 __all__ = [
     "CHECKPOINT_CLAIM_LEASE_MS",
     "SCHEMA_VERSION",
@@ -453,7 +455,7 @@ class StateStore:
         self.clock = clock
         self._lost: tuple[tuple[tuple[str, int, int, int], ...], tuple[AgentState, dict[str, Any]] | None] | None = None
         """What ``lost`` last rebuilt, and from which files of the log (read again when they change)."""
-        self.remote: Callable[[], Any] | None = None
+        self.remote: Callable[[], PgAgentRecord] | None = None
         """On the PostgreSQL store: returns the agent's record on the server (``_state_pg``),
         through which ``read`` and ``change`` go; the file here is then this machine's copy."""
 
@@ -467,7 +469,7 @@ class StateStore:
         Raises ``CorruptStateError`` (unparsable or invalid) or ``SchemaVersionError`` (newer).
         """
         if self.remote is not None:
-            return self.remote().read()  # type: ignore[no-any-return]
+            return self.remote().read()
         return self.read_local()
 
     def read_local(self) -> AgentState:
@@ -594,7 +596,7 @@ class StateStore:
         server in the same step (``_state_pg``); ``local=True`` changes only the copy (the hot
         path: a detached process passes it on)."""
         if self.remote is not None and not local:
-            return self.remote().change(mutate, durable=durable, lock_timeout=lock_timeout)  # type: ignore[no-any-return]
+            return self.remote().change(mutate, durable=durable, lock_timeout=lock_timeout)
         with self.lock(lock_timeout):
             return self.change_locked(mutate, durable=durable, lock_timeout=lock_timeout)
 

@@ -59,9 +59,9 @@ if TYPE_CHECKING:
 
     import psycopg
 
+    from phoenix_protocol.agent._context import AgentContext
     from phoenix_protocol.agent._seqlog import LogProblem
     from phoenix_protocol.agent._state import Transition
-    from phoenix_protocol.services._agent import Agent
 
 __all__ = [
     "HOT_FIELDS",
@@ -125,7 +125,7 @@ def merge_hot(server: AgentState, local: AgentState | None) -> AgentState:
 class PgAgentRecord(_pg.PgBound):
     """One agent's state and ops events on the PostgreSQL server named by its configuration."""
 
-    def __init__(self, agent: Agent) -> None:
+    def __init__(self, agent: AgentContext) -> None:
         super().__init__(str(agent.config.store), pool_size=agent.config.pg_pool_size)
         self.agent = agent
         self.link_path = os.path.join(agent.dir, LINK_NAME)

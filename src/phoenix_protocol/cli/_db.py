@@ -7,6 +7,8 @@ or ``store`` in ``phoenix.toml``); with the file store there is nothing to migra
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager
 from typing import Any
 
 import click
@@ -121,7 +123,7 @@ def db_sync(home: Home, config: Config, out: Output) -> None:
     out.console.print(table)
 
 
-def _progress(out: Output) -> Any:
+def _progress(out: Output) -> AbstractContextManager[Callable[[str], None]]:
     """A transient rich status line for text output (nothing in --json mode)."""
     import contextlib
 
@@ -130,7 +132,7 @@ def _progress(out: Output) -> Any:
     from rich.progress import Progress, SpinnerColumn, TextColumn
 
     @contextlib.contextmanager
-    def running() -> Any:
+    def running() -> Iterator[Callable[[str], None]]:
         with Progress(SpinnerColumn(), TextColumn("{task.description}"), console=out.console, transient=True) as bar:
             task = bar.add_task("starting")
             yield lambda what: bar.update(task, description=what)

@@ -27,7 +27,7 @@ import functools
 import os
 import sys
 from collections.abc import Callable, Iterator
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
@@ -45,6 +45,10 @@ from phoenix_protocol.core._errors import (
 from phoenix_protocol.core._home import Home
 from phoenix_protocol.core._jsonio import dumps_output, valid_text
 from phoenix_protocol.services._agent import Agent
+
+if TYPE_CHECKING:
+    from rich.console import Console
+    from rich.text import Text
 
 __all__ = ["EXIT_CODES", "cli", "visible"]
 
@@ -80,14 +84,14 @@ def visible(text: str, *, layout: bool = True) -> str:
 
 
 @functools.cache
-def _console_class() -> Any:
+def _console_class() -> type[Console]:
     from rich.console import Console
 
     class _Console(Console):
         """Strings (markup, table cells, panels) pass through ``visible`` before rich renders
         them: markup never holds a control character, so only users' text changes."""
 
-        def render_str(self, text: str, **kwargs: Any) -> Any:
+        def render_str(self, text: str, **kwargs: Any) -> Text:
             return super().render_str(visible(text), **kwargs)
 
         def on_broken_pipe(self) -> None:
@@ -121,7 +125,7 @@ def write_stdout(text: str) -> None:
         _stdout_lost[0] = True
 
 
-def _make_console(*, stderr: bool = False) -> Any:
+def _make_console(*, stderr: bool = False) -> Console:
     """The rich console of ``phx``'s text output (stdout, or stderr for errors)."""
     return _console_class()(stderr=stderr, highlight=False, soft_wrap=True)
 
@@ -146,10 +150,10 @@ class Output:
 
     def __init__(self, as_json: bool) -> None:
         self.as_json = as_json
-        self._console: Any = None
+        self._console: Console | None = None
 
     @property
-    def console(self) -> Any:
+    def console(self) -> Console:
         if self._console is None:
             self._console = _make_console()
         return self._console
@@ -254,7 +258,7 @@ def common(func: F) -> F:
     )
     @click.option("--agent", "agent_id", metavar="ID", help="Agent id (default: $PHOENIX_AGENT or 'default').")
     @functools.wraps(func)
-    def wrapper(*args: Any, agent_id: str | None, home: str | None, as_json: bool, **kwargs: Any) -> Any:
+    def wrapper(*args: Any, agent_id: str | None, home: str | None, as_json: bool, **kwargs: Any) -> object:
         ctx = click.get_current_context()
         if isinstance(ctx.command, click.Group) and ctx.invoked_subcommand is not None:
             hand_down(ctx, agent_id=agent_id, home=home, as_json=as_json)
@@ -290,7 +294,7 @@ def home_common(func: F) -> F:
         help="Phoenix home (default: $PHOENIX_HOME or .phoenix/ at the git root).",
     )
     @functools.wraps(func)
-    def wrapper(*args: Any, home_path: str | None, as_json: bool, **kwargs: Any) -> Any:
+    def wrapper(*args: Any, home_path: str | None, as_json: bool, **kwargs: Any) -> object:
         out = Output(as_json)
         with reported(out):
             from phoenix_protocol.core._config import load_config

@@ -17,6 +17,7 @@ from phoenix_protocol.services._agent import Agent
 
 if TYPE_CHECKING:
     from phoenix_protocol.client import PhoenixClient
+    from phoenix_protocol.store._memory import MemoryStore
 
 __all__: list[str] = []
 
@@ -35,7 +36,7 @@ def _metadata(raw: str | None) -> dict[str, Any] | None:
     return value
 
 
-def _store(agent: Agent) -> Any:
+def _store(agent: Agent) -> MemoryStore:
     from phoenix_protocol.store._memory import open_memory_store
 
     return open_memory_store(agent.home, config=agent.config, clock=agent.clock)

@@ -88,7 +88,7 @@ def attach(command: click.Command, remote: Remote, *, agent: bool = True) -> Non
     command.params.extend(_options())
 
     @functools.wraps(original)
-    def callback(*args: Any, server: str | None, token: str | None, **kwargs: Any) -> Any:
+    def callback(*args: Any, server: str | None, token: str | None, **kwargs: Any) -> object:
         ctx = click.get_current_context()
         explicit = ctx.get_parameter_source("server") not in (ParameterSource.ENVIRONMENT, ParameterSource.DEFAULT)
         if isinstance(command, click.Group) and ctx.invoked_subcommand is not None:

@@ -559,7 +559,7 @@ def identity_show(agent: Agent, out: Output) -> None:
     _print_identity(out, agent, agent.identity.read())
 
 
-def _parse_value(raw: str, path: str = "") -> Any:
+def _parse_value(raw: str, path: str = "") -> object:
     """VALUE of `phx identity set`: YAML for numbers, booleans, null and flow collections
     (``[a, b]``, ``{k: v}``); text as it was typed for ``state.current_focus`` and wherever YAML
     would make a mapping or a list of plain text ("Port: the scheduler", "- draft")."""

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
@@ -28,12 +28,16 @@ from phoenix_protocol.core._config import Config
 from phoenix_protocol.core._errors import PhoenixError
 from phoenix_protocol.core._home import Home
 
+if TYPE_CHECKING:
+    from phoenix_protocol.store._team_store import Inbox
+    from phoenix_protocol.store._teams import Team
+
 __all__: list[str] = []
 
 F = TypeVar("F", bound=Callable[..., Any])
 
 
-def _team(home: Home, config: Config, team_id: str) -> Any:
+def _team(home: Home, config: Config, team_id: str) -> Team:
     from phoenix_protocol.store._teams import Team
 
     return Team.open(home, team_id, config=config)
@@ -353,7 +357,7 @@ def team_inbox(
     team = _team(home, config, team_id)
     mailbox = team.mailbox
 
-    def deliver() -> Any:
+    def deliver() -> Inbox:
         messages = mailbox.fetch(name, limit=limit)
         if out.as_json:
             out.json({"messages": [m.as_dict() for m in messages]}, one_line=True)

@@ -8,7 +8,7 @@ from __future__ import annotations
 import os
 import signal
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -16,6 +16,9 @@ from phoenix_protocol.cli._main import EXIT_ATTENTION, Output, _Exit, common, ma
 from phoenix_protocol.core._config import SETTINGS
 from phoenix_protocol.core._home import Home
 from phoenix_protocol.services._agent import Agent
+
+if TYPE_CHECKING:
+    from phoenix_protocol.services._watchdog import WatchdogReport
 
 __all__: list[str] = []
 
@@ -104,7 +107,7 @@ def watchdog_command(
     overrides = {"watchdog_grace": grace} if grace is not None else None
     home: Home = agent.home
 
-    def one_pass() -> Any:
+    def one_pass() -> WatchdogReport:
         report = run_pass(
             home, clock=agent.clock, act=not dry_run, tmux=use_tmux, config_overrides=overrides, config=agent.config
         )

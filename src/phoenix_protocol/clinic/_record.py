@@ -9,13 +9,16 @@ still raises ``ClinicGaveUp``.
 from __future__ import annotations
 
 import warnings
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from phoenix_protocol.clinic._models import Episode, TraumaContext, Visit
 from phoenix_protocol.clinic._triage import clip
 from phoenix_protocol.core._errors import PhoenixError
 from phoenix_protocol.services._agent import Agent as PhoenixAgent
 from phoenix_protocol.services._clinic_log import CHECKPOINT_SECTION, EVENT, SCHEMA_VERSION
+
+if TYPE_CHECKING:
+    from phoenix_protocol.services._checkpoints import CollectContext
 
 __all__ = ["record_checkpoint", "record_visit", "resolve_phoenix"]
 
@@ -90,6 +93,6 @@ def record_checkpoint(pa: PhoenixAgent, episode: Episode) -> str | None:
     return info.name
 
 
-def _collect(ctx: Any) -> Any:
+def _collect(ctx: CollectContext) -> object:
     """The ``clinic`` section: the episode when the Clinic takes the checkpoint, else nothing."""
     return ctx.extra.get(CHECKPOINT_SECTION)

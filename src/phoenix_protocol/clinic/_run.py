@@ -309,7 +309,8 @@ def _as_history(history: Any) -> list[Any] | None:
 
 
 def _instructions(user: Any, added: list[str]) -> Any:
-    """The run's instructions: the caller's (``instructions=``) followed by the Clinic's."""
+    """The run's instructions: the caller's (``instructions=``) followed by the Clinic's. (``Any``:
+    what pydantic-ai takes as instructions, a type private to it.)"""
     if not added:
         return user
     if user is None:

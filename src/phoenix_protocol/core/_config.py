@@ -303,7 +303,7 @@ def _number(x: float) -> str:
     return str(int(x)) if float(x).is_integer() else repr(float(x))
 
 
-def _coerce(name: str, value: Any, source: str) -> Any:
+def _coerce(name: str, value: object, source: str) -> bool | int | float | str:
     if name not in SETTINGS:
         known = ", ".join(sorted(SETTINGS))
         raise ConfigError(f"unknown setting {name!r} in {source}; known settings: {known}.")
@@ -321,7 +321,7 @@ def _coerce(name: str, value: Any, source: str) -> Any:
             return value
         if isinstance(value, bool) or (kind is int and isinstance(value, float) and not value.is_integer()):
             raise ValueError
-        converted = kind(value)
+        converted: int | float = kind(value)
     except (TypeError, ValueError):
         raise ConfigError(f"setting {name} in {source} must be a {kind.__name__}, got {value!r}.") from None
     if kind is float and not -_INF < converted < _INF:  # TOML and float() read inf and nan; nan passes any bound

@@ -16,7 +16,14 @@ from __future__ import annotations
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Callable
-    from typing import Any
+    from typing import Any, NoReturn, TypeAlias
+
+    JSON: TypeAlias = Any
+    """A JSON value decoded from outside (a file, a database column, a request or an answer), of
+    no shape known here: a dict, list, str, int, float, bool or None. ``Any``, as ``json.loads``
+    returns, so that its reader indexes it once it has checked what it holds; a value of known
+    shape gets a type of its own (a class, a ``TypedDict``). Typing only (this module imports
+    nothing at run time: the hooks' hot path)."""
 
 __all__ = [
     "JSONError",
@@ -41,7 +48,7 @@ class JSONError(ValueError):
         self.pos = pos
 
 
-def _refuse_constant(name: str) -> Any:
+def _refuse_constant(name: str) -> NoReturn:
     raise JSONError(f"{name} is not valid JSON")
 
 
@@ -65,7 +72,7 @@ try:
     _encode_string = _json.encode_basestring_ascii
     _scanstring: Callable[[str, int, bool], tuple[str, int]] = _json.scanstring
 
-    def _no_default(obj: Any) -> Any:
+    def _no_default(obj: object) -> NoReturn:
         raise TypeError(f"Object of type {type(obj).__name__} is not JSON serializable")
 
     _encoder = _json.make_encoder(None, _no_default, _encode_string, None, ":", ",", False, False, False)
@@ -99,7 +106,7 @@ except (ImportError, AttributeError):  # pragma: no cover - CPython always has _
     _scanstring = _py_scanstring
 
 
-def loads(text: str | bytes) -> Any:
+def loads(text: str | bytes) -> JSON:
     """Decode one JSON value. Raises ``JSONError`` (a ``ValueError``) on anything else."""
     if isinstance(text, (bytes, bytearray)):
         try:
@@ -194,18 +201,19 @@ def dumps_document(obj: dict[str, Any]) -> str:
 # NaN and infinities are refused as by ``dumps_line``; whatever orjson does not take (integers
 # beyond 64 bits, nesting deeper than 255) goes through the standard library.
 
-_orjson: Any = None
+_orjson: bool | None = None
 
 
-def _fast() -> Any:
+def _fast() -> bool:
+    """Whether orjson can be imported (imported here on the first call)."""
     global _orjson
     if _orjson is None:
         try:
-            import orjson
+            import orjson  # noqa: F401
         except ImportError:  # pragma: no cover - a declared dependency
             _orjson = False
         else:
-            _orjson = orjson
+            _orjson = True
     return _orjson
 
 
@@ -223,18 +231,21 @@ def dumps_indented_exact(obj: dict[str, Any]) -> tuple[bytes, bool]:
     written as orjson writes them, also then: one section of each kind does not fail both."""
     fast = _fast()
     if fast:
+        import orjson
+
         try:
-            encoded: bytes = fast.dumps(obj, option=fast.OPT_NON_STR_KEYS | fast.OPT_INDENT_2)
-            return encoded, False
-        except (TypeError, fast.JSONEncodeError):
+            return orjson.dumps(obj, option=orjson.OPT_NON_STR_KEYS | orjson.OPT_INDENT_2), False
+        except (TypeError, orjson.JSONEncodeError):
             pass  # what orjson does not take (integers beyond 64 bits, deep nesting): the stdlib
     import json
 
-    def default(o: object) -> Any:  # what the stdlib does not take: its value as orjson writes it
+    def default(o: object) -> object:  # what the stdlib does not take: its value as orjson writes it
         if fast:
+            import orjson
+
             try:
-                return loads_large(fast.dumps(o))
-            except (TypeError, fast.JSONEncodeError):
+                return loads_large(orjson.dumps(o))
+            except (TypeError, orjson.JSONEncodeError):
                 pass
         raise TypeError(f"Object of type {type(o).__name__} is not JSON serializable")
 
@@ -334,12 +345,13 @@ def valid_text(text: str) -> str:
     return re.sub("[\ud800-\udfff]", "\ufffd", text)
 
 
-def loads_large(data: bytes) -> Any:
+def loads_large(data: bytes) -> JSON:
     """``loads`` for large documents (orjson when available; the same errors)."""
-    fast = _fast()
-    if fast:
+    if _fast():
+        import orjson
+
         try:
-            return fast.loads(data)
-        except fast.JSONDecodeError:
+            return orjson.loads(data)
+        except orjson.JSONDecodeError:
             pass  # let the standard codec describe the problem (and take what orjson refuses)
     return loads(data)

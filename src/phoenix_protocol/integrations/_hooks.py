@@ -46,6 +46,7 @@ import sys
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Callable
+    from importlib.machinery import ModuleSpec
     from typing import Any
 
     from phoenix_protocol.agent._state import AgentState
@@ -471,7 +472,7 @@ class _SiteOnFirstMiss:
     done = False
 
     @classmethod
-    def find_spec(cls, name: str, path: object = None, target: object = None) -> Any:
+    def find_spec(cls, name: str, path: object = None, target: object = None) -> ModuleSpec | None:
         if path is not None or cls.done:  # a submodule: its package was found without this
             return None
         cls.done = True
@@ -482,7 +483,7 @@ class _SiteOnFirstMiss:
             find = getattr(finder, "find_spec", None)
             if finder is cls or find is None:
                 continue
-            spec = find(name, None, target)
+            spec: ModuleSpec | None = find(name, None, target)
             if spec is not None:
                 return spec
         return None

@@ -25,6 +25,7 @@ from phoenix_protocol.integrations._hooks import (
 
 if TYPE_CHECKING:
     from phoenix_protocol.services._agent import Agent
+    from phoenix_protocol.services._sessions import SessionStart
 
 __all__ = ["after_tool", "handle_session_event"]
 
@@ -466,7 +467,7 @@ def _checkpoints_now(payload: dict[str, Any], options: dict[str, str], due: list
         agent.record("checkpoint_failed", "error", {"types": due, "error": clip(f"{type(exc).__name__}: {exc}", 300)})
 
 
-def _paif_begin(agent: Agent, session_id: str | None, source: str, *, restore: bool = True) -> Any:
+def _paif_begin(agent: Agent, session_id: str | None, source: str, *, restore: bool = True) -> SessionStart | None:
     """PAIF session start (identity, the start record, and with ``restore`` the restore from the
     newest checkpoint); never fails the hook."""
     try:
@@ -478,7 +479,9 @@ def _paif_begin(agent: Agent, session_id: str | None, source: str, *, restore: b
         return None
 
 
-def _has_handover(restored: Any) -> bool:
+def _has_handover(restored: SessionStart) -> bool:
     checkpoint = restored.checkpoint
+    if checkpoint is None:
+        return False
     context = checkpoint.section("context") or {}
     return bool(context.get("pending_items") or context.get("conversation_summary"))

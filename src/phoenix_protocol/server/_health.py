@@ -10,7 +10,7 @@ from pydantic import BaseModel
 
 from phoenix_protocol._version import __version__
 from phoenix_protocol.core._errors import PhoenixError
-from phoenix_protocol.server._common import Served, problem
+from phoenix_protocol.server._common import Answer, Served, problem
 
 __all__ = ["router"]
 
@@ -33,7 +33,7 @@ def healthz() -> dict[str, Any]:
 
 
 @router.get("/readyz", response_model=ReadyResponse)
-def readyz(served: Served) -> Any:
+def readyz(served: Served) -> Answer | dict[str, str]:
     """Ready when the home exists and is writable, and its token store can be read."""
     root = served.home.root
     ok = os.path.isdir(root) and os.access(root, os.W_OK | os.X_OK)

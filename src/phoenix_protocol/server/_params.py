@@ -4,12 +4,14 @@ the strict base models of request bodies."""
 from __future__ import annotations
 
 import math
-from typing import Annotated, Any
+from typing import Annotated, Any, TypeVar
 
 from fastapi import Path
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
 
 from phoenix_protocol.core._ids import MAX_ID_LENGTH, validate_id, validate_session_id
+
+T = TypeVar("T")
 
 __all__ = [
     "ID_PATTERN",
@@ -39,7 +41,7 @@ def _check_text(value: str) -> None:
         raise ValueError("text must be valid Unicode (no lone surrogates)") from None
 
 
-def check_json(value: Any) -> Any:
+def check_json(value: T) -> T:
     """Refuse what JSON parsers accept but Phoenix cannot store: lone surrogates, NaN and
     infinities, nesting deeper than ``MAX_JSON_DEPTH``. Iterative: no recursion on deep input."""
     stack: list[tuple[Any, int]] = [(value, 0)]
@@ -103,5 +105,5 @@ class RequestBody(Part):
 
     @model_validator(mode="before")
     @classmethod
-    def _storable(cls, data: Any) -> Any:
+    def _storable(cls, data: object) -> object:
         return check_json(data)

@@ -23,6 +23,7 @@ if TYPE_CHECKING:
     from phoenix_protocol.core._clock import Clock
     from phoenix_protocol.core._config import Config
     from phoenix_protocol.core._home import Home
+    from phoenix_protocol.services._checkpoints import CollectContext, Collector
     from phoenix_protocol.store._memory import MemoryBackend
     from phoenix_protocol.store._teams import Team
 
@@ -107,16 +108,16 @@ def open_team(home: Home, team_id: str, *, config: Config | None = None, clock: 
 # -- checkpoints and sessions ------------------------------------------------------------------
 
 
-def _merged(default: Any, given: dict[str, Any]) -> Any:
-    def collect(ctx: Any) -> Any:
+def _merged(default: Collector, given: dict[str, Any]) -> Collector:
+    def collect(ctx: CollectContext) -> object:
         base = default(ctx)
         return {**base, **given} if isinstance(base, dict) else given
 
     return collect
 
 
-def _constant(value: Any) -> Any:
-    def collect(ctx: Any) -> Any:
+def _constant(value: object) -> Collector:
+    def collect(ctx: CollectContext) -> object:
         return value
 
     return collect

@@ -28,16 +28,19 @@ from __future__ import annotations
 import hashlib
 import os
 from collections import Counter
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 if TYPE_CHECKING:
     from phoenix_protocol.agent._identity import Identity
     from phoenix_protocol.agent._state import AgentState
     from phoenix_protocol.core._errors import PhoenixError
+    from phoenix_protocol.core._git import GitContext
     from phoenix_protocol.services._agent import Agent
     from phoenix_protocol.services._checkpoints import CheckpointStore, CollectContext
 
 __all__ = ["register_defaults"]
+
+T = TypeVar("T")
 
 SHORT_TERM_EVENTS = 20
 SESSION_EVENTS = 200
@@ -76,7 +79,7 @@ def _events(ctx: CollectContext) -> list[dict[str, Any]]:
         events, _problems = ctx.agent.ops.tail(SESSION_EVENTS)
         return events
 
-    return ctx.cached("events", tail)  # type: ignore[no-any-return]
+    return ctx.cached("events", tail)
 
 
 def _compact(event: dict[str, Any]) -> dict[str, Any]:
@@ -86,7 +89,7 @@ def _compact(event: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def _git(ctx: CollectContext) -> Any:
+def _git(ctx: CollectContext) -> GitContext | None:
     from phoenix_protocol.core._git import git_context
 
     root = ctx.agent.home.project_root
@@ -466,7 +469,7 @@ def collect_identity(ctx: CollectContext) -> dict[str, Any] | None:
     return {"document": identity.as_dict(), "digest": digest_of(identity.immutable), "read_ms": read_ms}
 
 
-def hand_back(value: Any, agent: Agent, force: bool) -> Any:
+def hand_back(value: T, agent: Agent, force: bool) -> T:
     """Sections that describe the agent's mind are returned to the caller to hand over."""
     return value
 

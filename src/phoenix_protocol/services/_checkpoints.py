@@ -47,7 +47,7 @@ import os
 import sys
 import threading
 from collections.abc import Callable, Iterable, Iterator
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 import xxhash
 
@@ -83,6 +83,7 @@ from phoenix_protocol.store._checkpoints import (
 
 if TYPE_CHECKING:
     from phoenix_protocol.agent._state import AgentState
+    from phoenix_protocol.core._jsonio import JSON
     from phoenix_protocol.services._agent import Agent
 
 __all__ = [
@@ -101,6 +102,8 @@ __all__ = [
     "make_name",
     "parse_name",
 ]
+
+T = TypeVar("T")
 
 SCHEMA_VERSION = 1
 KIND = "phoenix.checkpoint"
@@ -184,7 +187,7 @@ class Checkpoint:
         value = self.data.get("summary")
         return value if isinstance(value, str) else None
 
-    def section(self, name: str) -> Any:
+    def section(self, name: str) -> JSON:
         """A section's content: seed 003's under ``state``, the others at the top level,
         registered custom sections under ``extensions``."""
         if name in STATE_SECTIONS:
@@ -213,13 +216,14 @@ class CollectContext:
         self.checkpoint_type = checkpoint_type
         self.summary = summary
         self.extra = extra
-        self._cache: dict[str, Any] = {}
+        self._cache: dict[str, object] = {}
 
-    def cached(self, key: str, compute: Callable[[], Any]) -> Any:
-        """Compute something once per checkpoint (state, ops tail, git) for every collector."""
+    def cached(self, key: str, compute: Callable[[], T]) -> T:
+        """Compute something once per checkpoint (state, ops tail, git) for every collector
+        (one key, one kind of value: the value computed first is returned)."""
         if key not in self._cache:
             self._cache[key] = compute()
-        return self._cache[key]
+        return cast("T", self._cache[key])
 
 
 class RestoreResult:

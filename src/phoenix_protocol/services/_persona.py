@@ -952,7 +952,9 @@ class _MiniLM:
         return list(self.tokenizer.encode(text, add_special_tokens=False).ids)
 
     def encode(self, texts: Sequence[str]) -> Any:
-        """L2-normalized sentence embeddings, one row per text (long texts: mean of 254-token chunks)."""
+        """L2-normalized sentence embeddings, one row per text (long texts: mean of 254-token chunks):
+        a numpy ``float32`` array (``Any``: numpy is the ``persona`` extra's, absent from a type check
+        without it)."""
         np = self.np
         chunks: list[list[int]] = []
         owner: list[int] = []

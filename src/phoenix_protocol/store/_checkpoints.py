@@ -301,7 +301,7 @@ class CheckpointRows(AgentRows):
         prefetch = reading and self.db.dialect.postgres
         while limit is None or given < limit:
             with_content = prefetch and before == _ALL_SEQS
-            rows = self._read(
+            rows: list[Any] = self._read(
                 functools.partial(
                     self._page,
                     checkpoint_type=checkpoint_type,

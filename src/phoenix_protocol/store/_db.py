@@ -24,7 +24,7 @@ import os
 import sqlite3
 import threading
 from collections.abc import Callable, Iterable, Sequence
-from typing import TYPE_CHECKING, Any, Literal, NamedTuple, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, Literal, NamedTuple, Protocol, TypeAlias, TypeVar, overload
 
 import orjson
 
@@ -32,8 +32,11 @@ from phoenix_protocol.core._durable import FILE_MODE, FileLock
 from phoenix_protocol.core._errors import ConfigError, CorruptStateError, LockTimeoutError, StorageError
 
 if TYPE_CHECKING:
+    from psycopg.types.json import Jsonb
+
     from phoenix_protocol.core._config import Config
     from phoenix_protocol.core._home import Home
+    from phoenix_protocol.core._jsonio import JSON
 
 __all__ = [
     "DB_NAME",
@@ -50,6 +53,8 @@ __all__ = [
 
 T = TypeVar("T")
 Engine = Literal["sqlite", "postgresql"]
+Row: TypeAlias = tuple[Any, ...]
+"""A row as either engine returns it (a tuple; its values' types are the SQL's)."""
 
 DB_NAME = "phoenix.db"
 """The embedded database's file name, in the home."""
@@ -73,9 +78,9 @@ class Cursor(Protocol):
     @property
     def rowcount(self) -> int: ...
 
-    def fetchone(self) -> Any: ...
+    def fetchone(self) -> Row | None: ...
 
-    def fetchall(self) -> list[Any]: ...
+    def fetchall(self) -> list[Row]: ...
 
 
 class FullText(NamedTuple):
@@ -127,7 +132,7 @@ class Dialect:
             found = self._converted[text] = "".join(out)
         return found
 
-    def text_array(self, values: Iterable[str]) -> Any:
+    def text_array(self, values: Iterable[str]) -> list[str] | str:
         """A list of strings as a parameter: ``text[]`` on PostgreSQL, JSON text on SQLite."""
         items = list(values)
         return items if self.postgres else orjson.dumps(items).decode()
@@ -140,7 +145,7 @@ class Dialect:
             return [str(v) for v in orjson.loads(value)]
         return [str(v) for v in value]
 
-    def read_json(self, value: Any) -> Any:
+    def read_json(self, value: object) -> JSON:
         """A JSON column read back (``jsonb`` arrives decoded from PostgreSQL, text from SQLite)."""
         if isinstance(value, str | bytes | bytearray | memoryview):
             return orjson.loads(bytes(value) if isinstance(value, memoryview) else value)
@@ -150,7 +155,7 @@ class Dialect:
         """``?, ?, …`` for an ``IN (…)`` list of ``count`` values."""
         return ", ".join("?" * count)
 
-    def json(self, value: Any) -> Any:
+    def json(self, value: object) -> Jsonb | str:
         """A value for a JSON column (``jsonb`` on PostgreSQL, JSON text on SQLite)."""
         if self.postgres:
             from psycopg.types.json import Jsonb
@@ -227,15 +232,15 @@ class Tx:
         else:
             self._conn.executemany(sql, rows)
 
-    def one(self, sql: str, params: Sequence[Any] = ()) -> Any:
+    def one(self, sql: str, params: Sequence[Any] = ()) -> Row | None:
         """The first row, or ``None``."""
         return self.execute(sql, params).fetchone()
 
-    def all(self, sql: str, params: Sequence[Any] = ()) -> list[Any]:
+    def all(self, sql: str, params: Sequence[Any] = ()) -> list[Row]:
         return self.execute(sql, params).fetchall()
 
     def scalar(self, sql: str, params: Sequence[Any] = ()) -> Any:
-        """The first column of the first row, or ``None``."""
+        """The first column of the first row, or ``None`` (``Any``: its type is the SQL's)."""
         row = self.execute(sql, params).fetchone()
         return None if row is None else row[0]
 
@@ -326,7 +331,13 @@ class AgentRows:
         self.before_use: Callable[[], None] = lambda: None
         """Run before the first use (the import of a home's files: ``_checkpoint_import``)."""
 
-    def _read(self, work: Callable[[Tx], Any], empty: Any = None) -> Any:
+    @overload
+    def _read(self, work: Callable[[Tx], T]) -> T | None: ...
+
+    @overload
+    def _read(self, work: Callable[[Tx], T], empty: T) -> T: ...
+
+    def _read(self, work: Callable[[Tx], T], empty: T | None = None) -> T | None:
         """``work`` in a read transaction; ``empty`` without one when there is no database yet
         (a reader creates nothing)."""
         self.before_use()
@@ -334,7 +345,7 @@ class AgentRows:
             return empty
         return self.db.read(work)
 
-    def _write(self, work: Callable[[Tx], Any]) -> Any:
+    def _write(self, work: Callable[[Tx], T]) -> T:
         self.before_use()
         return self.db.transaction(work)
 

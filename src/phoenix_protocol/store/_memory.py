@@ -33,7 +33,7 @@ from __future__ import annotations
 import json
 import uuid
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, Protocol, TypeVar, cast
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar, overload
 
 from phoenix_protocol.core._clock import Clock, iso_from_ms, system_clock
 from phoenix_protocol.core._errors import UsageError
@@ -95,9 +95,22 @@ class MemoryRecord:
         return f"MemoryRecord({self.id!r}, {self.namespace!r})"
 
 
-def redact_memory_value(value: Any) -> Any:
+@overload
+def redact_memory_value(value: dict[str, Any]) -> dict[str, Any]: ...
+
+
+@overload
+def redact_memory_value(value: list[Any]) -> list[Any]: ...
+
+
+@overload
+def redact_memory_value(value: object) -> object: ...
+
+
+def redact_memory_value(value: object) -> object:
     """``value`` (JSON-like) with every string redacted, dict keys included (``redact_value``
-    keeps keys as they are: a key can be a secret too, an AWS key id used as a name)."""
+    keeps keys as they are: a key can be a secret too, an AWS key id used as a name). A dict
+    comes back a dict, a list a list."""
     from phoenix_protocol.core._redact import redact, redact_value
 
     value = redact_value(value)
@@ -156,7 +169,7 @@ def _clean_metadata(metadata: Any) -> tuple[dict[str, Any], str]:
     if not isinstance(metadata, dict):
         raise UsageError("metadata must be a JSON object.")
     try:
-        clean_meta = cast("dict[str, Any]", redact_memory_value(metadata))  # refuses NaN too
+        clean_meta = redact_memory_value(metadata)  # refuses NaN too
         meta_json = json.dumps(clean_meta, ensure_ascii=False, allow_nan=False)
     except (TypeError, ValueError) as exc:
         raise UsageError(f"metadata must be JSON: {exc}.") from None

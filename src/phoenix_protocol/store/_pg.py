@@ -39,6 +39,8 @@ if TYPE_CHECKING:
     import psycopg
     from psycopg_pool import ConnectionPool
 
+    from phoenix_protocol.store._db import PostgresDatabase
+
 __all__ = [
     "PgBound",
     "PgError",
@@ -80,17 +82,19 @@ def is_postgres_url(value: str | None) -> bool:
     return bool(value) and str(value).startswith(SCHEMES)
 
 
-def _require() -> Any:
+def _require() -> None:
+    """``ConfigError`` unless psycopg can be imported (its importers then import it)."""
     try:
-        import psycopg
+        import psycopg  # noqa: F401
     except ImportError:
         raise ConfigError("the PostgreSQL store needs psycopg: pip install 'phoenix-protocol[postgres]'.") from None
-    return psycopg
 
 
 def describe(url: str) -> str:
     """``host:port/dbname`` (and the schema, when the URL sets one): the server, never the password."""
-    psycopg = _require()
+    _require()
+    import psycopg
+
     try:
         params = psycopg.conninfo.conninfo_to_dict(url)
     except psycopg.ProgrammingError as exc:
@@ -119,9 +123,10 @@ def pool(url: str, *, max_size: int = 10) -> ConnectionPool:
     found = _pools.get(key)
     if found is not None:
         return found
-    psycopg = _require()
+    _require()
     import logging
 
+    import psycopg
     from psycopg_pool import ConnectionPool, PoolTimeout
 
     # The pool logs failed attempts; with no logging configured Python would print them.
@@ -175,7 +180,9 @@ def _reason(exc: BaseException) -> str:
 
 def _retryable(exc: BaseException) -> bool:
     """A failure that happened before anything was committed and that a fresh connection may not meet."""
-    psycopg = _require()
+    _require()
+    import psycopg
+
     if isinstance(exc, psycopg.errors.SerializationFailure | psycopg.errors.DeadlockDetected):
         return True
     if isinstance(exc, psycopg.errors.AdminShutdown | psycopg.errors.IdleSessionTimeout):
@@ -204,7 +211,9 @@ def _pooled(url: str) -> Iterator[psycopg.Connection[Any]]:
             conn = cm.__enter__()
         else:
             _broken_until[key] = time.monotonic() + BROKEN_FOR
-            psycopg = _require()
+            _require()
+            import psycopg
+
             with psycopg.connect(url, connect_timeout=CONNECT_TIMEOUT, autocommit=False) as direct:
                 yield direct
             return
@@ -224,7 +233,9 @@ def _connection(url: str, *, direct: bool = False) -> Iterator[psycopg.Connectio
     back-off while the server keeps dropping connections."""
     try:
         if direct:
-            psycopg = _require()
+            _require()
+            import psycopg
+
             with psycopg.connect(url, connect_timeout=CONNECT_TIMEOUT, autocommit=False) as conn:
                 yield conn
         else:
@@ -233,7 +244,9 @@ def _connection(url: str, *, direct: bool = False) -> Iterator[psycopg.Connectio
     except StorageError:
         raise
     except Exception as exc:
-        psycopg = _require()
+        _require()
+        import psycopg
+
         if isinstance(exc, psycopg.Error) or type(exc).__module__.startswith("psycopg_pool"):
             raise PgError(f"PostgreSQL server {describe(url)}: {_reason(exc)}", server=describe(url)) from exc
         raise
@@ -245,7 +258,9 @@ def transaction(url: str, work: Callable[[psycopg.Connection[Any]], T], *, retry
     migrate the schema first (on the first use in the process)."""
     if ensure:
         ensure_schema(url)
-    psycopg = _require()
+    _require()
+    import psycopg
+
     attempt = 0
     while True:
         attempt += 1
@@ -316,7 +331,7 @@ def ids(url: str, sql: str) -> list[str]:
 # engines); these are the URL-based entry points the PostgreSQL-only modules use.
 
 
-def _database(url: str) -> Any:
+def _database(url: str) -> PostgresDatabase:
     from phoenix_protocol.store._db import PostgresDatabase
 
     return PostgresDatabase(url)

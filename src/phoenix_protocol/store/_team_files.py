@@ -35,6 +35,7 @@ from phoenix_protocol.core._jsonio import JSONError, dumps_document, dumps_line,
 
 if TYPE_CHECKING:
     from phoenix_protocol.core._home import Home
+    from phoenix_protocol.core._jsonio import JSON
     from phoenix_protocol.store._db import Database, Tx
     from phoenix_protocol.store._teams import Team
 
@@ -156,7 +157,7 @@ def mirror_to_git(team: Team, message: str) -> str | None:
 # -- the import of an earlier release's team folders ------------------------------------------
 
 
-def _load(path: str) -> Any:
+def _load(path: str) -> JSON:
     data = read_bytes(path)
     if data is None:
         return None

@@ -44,14 +44,17 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Callable, Iterable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from phoenix_protocol.core._clock import Clock, iso_from_ms, system_clock
 from phoenix_protocol.core._errors import CorruptStateError, RefusedError, UsageError
 from phoenix_protocol.core._ids import validate_id
 
 if TYPE_CHECKING:
+    from phoenix_protocol.core._jsonio import JSON
     from phoenix_protocol.store._db import Database, Tx
+
+T = TypeVar("T")
 
 __all__ = [
     "BROADCAST",
@@ -220,7 +223,7 @@ def list_team_ids(db: Database) -> list[str]:
     return db.read(lambda tx: [str(r[0]) for r in tx.all("SELECT team_id FROM phx_teams ORDER BY team_id")])
 
 
-def _json(tx: Tx, value: Any, where: str) -> Any:
+def _json(tx: Tx, value: object, where: str) -> JSON:
     try:
         return tx.dialect.read_json(value)
     except ValueError as exc:
@@ -408,11 +411,11 @@ class TeamStore:
 
     def change(
         self,
-        mutate: Callable[[dict[str, Any]], Any],
+        mutate: Callable[[dict[str, Any]], T],
         *,
         task_id: str | None = None,
         metadata_only: bool = False,
-    ) -> tuple[dict[str, Any], Any]:
+    ) -> tuple[dict[str, Any], T]:
         """Lock the team's row, run ``mutate`` on the metadata and tasks, write back what changed
         (``task_id``: only that task is read, and ``mutate`` may change only it;
         ``metadata_only``: no task is read, ``data["tasks"]`` is empty and stays unwritten). Task rows are
@@ -420,7 +423,7 @@ class TeamStore:
         task is written only if its status and owner are still as read, else the change runs
         again on fresh data."""
 
-        def work(tx: Tx) -> tuple[dict[str, Any], Any]:
+        def work(tx: Tx) -> tuple[dict[str, Any], T]:
             d = tx.dialect
             row = tx.one(f"SELECT metadata FROM phx_teams WHERE team_id = ?{d.for_update}", (self.id,))  # noqa: S608
             if row is None:
@@ -499,8 +502,8 @@ class TeamStore:
 
         return self.db.read(work)
 
-    def change_roster(self, mutate: Callable[[list[dict[str, Any]]], Any]) -> Any:
-        def work(tx: Tx) -> Any:
+    def change_roster(self, mutate: Callable[[list[dict[str, Any]]], T]) -> T:
+        def work(tx: Tx) -> T:
             row = tx.one(f"SELECT roster FROM phx_teams WHERE team_id = ?{tx.dialect.for_update}", (self.id,))  # noqa: S608
             if row is None:
                 raise self._missing()

@@ -29,7 +29,7 @@ import re
 import subprocess
 import uuid
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from phoenix_protocol.agent._heartbeats import SKEW_MS, classify, runtime_dir
 from phoenix_protocol.core._clock import Clock, iso_from_ms, system_clock
@@ -46,7 +46,10 @@ from phoenix_protocol.core._jsonio import dumps_line
 if TYPE_CHECKING:
     from phoenix_protocol.core._config import Config
     from phoenix_protocol.core._home import Home
+    from phoenix_protocol.store._db import Database
     from phoenix_protocol.store._team_store import Mailbox, Message, TeamStore
+
+T = TypeVar("T")
 
 __all__ = [
     "MIGRATIONS",
@@ -158,7 +161,7 @@ def list_teams(home: Home, *, config: Config | None = None) -> list[str]:
     return list_team_ids(_database(home, config))
 
 
-def _database(home: Home, config: Config | None = None) -> Any:
+def _database(home: Home, config: Config | None = None) -> Database:
     """The home's database, with a home written by an earlier release's team folders moved in
     first (``_team_files.import_home_teams``, once)."""
     from phoenix_protocol.store._db import open_database
@@ -284,24 +287,24 @@ class Team:
 
     def _change(
         self,
-        mutate: Callable[[dict[str, Any]], Any],
+        mutate: Callable[[dict[str, Any]], T],
         *,
         allow_completed: bool = False,
         task_id: str | None = None,
         metadata_only: bool = False,
-    ) -> tuple[dict[str, Any], Any]:
+    ) -> tuple[dict[str, Any], T]:
         """Run ``mutate`` on the team under its lock. ``task_id``: ``mutate`` looks at that task
         only, and ``data["tasks"]`` may hold just it (the other tasks are left as they are);
         ``metadata_only``: ``mutate`` changes no task, and ``data["tasks"]`` is empty."""
 
-        def guarded(data: dict[str, Any]) -> Any:
+        def guarded(data: dict[str, Any]) -> T:
             if data["status"] == "completed" and not allow_completed:
                 raise TeamReadOnlyError(f"team {self.id} is completed: its state is read-only.")
             return mutate(data)
 
         return self.store.change(guarded, task_id=task_id, metadata_only=metadata_only)
 
-    def _change_roster(self, mutate: Callable[[list[dict[str, Any]]], Any]) -> Any:
+    def _change_roster(self, mutate: Callable[[list[dict[str, Any]]], T]) -> T:
         return self.store.change_roster(mutate)
 
     def _log(self, data: dict[str, Any], action: str) -> None:
@@ -504,7 +507,7 @@ class Team:
             return task
 
         _data, task = self._change(mutate)
-        return task  # type: ignore[no-any-return]
+        return task
 
     def add_dependency(self, task_id: str, on: str) -> dict[str, Any]:
         """Make ``task_id`` depend on ``on``; a dependency cycle is refused."""
@@ -523,7 +526,7 @@ class Team:
             return task
 
         _data, task = self._change(mutate)
-        return task  # type: ignore[no-any-return]
+        return task
 
     def ready(self) -> list[dict[str, Any]]:
         """Pending, unassigned tasks whose dependencies are all completed."""
@@ -563,7 +566,7 @@ class Team:
         _data, task = self._change(mutate)
         self._set_current_task(name, task_id)
         self._task_checkpoint(task, "claimed")
-        return task  # type: ignore[no-any-return]
+        return task
 
     def claim_next(self, name: str) -> dict[str, Any] | None:
         """Claim the first ready task for ``name`` (``None`` when none is ready). On PostgreSQL
@@ -594,7 +597,7 @@ class Team:
         _data, task = self._change(mutate)
         self._set_current_task(name, None)
         self._task_checkpoint(task, "released")
-        return task  # type: ignore[no-any-return]
+        return task
 
     def done(self, task_id: str, name: str, *, check: str = "green", files: list[str] | None = None) -> dict[str, Any]:
         """Finish a task: ``check`` green (or pending) completes it, red blocks it."""
@@ -621,7 +624,7 @@ class Team:
         if task["status"] == "completed":
             self._set_current_task(name, None)
         self._task_checkpoint(task, "done" if task["status"] == "completed" else "blocked")
-        return task  # type: ignore[no-any-return]
+        return task
 
     def record_progress(
         self, task_id: str, name: str, *, files: list[str] | None = None, check: str | None = None
@@ -642,7 +645,7 @@ class Team:
             return task
 
         _data, task = self._change(mutate)
-        return task  # type: ignore[no-any-return]
+        return task
 
     def reassign(self, task_id: str, new_owner: str) -> dict[str, Any]:
         """The seed's ``--force-reassign``: give a task to ``new_owner``, who inherits its checkpoint."""
@@ -666,7 +669,7 @@ class Team:
             self._set_current_task(previous["owner"], None)
         self._set_current_task(new_owner, task_id)
         self._task_checkpoint(task, f"reassigned from {previous.get('owner')}")
-        return task  # type: ignore[no-any-return]
+        return task
 
     def sweep(self) -> list[dict[str, Any]]:
         """Return tasks held by suspended or stale teammates to the queue (checkpoints kept)."""
@@ -695,7 +698,7 @@ class Team:
             self._task_checkpoint(task, "swept")
         for name in dead:
             self._set_current_task(name, None)
-        return back  # type: ignore[no-any-return]
+        return back
 
     def _set_current_task(self, name: str, task_id: str | None) -> None:
         def mutate(teammates: list[dict[str, Any]]) -> None:

@@ -348,7 +348,8 @@ def record_json(record: Any) -> str:
     return json.dumps(record, ensure_ascii=True, separators=(",", ":"), allow_nan=False)
 
 
-def _decode(text: Any) -> Any:
+def _decode(text: str) -> object:
+    """The record a ``record`` column holds, or the text itself when it is not JSON."""
     try:
         return loads(text)
     except JSONError:

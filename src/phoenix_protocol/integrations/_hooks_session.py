@@ -411,7 +411,9 @@ def _drift_message(state: Any, signal: Any, *, recovered: bool = True) -> str:
     lines = [f"Phoenix Protocol: you may be going in circles: {signal.detail}."]
     if state.current_task:
         lines.append(f"Your brief says you are working on: {state.current_task}.")
-    actions = [item["text"] for item in state.next_actions[:3]]
+    from phoenix_protocol.agent._state import task_notes
+
+    actions = [item["text"] for item in task_notes(state)[1][:3]]
     if actions:
         lines.append("Next actions recorded: " + "; ".join(actions) + ".")
     since = (state.drift or {}).get("since")

@@ -191,10 +191,13 @@ def rebuild_state(events: list[dict[str, Any]], start: AgentState | None = None)
                 state.last_output = meta["output"]
         else:
             applied = False
-        if state.current_task and not task_before:
-            for held in (*notes.values(), *displaced):  # as ``switch_task``: adopted by the task named
-                if held.get("task") == "":
-                    held["task"] = state.current_task
+        if state.current_task != task_before:  # as ``switch_task``
+            if not isinstance(meta.get("output"), str):
+                state.last_output = None  # the task before's
+            if not task_before:  # notes written with no task are adopted by the task named
+                for held in (*notes.values(), *displaced):
+                    if held.get("task") == "":
+                        held["task"] = state.current_task
         if applied:
             used[str(name)] = used.get(str(name), 0) + 1
             if (ms := event_ms(ts)) is not None:

@@ -346,8 +346,9 @@ def other_tasks(state: AgentState) -> list[tuple[str, int]]:
 
 def switch_task(state: AgentState, task: str) -> None:
     """``task`` becomes the current task. When it is another one, the record of work done
-    (``recent_work``) starts over, and notes written while there was no task at all are adopted
-    by it; notes of the task before stay with that task."""
+    (``recent_work``) and the last output start over (they were the task before's), and notes
+    written while there was no task at all are adopted by it; notes of the task before stay with
+    that task."""
     if task == state.current_task:
         return
     if not state.current_task:
@@ -355,6 +356,7 @@ def switch_task(state: AgentState, task: str) -> None:
             if item.get("task") == "":
                 item["task"] = task
     state.recent_work = []
+    state.last_output = None
     state.current_task = task
 
 

@@ -195,6 +195,8 @@ class RecordedRequest:
     raw: bytes
     body: Any = None
     kind: str = "other"  # "main" (scripted turn), "side" (a model call without tools), "count_tokens", "other"
+    received: float = field(default_factory=time.monotonic)
+    """When it arrived (``time.monotonic()``)."""
 
     @property
     def route(self) -> str:
@@ -624,6 +626,31 @@ class ClaudeProject:
         if extra:
             env.update(extra)
         return env
+
+    def spawn(
+        self, args: Sequence[str], *, api: FakeAnthropic | None = None, env: Mapping[str, str] | None = None
+    ) -> subprocess.Popen[str]:
+        """Start ``claude <args>`` in the project and return at once (in its own process group:
+        ``os.killpg(proc.pid, signal.SIGKILL)`` kills it as a crash would)."""
+        return subprocess.Popen(
+            [*self.claude, *args],
+            cwd=self.dir,
+            env=self.env(api, env),
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            start_new_session=True,
+        )
+
+    def transcript(self, session_id: str) -> list[dict[str, Any]]:
+        """The records of the transcript Claude Code wrote for ``session_id`` (under the temporary HOME)."""
+        projects = os.path.join(self.home, ".claude", "projects")
+        for dirpath, _dirs, files in os.walk(projects):
+            if session_id + ".jsonl" in files:
+                with open(os.path.join(dirpath, session_id + ".jsonl"), encoding="utf-8") as fh:
+                    return [json.loads(line) for line in fh if line.strip()]
+        raise AssertionError(f"no transcript for session {session_id} under {projects}")
 
     def run(
         self,

@@ -27,12 +27,14 @@ class Transcript:
     def __init__(self, path: Path) -> None:
         self.path = path
         self.last: str | None = None
+        self.uuids: list[tuple[str, str]] = []  # (uuid, type) in order
         path.write_text("")
 
     def append(self, record: dict[str, Any]) -> str:
         record.setdefault("uuid", str(uuid.uuid4()))
         record.setdefault("parentUuid", self.last)
         self.last = record["uuid"]
+        self.uuids.append((record["uuid"], record["type"]))
         with self.path.open("a") as fh:
             fh.write(json.dumps(record) + "\n")
         return str(record["uuid"])
@@ -46,10 +48,19 @@ class Transcript:
     def message(self, role: str, text: str) -> str:
         return self.append({"type": role, "message": {"role": role, "content": text}})
 
-    def compact(self, preserved: list[str]) -> None:
+    def compact(self, project: Path, session: str = "sess-1") -> str | None:
+        """``/compact`` as Claude Code 2.1.330 does it: the SessionStart hook (``compact``) runs
+        before the compaction is written; then the boundary, which keeps the messages from the last
+        assistant message on (``preservedMessages``), the summary, and the hook's context."""
+        context = _start(project, "compact", self, session, kept=False)
+        last = max(i for i, (_u, kind) in enumerate(self.uuids) if kind == "assistant")
+        preserved = [u for u, _kind in self.uuids[last:]]
         metadata = {"trigger": "manual", "preservedMessages": {"uuids": preserved, "allUuids": preserved}}
         self.append({"type": "system", "subtype": "compact_boundary", "parentUuid": None, "compactMetadata": metadata})
         self.message("user", "This session is being continued from a previous conversation ... Summary: ...")
+        if context is not None:
+            self.hook_context(context)
+        return context
 
 
 def _start(
@@ -96,13 +107,20 @@ def _agent(project: Path) -> Agent:
 def test_transcript_ids_follow_claude_codes_compaction(tmp_path: Path) -> None:
     transcript = Transcript(tmp_path / "t.jsonl")
     assert transcript_ids(str(transcript.path)) == set()
-    old = transcript.hook_context("=== x · phx-ctx-00000000aa ===")
+    transcript.hook_context("=== x · phx-ctx-00000000aa ===")
     transcript.message("assistant", "quoting phx-ctx-00000000bb is not an injection")
-    kept = transcript.hook_context("=== y · phx-ctx-00000000cc ===")
-    assert transcript_ids(str(transcript.path)) == {"phx-ctx-00000000aa", "phx-ctx-00000000cc"}
-    transcript.compact(preserved=[kept])
+    transcript.hook_context("=== y · phx-ctx-00000000cc ===")
+    path = str(transcript.path)
+    assert transcript_ids(path) == {"phx-ctx-00000000aa", "phx-ctx-00000000cc"}
+    # While compacting (no boundary written yet): what comes from the last assistant message on.
+    assert transcript_ids(path, compacting=True) == {"phx-ctx-00000000cc"}
+    kept = transcript.last
+    metadata = {"preservedMessages": {"uuids": [kept]}}
+    transcript.append(
+        {"type": "system", "subtype": "compact_boundary", "parentUuid": None, "compactMetadata": metadata}
+    )
     transcript.hook_context("=== z · phx-ctx-00000000dd ===")
-    assert old and transcript_ids(str(transcript.path)) == {"phx-ctx-00000000cc", "phx-ctx-00000000dd"}
+    assert transcript_ids(path) == {"phx-ctx-00000000cc", "phx-ctx-00000000dd"}
     assert transcript_ids(str(tmp_path / "missing.jsonl")) is None
     assert transcript_ids("relative.jsonl") is None
     assert transcript_ids(str(tmp_path)) is None  # not a regular file
@@ -120,16 +138,14 @@ def test_one_copy_of_the_brief_across_startup_resume_compact_resume(project: Pat
     _end(project)  # the session ended cleanly; resumed later, nothing changed: nothing to say
     assert _start(project, "resume", transcript) is None
 
-    agent.state.add_note(
-        "next_action",
-        "Backfill March invoices",
-    )
+    transcript.message("assistant", "Resumed.")
+    agent.state.add_note("next_action", "Backfill March invoices")
     resumed = _start(project, "resume", transcript)  # the model wrote a note since: only that
     assert resumed is not None and BRIEF not in resumed
     assert "- New next action [1]: Backfill March invoices" in resumed
 
-    transcript.compact(preserved=[])  # everything summarized: the brief is gone from the conversation
-    compacted = _start(project, "compact", transcript)
+    transcript.message("assistant", "Working on it.")
+    compacted = transcript.compact(project)  # the brief is summarized away: the whole brief again
     assert compacted is not None and BRIEF in compacted and "Backfill March invoices" in compacted
 
     _end(project)
@@ -139,15 +155,16 @@ def test_one_copy_of_the_brief_across_startup_resume_compact_resume(project: Pat
 
 
 def test_a_compaction_that_kept_the_brief_gets_only_the_changes(project: Path, tmp_path: Path) -> None:
+    """``claude --resume X -p /compact``: the resume's start runs right before the compaction,
+    which keeps it (it comes after the last assistant message)."""
     agent = _agent(project)
     agent.state.set_status("working", "Port the scheduler")
     transcript = Transcript(tmp_path / "t.jsonl")
-    _start(project, "startup", transcript)
-    kept = transcript.last
-    assert kept is not None
+    transcript.message("assistant", "An old conversation, given no brief of ours.")
+    resumed = _start(project, "resume", transcript)  # none held: the whole brief (a recovery)
+    assert resumed is not None and BRIEF in resumed
     agent.state.add_note("open_loop", "Cron syntax differs")
-    transcript.compact(preserved=[kept])  # Claude Code kept the newest messages: the brief among them
-    compacted = _start(project, "compact", transcript)
+    compacted = transcript.compact(project)
     assert compacted is not None and BRIEF not in compacted and "- New open loop [1]: Cron syntax differs" in compacted
 
 
@@ -189,7 +206,7 @@ def test_a_crash_after_a_task_switch_mixes_nothing_in(project: Path, tmp_path: P
     assert "- Task now: Migrate users table" in resumed
     assert "(was: Add rate limiting; its 2 open items stay with it)" in resumed
     assert "- Next action [3]: Backfill the email column" in resumed
-    assert "ran `alembic upgrade head`" in resumed
+    assert "alembic" not in resumed  # this conversation ran it: its transcript shows it
     for task_a in ("Write the middleware", "Limits per API key", "open items remain", "Pending", "Context stack"):
         assert task_a not in resumed
 
@@ -197,7 +214,7 @@ def test_a_crash_after_a_task_switch_mixes_nothing_in(project: Path, tmp_path: P
     fresh = _start(project, "startup", Transcript(tmp_path / "c.jsonl"), session="sess-c")
     assert fresh is not None and RECOVERY_BANNER in fresh and BRIEF in fresh
     assert "Working on: Migrate users table" in fresh and "[3] Backfill the email column" in fresh
-    assert "- Add rate limiting: 2 open items" in fresh
+    assert "- Add rate limiting: 2 open items" in fresh and "ran `alembic upgrade head`" in fresh
     for task_a in ("Write the middleware", "Limits per API key", "open items remain", "Pending", "Context stack"):
         assert task_a not in fresh
 

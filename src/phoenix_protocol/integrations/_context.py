@@ -85,9 +85,10 @@ def _text(value: object, limit: int = 300) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
-def changes(old: dict[str, Any], state: AgentState, since_ms: int, now_iso: str) -> list[str]:
+def changes(old: dict[str, Any], state: AgentState, since_ms: int, now_iso: str, *, work: bool = True) -> list[str]:
     """What changed in ``state`` since an injection that handed over ``old`` at ``since_ms``:
-    lines for the model, each fact once; ``[]`` when nothing did."""
+    lines for the model, each fact once; ``[]`` when nothing did. ``work``: say what was done
+    since too (not when the conversation did it all itself: its transcript shows it)."""
     from phoenix_protocol.agent._brief import describe_work
     from phoenix_protocol.agent._state import other_tasks, task_notes
 
@@ -118,7 +119,7 @@ def changes(old: dict[str, Any], state: AgentState, since_ms: int, now_iso: str)
         lines.append(f"- Error: {_text(new['error'])}")
     if new["output"] and new["output"] != old.get("output"):
         lines.append(f"- Last output: {_text(new['output'])}")
-    done = [e for e in state.recent_work if len(e) > 0 and isinstance(e[0], int) and e[0] > since_ms]
+    done = [e for e in state.recent_work if work and len(e) > 0 and isinstance(e[0], int) and e[0] > since_ms]
     described = [line for entry in done[-_DELTA_WORK:] if (line := describe_work(entry, now_iso))]
     if described:
         more = len(done) - len(described)
@@ -155,10 +156,15 @@ def _read_tail(path: str, limit: int) -> bytes | None:
         os.close(fd)
 
 
-def transcript_ids(path: object) -> set[str] | None:
+def transcript_ids(path: object, *, compacting: bool = False) -> set[str] | None:
     """The ids of Phoenix's injections a Claude Code transcript still sends to the model: hook
     context (``hook_additional_context`` attachments) after the last ``compact_boundary``, or
-    kept verbatim by it (its ``preservedMessages``). ``None``: no transcript to read."""
+    kept verbatim by it (its ``preservedMessages``). ``None``: no transcript to read.
+
+    ``compacting``: the SessionStart of a compaction, whose boundary is not in the file yet when
+    the hook runs (Claude Code 2.1.330 writes it later). The compaction keeps the messages from
+    the last assistant message on (its ``preservedSegment`` starts there: seen in every
+    compaction the e2e tests make): those are what the conversation will hold."""
     if not isinstance(path, str) or not path or not os.path.isabs(path):
         return None
     data = _read_tail(path, _TRANSCRIPT_TAIL)
@@ -168,7 +174,20 @@ def transcript_ids(path: object) -> set[str] | None:
 
     lines = data.split(b"\n")
     boundary, preserved = -1, set()
-    for i in range(len(lines) - 1, -1, -1):
+    if compacting:
+        for i in range(len(lines) - 1, -1, -1):
+            if b'"assistant"' not in lines[i]:
+                continue
+            try:
+                record = loads(lines[i])
+            except JSONError:
+                continue
+            if isinstance(record, dict) and record.get("type") == "assistant":
+                boundary = i
+                break
+        lines = lines[boundary + 1 :]
+        boundary = -1
+    for i in range(len(lines) - 1, -1, -1) if not compacting else ():
         if b'"compact_boundary"' not in lines[i]:
             continue
         try:
@@ -239,7 +258,7 @@ def held_injections(
     if source in ("startup", "clear"):
         return [], True
     records = load_records(agent)
-    ids = transcript_ids(transcript_path)
+    ids = transcript_ids(transcript_path, compacting=source == "compact")
     if ids is not None:
         held = [{"id": i, **records[i]} for i in ids if i in records]
         return sorted(held, key=lambda r: r["ms"]), True
@@ -290,15 +309,19 @@ def session_context(
         ]
     else:
         base = held[-1]
-        lines = changes(base.get("facts") or {}, described, int(base["ms"]), now_iso)
+        # The session the state last belonged to is this conversation's: what was done since its
+        # last injection, it did itself (its transcript shows it). The state's facts are still
+        # said: they are the authority, whoever wrote them.
+        own = described.session_id == session_id
+        lines = changes(base.get("facts") or {}, described, int(base["ms"]), now_iso, work=not own)
         if not lines and not banner:
             return None
         when = agent.clock.now_iso() if not isinstance(base.get("ms"), int) else _iso(base["ms"])
         first = banner[0] if banner else "=== Phoenix Protocol: since the brief above ==="
         first = first.replace(" ===", f" · {ident} ===", 1)
-        said = f"The brief above ({base['id']}, {_short(when, now_iso)}) still holds"
+        above = f"the brief above ({base['id']}, {_short(when, now_iso)})"
         body = [first, *banner[1:], *(f"Note: {n}" for n in notices)]
-        body.append(f"{said}; since then:" if lines else f"{said}; nothing in the state changed since.")
+        body.append(f"Since {above}:" if lines else f"Nothing in the state changed since {above}.")
         text = "\n".join(body + lines)[: agent.config.brief_max_chars]
     try:
         record_injection(

@@ -159,7 +159,8 @@ def _restored_notices(agent: Agent, restored: Any, described: Any) -> list[str]:
     restored, what it put back into a state.json that had lost it, and a summary the agent wrote
     at its last checkpoint, labelled with its age, when that checkpoint is about the current
     task. Everything else a checkpoint holds (its pending items, context stack, open files) is
-    the state's own, or belongs to another or an older task: not repeated, never mixed in."""
+    the state's own, or belongs to another or an older task: not repeated, never mixed in; a
+    checkpoint of another kind was taken for a reason, which is no summary."""
     if restored is None:
         return []
     if restored.checkpoint is None:
@@ -189,7 +190,10 @@ def _restored_notices(agent: Agent, restored: Any, described: Any) -> list[str]:
     task = _checkpoint_task(checkpoint)
     context = checkpoint.section("context") or {}
     summary = " ".join(str(context.get("conversation_summary") or "").split())
-    if summary and task == described.current_task and not _generated_summary(summary, checkpoint, task):
+    # A session checkpoint's summary says what was done and what remains; the others' say why they
+    # were taken ("before context compaction", the watchdog's "stalled: ..."): bookkeeping.
+    session = checkpoint.checkpoint_type == "session"
+    if session and summary and task == described.current_task and not _generated_summary(summary, checkpoint, task):
         notes.append(f"summary at the {checkpoint.checkpoint_type} checkpoint of {when}: {clip(summary, 500)}")
     return notes
 

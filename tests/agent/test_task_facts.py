@@ -145,3 +145,41 @@ def test_what_was_done_is_recorded_once_each_bounded_and_per_task(agent: Agent, 
     assert len(agent.state.read().recent_work) == WORK_KEEP
     agent.state.set_status("working", "Task B")  # another task starts clean
     assert agent.state.read().recent_work == []
+
+
+def test_a_restore_keeps_each_note_with_its_task(agent: Agent) -> None:
+    agent.state.set_status("working", "Task A")
+    agent.state.add_note("next_action", "A's action")
+    agent.state.set_status("working", "Task B")
+    agent.state.add_note("open_loop", "B's loop")
+    agent.checkpoints.create("routine", summary="both tasks")
+    agent.state.resolve_note(1)
+    agent.state.resolve_note(2)
+    agent.checkpoints.restore(force=True)  # the checkpoint's notes in place of state.json's
+    state = agent.state.read()
+    assert [(i["text"], i["task"]) for i in state.open_loops + state.next_actions] == [
+        ("B's loop", "Task B"),
+        ("A's action", "Task A"),
+    ]
+    assert other_tasks(state) == [("Task A", 1)]
+
+
+def test_phx_note_list_and_state_show_the_tasks_notes_apart(agent: Agent) -> None:
+    import os
+    import subprocess
+    import sys
+
+    agent.state.set_status("working", "Task A")
+    agent.state.add_note("next_action", "A's action")
+    agent.state.set_status("working", "Task B")
+    agent.state.add_note("next_action", "B's action")
+    env = {"PHOENIX_HOME": agent.home.root, "PHOENIX_AGENT": agent.id, "COLUMNS": "200"}
+
+    def phx(*args: str) -> str:
+        cmd = [sys.executable, "-m", "phoenix_protocol", *args]
+        return subprocess.run(cmd, capture_output=True, text=True, check=True, env={**os.environ, **env}).stdout
+
+    listed = phx("note", "list")
+    assert listed.index("B's action") < listed.index("Earlier task Task A") < listed.index("A's action")
+    shown = phx("state", "show")
+    assert "B's action" in shown and "A's action" not in shown and "Task A: 1 open item" in shown

@@ -5,11 +5,13 @@ event              what it does
 =================  ==============================================================================
 session-start      Records the session and the agent process (pid + start time); status working.
                    When the previous state was working or error (a crash, a kill, a lost
-                   context) prints the recovery context (RECOVERY DETECTED, the state, a fresh
-                   brief) as ``hookSpecificOutput.additionalContext``. On ``source`` compact or
-                   resume it injects the brief again.
-post-tool-use      The heartbeat: ``last_active``, ``heartbeat_seq``, the last tool and whether it
-                   failed (also registered for PostToolUseFailure). Hot path: see below.
+                   context) prints the recovery context (RECOVERY DETECTED, a fresh brief) as
+                   ``hookSpecificOutput.additionalContext``; a conversation that still holds
+                   the brief gets only what changed since (``_context``, docs/recovery.md).
+post-tool-use      The heartbeat: ``last_active``, ``heartbeat_seq``, the session's tool calls,
+                   the last tool and whether it failed, what it did (a command run, a file
+                   written: ``_work``) (also registered for PostToolUseFailure). Hot path: see
+                   below.
 pre-compact        Refreshes ``brief.md``. Never blocks compaction.
 stop               Heartbeat only; prints nothing (output there would keep the turn going).
 session-end        Status idle, ops event session_end, ``brief.md`` refreshed.
@@ -26,7 +28,8 @@ Claude Code never waits on a full pipe, but in pieces and with its values over `
 and logs ``hook_payload_oversized``.
 
 Hot path: the PostToolUse handler imports only ``os``, ``sys``, ``time``, ``fcntl``, ``_json``
-and Phoenix's own primitives. ``phx install`` registers it as
+and Phoenix's own primitives (``core._screen`` for what a Bash call or a file tool did: the
+secret redactor imports ``re``). ``phx install`` registers it as
 ``<python> -S -P -c 'import sys; sys.path.append(<dir>); from phoenix_protocol.integrations._hooks import main; main()' post-tool-use``
 (``<dir>``: the directory Phoenix is installed in), which skips the console-script wrapper (it
 imports ``re``), the full CLI and the set-up of the site packages (``-S``); ``main()`` sets

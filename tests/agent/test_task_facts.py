@@ -8,7 +8,7 @@ import json
 from pathlib import Path
 
 from phoenix_protocol.agent._replay import rebuild_state
-from phoenix_protocol.agent._state import WORK_KEEP, other_tasks, task_notes
+from phoenix_protocol.agent._state import WORK_KEEP, other_tasks, task_notes, untagged_notes
 from phoenix_protocol.core._clock import ManualClock
 from phoenix_protocol.services._agent import Agent
 
@@ -88,7 +88,9 @@ def test_notes_an_earlier_phoenix_wrote_get_their_task_from_the_ops_log(agent: A
 
     before = agent.state.read()  # a read alone changes nothing: the untagged notes count as the current task's
     assert len(task_notes(before)[1]) == 3
-    agent.state.heartbeat(session_id=None, tool="Bash")  # any write tags them
+    agent.state.heartbeat(session_id=None, tool="Bash")  # not the hot path's heartbeat (it would read the log)
+    assert untagged_notes(agent.state.read())
+    agent.state.start_session("s9")  # any other write tags them
     state = agent.state.read()
     tasks = {item["text"]: item["task"] for item in state.next_actions}
     assert tasks == {

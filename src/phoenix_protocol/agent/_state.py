@@ -10,7 +10,8 @@ written under (a new task starts clean; the notes of an earlier task stay with i
 when that task does), ``recent_work`` holds what was done for the current task (commands run,
 files written, screened on the hot path by ``core._screen``), and ``tool_calls`` and
 ``last_tool`` belong to the session (they start over with a new one). Notes an earlier Phoenix
-wrote carry no task: the first write tags them from the ops log (``StateStore._tag_notes``).
+wrote carry no task: the first write other than a heartbeat tags them from the ops log
+(``StateStore._tag_notes``).
 
 Writes: every change is a read-modify-write under the file's lock, written atomically
 (``_durable.atomic_write``); the ops event describing a transition is appended *before* the
@@ -673,6 +674,7 @@ class StateStore:
         durable: bool = True,
         lock_timeout: float | None = None,
         local: bool = False,
+        tag_notes: bool = True,
     ) -> AgentState:
         """Read-modify-write under the lock: ``mutate`` edits the state in place and returns the
         ops events to log. Events are appended first, then the state is replaced atomically;
@@ -685,7 +687,7 @@ class StateStore:
         if self.remote is not None and not local:
             return self.remote().change(mutate, durable=durable, lock_timeout=lock_timeout)  # type: ignore[no-any-return]
         with self.lock(lock_timeout):
-            return self.change_locked(mutate, durable=durable, lock_timeout=lock_timeout)
+            return self.change_locked(mutate, durable=durable, lock_timeout=lock_timeout, tag_notes=tag_notes)
 
     def change_locked(
         self,
@@ -693,13 +695,16 @@ class StateStore:
         *,
         durable: bool = True,
         lock_timeout: float | None = None,
+        tag_notes: bool = True,
     ) -> AgentState:
         """``change`` of this machine's copy, for a caller holding ``lock()``. A missing
         ``state.json`` whose history the ops log holds is rebuilt from it first (``lost``), and
-        the write logs ``state_rebuilt``: a lost state is never started again silently."""
+        the write logs ``state_rebuilt``: a lost state is never started again silently. Notes an
+        earlier Phoenix wrote get their task first (``_tag_notes``; ``tag_notes=False``: not on
+        the heartbeat's hot path, which would read the whole ops log)."""
         found, rebuilt = self._local()
         state = found if found is not None else AgentState()
-        if untagged_notes(state):
+        if tag_notes and untagged_notes(state):
             self._tag_notes(state)
         transitions = mutate(state) or []
         if rebuilt is not None:
@@ -1027,7 +1032,7 @@ class StateStore:
             return out
 
         # The hot path: this machine's copy only (the hook passes it on to a server store).
-        return self.change(mutate, durable=durable, lock_timeout=lock_timeout, local=True)
+        return self.change(mutate, durable=durable, lock_timeout=lock_timeout, local=True, tag_notes=False)
 
     def _track_actions(
         self,

@@ -598,6 +598,15 @@ class ClaudeProject:
             found += [f[: -len(".jsonl")] for f in files if f.endswith(".jsonl") and dirpath != projects]
         return sorted(found)
 
+    def transcript(self, session_id: str) -> list[dict[str, Any]]:
+        """The records of the transcript Claude Code wrote for ``session_id`` (under the temporary HOME)."""
+        projects = os.path.join(self.home, ".claude", "projects")
+        for dirpath, _dirs, files in os.walk(projects):
+            if session_id + ".jsonl" in files:
+                with open(os.path.join(dirpath, session_id + ".jsonl"), encoding="utf-8") as fh:
+                    return [json.loads(line) for line in fh if line.strip()]
+        raise AssertionError(f"no transcript for session {session_id} under {projects}")
+
     # -- running claude
 
     def env(self, api: FakeAnthropic | None = None, extra: Mapping[str, str] | None = None) -> dict[str, str]:
@@ -627,11 +636,12 @@ class ClaudeProject:
             env.update(extra)
         return env
 
-    def spawn(
+    def start(
         self, args: Sequence[str], *, api: FakeAnthropic | None = None, env: Mapping[str, str] | None = None
     ) -> subprocess.Popen[str]:
-        """Start ``claude <args>`` in the project and return at once (in its own process group:
-        ``os.killpg(proc.pid, signal.SIGKILL)`` kills it as a crash would)."""
+        """Start ``claude <args>`` in the project and return at once: a session that runs beside
+        others. It runs in a process group of its own, so that ``os.killpg(proc.pid, SIGKILL)``
+        kills Claude Code and everything it started, as a crash would."""
         return subprocess.Popen(
             [*self.claude, *args],
             cwd=self.dir,
@@ -642,15 +652,6 @@ class ClaudeProject:
             text=True,
             start_new_session=True,
         )
-
-    def transcript(self, session_id: str) -> list[dict[str, Any]]:
-        """The records of the transcript Claude Code wrote for ``session_id`` (under the temporary HOME)."""
-        projects = os.path.join(self.home, ".claude", "projects")
-        for dirpath, _dirs, files in os.walk(projects):
-            if session_id + ".jsonl" in files:
-                with open(os.path.join(dirpath, session_id + ".jsonl"), encoding="utf-8") as fh:
-                    return [json.loads(line) for line in fh if line.strip()]
-        raise AssertionError(f"no transcript for session {session_id} under {projects}")
 
     def run(
         self,

@@ -189,7 +189,7 @@ def check_common(request: RecordedRequest, context: str, hook_ms: list[int]) -> 
 def test_crash_mid_task(project: ClaudeProject, baseline: float) -> None:
     task = "Migrate the billing tables"
     with FakeAnthropic([state_update(task), Turn.bash("echo migrating-invoices"), Turn.bash("sleep 20")]) as api:
-        proc = project.spawn(["-p", "migrate", *ALLOW], api=api, env=CODE)
+        proc = project.start(["-p", "migrate", *ALLOW], api=api, env=CODE)
         crash_while_sleeping(proc, api, 3)
     before = project.state()
     assert before["status"] == "working" and before["tool_calls"] == 2  # the killed `sleep` never finished
@@ -233,7 +233,7 @@ def test_task_switch_then_crash(project: ClaudeProject, baseline: float) -> None
     with FakeAnthropic(
         [state_update(b), note("next-action", "Backfill the email column"), Turn.bash("sleep 20")]
     ) as api:
-        proc = project.spawn(["-p", "users table", *ALLOW], api=api, env=CODE)
+        proc = project.start(["-p", "users table", *ALLOW], api=api, env=CODE)
         crash_while_sleeping(proc, api, 3)
         handed = api.main_requests()[0]
     crashed_session = project.state()["session_id"]

@@ -28,8 +28,7 @@ Claude Code never waits on a full pipe, but in pieces and with its values over `
 and logs ``hook_payload_oversized``.
 
 Hot path: the PostToolUse handler imports only ``os``, ``sys``, ``time``, ``fcntl``, ``_json``
-and Phoenix's own primitives (``core._screen`` for what a Bash call or a file tool did: the
-secret redactor imports ``re``). ``phx install`` registers it as
+and Phoenix's own primitives. ``phx install`` registers it as
 ``<python> -S -P -c 'import sys; sys.path.append(<dir>); from phoenix_protocol.integrations._hooks import main; main()' post-tool-use``
 (``<dir>``: the directory Phoenix is installed in), which skips the console-script wrapper (it
 imports ``re``), the full CLI and the set-up of the site packages (``-S``); ``main()`` sets

@@ -598,15 +598,6 @@ class ClaudeProject:
             found += [f[: -len(".jsonl")] for f in files if f.endswith(".jsonl") and dirpath != projects]
         return sorted(found)
 
-    def transcript(self, session_id: str) -> list[dict[str, Any]]:
-        """The records of the transcript Claude Code wrote for ``session_id`` (under the temporary HOME)."""
-        projects = os.path.join(self.home, ".claude", "projects")
-        for dirpath, _dirs, files in os.walk(projects):
-            if session_id + ".jsonl" in files:
-                with open(os.path.join(dirpath, session_id + ".jsonl"), encoding="utf-8") as fh:
-                    return [json.loads(line) for line in fh if line.strip()]
-        raise AssertionError(f"no transcript for session {session_id} under {projects}")
-
     # -- running claude
 
     def env(self, api: FakeAnthropic | None = None, extra: Mapping[str, str] | None = None) -> dict[str, str]:

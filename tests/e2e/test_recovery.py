@@ -102,11 +102,21 @@ def texts(request: RecordedRequest) -> str:
     return "\n".join(out)
 
 
+def transcript(project: ClaudeProject, session_id: str) -> list[dict[str, Any]]:
+    """The records of the transcript Claude Code wrote for ``session_id`` (under the temporary HOME)."""
+    projects = os.path.join(project.home, ".claude", "projects")
+    for dirpath, _dirs, files in os.walk(projects):
+        if session_id + ".jsonl" in files:
+            with open(os.path.join(dirpath, session_id + ".jsonl"), encoding="utf-8") as fh:
+                return [json.loads(line) for line in fh if line.strip()]
+    raise AssertionError(f"no transcript for session {session_id} under {projects}")
+
+
 def injected(project: ClaudeProject, session_id: str) -> list[str]:
     """Every hook context Claude Code recorded in the session's transcript, oldest first."""
     return [
         str(r["attachment"]["content"][0])
-        for r in project.transcript(session_id)
+        for r in transcript(project, session_id)
         if r.get("type") == "attachment" and r["attachment"].get("type") == "hook_additional_context"
     ]
 
@@ -135,7 +145,7 @@ def start_hook_ms(project: ClaudeProject, session_id: str, skip: int = 0) -> lis
     """How long each SessionStart hook of the session took, as Claude Code measured it, after the first ``skip``."""
     found = [
         r["attachment"].get("durationMs")
-        for r in project.transcript(session_id)
+        for r in transcript(project, session_id)
         if r.get("type") == "attachment"
         and r["attachment"].get("type") == "hook_success"
         and r["attachment"].get("hookEvent") == "SessionStart"
@@ -326,11 +336,11 @@ def test_resume_and_compaction_carry_one_copy(project: ClaudeProject, baseline: 
     # the start after it gets the whole brief only if the brief was not among them.
     resume_ctx, compact_ctx = injected(project, sid)[-2:]
     assert BRIEF not in resume_ctx and "- New next action [1]: Translate the cron syntax" in resume_ctx
-    boundary = [r for r in project.transcript(sid) if r.get("subtype") == "compact_boundary"][-1]
+    boundary = [r for r in transcript(project, sid) if r.get("subtype") == "compact_boundary"][-1]
     kept = set(boundary["compactMetadata"]["preservedMessages"]["uuids"])
     startup_kept = any(
         r.get("uuid") in kept and "RECOVERY DETECTED" in str(r.get("attachment", {}).get("content"))
-        for r in project.transcript(sid)
+        for r in transcript(project, sid)
     )
     assert (BRIEF in compact_ctx) is not startup_kept, (startup_kept, compact_ctx)
 

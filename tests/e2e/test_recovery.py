@@ -7,7 +7,7 @@ Phoenix's part of it is, and how long the SessionStart hook took (Claude Code's 
 group while a tool runs. The model's own writes (``state-update``, ``phx note``) run the code
 under test (``PYTHONPATH``).
 
-With ``PHOENIX_E2E_REPORT=<file>`` each measurement is appended to that file as a JSON line (the
+With ``RECOVERY_E2E_REPORT=<file>`` each measurement is appended to that file as a JSON line (the
 figures of docs/recovery.md).
 """
 
@@ -162,7 +162,7 @@ def report(
     started: float,
     baseline: float,
 ) -> None:
-    """Print (and with ``PHOENIX_E2E_REPORT`` keep) a scenario's figures: the context's size, the
+    """Print (and with ``RECOVERY_E2E_REPORT`` keep) a scenario's figures: the context's size, the
     request's, the SessionStart hook's time as Claude Code measured it (none when the hook said
     nothing), the seconds from starting ``claude`` to this request, and that over the baseline
     (a project without Phoenix's hooks): the time Phoenix added."""
@@ -177,7 +177,7 @@ def report(
         "first_request_after_s": round(request.received - started, 2),
         "over_baseline_s": round(request.received - started - baseline, 2),
     }
-    path = os.environ.get("PHOENIX_E2E_REPORT")
+    path = os.environ.get("RECOVERY_E2E_REPORT")
     if path:
         with open(path, "a", encoding="utf-8") as fh:
             fh.write(json.dumps(figures) + "\n")

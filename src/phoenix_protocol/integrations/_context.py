@@ -250,25 +250,23 @@ def record_injection(agent: Agent, record: dict[str, Any]) -> None:
         atomic_write(_path(agent), dumps_document({"schema_version": 1, "injections": dict(newest)}).encode())
 
 
-def held_injections(
-    agent: Agent, session_id: str | None, source: str, transcript_path: object
-) -> tuple[list[dict[str, Any]], bool]:
-    """The recorded injections the conversation holds, oldest first, and whether the transcript
-    said so (``False``: it could not be read; the records decided, see the module docstring)."""
+def held_injections(agent: Agent, session_id: str | None, source: str, transcript_path: object) -> list[dict[str, Any]]:
+    """The recorded injections the conversation holds, oldest first: as its transcript says, or
+    when that cannot be read, as the records say (see the module docstring)."""
     if source in ("startup", "clear"):
-        return [], True
+        return []
     records = load_records(agent)
     ids = transcript_ids(transcript_path, compacting=source == "compact")
     if ids is not None:
         held = [{"id": i, **records[i]} for i in ids if i in records]
-        return sorted(held, key=lambda r: r["ms"]), True
+        return sorted(held, key=lambda r: r["ms"])
     if source != "resume" or not session_id:
-        return [], False
+        return []
     mine = sorted(
         ({"id": i, **r} for i, r in records.items() if r.get("session_id") == session_id), key=lambda r: r["ms"]
     )
     fulls = [n for n, r in enumerate(mine) if r.get("kind") == "full"]
-    return (mine[fulls[-1] :] if fulls else []), False
+    return mine[fulls[-1] :] if fulls else []
 
 
 def session_context(
@@ -282,11 +280,11 @@ def session_context(
     notices: list[str],
     wanted: bool,
 ) -> str | None:
-    """The context to inject (``None``: none) and its record: the full context (``banner``,
+    """The context to inject (``None``: none), recorded: the full context (``banner``,
     ``notices`` and the brief of ``described``) when the conversation holds no full one of ours
-    and ``wanted`` says there is something to hand over; else what changed since the newest one
-    it holds (``banner`` shortened to its first line, when there is one: a recovery)."""
-    held, _from_transcript = held_injections(agent, session_id, source, transcript_path)
+    and ``wanted`` says there is something to hand over; else ``banner`` (a recovery), the
+    notices and what changed since the newest one it holds, or ``None`` when that is nothing."""
+    held = held_injections(agent, session_id, source, transcript_path)
     now_ms = agent.clock.now_ms()
     now_iso = agent.clock.now_iso()
     ident = new_id()
@@ -314,12 +312,11 @@ def session_context(
         # said: they are the authority, whoever wrote them.
         own = described.session_id == session_id
         lines = changes(base.get("facts") or {}, described, int(base["ms"]), now_iso, work=not own)
-        if not lines and not banner:
+        if not lines and not banner and not notices:
             return None
-        when = agent.clock.now_iso() if not isinstance(base.get("ms"), int) else _iso(base["ms"])
         first = banner[0] if banner else "=== Phoenix Protocol: since the brief above ==="
         first = first.replace(" ===", f" · {ident} ===", 1)
-        above = f"the brief above ({base['id']}, {_short(when, now_iso)})"
+        above = f"the brief above ({base['id']}, {_short(_iso(int(base['ms'])), now_iso)})"
         body = [first, *banner[1:], *(f"Note: {n}" for n in notices)]
         body.append(f"Since {above}:" if lines else f"Nothing in the state changed since {above}.")
         text = "\n".join(body + lines)[: agent.config.brief_max_chars]

@@ -22,10 +22,13 @@ def _state(loops: int = 0, actions: int = 0) -> AgentState:
 
 
 def test_sections_in_the_seed_order() -> None:
-    text = render_brief(_state(1, 1), agent_id="zero", generated_at="2026-01-01T00:00:00.000Z")
-    order = [text.index(h) for h in ("## Current State", "## Open Loops", "## Next Actions", "## Recent Activity")]
+    state = _state(1, 1)
+    state.recent_work = [[1_767_225_600_000, "Bash", "pytest -q", False]]
+    text = render_brief(state, agent_id="zero", generated_at="2026-01-01T00:00:00.000Z")
+    order = [text.index(h) for h in ("## Current State", "## Open Loops", "## Next Actions", "## Done Recently")]
     assert order == sorted(order)
     assert "Working on: Implementing user authentication" in text
+    assert "- 00:00:00Z ran `pytest -q` (failed)" in text
     assert "transcript" in text  # says it stands alone
 
 
@@ -39,7 +42,7 @@ def test_git_context_inside_a_repository(project: Path) -> None:
     agent = Agent.open("a", home=Home(str(project / ".phoenix")))
     agent.state.set_status("working", "Auth")
     text = agent.write_brief()
-    assert "Branch: feature/auth at" in text and "new.py" in text and "README.md" in text
+    assert "Branch feature/auth at" in text and "new.py" in text and "README.md" in text
     assert Path(agent.brief_path).read_text() == text
     # The brief must not leave git's index lock behind or change the repository.
     assert not (project / ".git" / "index.lock").exists()
@@ -50,18 +53,17 @@ def test_outside_git_there_is_no_git_section(tmp_path: Path) -> None:
 
 
 def test_cap_keeps_current_state_and_newest_items() -> None:
-    events = [
-        {"seq": i, "ts": "2026-01-01T00:00:00.000Z", "event": "heartbeat", "meta": {"tool": "Bash"}} for i in range(300)
-    ]
+    state = _state(80, 80)
+    state.recent_work = [[1_767_225_600_000 + i, "Bash", f"make step-{i} " + "z" * 60, True] for i in range(12)]
     git = GitContext("/r", "main", "abc1234", "subject", [("M", f"src/file_{i}.py") for i in range(500)], 900)
-    text = render_brief(_state(80, 80), agent_id="zero", events=events, git=git, generated_at="t", max_chars=10_000)
+    text = render_brief(state, agent_id="zero", git=git, generated_at="t", max_chars=10_000, work_limit=12)
     assert len(text) <= 10_000
     assert "Implementing user authentication" in text  # Current State is never cut
     assert "open loop number 80" in text  # the newest open loops stay
     assert "next action number 1 " in text  # the first next actions stay
     assert "more not shown (brief size limit)" in text
-    recent = text.split("## Recent Activity")[1]
-    assert recent.count("\n- ") < 20  # least important: cut first
+    assert "src/file_" not in text and "make step-" not in text  # least important: cut first
+    assert "- … 12 more not shown (brief size limit)" in text
 
 
 def test_tiny_cap_still_bounded() -> None:

@@ -31,6 +31,7 @@ ALLOWED = {
     "phoenix_protocol.integrations._hooks",
     "phoenix_protocol.core._ids",
     "phoenix_protocol.core._jsonio",
+    "phoenix_protocol.core._screen",
     "phoenix_protocol.agent._ops",
     "phoenix_protocol.agent._seqlog",
     "phoenix_protocol.agent._state",

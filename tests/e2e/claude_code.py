@@ -242,6 +242,8 @@ class RecordedRequest:
     raw: bytes
     body: Any = None
     kind: str = "other"  # "main" (scripted turn), "side" (a model call without tools), "count_tokens", "other"
+    received: float = field(default_factory=time.monotonic)
+    """When it arrived (``time.monotonic()``)."""
 
     @property
     def route(self) -> str:

@@ -274,7 +274,7 @@ def test_recovery_context_reaches_the_model(project: ClaudeProject) -> None:
     ]
     context = next((t for t in texts if "RECOVERY DETECTED" in t), "")
     assert "SessionStart hook additional context" in context, json.dumps(first.body["messages"])[:3000]
-    assert f"Last task: {TASK}" in context
+    assert f"Working on: {TASK}" in context  # the state the crashed session left
 
     start = next(e for e in project.ops() if e["event"] == "session_start")
     assert start["status"] == "warn"

@@ -20,6 +20,13 @@ def test_demo_json_recovers_the_killed_session() -> None:
     assert "Add JWT authentication to the API" in data["context"]
     assert "Refresh tokens are not implemented yet" in data["context"]
     assert "is gone" in data["context"]
+    # Issue 30: short, each fact once, no bookkeeping; what the killed session did.
+    context = data["context"]
+    assert len(context) <= 2000, len(context)
+    assert context.count("Add JWT authentication to the API") == 1
+    assert "wrote `src/auth.py`" in context and ": 5 tool calls" in context
+    for noise in ("input_digest", "Recent Activity", "state.json (before", "checkpoint", "identity", ".claude/"):
+        assert noise not in context, noise
     kinds = [s["kind"] for s in data["steps"]]
     assert kinds.index("crash") < kinds.index("check") < kinds.index("recovery")
     check = next(s for s in data["steps"] if s["kind"] == "check")

@@ -118,13 +118,22 @@ def test_recovery_context_after_error(project: Path) -> None:
     assert RECOVERY_BANNER in context and "database migration failed halfway" in context
 
 
-def test_compact_and_resume_inject_the_brief_again(project: Path) -> None:
-    run(["session-start"], _payload(project, "SessionStart", source="startup"))
+def test_compact_injects_the_brief_and_a_resume_only_what_changed(project: Path, tmp_path: Path) -> None:
+    """Without a transcript to read (docs/recovery.md): a compaction gets the brief; resuming the
+    conversation that holds it gets only what changed since (here a recovery: the previous run
+    was left working), never a second copy of the brief."""
+    transcript = str(tmp_path / "none.jsonl")
+    run(["session-start"], _payload(project, "SessionStart", source="startup", transcript_path=transcript))
     _agent(project).state.set_status("working", "Refactor the parser", session_id="sess-1")
-    for source in ("compact", "resume"):
-        context = _context(run(["session-start"], _payload(project, "SessionStart", source=source))[1])
-        assert "Refactor the parser" in context
-        assert "## Current State" in context
+    out = run(["session-start"], _payload(project, "SessionStart", source="compact", transcript_path=transcript))[1]
+    context = _context(out)
+    assert "Refactor the parser" in context and "## Current State" in context
+    _agent(project).state.add_note("next_action", "Split the tokenizer out")
+    out = run(["session-start"], _payload(project, "SessionStart", source="resume", transcript_path=transcript))[1]
+    delta = _context(out)
+    assert RECOVERY_BANNER in delta and "## Current State" not in delta
+    assert "- New next action [1]: Split the tokenizer out" in delta
+    assert len(delta) < 600
 
 
 def test_pre_compact_refreshes_the_brief_and_prints_nothing(project: Path) -> None:

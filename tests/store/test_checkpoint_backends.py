@@ -196,7 +196,10 @@ def test_hooks_checkpoint_to_postgresql_and_survive_it_being_gone(
     assert not os.path.exists(os.path.join(agent.dir, "checkpoints", session.name))  # on the server only
     started = _hook(project, "session-start", "SessionStart", env, source="resume")
     assert started.returncode == 0, started.stderr
-    assert session.name in json.loads(started.stdout)["hookSpecificOutput"]["additionalContext"]
+    assert "Phoenix Protocol brief (resume)" in json.loads(started.stdout)["hookSpecificOutput"]["additionalContext"]
+    # The context names no checkpoint (bookkeeping: docs/recovery.md); the ops log says which it restored.
+    restored = [e["meta"]["name"] for e in agent.ops.read()[0] if e["event"] == "checkpoint_restored"]
+    assert restored == [session.name]
 
     gone = _hook(project, "session-end", "SessionEnd", {"PHOENIX_STORE": UNREACHABLE}, reason="logout")
     assert gone.returncode == 0 and len(gone.stderr.decode().strip().splitlines()) == 1

@@ -1,20 +1,31 @@
 """``brief.md``: the warm hand-off a new session reads instead of the dead session's transcript.
 
-Generated from ``state.json``, the recent ops log, the open loops and next actions, and the git
-work tree, in seed 000's sections (Current State, Open Loops, Next Actions) plus Git Context and
-Recent Activity. It must make sense to a reader who has nothing else.
+Generated from ``state.json`` and the git work tree, in seed 000's sections (Current State, Open
+Loops, Next Actions) plus Earlier Tasks, Done Recently and Git. It must make sense to a reader who
+has nothing else, and be worth reading: each fact once, no ids or digests, no bookkeeping.
+
+- **Current State**: the status (and who set it), the task, its last output or error, the last
+  tool call (its own time, not the time anything last wrote the state), and the session it
+  describes with that session's tool calls.
+- **Open Loops**, **Next Actions**: the current task's only; each note belongs to the task it was
+  written under. Earlier tasks that still hold open notes are listed under **Earlier Tasks**, by
+  name and count, never mixed in.
+- **Done Recently**: the commands run and files written for the current task (``recent_work``,
+  recorded by the PostToolUse hook), newest last.
+- **Git**: the branch, HEAD and changed files (Phoenix's own ``.phoenix/`` and the agent CLI's
+  ``.claude/`` left out).
 
 Size: at most ``max_chars`` characters (10,000 by default: Claude Code cuts hook context there).
-When it must cut, it cuts the least important first: Recent Activity, then the list of changed
-files, then old open loops and next actions (newest kept), then long lines; Current State is
-kept whole. What was cut is said, with a count.
+When it must cut, it cuts the least important first: changed files, then Done Recently, then
+Earlier Tasks, then old open loops and next actions (newest kept), then long lines; Current State
+is kept whole. What was cut is said, with a count.
 
 The whole text passes through the secret redactor before it is returned.
 """
 
 from __future__ import annotations
 
-from phoenix_protocol.agent._state import AgentState
+from phoenix_protocol.agent._state import AgentState, other_tasks, task_notes
 from phoenix_protocol.core._git import GitContext
 from phoenix_protocol.core._redact import redact
 
@@ -22,9 +33,23 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any
 
-__all__ = ["render_brief"]
+__all__ = ["WORK_VERBS", "describe_work", "render_brief", "short_time"]
 
 _MAX_LINE = 400
+_GIT_FILES = 10
+_TOOL_PATHS = (".phoenix/", ".claude/")
+"""Changed paths the brief leaves out: Phoenix's home and the agent CLI's settings."""
+WORK_VERBS = {"Bash": "ran", "Write": "wrote", "Edit": "edited", "MultiEdit": "edited", "NotebookEdit": "edited"}
+_SOURCES = {"model": "the model", "hook": "a hook", "watchdog": "the watchdog"}
+_EVENTS = {
+    "session_start": "session started",
+    "session_end": "session ended",
+    "task_started": "task started",
+    "task_done": "task done",
+    "task_error": "task failed",
+    "state_idle": "idle",
+    "stalled": "stalled",
+}
 
 
 def _line(text: str, limit: int = _MAX_LINE) -> str:
@@ -32,6 +57,28 @@ def _line(text: str, limit: int = _MAX_LINE) -> str:
     leave part of a secret behind."""
     text = redact(" ".join(str(text).split()))
     return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def short_time(iso: object, now_iso: str) -> str:
+    """``HH:MM:SSZ`` on the day of ``now_iso``, else ``YYYY-MM-DD HH:MMZ``."""
+    text = str(iso or "")
+    if len(text) < 19:
+        return text or "?"
+    if text[:10] == now_iso[:10]:
+        return text[11:19] + "Z"
+    return f"{text[:10]} {text[11:16]}Z"
+
+
+def describe_work(entry: list[Any], now_iso: str) -> str | None:
+    """One ``recent_work`` entry as a line: ``21:45:17Z ran `pytest -q` (failed)``."""
+    if len(entry) < 4 or not isinstance(entry[2], str):
+        return None
+    from phoenix_protocol.core._clock import iso_from_ms
+
+    when = short_time(iso_from_ms(entry[0]), now_iso) if isinstance(entry[0], int) else "?"
+    verb = WORK_VERBS.get(str(entry[1]), str(entry[1]).lower())
+    detail = _line(entry[2], 200).replace("`", "'")
+    return f"{when} {verb} `{detail}`" + ("" if entry[3] is not False else " (failed)")
 
 
 class _Section:
@@ -64,97 +111,93 @@ class _Section:
         return True
 
 
-def _describe_event(event: dict[str, Any]) -> str:
-    meta = event.get("meta") or {}
-    name = event.get("event", "?")
-    parts = [f"{str(event.get('ts', ''))[:19].replace('T', ' ')}", f"{name}"]
-    if event.get("status") not in (None, "ok"):
-        parts.append(f"[{event.get('status')}]")
-    detail = ""
-    if isinstance(meta, dict):
-        for key in ("task", "text", "output", "error", "tool", "reason", "source", "message"):
-            value = meta.get(key)
-            if value:
-                detail = f"{key}: {value}"
-                break
-    line = " ".join(parts) + (f" — {detail}" if detail else "")
-    return "- " + _line(line, 240)
+def _current(state: AgentState, now: str, notices: list[str]) -> list[str]:
+    """Current State: each fact once."""
+    who = _SOURCES.get(state.updated_by, state.updated_by)
+    how = _EVENTS.get(state.status_event or "", state.status_event or "")
+    lines = [f"- Status: **{state.status}** (set by {who}" + (f": {how})" if how else ")")]
+    if state.current_task:
+        label = "Working on" if state.status == "working" else "Last task"
+        lines.append(f"- {label}: {_line(state.current_task)}")
+    else:
+        lines.append('- Task: none recorded (`phx state working "…"` records one)')
+    if state.last_output:
+        lines.append(f"- Last output: {_line(state.last_output)}")
+    if state.status == "error" and state.error_message:
+        lines.append(f"- Error: {_line(state.error_message)}")
+    tool = state.last_tool
+    if tool:
+        ok = "ok" if tool.get("ok", True) else "failed"
+        text = f"- Last tool call: {short_time(tool.get('at'), now)}, {_line(str(tool.get('name', '?')), 40)} {ok}"
+        if tool.get("error"):
+            text += f": {_line(str(tool['error']), 200)}"
+        lines.append(text)
+    if state.session_id:
+        calls = f"{state.tool_calls} tool call{'' if state.tool_calls == 1 else 's'}"
+        since = f" since {short_time(state.session_started_at, now)}" if state.session_started_at else ""
+        lines.append(f"- Session {_line(state.session_id, 80)}{since}: {calls}")
+    if state.drift:
+        lines.append(f"- Drift detected: {_line(str(state.drift.get('detail', '')))} (at {state.drift.get('at')})")
+    if state.refresh_requested:
+        lines.append(f"- Refresh requested: {_line(str(state.refresh_requested.get('reason', '')))}")
+    lines += [f"- Note: {_line(notice)}" for notice in notices]
+    return lines
+
+
+def _git_section(git: GitContext) -> _Section:
+    changed = [(status, path) for status, path in git.changed if not path.startswith(_TOOL_PATHS)]
+    total = git.changed_total - (len(git.changed) - len(changed))
+    where = git.branch or "(detached HEAD)"
+    if git.head:
+        subject = f' "{_line(git.head_subject or "", 120)}"' if git.head_subject else ""
+        head = [f"- Branch {where} at {git.head}{subject}"]
+    else:
+        head = [f"- Branch {where} (no commits yet)"]
+    head.append(f"- Changed files: {total}" if total else "- Work tree clean")
+    files = [f"  - `{status.strip() or status}` {_line(path, 200)}" for status, path in changed[:_GIT_FILES]]
+    if total > len(files):
+        files.append(f"  - … and {total - len(files)} more")
+    return _Section("Git", head, files, priority=4, keep_newest=False)
 
 
 def render_brief(
     state: AgentState,
     *,
     agent_id: str,
-    events: list[dict[str, Any]] | None = None,
     git: GitContext | None = None,
     generated_at: str,
     max_chars: int = 10_000,
     notices: list[str] | None = None,
+    work_limit: int = 10,
 ) -> str:
-    """Render the brief as Markdown (see the module docstring)."""
-    current: list[str] = [
-        f"- Status: **{state.status}**"
-        + (f" (set by {state.updated_by}" + (f", {state.status_event}" if state.status_event else "") + ")")
-    ]
-    if state.current_task:
-        label = "Working on" if state.status == "working" else "Last task"
-        current.append(f"- {label}: {_line(state.current_task)}")
-    else:
-        current.append('- Task: none recorded (`phx state working "…"` records one)')
-    if state.last_output:
-        current.append(f"- Last output: {_line(state.last_output)}")
-    if state.status == "error" and state.error_message:
-        current.append(f"- Error: {_line(state.error_message)}")
-    if state.last_active:
-        activity = f"- Last activity: {state.last_active}"
-        if state.last_tool:
-            ok = "ok" if state.last_tool.get("ok", True) else "FAILED"
-            activity += f" (tool {state.last_tool.get('name', '?')}, {ok})"
-            if state.last_tool.get("error"):
-                activity += f": {_line(str(state.last_tool['error']), 200)}"
-        current.append(activity)
-    if state.session_id:
-        current.append(
-            f"- Session: {state.session_id}"
-            + (f", started {state.session_started_at}" if state.session_started_at else "")
-            + f", {state.heartbeat_seq} tool calls recorded"
-        )
-    if state.drift:
-        current.append(f"- Drift detected: {_line(str(state.drift.get('detail', '')))} (at {state.drift.get('at')})")
-    if state.refresh_requested:
-        current.append(f"- Refresh requested: {_line(str(state.refresh_requested.get('reason', '')))}")
-    for notice in notices or []:
-        current.append(f"- Note: {_line(notice)}")
-
-    loops = [f"- [{item['id']}] {_line(item['text'])}" for item in state.open_loops]
-    actions = [f"- [{item['id']}] {_line(item['text'])}" for item in state.next_actions]
-
+    """Render the brief as Markdown (see the module docstring). ``work_limit``: the things done
+    listed under Done Recently."""
+    loops, actions = task_notes(state)
     sections = [
-        _Section("Current State", current, [], priority=0),
-        _Section("Open Loops", [], loops, priority=2, keep_newest=True),
-        _Section("Next Actions", [], actions, priority=2, keep_newest=False),
+        _Section("Current State", _current(state, generated_at, list(notices or [])), [], priority=0),
+        _Section("Open Loops", [], [f"- [{i['id']}] {_line(i['text'])}" for i in loops], priority=1),
+        _Section(
+            "Next Actions", [], [f"- [{i['id']}] {_line(i['text'])}" for i in actions], priority=1, keep_newest=False
+        ),
     ]
+    earlier = other_tasks(state)
+    if earlier:
+        items = [
+            f"- {_line(task, 160) if task else '(no task)'}: {count} open item{'' if count == 1 else 's'}"
+            for task, count in earlier
+        ]
+        head = ['- Not mixed in above; `phx state working "<task>"` brings a task and its notes back.']
+        sections.append(_Section("Earlier Tasks", head, items, priority=2))
+    done = [line for entry in state.recent_work[-work_limit:] if (line := describe_work(entry, generated_at))]
+    if done and work_limit:
+        sections.append(_Section("Done Recently", [], [f"- {line}" for line in done], priority=3))
     if git is not None:
-        head = []
-        where = git.branch or "(detached HEAD)"
-        if git.head:
-            subject = f' "{_line(git.head_subject or "", 120)}"' if git.head_subject else ""
-            head.append(f"- Branch: {where} at {git.head}{subject}")
-        else:
-            head.append(f"- Branch: {where} (no commits yet)")
-        head.append(f"- Changed files: {git.changed_total}" + (" (work tree clean)" if not git.changed_total else ""))
-        files = [f"  - `{status}` {_line(path, 200)}" for status, path in git.changed]
-        extra = git.changed_total - len(git.changed)
-        if extra > 0:
-            files.append(f"  - … and {extra} more")
-        sections.append(_Section("Git Context", head, files, priority=3, keep_newest=False))
-    recent = [_describe_event(e) for e in (events or [])]
-    sections.append(_Section("Recent Activity", [], recent, priority=4, keep_newest=True))
+        sections.append(_git_section(git))
 
     header = (
         f"# Brief: agent `{agent_id}`\n"
-        f"_Generated {generated_at} by Phoenix Protocol from state.json, ops.jsonl and git. "
-        "State is authoritative for status and task; this brief stands alone, without a transcript._"
+        f"_Phoenix Protocol, {short_time(generated_at, '')}: from state.json (authoritative for status and task) "
+        "and git; it stands alone, without a transcript._"
     )
 
     def assemble() -> str:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from phoenix_protocol.agent._state import AgentState, _track_work
+from phoenix_protocol.agent._state import AgentState, _track_work, note_task
 from phoenix_protocol.core._clock import iso_from_ms
 from phoenix_protocol.core._errors import CorruptStateError, SchemaVersionError
 
@@ -58,16 +58,21 @@ def rebuild_state(events: list[dict[str, Any]], start: AgentState | None = None)
     """Replay ops events (oldest first) into a state (``start``: over a copy of that one, as a
     checkpoint's snapshot); returns it and a summary of what was used. A note added under a
     number another note already holds (a state.json lost and started again numbers from 1) does
-    not replace it: the earlier one is kept and numbered after the others."""
+    not replace it: the earlier one is kept and numbered after the others.
+
+    Each note keeps the task it was written under (``note_added``'s ``task``; an event an earlier
+    Phoenix wrote has none: the task current at that point of the replay); notes written with no
+    task are adopted by the next task started, as ``switch_task`` does."""
     state = AgentState.from_dict(start.to_dict()) if start is not None else AgentState()
     used: dict[str, int] = {}
     notes: dict[int, dict[str, Any]] = {}
     displaced: list[dict[str, Any]] = []
     for which, items in (("open_loop", state.open_loops), ("next_action", state.next_actions)):
         for item in items:
-            notes[item["id"]] = {**item, "kind": which}
+            notes[item["id"]] = {**item, "kind": which, "task": note_task(item, state)}
     state.open_loops, state.next_actions = [], []
     for event in events:
+        task_before = state.current_task
         name = event.get("event")
         raw_meta = event.get("meta")
         meta: dict[str, Any] = raw_meta if isinstance(raw_meta, dict) else {}
@@ -107,6 +112,7 @@ def rebuild_state(events: list[dict[str, Any]], start: AgentState | None = None)
                 state.updated_by = "hook"
                 state.status_event = "session_start"
                 state.error_message = None
+                state.last_tool = None
             elif state.refresh_requested and meta.get("source") == "compact":
                 state.refresh_requested = None  # answered by the compacted conversation's fresh brief
                 state.work_started_ms = ms if state.status == "working" else None
@@ -121,6 +127,7 @@ def rebuild_state(events: list[dict[str, Any]], start: AgentState | None = None)
                 state.status = "idle"
                 state.updated_by = "hook"
                 state.status_event = "session_end"
+                state.error_message = None
         elif name in ("heartbeat", "tool_failed"):
             if isinstance(meta.get("heartbeat_seq"), int):
                 state.heartbeat_seq = max(state.heartbeat_seq, meta["heartbeat_seq"])
@@ -139,7 +146,7 @@ def rebuild_state(events: list[dict[str, Any]], start: AgentState | None = None)
                 notes = {}
                 for which, items in (("open_loop", taken.open_loops), ("next_action", taken.next_actions)):
                     for item in items:
-                        notes[item["id"]] = {**item, "kind": which}
+                        notes[item["id"]] = {**item, "kind": which, "task": note_task(item, taken)}
                 taken.open_loops, taken.next_actions = [], []
                 state = taken
         elif name == "session_adopted":
@@ -156,7 +163,14 @@ def rebuild_state(events: list[dict[str, Any]], start: AgentState | None = None)
                 again = next((d for d in displaced if (d["text"], d["kind"]) == (text, kind)), None)
                 if again is not None:
                     displaced.remove(again)
-                notes[number] = {"id": number, "text": text, "added_at": ts, "kind": kind}
+                task = meta.get("task")
+                notes[number] = {
+                    "id": number,
+                    "text": text,
+                    "added_at": ts,
+                    "kind": kind,
+                    "task": task if isinstance(task, str) else state.current_task,
+                }
                 state.note_seq = max(state.note_seq, number)
         elif name == "note_resolved":
             number, text, kind = meta.get("id"), meta.get("text"), meta.get("kind")
@@ -177,6 +191,13 @@ def rebuild_state(events: list[dict[str, Any]], start: AgentState | None = None)
                 state.last_output = meta["output"]
         else:
             applied = False
+        if state.current_task != task_before:  # as ``switch_task``
+            if not isinstance(meta.get("output"), str):
+                state.last_output = None  # the task before's
+            if not task_before:  # notes written with no task are adopted by the task named
+                for held in (*notes.values(), *displaced):
+                    if held.get("task") == "":
+                        held["task"] = state.current_task
         if applied:
             used[str(name)] = used.get(str(name), 0) + 1
             if (ms := event_ms(ts)) is not None:

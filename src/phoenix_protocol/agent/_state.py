@@ -5,6 +5,14 @@ The record (schema version 1) keeps seed 000's fields exactly (``status``, ``cur
 the agent's own process (host, pid and start time, so PID reuse is not mistaken for life), a
 heartbeat counter, the last tool call, open loops and next actions, and who set the status.
 
+Facts are tied to what they describe: each open loop and next action carries the task it was
+written under (a new task starts clean; the notes of an earlier task stay with it, and come back
+when that task does), ``recent_work`` holds what was done for the current task (commands run,
+files written, screened on the hot path by ``core._screen``), and ``tool_calls`` and
+``last_tool`` belong to the session (they start over with a new one). Notes an earlier Phoenix
+wrote carry no task: the first write other than a heartbeat tags them from the ops log
+(``StateStore._tag_notes``).
+
 Writes: every change is a read-modify-write under the file's lock, written atomically
 (``_durable.atomic_write``); the ops event describing a transition is appended *before* the
 state is replaced, so the log can always rebuild the state (``phx doctor``). Unknown fields
@@ -89,10 +97,12 @@ _FIELDS: dict[str, tuple[tuple[type, ...], Callable[[], Any]]] = {
     "pid": (_OPT_INT, lambda: None),
     "pid_start_time": (_OPT_NUM, lambda: None),
     "heartbeat_seq": ((int,), lambda: 0),
+    "tool_calls": ((int,), lambda: 0),
     "last_tool": ((dict, type(None)), lambda: None),
     "open_loops": ((list,), list),
     "next_actions": ((list,), list),
     "note_seq": ((int,), lambda: 0),
+    "recent_work": ((list,), list),
     "last_heartbeat_logged_ms": (_OPT_INT, lambda: None),
     "work_started_ms": (_OPT_INT, lambda: None),
     "last_checkpoint_ms": (_OPT_INT, lambda: None),
@@ -147,10 +157,12 @@ class AgentState:
     pid: int | None
     pid_start_time: float | None
     heartbeat_seq: int
+    tool_calls: int
     last_tool: dict[str, Any] | None
     open_loops: list[dict[str, Any]]
     next_actions: list[dict[str, Any]]
     note_seq: int
+    recent_work: list[list[Any]]
     last_heartbeat_logged_ms: int | None
     work_started_ms: int | None
     last_checkpoint_ms: int | None
@@ -216,6 +228,10 @@ class AgentState:
                     raise CorruptStateError(
                         f"{path}: {key} holds an entry without id and text: {item!r:.80}", path=path
                     )
+                if not isinstance(item.get("task", ""), str):
+                    raise CorruptStateError(
+                        f"{path}: {key} holds an entry whose task is not text: {item!r:.80}", path=path
+                    )
         return state
 
     def to_dict(self) -> dict[str, Any]:
@@ -232,7 +248,7 @@ class AgentState:
         for name in _FIELDS:
             value = getattr(self, name)
             if isinstance(value, list):
-                value = [dict(v) if isinstance(v, dict) else v for v in value]
+                value = [dict(v) if isinstance(v, dict) else list(v) if isinstance(v, list) else v for v in value]
             elif isinstance(value, dict):
                 value = dict(value)
             setattr(clone, name, value)
@@ -295,6 +311,80 @@ def _track_work(state: AgentState, previous: str) -> None:
         state.work_started_ms = state.last_active_ms
     elif state.status != "working":
         state.work_started_ms = None
+
+
+# -- the facts of a task and of a session (what the brief hands over) -------------------------
+
+WORK_KEEP = 12
+"""Entries ``recent_work`` keeps: the newest commands run and files written for the current task."""
+
+
+def note_task(item: dict[str, Any], state: AgentState) -> str:
+    """The task a note belongs to: the one current when it was written (``task``). A note an
+    earlier Phoenix wrote has none: it counts as the current task's until the next write tags it
+    from the ops log (``StateStore.change_locked``)."""
+    task = item.get("task")
+    return task if isinstance(task, str) else state.current_task
+
+
+def task_notes(state: AgentState) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """The current task's open loops and next actions."""
+    task = state.current_task
+    return (
+        [item for item in state.open_loops if note_task(item, state) == task],
+        [item for item in state.next_actions if note_task(item, state) == task],
+    )
+
+
+def other_tasks(state: AgentState) -> list[tuple[str, int]]:
+    """Earlier tasks that still hold open notes: ``(task, open items)``, oldest note first. A
+    note written with no task at all counts under ``""``."""
+    counts: dict[str, int] = {}
+    for item in sorted(state.open_loops + state.next_actions, key=lambda i: i["id"]):
+        task = note_task(item, state)
+        if task != state.current_task:
+            counts[task] = counts.get(task, 0) + 1
+    return list(counts.items())
+
+
+def switch_task(state: AgentState, task: str) -> None:
+    """``task`` becomes the current task. When it is another one, the record of work done
+    (``recent_work``) and the last output start over (they were the task before's), and notes
+    written while there was no task at all are adopted by it; notes of the task before stay with
+    that task."""
+    if task == state.current_task:
+        return
+    if not state.current_task:
+        for item in state.open_loops + state.next_actions:
+            if item.get("task") == "":
+                item["task"] = task
+    state.recent_work = []
+    state.last_output = None
+    state.current_task = task
+
+
+def begin_session_facts(state: AgentState) -> None:
+    """A new session's own facts start from nothing: its tool calls and its last tool; and an
+    error of an earlier session is no longer the state's (the status is working again)."""
+    state.tool_calls = 0
+    state.last_tool = None
+    state.error_message = None
+
+
+def record_work(state: AgentState, now_ms: int, tool: str, detail: str, ok: bool) -> None:
+    """One thing done (a command run, a file written: ``detail``, already screened) joins
+    ``recent_work``: ``[ms, tool, detail, ok]``, oldest first, each thing once (the same command
+    run again, a file written and then edited, moves to the end), at most ``WORK_KEEP``."""
+    ring = [entry for entry in state.recent_work if not (len(entry) > 2 and entry[2] == detail)]
+    ring.append([now_ms, tool, detail, ok])
+    state.recent_work = ring[-WORK_KEEP:]
+
+
+def untagged_notes(state: AgentState) -> bool:
+    """Whether a note has no task (written by an earlier Phoenix)."""
+    return any("task" not in item for item in state.open_loops) or any(
+        "task" not in item for item in state.next_actions
+    )
 
 
 def claim_due_checkpoints(state: AgentState, config: Config, now_ms: int) -> list[str]:
@@ -586,6 +676,7 @@ class StateStore:
         durable: bool = True,
         lock_timeout: float | None = None,
         local: bool = False,
+        tag_notes: bool = True,
     ) -> AgentState:
         """Read-modify-write under the lock: ``mutate`` edits the state in place and returns the
         ops events to log. Events are appended first, then the state is replaced atomically;
@@ -598,7 +689,7 @@ class StateStore:
         if self.remote is not None and not local:
             return self.remote().change(mutate, durable=durable, lock_timeout=lock_timeout)
         with self.lock(lock_timeout):
-            return self.change_locked(mutate, durable=durable, lock_timeout=lock_timeout)
+            return self.change_locked(mutate, durable=durable, lock_timeout=lock_timeout, tag_notes=tag_notes)
 
     def change_locked(
         self,
@@ -606,12 +697,17 @@ class StateStore:
         *,
         durable: bool = True,
         lock_timeout: float | None = None,
+        tag_notes: bool = True,
     ) -> AgentState:
         """``change`` of this machine's copy, for a caller holding ``lock()``. A missing
         ``state.json`` whose history the ops log holds is rebuilt from it first (``lost``), and
-        the write logs ``state_rebuilt``: a lost state is never started again silently."""
+        the write logs ``state_rebuilt``: a lost state is never started again silently. Notes an
+        earlier Phoenix wrote get their task first (``_tag_notes``; ``tag_notes=False``: not on
+        the heartbeat's hot path, which would read the whole ops log)."""
         found, rebuilt = self._local()
         state = found if found is not None else AgentState()
+        if tag_notes and untagged_notes(state):
+            self._tag_notes(state)
         transitions = mutate(state) or []
         if rebuilt is not None:
             transitions.insert(0, Transition("state_rebuilt", "warn", rebuilt, trusted=True))
@@ -630,6 +726,24 @@ class StateStore:
                 self.ops.log.rollback(mark)
                 raise
         return state
+
+    def _tag_notes(self, state: AgentState) -> None:
+        """Give each note an earlier Phoenix wrote (no ``task``) the task it was written under, as
+        the ops log tells (``rebuild_state`` replays it); a note the log does not show gets the
+        current task. Once per state: every note written from then on carries its task."""
+        from phoenix_protocol.agent._replay import rebuild_state
+        from phoenix_protocol.core._errors import PhoenixError
+
+        try:
+            events, _problems = self.ops.read()
+        except PhoenixError:
+            events = []
+        replayed = rebuild_state(events)[0] if events else AgentState()
+        known = {(item["id"], item["text"]): item.get("task") for item in replayed.open_loops + replayed.next_actions}
+        for item in state.open_loops + state.next_actions:
+            if "task" not in item:
+                task = known.get((item["id"], item["text"]))
+                item["task"] = task if isinstance(task, str) else state.current_task
 
     def write_locked(self, state: AgentState, *, durable: bool = True) -> None:
         """Replace the file with ``state`` (caller holds ``lock()``)."""
@@ -694,13 +808,13 @@ class StateStore:
                 _progress(state, state.last_active_ms)
             if status == "working":
                 if clean is not None:
-                    state.current_task = clean
+                    switch_task(state, clean)
                 state.error_message = None
             elif status == "idle":
                 if clean is not None:
                     state.last_output = clean
                 elif name == "state_idle":
-                    state.current_task = ""
+                    switch_task(state, "")
                 state.error_message = None
             else:
                 state.error_message = clean or state.error_message or "unspecified error"
@@ -738,10 +852,11 @@ class StateStore:
             nonlocal number
             state.note_seq += 1
             number = state.note_seq
-            item = {"id": number, "text": clean, "added_at": self.clock.now_iso()}
+            item = {"id": number, "text": clean, "added_at": self.clock.now_iso(), "task": state.current_task}
             (state.open_loops if kind == "open_loop" else state.next_actions).append(item)
             _progress(state, self.clock.now_ms())
-            return [Transition("note_added", "ok", {"kind": kind, "id": number, "text": clean}, trusted=True)]
+            meta = {"kind": kind, "id": number, "text": clean, "task": state.current_task}
+            return [Transition("note_added", "ok", meta, trusted=True)]
 
         return self.change(mutate), number
 
@@ -819,6 +934,7 @@ class StateStore:
                 if previous != "working" or state.work_started_ms is None or state.refresh_requested:
                     state.work_started_ms = state.last_active_ms
                 state.refresh_requested = None  # this new session is the refresh
+                begin_session_facts(state)
             elif state.refresh_requested and source == "compact":
                 # The compacted conversation starts again from the fresh brief: that is the refresh
                 # (and the continuous work it interrupts starts over).
@@ -844,8 +960,11 @@ class StateStore:
         duration_ms: int | None = None,
         progress: bool = False,
         drift: list[Any] | None = None,
+        work: str | None = None,
     ) -> AgentState:
-        """Record one tool call (PostToolUse hook): ``last_active``, ``heartbeat_seq``, ``last_tool``.
+        """Record one tool call (PostToolUse hook): ``last_active``, ``heartbeat_seq``, ``last_tool``,
+        the session's ``tool_calls`` and, with ``work`` (the command run or the file written,
+        already screened: ``core._screen``), ``recent_work``.
 
         ``session_id`` may be the agent's text as it came: when it is not the state's own, it is
         kept as ``session_id_of`` says (a secret never is), so the hot path checks nothing more.
@@ -876,6 +995,9 @@ class StateStore:
             state.heartbeat_seq += 1
             now = state.last_active_ms or 0
             if tool is not None:
+                state.tool_calls += 1
+                if work is not None:
+                    record_work(state, now, tool, work, ok)
                 last_tool: dict[str, Any] = {"name": tool, "ok": ok, "at": state.last_active}
                 if input_digest:
                     last_tool["input_digest"] = input_digest
@@ -917,7 +1039,7 @@ class StateStore:
             return out
 
         # The hot path: this machine's copy only (the hook passes it on to a server store).
-        return self.change(mutate, durable=durable, lock_timeout=lock_timeout, local=True)
+        return self.change(mutate, durable=durable, lock_timeout=lock_timeout, local=True, tag_notes=False)
 
     def _track_actions(
         self,
@@ -989,6 +1111,7 @@ class StateStore:
             state.status = "idle"
             state.updated_by = "hook"
             state.status_event = "session_end"
+            state.error_message = None  # an error is the state's only while its status is error
             _track_work(state, previous)
             return [Transition("session_end", "ok", meta, trusted=True)]
 

@@ -353,10 +353,17 @@ def _print_state(out: Output, agent: Agent, state: AgentState, *, headline: str 
     if state.last_tool:
         ok = "ok" if state.last_tool.get("ok", True) else "[red]failed[/]"
         table.add_row("last tool", f"{escape(str(state.last_tool.get('name')))} ({ok})")
-    for item in state.open_loops:
+    from phoenix_protocol.agent._state import other_tasks, task_notes
+
+    loops, actions = task_notes(state)  # the current task's; an earlier task's are counted
+    for item in loops:
         table.add_row("open loop", f"[{item['id']}] {escape(item['text'])}")
-    for item in state.next_actions:
+    for item in actions:
         table.add_row("next action", f"[{item['id']}] {escape(item['text'])}")
+    for task, count in other_tasks(state):
+        table.add_row(
+            "earlier task", f"{escape(task) if task else '(no task)'}: {count} open item{'' if count == 1 else 's'}"
+        )
     out.console.print(table)
 
 
@@ -526,12 +533,23 @@ def note_list(agent: Agent, out: Output) -> None:
         return
     from rich.markup import escape
 
-    for title, items in (("Open loops", state.open_loops), ("Next actions", state.next_actions)):
+    from phoenix_protocol.agent._state import note_task, task_notes
+
+    loops, actions = task_notes(state)  # the current task's; each note belongs to its task
+    for title, items in (("Open loops", loops), ("Next actions", actions)):
         out.console.print(f"[bold]{title}[/]")
         for item in items:
             out.console.print(f"  [{item['id']}] {escape(item['text'])}")
         if not items:
             out.console.print("  (none)")
+    earlier: dict[str, list[str]] = {}
+    for item in sorted(state.open_loops + state.next_actions, key=lambda i: i["id"]):
+        if item not in loops and item not in actions:
+            earlier.setdefault(note_task(item, state), []).append(f"  [{item['id']}] {escape(item['text'])}")
+    for task, lines in earlier.items():
+        out.console.print(f"[bold]Earlier task[/] {escape(task) if task else '(no task)'}")
+        for line in lines:
+            out.console.print(line)
 
 
 # -- phx brief / log ------------------------------------------------------------------------

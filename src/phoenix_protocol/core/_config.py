@@ -57,7 +57,13 @@ SETTINGS: dict[str, tuple[type, Any, float | None, float | None, str]] = {
     "ops_max_bytes": (int, 10 * 1024 * 1024, 4096, 2**40, "Size at which ops.jsonl rotates to ops.jsonl.1."),
     "ops_keep": (int, 5, 1, 10_000, "Rotated ops logs kept (ops.jsonl.1 ... ops.jsonl.N)."),
     "brief_max_chars": (int, 10_000, 500, 1_000_000, "Longest brief.md; Claude Code cuts hook context at 10,000."),
-    "brief_recent_events": (int, 12, 0, 10_000, "Ops events listed under Recent Activity in the brief."),
+    "brief_recent_events": (
+        int,
+        8,
+        0,
+        10_000,
+        "Things done (commands run, files written) listed under Done Recently in the brief (state.json keeps 12).",
+    ),
     "process_start_tolerance": (
         float,
         1.0,

@@ -7,11 +7,13 @@ session-start      Picks the session's lane (its own beside another live session
                    and claims dead sessions' lanes for recovery (``_hooks_lanes``).
                    Records the session and the agent process (pid + start time); status working.
                    When the previous state was working or error (a crash, a kill, a lost
-                   context) prints the recovery context (RECOVERY DETECTED, the state, a fresh
-                   brief) as ``hookSpecificOutput.additionalContext``. On ``source`` compact or
-                   resume it injects the brief again.
-post-tool-use      The heartbeat: ``last_active``, ``heartbeat_seq``, the last tool and whether it
-                   failed (also registered for PostToolUseFailure). Hot path: see below.
+                   context) prints the recovery context (RECOVERY DETECTED, a fresh brief) as
+                   ``hookSpecificOutput.additionalContext``; a conversation that still holds
+                   the brief gets only what changed since (``_context``, docs/recovery.md).
+post-tool-use      The heartbeat: ``last_active``, ``heartbeat_seq``, the session's tool calls,
+                   the last tool and whether it failed, what it did (a command run, a file
+                   written: ``_work``) (also registered for PostToolUseFailure). Hot path: see
+                   below.
 pre-compact        Refreshes ``brief.md``. Never blocks compaction.
 stop               Heartbeat only; prints nothing (output there would keep the turn going).
 session-end        Status idle, ops event session_end, ``brief.md`` refreshed.
@@ -137,6 +139,59 @@ def _digest(value: object) -> str | None:
     return short_digest(data)
 
 
+_FILE_TOOLS = frozenset({"Write", "Edit", "MultiEdit", "NotebookEdit"})
+_BOOKKEEPING = frozenset({"phx", "state-update"})
+_WORK_CHARS = 160
+"""Longest record of a command run or a file written (``recent_work``)."""
+_WORK_SCAN = 600
+_WORK_WORD = 200
+
+
+def _work(tool: str, payload: dict[str, Any]) -> str | None:
+    """What a tool call did, for the brief: the command a Bash call ran (its first line), or the
+    file a Write or an Edit changed (relative to the project). Screened for secrets on the way
+    (``core._screen``: the redactor costs more than this hook's budget), cut at ``_WORK_CHARS``
+    at a word. ``None``: nothing to record (another tool; Phoenix's own ``phx`` and
+    ``state-update`` calls, whose effect the state shows)."""
+    tool_input = payload.get("tool_input")
+    if not isinstance(tool_input, dict):
+        return None
+    more = False
+    if tool == "Bash":
+        command = tool_input.get("command")
+        if not isinstance(command, str):
+            return None
+        lines = command.strip().split("\n", 1)
+        words = lines[0].split()
+        if not words or words[0].rsplit("/", 1)[-1] in _BOOKKEEPING:
+            return None
+        more = len(lines) > 1
+    elif tool in _FILE_TOOLS:
+        path = tool_input.get("file_path") or tool_input.get("notebook_path")
+        if not isinstance(path, str) or not path:
+            return None
+        root = os.environ.get("CLAUDE_PROJECT_DIR") or payload.get("cwd")
+        if isinstance(root, str) and root and path.startswith(root.rstrip("/") + "/"):
+            path = path[len(root.rstrip("/")) + 1 :]
+        words = path.split()
+    else:
+        return None
+    from phoenix_protocol.core._screen import MASK, screen
+
+    kept: list[str] = []
+    size = 0
+    for word in words:  # whole words: a word cut before the screen could hide what it would mask
+        if size > _WORK_SCAN:
+            more = True
+            break
+        kept.append(word if len(word) <= _WORK_WORD else MASK)
+        size += len(word) + 1
+    detail = screen(" ".join(kept))
+    if len(detail) > _WORK_CHARS:
+        detail, more = detail[:_WORK_CHARS].rsplit(" ", 1)[0], True
+    return detail + " …" if more else detail
+
+
 def _tool_outcome(event: str, payload: dict[str, Any]) -> tuple[bool, str | None]:
     """Whether the tool call succeeded, and its error text when it did not."""
     if event == "post-tool-use-failure" or payload.get("hook_event_name") == "PostToolUseFailure":
@@ -201,6 +256,7 @@ def handle(event: str, payload: dict[str, Any], options: dict[str, str]) -> str 
             duration_ms=duration if isinstance(duration, int) and not isinstance(duration, bool) else None,
             progress=tool in EDIT_TOOLS,
             drift=drift,
+            work=_work(tool, payload),
         )
         _share_heartbeat(agent, payload, state)
         if drift and drift[0][1] and agent.lane is None:

@@ -123,107 +123,92 @@ def after_tool(
     return dumps_line({"hookSpecificOutput": {"hookEventName": "PostToolUse", "additionalContext": message}})
 
 
-def _recovery_context(
-    agent: Agent,
-    before: Any,
-    after: Any,
-    source: str,
-    notices: list[str],
-    restored: Any = None,
-    recovering: bool = True,
-    *,
-    crashed: bool = True,
-) -> str:
-    """``recovering``: the previous session did not end cleanly (``crashed``) or a forced refresh
-    was requested (a long stretch of work; the session may have ended cleanly, or go on after a
-    compaction)."""
-    from phoenix_protocol.core._jsonio import dumps_document
-
-    header_lines = []
-    if recovering:
-        if crashed:
-            header_lines.append(f"=== {RECOVERY_BANNER} (Phoenix Protocol) ===")
-            header_lines.append(
-                f"The previous session of agent '{agent.id}' ended while its status was "
-                f"'{before.status}'. Carry on from the state and brief below; they are authoritative, "
-                "the old transcript is not needed."
-            )
-        else:
-            header_lines.append(f"=== {REFRESH_BANNER} (Phoenix Protocol) ===")
-            header_lines.append(
-                f"Agent '{agent.id}' worked for a long stretch without a fresh start; this session "
-                f"({source}) starts from the state and brief below. They are authoritative."
-            )
-        header_lines.append(f"Status: {before.status}")
-        header_lines.append(f"Last task: {before.current_task or '(none recorded)'}")
-        if before.status == "error" and before.error_message:
-            header_lines.append(f"Error: {before.error_message}")
-        if before.last_active:
-            header_lines.append(f"Last active: {before.last_active}")
-    else:
-        header_lines.append(f"=== Phoenix Protocol brief (session {source}) ===")
-        header_lines.append(f"Agent '{agent.id}' continues; here is the brief of its work.")
-    for notice in notices:
-        header_lines.append(f"Note: {notice}")
-    header_lines += _restored_lines(restored)
-    state_view = {
-        k: v
-        for k, v in before.to_dict().items()
-        if k
-        in (
-            "status",
-            "current_task",
-            "last_active",
-            "last_output",
-            "error_message",
-            "updated_by",
-            "session_id",
-            "last_tool",
-        )
-        and v not in (None, "")
-    }
-    header = "\n".join(header_lines) + "\n\nstate.json (before this session):\n" + dumps_document(state_view) + "\n"
-    budget = max(1000, agent.config.brief_max_chars - len(header) - 50)
-    # The brief describes the work as the previous session left it.
-    brief = agent.render_brief(before, max_chars=budget, git_timeout=_GIT_TIMEOUT)
-    _write_brief_best_effort(agent, after)
-    return (header + brief)[: agent.config.brief_max_chars]
+def _banner(agent: Agent, before: Any, source: str, session_id: str, *, crashed: bool, recovering: bool) -> list[str]:
+    """The first lines of the context: a recovery (the previous session, or the previous run of
+    this one, did not end cleanly), a forced refresh, or none (a brief handed over)."""
+    if not recovering:
+        return []
+    if crashed:
+        which = "this session's previous run" if before.session_id == session_id else "the previous session"
+        return [
+            f"=== {RECOVERY_BANNER} (Phoenix Protocol) ===",
+            f"Agent '{agent.id}': {which} ended while its status was '{before.status}'.",
+        ]
+    return [
+        f"=== {REFRESH_BANNER} (Phoenix Protocol) ===",
+        f"Agent '{agent.id}' worked for a long stretch without a fresh start; this session ({source}) starts afresh.",
+    ]
 
 
-def _restored_lines(restored: Any) -> list[str]:
-    """What the PAIF restore brought back: the checkpoint, its summary, pending items, stack; or
-    why nothing could be (every checkpoint damaged)."""
+def _checkpoint_task(checkpoint: Any) -> str | None:
+    """The task a checkpoint was taken on (its state snapshot's, else its current_task's)."""
+    snapshot = checkpoint.section("phoenix_state")
+    if isinstance(snapshot, dict) and isinstance(snapshot.get("current_task"), str):
+        return str(snapshot["current_task"])
+    task = checkpoint.section("current_task")
+    context = task.get("context") if isinstance(task, dict) else None
+    description = context.get("description") if isinstance(context, dict) else None
+    return description if isinstance(description, str) else None
+
+
+def _generated_summary(summary: str, checkpoint: Any, task: str | None) -> bool:
+    """Whether a checkpoint's summary says only what the state says: the task or last output,
+    with the count of open items a session checkpoint adds (``_sessions.end``)."""
+    snapshot = checkpoint.section("phoenix_state")
+    output = snapshot.get("last_output") if isinstance(snapshot, dict) else None
+    head, _, tail = summary.rpartition(" (")
+    if tail.endswith(("remain)", "remains)")) and "open item" in tail:
+        summary = head
+    return summary in (task, output, "no task recorded")
+
+
+def _restored_notices(agent: Agent, restored: Any, described: Any) -> list[str]:
+    """What a PAIF restore adds to the state (state.json wins, seed 000): why nothing could be
+    restored, what it put back into a state.json that had lost it, and a summary the agent wrote
+    at its last checkpoint, labelled with its age, when that checkpoint is about the current
+    task. Everything else a checkpoint holds (its pending items, context stack, open files) is
+    the state's own, or belongs to another or an older task: not repeated, never mixed in; a
+    checkpoint of another kind was taken for a reason, which is no summary."""
     if restored is None:
         return []
     if restored.checkpoint is None:
         if not restored.problems:
             return []  # a first session: nothing to restore, nothing wrong
-        return [f"Restore problem: {problem}" for problem in restored.problems[:3]] + [
-            "No checkpoint could be restored; `phx doctor` repairs what it can. Carry on from the state below."
+        return [f"restore problem: {clip(str(p), 400)}" for p in restored.problems[:2]] + [
+            "no checkpoint could be restored; `phx doctor` repairs what it can"
         ]
     checkpoint = restored.checkpoint
-    lines = [f"Restored from checkpoint {checkpoint.name} ({checkpoint.checkpoint_type}, {checkpoint.timestamp})."]
-    context = checkpoint.section("context") or {}
-    if context.get("conversation_summary"):
-        lines.append(f"Last session summary: {' '.join(str(context['conversation_summary']).split())[:500]}")
-    for item in (context.get("pending_items") or [])[:10]:
-        lines.append(f"Pending: {' '.join(str(item).split())[:200]}")
-    working = checkpoint.section("working_memory") or {}
-    stack = working.get("context_stack") or []
-    if stack:
-        lines.append("Context stack: " + " > ".join(" ".join(str(s).split())[:80] for s in stack[:5]))
-    if working.get("open_files"):
-        lines.append("Open files: " + ", ".join(str(f) for f in working["open_files"][:15]))
-    identity = restored.identity
-    if identity is not None:
-        lines.append(
-            f"Identity: {identity.immutable.get('name', '?')}"
-            + (f", role {identity.immutable['role']}" if identity.immutable.get("role") else "")
-            + f"; session #{identity.mutable.get('accumulated_experience', 0)}"
+    notes = [f"restore problem: {clip(str(p), 400)}" for p in restored.problems[:2]]
+    from phoenix_protocol.agent._brief import short_time
+    from phoenix_protocol.core._clock import ms_from_iso
+
+    try:
+        age = max(0, agent.clock.now_ms() - ms_from_iso(checkpoint.timestamp)) // 60_000
+    except ValueError:
+        age = None
+    when = f"{short_time(checkpoint.timestamp, agent.clock.now_iso())}" + (
+        f", {age} min ago" if age is not None else ""
+    )
+    brought = (restored.restore.applied.get("phoenix_state") or {}).get("restored") if restored.restore else None
+    if brought:
+        notes.append(
+            f"state.json had lost its {', '.join(str(b).replace('_', ' ') for b in brought)}: put back from "
+            f"the {checkpoint.checkpoint_type} checkpoint of {when}"
         )
-    for problem in restored.problems[:3]:
-        lines.append(f"Restore problem: {problem}")
-    return lines
+    task = _checkpoint_task(checkpoint)
+    context = checkpoint.section("context") or {}
+    summary = " ".join(str(context.get("conversation_summary") or "").split())
+    # A session checkpoint's summary says what was done and what remains; the others' say why they
+    # were taken ("before context compaction", the watchdog's "stalled: ..."): bookkeeping.
+    session = checkpoint.checkpoint_type == "session"
+    if session and summary and task == described.current_task and not _generated_summary(summary, checkpoint, task):
+        notes.append(f"summary at the {checkpoint.checkpoint_type} checkpoint of {when}: {clip(summary, 500)}")
+    return notes
+
+
+def _handover(state: Any) -> bool:
+    """Whether a clean start has something to hand over: a task, or notes."""
+    return bool(state.current_task or state.open_loops or state.next_actions or state.recent_work)
 
 
 def _write_brief_best_effort(agent: Agent, state: Any, *, git_timeout: float = _GIT_TIMEOUT) -> None:
@@ -266,10 +251,17 @@ def _session_start(payload: dict[str, Any], options: dict[str, str], session_id:
         # Do not touch the file; hand the new session what we still have.
         agent.record("session_start", "error", {"session_id": session_id, "source": source, "problem": str(exc)})
         brief = agent.read_brief()
+        written = ""
+        with contextlib.suppress(OSError):
+            from phoenix_protocol.core._clock import iso_from_ms
+
+            mtime_ms = int(os.stat(agent.brief_path).st_mtime * 1000)
+            age = max(0, agent.clock.now_ms() - mtime_ms) // 60_000
+            written = f" (written {iso_from_ms(mtime_ms)[:16]}Z, {age} min ago: it may be older than the damage)"
         context = (
             f"=== {RECOVERY_BANNER} (Phoenix Protocol) ===\n"
-            f"Agent '{agent.id}': {exc}\nThe last brief written before the problem follows.\n\n"
-            + (brief or "(no brief.md either)")
+            f"Agent '{agent.id}': {exc}\nThe last brief.md{written} follows; `phx doctor` rebuilds the state "
+            "from the ops log.\n\n" + (brief or "(no brief.md either)")
         )[: agent.config.brief_max_chars]
         return dumps_line({"hookSpecificOutput": {"hookEventName": "SessionStart", "additionalContext": context}})
     if previous.pid and previous.session_id and previous.session_id != session_id and previous.status == "working":
@@ -319,24 +311,40 @@ def _session_start(payload: dict[str, Any], options: dict[str, str], session_id:
         )
     crashed = before.status in ("working", "error") and source in ("startup", "clear", "resume")
     recovering = crashed or bool(before.refresh_requested)
-    handover = restored is not None and (
-        (restored.checkpoint is not None and _has_handover(restored)) or bool(restored.problems)
-    )
+    described = before  # the state as the previous session (or run) left it
+    if (
+        restored is not None
+        and restored.restore
+        and (restored.restore.applied.get("phoenix_state") or {}).get("restored")
+    ):
+        described = agent.state.read_or_none() or before  # a restore put back what state.json had lost
+    notices = (notices if recovering else []) + _restored_notices(agent, restored, described)
     anchor = _reanchor(agent) if "persona_reanchor" in after.extra else None
     team = _team_context(agent)
-    lanes = lane_context(agent, placed, recovered)
-    if not recovering and source not in ("compact", "resume") and not handover and not anchor and not team:
-        _write_brief_best_effort(agent, after)
-        if not lanes:
-            return None
-        return dumps_line({"hookSpecificOutput": {"hookEventName": "SessionStart", "additionalContext": lanes}})
-    context = _recovery_context(
-        agent, before, after, source, notices if recovering else [], restored, recovering, crashed=crashed
+    from phoenix_protocol.integrations._context import session_context
+
+    injected = session_context(
+        agent,
+        described,
+        session_id=after.session_id,
+        source=source,
+        transcript_path=payload.get("transcript_path"),
+        banner=_banner(agent, before, source, session_id, crashed=crashed, recovering=recovering),
+        notices=notices,
+        # A clean start hands the last session over as `restore_on_start` says (off: a clean slate).
+        wanted=recovering
+        or source in ("compact", "resume")
+        or (agent.config.restore_on_start and _handover(described))
+        or bool(notices),
     )
+    _write_brief_best_effort(agent, after)
+    lanes = lane_context(agent, placed, recovered)  # docs/lanes.md: sessions beside this one
     for block in (team, anchor, lanes):
         if block:
-            context = (block + "\n\n" + context)[: agent.config.brief_max_chars]
-    return dumps_line({"hookSpecificOutput": {"hookEventName": "SessionStart", "additionalContext": context}})
+            injected = (block + "\n\n" + injected)[: agent.config.brief_max_chars] if injected else block
+    if not injected:
+        return None
+    return dumps_line({"hookSpecificOutput": {"hookEventName": "SessionStart", "additionalContext": injected}})
 
 
 def share_main(argv: list[str]) -> None:
@@ -432,7 +440,9 @@ def _drift_message(state: Any, signal: Any, *, recovered: bool = True) -> str:
     lines = [f"Phoenix Protocol: you may be going in circles: {signal.detail}."]
     if state.current_task:
         lines.append(f"Your brief says you are working on: {state.current_task}.")
-    actions = [item["text"] for item in state.next_actions[:3]]
+    from phoenix_protocol.agent._state import task_notes
+
+    actions = [item["text"] for item in task_notes(state)[1][:3]]
     if actions:
         lines.append("Next actions recorded: " + "; ".join(actions) + ".")
     since = (state.drift or {}).get("since")
@@ -477,11 +487,3 @@ def _paif_begin(agent: Agent, session_id: str | None, source: str, *, restore: b
     except Exception as exc:  # noqa: BLE001 - reported; the session starts without it
         agent.record("session_restore_failed", "error", {"error": clip(f"{type(exc).__name__}: {exc}", 300)})
         return None
-
-
-def _has_handover(restored: SessionStart) -> bool:
-    checkpoint = restored.checkpoint
-    if checkpoint is None:
-        return False
-    context = checkpoint.section("context") or {}
-    return bool(context.get("pending_items") or context.get("conversation_summary"))

@@ -230,30 +230,23 @@ class Agent:
         max_chars: int | None = None,
         git_timeout: float = 3.0,
     ) -> str:
-        """Generate the brief from the current state, recent events and git (not written).
-        ``git_timeout`` bounds git's answer, all its calls together (hooks with a short budget
-        pass less)."""
+        """Generate the brief from the current state and git (not written). ``git_timeout``
+        bounds git's answer, all its calls together (hooks with a short budget pass less)."""
         from phoenix_protocol.agent._brief import render_brief
         from phoenix_protocol.core._git import git_context
 
         if state is None:
             state = self.state.read()
-        events, problems = (
-            self.ops.tail(self.config.brief_recent_events) if self.config.brief_recent_events else ([], [])
-        )
-        notes = list(notices or [])
-        if problems:
-            notes.append(f"the ops log has {len(problems)} unreadable line(s); `phx doctor` reports them")
         root = self.home.project_root
         git = git_context(root, timeout=git_timeout) if root else None
         return render_brief(
             state,
             agent_id=self.id,
-            events=events,
             git=git,
             generated_at=self.clock.now_iso(),
             max_chars=max_chars or self.config.brief_max_chars,
-            notices=notes,
+            notices=list(notices or []),
+            work_limit=self.config.brief_recent_events,
         )
 
     def write_brief(

@@ -132,12 +132,14 @@ def collect_mailbox(ctx: CollectContext) -> dict[str, Any]:
 
 
 def collect_operational_context(ctx: CollectContext) -> dict[str, Any]:
+    from phoenix_protocol.agent._state import task_notes
+
     state = _state(ctx)
     goals = []
     if state is not None:
         if state.current_task:
             goals.append(state.current_task)
-        goals += [item["text"] for item in state.next_actions]
+        goals += [item["text"] for item in task_notes(state)[1]]
     decisions = [
         {"ts": e.get("ts"), "resolved": (e.get("meta") or {}).get("text")}
         for e in _events(ctx)
@@ -209,13 +211,16 @@ def _identity_read(ctx: CollectContext) -> tuple[int, Identity | None, PhoenixEr
 
 
 def collect_context(ctx: CollectContext) -> dict[str, Any]:
+    from phoenix_protocol.agent._state import task_notes
+
     state = _state(ctx)
     identity = _identity(ctx)
     focus = identity.current_focus if identity is not None else ""
     git = _git(ctx)
     pending = []
     if state is not None:
-        pending = [item["text"] for item in state.open_loops + state.next_actions]
+        loops, actions = task_notes(state)  # the current task's: another task's are not pending on it
+        pending = [item["text"] for item in loops + actions]
     summary = ctx.summary or (state.last_output if state else None) or (state.current_task if state else "")
     return {
         "current_focus": focus or (state.current_task if state else ""),
@@ -242,6 +247,8 @@ def collect_identity_updates(ctx: CollectContext) -> dict[str, Any]:
 
 
 def collect_working_memory(ctx: CollectContext) -> dict[str, Any]:
+    from phoenix_protocol.agent._state import task_notes
+
     state = _state(ctx)
     git = _git(ctx)
     scratchpad = ctx.agent.read_brief() or ""
@@ -249,7 +256,7 @@ def collect_working_memory(ctx: CollectContext) -> dict[str, Any]:
     if state is not None:
         if state.current_task:
             stack.append(state.current_task)
-        stack += [item["text"] for item in state.next_actions[:5]]
+        stack += [item["text"] for item in task_notes(state)[1][:5]]
     return {
         "scratchpad": scratchpad[:20_000],
         "open_files": [path for _status, path in git.changed] if git else [],
@@ -337,7 +344,10 @@ def _snapshot_state(value: dict[str, Any]) -> AgentState:
             well_formed = isinstance(item, dict) and type(item.get("id")) is int and isinstance(item.get("text"), str)
             if well_formed and item["id"] not in numbers:  # a snapshot edited by hand: one note per number
                 numbers.add(item["id"])
-                clean.append(dict(item))
+                note = dict(item)
+                if not isinstance(note.get("task"), str):  # a snapshot an earlier Phoenix took
+                    note["task"] = state.current_task
+                clean.append(note)
         setattr(state, key, clean)
     seq = value.get("note_seq")
     state.note_seq = max([seq if type(seq) is int else 0, *numbers])
@@ -365,13 +375,16 @@ def restore_state_snapshot(value: Any, agent: Agent, force: bool) -> dict[str, A
     if not isinstance(value, dict):
         return {"restored": []}
     from phoenix_protocol.agent._replay import rebuild_state
-    from phoenix_protocol.agent._state import Transition
+    from phoenix_protocol.agent._state import Transition, switch_task
 
     snapshot = _snapshot_state(value)
     restored: list[str] = []
 
     def note_event(name: str, kind: str, item: dict[str, Any]) -> Transition:
-        return Transition(name, "ok", {"kind": kind, "id": item["id"], "text": item["text"]}, trusted=True)
+        meta = {"kind": kind, "id": item["id"], "text": item["text"]}
+        if isinstance(item.get("task"), str):
+            meta["task"] = item["task"]
+        return Transition(name, "ok", meta, trusted=True)
 
     def mutate(state: AgentState) -> list[Any]:
         restored.clear()
@@ -381,7 +394,7 @@ def restore_state_snapshot(value: Any, agent: Agent, force: bool) -> dict[str, A
         lists = (("open_loops", "open_loop"), ("next_actions", "next_action"))
         if force:
             if snapshot.current_task:
-                state.current_task = snapshot.current_task
+                switch_task(state, snapshot.current_task)
                 restored.append("current_task")
             if snapshot.last_output:
                 state.last_output = snapshot.last_output
@@ -409,7 +422,7 @@ def restore_state_snapshot(value: Any, agent: Agent, force: bool) -> dict[str, A
             state.note_seq = max(state.note_seq, truth.note_seq)
             finished = _task_finished(value, since if complete else [])
             if not state.current_task and truth.current_task and not finished:
-                state.current_task = truth.current_task
+                switch_task(state, truth.current_task)
                 restored.append("current_task")
             if not state.last_output and truth.last_output:
                 state.last_output = truth.last_output

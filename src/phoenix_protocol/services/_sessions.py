@@ -413,8 +413,11 @@ def end(
     if isinstance(summary, str) and not summary.strip():
         summary = None  # a blank summary says nothing: the default below
     if summary is None and state is not None:
+        from phoenix_protocol.agent._state import task_notes
+
         done = state.last_output or state.current_task or "no task recorded"
-        remaining = len(state.open_loops) + len(state.next_actions)
+        loops, actions = task_notes(state)  # the task's own: another task's are not its to finish
+        remaining = len(loops) + len(actions)
         summary = f"{done} ({remaining} open item{' remains' if remaining == 1 else 's remain'})"
     info = agent.checkpoints.create("session", summary=summary, extra={"git_timeout": git_timeout})
     ms = info.timestamp_ms

@@ -77,6 +77,9 @@ def lane_row(view: Agent, *, now_ms: int, this_host: str) -> dict[str, Any]:
         from phoenix_protocol.services._lanes import judge_lane
 
         recover = judge_lane(state, view.config, now_ms)[0] == "dead"
+    from phoenix_protocol.agent._state import task_notes
+
+    loops, actions = task_notes(state)  # the current task's (docs/state.md)
     row.update(
         session_id=state.session_id,
         status=state.status,
@@ -91,8 +94,8 @@ def lane_row(view: Agent, *, now_ms: int, this_host: str) -> dict[str, Any]:
         host=state.host,
         last_active=state.last_active,
         idle_seconds=max(0, (now_ms - state.last_active_ms) // 1000) if state.last_active_ms else None,
-        next_action=state.next_actions[0]["text"] if state.next_actions else None,
-        open_loops=len(state.open_loops),
+        next_action=actions[0]["text"] if actions else None,
+        open_loops=len(loops),
         recover=recover,
     )
     return row

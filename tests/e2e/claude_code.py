@@ -788,16 +788,7 @@ class ClaudeProject:
         """Run ``claude <args>`` in the project; returns (returncode, stdout, stderr) and more."""
         argv = [*self.claude, *args]
         started = time.monotonic()
-        proc = subprocess.Popen(
-            argv,
-            cwd=self.dir,
-            env=self.env(api, env),
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-            start_new_session=True,
-        )
+        proc = self.start(args, api=api, env=env)
         try:
             out, err = proc.communicate(timeout=timeout)
         except subprocess.TimeoutExpired:

@@ -10,21 +10,13 @@ from typing import Any
 import click
 
 from phoenix_protocol.cli._main import Output, home_common, main_group
+from phoenix_protocol.cli._watchdog import VERDICT_COLOURS
 from phoenix_protocol.core._config import Config
 from phoenix_protocol.core._home import Home
 
 __all__: list[str] = []
 
-_COLOURS = {
-    "alive": "green",
-    "grace": "yellow",
-    "stalled": "red",
-    "remote": "cyan",
-    "unknown": "yellow",
-    "corrupt": "red",
-    "error": "red",
-    "idle": "white",
-}
+_COLOURS = {**VERDICT_COLOURS, "error": "red", "idle": "white"}
 _STATUS_COLOURS = {"working": "yellow", "idle": "green", "error": "red"}
 
 

@@ -22,7 +22,7 @@ if TYPE_CHECKING:
 
 __all__: list[str] = []
 
-_COLOURS = {
+VERDICT_COLOURS = {
     "alive": "green",
     "grace": "yellow",
     "stalled": "red",
@@ -41,7 +41,7 @@ def _render(out: Output, report: Any) -> None:
         table.add_column(column, no_wrap=True)
     table.add_column("detail", overflow="fold")
     for v in report.verdicts:
-        colour = _COLOURS.get(v.verdict, "white")
+        colour = VERDICT_COLOURS.get(v.verdict, "white")
         detail = v.detail + (f"; drift: {v.drift}" if v.drift else "")
         table.add_row(
             escape(v.label),

@@ -34,8 +34,10 @@ typecheck: $(VENV)/.installed-test
 	$(BIN)/mypy
 	$(BIN)/lint-imports
 
+# Two workers (pytest-xdist): most of the suite waits on real processes, the agent CLIs and the
+# servers, so two workers on two cores take about half the time of one.
 pytest: $(VENV)/.installed-test
-	$(BIN)/pytest
+	$(BIN)/pytest -n 2
 
 test: lint typecheck pytest
 

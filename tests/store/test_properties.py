@@ -41,8 +41,8 @@ json_values = st.recursive(
 )
 texts = st.text(max_size=200)  # any unicode, control characters and NUL included
 opt_texts = st.none() | texts
-notes = st.lists(
-    st.fixed_dictionaries({"id": st.integers(min_value=1), "text": texts}, optional={"added_at": texts}),
+notes = st.lists(  # as written since issue 30: each note names its task (untagged ones: test_task_facts)
+    st.fixed_dictionaries({"id": st.integers(min_value=1), "text": texts, "task": texts}, optional={"added_at": texts}),
     max_size=4,
 )
 unknown_fields = st.dictionaries(st.text(max_size=20).filter(lambda k: k not in _FIELDS), json_values, max_size=5)

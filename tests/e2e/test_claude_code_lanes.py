@@ -190,6 +190,13 @@ def test_two_sessions_and_one_crash(project: ClaudeProject) -> None:
     run_c, first_c = run_claude(project, "carry on", "Resuming the migration.")
     told = context_of(first_c)
     assert RECOVERY in told and f"Last task: {task}" in told, json.dumps(first_c.body["messages"])[:3000]
+    # One context, short (docs/recovery.md's table: the figures printed here).
+    from test_recovery import contexts
+
+    [phoenix_part] = contexts(first_c, project, session_of(run_c))
+    assert len(phoenix_part) <= 2000, phoenix_part
+    figures = {"scenario": "two sessions and one crash", "context_chars": len(phoenix_part)}
+    print(json.dumps({**figures, "request_bytes": len(first_c.raw)}))
     start = [e for e in project.ops() if e["event"] == "session_start"][-1]
     assert start["meta"]["session_id"] == session_of(run_c)
     assert (start["status"], start["meta"]["recovered"], start["meta"]["previous_status"]) == ("warn", True, "error")

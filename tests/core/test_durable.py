@@ -626,6 +626,7 @@ def test_read_bytes_reads_what_was_appended_after_it_looked_at_the_size(
     class Shrunk:
         def __init__(self, st: os.stat_result) -> None:
             self.st_size = min(seen, st.st_size)
+            self.st_mode, self.st_uid = st.st_mode, st.st_uid  # still a regular file of this user
 
     monkeypatch.setattr(os, "fstat", lambda fd: Shrunk(real_fstat(fd)))
     assert _durable.read_bytes(str(path)) == data

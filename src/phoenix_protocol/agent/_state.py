@@ -40,6 +40,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "CHECKPOINT_CLAIM_LEASE_MS",
+    "MAX_STATE_BYTES",
     "SCHEMA_VERSION",
     "SOURCES",
     "STATUSES",
@@ -61,6 +62,10 @@ SOURCES = ("model", "hook", "watchdog")
 RANK = {"model": 1, "hook": 2, "watchdog": 3}
 MAX_TEXT = 4000
 """Longest free-text value kept in a state field (longer ones are cut with an ellipsis)."""
+MAX_STATE_BYTES = 8 * 1024 * 1024
+"""The largest ``state.json`` read, or written (a thousand notes of ``MAX_TEXT`` fit four times over):
+a larger file is refused unread (``UnsafeFileError``: ``phx doctor`` moves it aside and rebuilds
+the state from the ops log), so that no file on disk can make a hook slow."""
 CHECKPOINT_CLAIM_LEASE_MS = 5 * 60_000
 """How long a claimed time-based checkpoint may stay untaken: the claimant (the PostToolUse hook's
 detached child, a loop's ``maybe_checkpoint``) releases its claim once the checkpoint is written,
@@ -479,7 +484,7 @@ class StateStore:
     def _local(self) -> tuple[AgentState | None, dict[str, Any] | None]:
         """This machine's ``state.json`` (one open, no stat first), or, missing, the state
         ``lost`` rebuilds and the meta of its ``state_rebuilt`` event; ``(None, None)``: neither."""
-        data = read_bytes(self.path)
+        data = read_bytes(self.path, limit=MAX_STATE_BYTES)
         if data is not None:
             return self.parse(data), None
         lost = self.lost(missing=True)
@@ -632,7 +637,13 @@ class StateStore:
     def write_locked(self, state: AgentState, *, durable: bool = True) -> None:
         """Replace the file with ``state`` (caller holds ``lock()``)."""
         state.schema_version = SCHEMA_VERSION
-        atomic_write(self.path, dumps_document(state.to_dict()).encode("ascii"), durable=durable)
+        data = dumps_document(state.to_dict()).encode("ascii")
+        if len(data) > MAX_STATE_BYTES:
+            raise UsageError(
+                f"the state of agent {self.agent_id!r} would be {len(data):,} bytes, more than the "
+                f"{MAX_STATE_BYTES:,} Phoenix reads back; resolve open loops or next actions (`phx note resolve`)."
+            )
+        atomic_write(self.path, data, durable=durable)
 
     # -- the transitions -------------------------------------------------------------------
 

@@ -287,7 +287,7 @@ def _share_heartbeat(agent: Agent, payload: dict[str, Any], state: AgentState) -
         from phoenix_protocol.core._durable import atomic_write, read_bytes
 
         mark = os.path.join(agent.dir, SYNC_MARK)
-        last = read_bytes(mark)
+        last = read_bytes(mark, limit=64)
         if last is None or not last.strip().isdigit() or now - int(last) >= PG_BEAT_INTERVAL_MS:
             atomic_write(mark, str(now).encode("ascii"), durable=False)
             _spawn_share(agent, binding, _session_id(payload, state))

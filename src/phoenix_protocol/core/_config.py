@@ -409,12 +409,15 @@ def _read_toml(path: str, table: tuple[str, ...] = ()) -> dict[str, Any]:
     # Through _durable: a regular file only, opened without blocking (a FIFO at phoenix.toml
     # would hang every hook), at most _MAX_TOML bytes of it.
     from phoenix_protocol.core._durable import read_bytes
-    from phoenix_protocol.core._errors import PhoenixError
+    from phoenix_protocol.core._errors import PhoenixError, UnsafeFileError
 
     try:
         raw = read_bytes(path, limit=_MAX_TOML)
+    except UnsafeFileError as exc:  # its advice (`phx doctor`) cannot run without settings
+        what = str(exc).split(": Phoenix", 1)[0].split(" Run `phx doctor`", 1)[0].rstrip(".")
+        raise ConfigError(f"{what}: Phoenix does not read it as settings; replace it with a regular file.") from None
     except PhoenixError as exc:
-        raise ConfigError(str(exc).removesuffix(".") + ".") from None
+        raise ConfigError(str(exc)) from None
     if raw is None:
         return {}
     if table and b"phoenix" not in raw:

@@ -2,6 +2,13 @@
 
 For every agent it checks, and with ``repair=True`` fixes:
 
+- the agent's files and directories as entries (``_check_entries``): each must be a regular file
+  (the directories on the way: directories) of this user, no symbolic link, no FIFO, no device,
+  no larger than Phoenix reads, which is all the hooks and the CLI accept (``_durable.confine``).
+  Another entry there is reported; a repair moves it aside, whole and untouched, as
+  ``<name>.quarantine-<time>`` (a symbolic link is renamed, never followed: the file it points
+  to is not Phoenix's to touch), and the checks below then rebuild what was there: the state from
+  the ops log, the identity from a checkpoint; a lock file or ``brief.md`` is written anew.
 - ``state.json`` that is empty, torn, not JSON or invalid: the bad file is kept as
   ``state.json.corrupt-<time>`` and a new one is rebuilt from ``ops.jsonl`` (all rotations),
   replaying every state transition, heartbeat and note; the report says what was recovered
@@ -40,8 +47,10 @@ from phoenix_protocol.agent._state import AgentState
 from phoenix_protocol.core._durable import (
     DIR_MODE,
     FILE_MODE,
+    check_entry,
     host_tag,
     keep_damaged,
+    move_aside,
     read_bytes,
     repair_tail,
     temp_writer,
@@ -106,8 +115,10 @@ def _check_modes(root: str, repair: bool, findings: list[Finding]) -> None:
                 st = os.lstat(path)
             except FileNotFoundError:
                 continue
-            if stat.S_ISLNK(st.st_mode):
-                continue
+            if not (stat.S_ISREG(st.st_mode) or stat.S_ISDIR(st.st_mode)) or (
+                hasattr(os, "geteuid") and st.st_uid != os.geteuid()
+            ):
+                continue  # a link, a FIFO, another user's entry: not ours to change (_check_entries)
             mode = stat.S_IMODE(st.st_mode)
             if mode & ~wanted:
                 what = "directory" if is_dir else "file"
@@ -202,10 +213,107 @@ def _check_log(log: SeqLog, aid: str, repair: bool, findings: list[Finding]) -> 
     return records
 
 
+def _agent_files(agent: Agent) -> list[tuple[str, int | None]]:
+    """Every file of ``agent`` that the hooks or the CLI read or write, with the most Phoenix
+    reads of it (``None``: never read, a lock)."""
+    from phoenix_protocol.agent._identity import MAX_DIGEST_BYTES, MAX_IDENTITY_BYTES
+    from phoenix_protocol.agent._state import MAX_STATE_BYTES
+
+    log = agent.ops.log
+    files: list[tuple[str, int | None]] = [(agent.state.path, MAX_STATE_BYTES), (log.path, log.max_read)]
+    files += [(f"{log.path}.{i}", log.max_read) for i in range(1, log.keep + 1)]
+    files += [
+        (agent.brief_path, max(1 << 20, 4 * agent.config.brief_max_chars)),
+        (agent.identity.path, MAX_IDENTITY_BYTES),
+        (agent.identity.digest_path, MAX_DIGEST_BYTES),
+        (os.path.join(agent.dir, ".store-sync"), 64),  # integrations._hooks.SYNC_MARK
+    ]
+    locks = [(path + ".lock", None) for path in (agent.state.path, log.path, agent.identity.path)]
+    return locks + files  # locks first: moving a data file aside takes its lock
+
+
+def _check_entries(agent: Agent, repair: bool) -> tuple[list[Finding], set[str], bool]:
+    """The agent's directories and files as entries (see the module docstring); ``repair`` moves
+    a refused one aside. Returns the findings, the paths still refused (not repaired), and
+    whether the agent's directory can be checked further."""
+    findings: list[Finding] = []
+    refused: set[str] = set()
+    aid = agent.id
+    home = agent.home.root
+    for directory in (os.path.join(home, "agents"), agent.dir):
+        try:
+            st = os.lstat(directory)
+        except FileNotFoundError:
+            return findings, refused, False
+        problem = None
+        if stat.S_ISLNK(st.st_mode):
+            target = os.readlink(directory)
+            problem = f"is a symbolic link (to {target}), not a directory of the home: Phoenix does not follow it"
+        elif not stat.S_ISDIR(st.st_mode):
+            problem = "is not a directory: Phoenix cannot keep the agent's files there"
+        elif hasattr(os, "geteuid") and st.st_uid != os.geteuid():
+            problem = f"is owned by another user (uid {st.st_uid}): Phoenix does not use it"
+        if problem is None:
+            continue
+        finding = Finding("error", problem, agent=aid, path=directory)
+        findings.append(finding)
+        if repair:
+            kept = move_aside(directory, agent.clock.now_ms())
+            finding.repaired = True
+            findings.append(
+                Finding(
+                    "warn",
+                    f"moved aside as {os.path.basename(kept)} (nothing in it or behind it was changed or deleted); "
+                    "the agent starts again from no state there",
+                    agent=aid,
+                    path=directory,
+                    repaired=True,
+                )
+            )
+        else:
+            refused.add(directory)
+        return findings, refused, False
+    for path, limit in _agent_files(agent):
+        problem_ = check_entry(path, limit=limit)
+        if problem_ is None:
+            continue
+        message = str(problem_).removeprefix(f"{path} ").split(" Run `phx doctor`", 1)[0]
+        finding = Finding("error", message, agent=aid, path=path)
+        findings.append(finding)
+        if not repair:
+            refused.add(path)
+            continue
+        lock = None if path.endswith(".lock") else (agent.state.lock() if path == agent.state.path else None)
+        with lock if lock is not None else contextlib.nullcontext():
+            kept = move_aside(path, agent.clock.now_ms())
+        finding.repaired = True
+        rebuilt = {
+            agent.state.path: "; the state is rebuilt from the ops log below",
+            agent.identity.path: "; the identity is restored from a checkpoint below",
+            agent.brief_path: "; the next session start writes a new one",
+        }.get(path, "; Phoenix writes a new one when it needs it" if path.endswith((".lock", ".store-sync")) else "")
+        if path == agent.ops.path or path.startswith(agent.ops.path + "."):
+            rebuilt = "; its events are not read any more (the log goes on without them)"
+        findings.append(
+            Finding(
+                "warn",
+                f"moved aside as {os.path.basename(kept)} (kept whole; nothing it points to was touched){rebuilt}",
+                agent=aid,
+                path=path,
+                repaired=True,
+            )
+        )
+    return findings, refused, True
+
+
 def check_agent(agent: Agent, *, repair: bool = True) -> list[Finding]:
     """Check (and repair) one agent; returns what was found."""
-    findings: list[Finding] = []
     aid = agent.id
+    findings, refused, go_on = _check_entries(agent, repair)
+    if not go_on:
+        return findings or [Finding("ok", "no state yet", agent=aid, path=agent.dir)]
+    if refused:  # --check: what reads a refused file would only say so again
+        return findings
     # Leftover temporary files from killed writers.
     try:
         names = os.listdir(agent.dir)

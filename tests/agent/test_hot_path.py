@@ -161,3 +161,33 @@ def test_a_teammate_whose_session_id_was_kept_as_a_hash_loads_nothing_more(proje
     assert loaded <= team_path, f"the hot path now also imports {sorted(loaded - team_path)}"
     beats = [p for p in tmp_path.rglob("alice*") if p.is_file()]
     assert beats and all(secret.encode() not in p.read_bytes() for p in beats)
+
+
+def test_claude_codes_own_tool_names_need_no_redactor() -> None:
+    """The heartbeat records these names without the redactor: none of them is changed by it."""
+    from phoenix_protocol.core._redact import redact
+    from phoenix_protocol.integrations._hooks import CLAUDE_CODE_TOOLS
+
+    assert all(redact(name) is name for name in CLAUDE_CODE_TOOLS)
+
+
+def test_another_tool_name_is_redacted_once_then_loads_nothing_more(project: Path) -> None:
+    """A tool name of no built-in tool (an MCP server's) passes the redactor when it is new to the
+    state; the calls after it, which give the name the state holds, stay on the light path."""
+    payload = {
+        "session_id": SESSION,
+        "cwd": str(project),
+        "tool_name": "mcp__linear__list_issues",
+        "tool_input": {"query": "open"},
+        "tool_response": {},
+    }
+    loaded = []
+    for n in range(3):
+        payload["tool_input"] = {"query": f"open {n}"}
+        proc = subprocess.run(
+            [sys.executable, "-P", "-c", PROBE], input=json.dumps(payload).encode(), capture_output=True, check=True
+        )
+        loaded.append(set(proc.stdout.decode().split()))
+    assert "phoenix_protocol.core._redact" in loaded[0]  # new to the state: redacted
+    for later in loaded[1:]:
+        assert later <= ALLOWED, f"the hot path now also imports {sorted(later - ALLOWED)}"

@@ -48,7 +48,7 @@ def test_invalid_json_raises_jsonerror(text: str) -> None:
     [
         ('{"status": "wor', "Unterminated string starting at line 1 column 12"),  # was "at at line 1"
         ('"abc', "Unterminated string starting at line 1 column 1"),
-        ('[1, 2', "Expecting ',' delimiter at line 1 column 6"),
+        ("[1, 2", "Expecting ',' delimiter at line 1 column 6"),
         ('{"a": 1}\x00\x00', "extra data after the JSON value at character 8"),
     ],
 )

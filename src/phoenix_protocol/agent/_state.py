@@ -848,6 +848,7 @@ class StateStore:
         duration_ms: int | None = None,
         progress: bool = False,
         drift: list[Any] | None = None,
+        clean_tool: Callable[[], str] | None = None,
     ) -> AgentState:
         """Record one tool call (PostToolUse hook): ``last_active``, ``heartbeat_seq``, ``last_tool``.
 
@@ -857,6 +858,11 @@ class StateStore:
         A heartbeat line goes to the ops log at most every ``heartbeat_log_interval`` seconds;
         a failed tool is always logged. ``tool`` must be a plain name (checked by the caller);
         ``None`` (the Stop hook) leaves ``last_tool`` alone. ``error`` is free text and is redacted.
+        ``clean_tool``: ``tool`` is a name the caller could not vouch for (not one of the agent
+        CLI's own tools): unless it is the name of the last tool the state holds (which the
+        redactor passed when it was written), the name recorded is what ``clean_tool()`` returns
+        (the name through the redactor), so that the redactor (and ``re``) is loaded only for a
+        name new to the state.
 
         If ``due`` is a list, time-based checkpoints that are due (``due_checkpoints``) are
         *claimed* (marked as taken, so that no other process takes them too) and appended to it;
@@ -874,11 +880,15 @@ class StateStore:
         # escape is \ufffd, not \N{...}: compiling a named escape imports unicodedata.
         clean_error = _clean_text(error.replace("\x00", "\ufffd"), "the tool error")[:500] if error else None
         interval_ms = int(self.config.heartbeat_log_interval * 1000)
+        tool_name = tool
 
         def mutate(state: AgentState) -> list[Transition]:
             self._touch(state, "hook")
             state.heartbeat_seq += 1
             now = state.last_active_ms or 0
+            tool = tool_name
+            if tool is not None and clean_tool is not None and tool != (state.last_tool or {}).get("name"):
+                tool = clean_tool()
             if tool is not None:
                 last_tool: dict[str, Any] = {"name": tool, "ok": ok, "at": state.last_active}
                 if input_digest:

@@ -20,6 +20,13 @@ event, a locked, corrupt or newer state file, a full disk) it exits 0 with one l
 and, where it still can, an ops event with status warn or error. It never exits 2 and never
 rewrites a state file it could not read.
 
+The user sees it too: the first time in a session that a hook fails, or that SessionStart finds
+the state damaged (``note_problem``), the hook's JSON output carries a ``systemMessage``, the one
+line Claude Code shows the user (never the model), naming ``phx doctor``. Which sessions were
+told is remembered in the runtime directory (``_notice_once``), outside the home that may be the
+trouble. Stop and SessionEnd print no notice (Stop's output would keep the turn going; nobody
+reads SessionEnd's).
+
 A payload over ``_MAX_STDIN`` (64 MiB: a tool's whole output) is still read to its end, so that
 Claude Code never waits on a full pipe, but in pieces and with its values over ``_MAX_VALUE``
 (1 MiB) left out (``_jsonskim.loads_skimmed``): the hook still runs on the ids, names and flags,
@@ -65,19 +72,49 @@ _PIECE = 1024 * 1024
 _OVERSIZED_BUDGET = 2.0
 """Seconds to decode a payload over ``_MAX_STDIN`` (about 0.2 s for 70 MB of tool output); past
 them the hook goes on with the members decoded so far, and the rest of stdin is only read."""
-_NAME_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_.:-")
+_NAME_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_.:-[]")
+"""What a name the payload gives is reduced to (``[]`` keep the redactor's ``[REDACTED:kind]``)."""
 _SESSION_END_BUDGET = 1.0  # Claude Code gives all SessionEnd hooks about 1.5 s together
 _GIT_TIMEOUT = 1.0  # per git call of a brief, so that a hung git never eats a hook's budget
 RECOVERY_BANNER = "RECOVERY DETECTED"
 REFRESH_BANNER = "FORCED REFRESH"
 
 
+CLAUDE_CODE_TOOLS = frozenset(
+    {
+        "Agent", "Bash", "BashOutput", "CronCreate", "CronDelete", "CronList", "Edit", "EnterWorktree",
+        "ExitPlanMode", "ExitWorktree", "Glob", "Grep", "KillBash", "KillShell", "LS", "ListAgents",
+        "ListMcpResourcesTool", "Monitor", "MultiEdit", "NotebookEdit", "NotebookRead", "ReadMcpResourceTool",
+        "Read", "ReportFindings", "ScheduleWakeup", "SendMessage", "Skill", "SlashCommand", "Task",
+        "TaskOutput", "TaskStop", "TodoRead", "TodoWrite", "ToolSearch", "WebFetch", "WebSearch", "Workflow",
+        "Write",
+    }
+)  # fmt: skip
+"""Claude Code's own tools: names no secret hides in (``redact`` returns each unchanged: a test
+says so), which the heartbeat records without loading the redactor."""
+
+
 def _plain(value: object, limit: int = 100, default: str = "unknown") -> str:
-    """A tool name, reason or source reduced to a safe token (these skip the redactor)."""
+    """A tool name, reason or source reduced to a token of ``_NAME_CHARS`` (not redacted: see
+    ``_named``)."""
     if not isinstance(value, str) or not value:
         return default
     cleaned = "".join(ch if ch in _NAME_CHARS else "_" for ch in value[:limit])
     return cleaned or default
+
+
+def _named(value: object, limit: int = 100, default: str = "unknown") -> str:
+    """A name the payload gives (a tool's, a session's ``source``, ``reason``, ``trigger``) as
+    Phoenix writes it: redacted, then ``_plain`` (it goes into events logged ``trusted``, the
+    state and the session records, where nothing else would redact it; a token of safe
+    characters may still be a key: ``sk-ant-api03-...``). Redacted first, whole (up to 4,096
+    characters): ``_plain`` turns separators into ``_``, which glues a secret to the word before
+    it, where the redactor no longer sees a token."""
+    if not isinstance(value, str) or not value:
+        return default
+    from phoenix_protocol.core._redact import redact
+
+    return _plain(redact(value[:4096]), limit, default)
 
 
 def _raw_session_id(payload: dict[str, Any]) -> str | None:
@@ -196,6 +233,7 @@ def handle(event: str, payload: dict[str, Any], options: dict[str, str]) -> str 
             duration_ms=duration if isinstance(duration, int) and not isinstance(duration, bool) else None,
             progress=tool in EDIT_TOOLS,
             drift=drift,
+            clean_tool=None if tool in CLAUDE_CODE_TOOLS else lambda: _named(payload.get("tool_name")),
         )
         _share_heartbeat(agent, payload, state)
         if drift and drift[0][1]:
@@ -383,22 +421,104 @@ def run(argv: list[str], stdin: bytes, rest: BinaryIO | None = None) -> tuple[in
             raise ValueError(problem)
         if oversized is not None:
             _log_best_effort("hook_payload_oversized", "warn", event, payload, options, oversized)
+        del _noted[:]
         out = handle(event, payload, options)
+        if _noted:  # the hook got round a problem (its ops event is written): the user hears of it
+            message = _describe(_noted[0])
+            notice = _notice_once(event, payload, message, failed=False)
+            if notice is not None:
+                out = _with_system_message(out, notice)
+            return 0, (out + "\n") if out else "", f"phoenix: {event} hook: {message[:300]} (the agent is unaffected)\n"
         return 0, (out + "\n") if out else "", ""
     except BaseException as exc:  # noqa: BLE001 - a hook must never break the agent
-        if isinstance(exc, KeyboardInterrupt):
-            message = "interrupted"
-        else:
-            message = " ".join(str(exc).split()) or type(exc).__name__
-            try:  # redacted before it is cut (a cut secret no longer matches); off the hot path
-                from phoenix_protocol.core._redact import redact
-
-                message = redact(message)
-            except Exception:  # noqa: BLE001, S110 - the hook's own failure must not get worse
-                pass
+        message = "interrupted" if isinstance(exc, KeyboardInterrupt) else _describe(exc)
         line = f"phoenix: {event} hook: {message[:300]} (the agent is unaffected)"
         _log_best_effort("hook_failed", "error", event, payload, options, {"error": message[:500]})
-        return 0, "", line + "\n"
+        notice = None if isinstance(exc, KeyboardInterrupt) else _notice_once(event, payload, message, failed=True)
+        return 0, _with_system_message(None, notice) + "\n" if notice else "", line + "\n"
+
+
+_noted: list[BaseException] = []
+"""What the running hook got round (``note_problem``), for ``run`` to report."""
+
+_NOTICE_EVENTS = frozenset({"session-start", "post-tool-use", "post-tool-use-failure", "pre-compact"})
+"""The hooks whose output may carry the user's notice (see the module docstring)."""
+NOTICE_DIR = "hook-notices"
+"""In the runtime directory (``_heartbeats.runtime_root``): one empty file per session told."""
+
+
+def note_problem(exc: BaseException) -> None:
+    """Say that the running hook met ``exc`` and went on without what it could not read (the
+    SessionStart hook with a damaged state.json): ``run`` reports it as a failure is reported,
+    on stderr and to the user once per session; the caller logs its own ops event."""
+    _noted.append(exc)
+
+
+def _describe(exc: BaseException) -> str:
+    """``exc`` as one line, redacted (before anything cuts it: a cut secret no longer matches)."""
+    message = " ".join(str(exc).split()) or type(exc).__name__
+    try:  # off the hot path
+        from phoenix_protocol.core._redact import redact
+
+        message = redact(message)
+    except Exception:  # noqa: BLE001, S110 - the hook's own failure must not get worse
+        pass
+    return message
+
+
+def _notice_once(event: str, payload: dict[str, Any], message: str, *, failed: bool) -> str | None:
+    """The line to show the user (``systemMessage``) about ``message``, the first time in this
+    session (``None`` after that, and for hooks whose output must stay empty). Sessions already
+    told are files in the runtime directory, created exclusively (hooks of one session may run at
+    once); when that cannot be written, the line is shown all the same: better twice than never."""
+    if event not in _NOTICE_EVENTS:
+        return None
+    first = message
+    for stop in ("; ", ". "):  # the first clause says what is wrong; the rest is advice
+        first = first.split(stop, 1)[0]
+    project = os.environ.get("CLAUDE_PROJECT_DIR") or payload.get("cwd")
+    if isinstance(project, str) and len(project) > 1:
+        first = first.replace(project.rstrip("/") + "/", "")  # paths relative to the project
+    first = first.rstrip(".")
+    if len(first) > 200:
+        first = first[:199] + "…"
+    name = EVENTS.get(event, event)
+    text = (
+        f"Phoenix Protocol: the {name} hook failed: {first}. Run `phx doctor` to repair it."
+        if failed
+        else f"Phoenix Protocol: {first}. Run `phx doctor` to repair it."
+    )
+    try:
+        from phoenix_protocol.agent._heartbeats import runtime_root
+        from phoenix_protocol.core._durable import atomic_create, ensure_dir
+        from phoenix_protocol.core._ids import short_digest
+
+        session = _raw_session_id(payload) or "(no session id)"
+        directory = os.path.join(runtime_root(), NOTICE_DIR)
+        ensure_dir(directory)
+        marker = short_digest(session.encode("utf-8", "surrogatepass"), 32)
+        atomic_create(os.path.join(directory, marker), b"", durable=False)
+    except FileExistsError:
+        return None  # this session was told already
+    except Exception:  # noqa: BLE001, S110 - cannot remember it: tell the user anyway
+        pass
+    return text
+
+
+def _with_system_message(out: str | None, notice: str | None) -> str:
+    """The hook's JSON output ``out`` (or none) with ``systemMessage`` set to ``notice``."""
+    from phoenix_protocol.core._jsonio import dumps_line, loads
+
+    document: dict[str, Any] = {}
+    if out:
+        try:
+            decoded = loads(out)
+        except ValueError:
+            decoded = None
+        if not isinstance(decoded, dict):
+            return out  # not JSON (no hook prints such output): left as it is
+        document = decoded
+    return dumps_line({"systemMessage": notice, **{k: v for k, v in document.items() if k != "systemMessage"}})
 
 
 def _read_oversized(head: bytes, rest: BinaryIO) -> tuple[Any, dict[str, Any]]:

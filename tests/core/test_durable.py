@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import errno
 import fcntl
+import json
 import os
 import stat
 import subprocess
@@ -290,7 +291,7 @@ def test_hook_on_a_full_disk_exits_0_and_keeps_the_state(monkeypatch: pytest.Mon
     ).encode()
     with fault(monkeypatch, "write", errno.ENOSPC, match="state.json"):
         code, out, err = run_hook(["post-tool-use"], payload)
-    assert (code, out) == (0, "")
+    assert code == 0 and "No space left on device" in json.loads(out)["systemMessage"]  # the user's line
     assert "disk space" in err and "Traceback" not in err and err.count("\n") == 1
     assert Path(agent.state.path).read_bytes() == before
     assert tmp_files(agent.dir) == []

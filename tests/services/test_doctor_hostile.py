@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import os
 import stat
+import subprocess
+import sys
 from collections.abc import Callable
 from pathlib import Path
 
@@ -184,3 +186,31 @@ def test_the_modes_pass_leaves_links_fifos_and_other_users_entries_alone(worked:
     assert stat.S_IMODE(os.stat(target).st_mode) == 0o644
     assert stat.S_IMODE(os.lstat(os.path.join(agent.home.root, "pipe")).st_mode) == 0o644
     assert stat.S_IMODE(os.stat(theirs).st_mode) == 0o644
+
+
+@pytest.mark.parametrize("name", [".gitignore", "phoenix.db", "phoenix.db-wal", "phoenix.db.lock"])
+def test_a_home_file_that_is_a_fifo_or_a_link_is_reported_and_moved_aside(
+    worked: Agent, tmp_path: Path, name: str
+) -> None:
+    """SQLite opens ``phoenix.db`` itself (following links, blocking on a FIFO): Phoenix looks at
+    its files first and refuses them, and the doctor moves them aside."""
+    agent = worked
+    path = os.path.join(agent.home.root, name)
+    if os.path.lexists(path):
+        os.rename(path, tmp_path / "was-there")
+    outside = tmp_path / "elsewhere.db"
+    outside.write_bytes(b"not ours")
+    os.symlink(outside, path) if name != "phoenix.db.lock" else os.mkfifo(path)
+    [problem] = [f for f in errors(doctor(agent, repair=False)) if f.path == path]
+    assert ("symbolic link" if name != "phoenix.db.lock" else "named pipe") in problem.message
+    if name in ("phoenix.db", "phoenix.db-wal"):  # a new process (this one keeps its connection)
+        listed = subprocess.run(
+            [sys.executable, "-m", "phoenix_protocol", "checkpoint", "list", "--home", agent.home.root,
+             "--agent", agent.id],
+            capture_output=True, text=True, timeout=60, check=False,
+        )  # fmt: skip
+        assert listed.returncode != 0 and "symbolic link" in listed.stderr, listed.stderr
+    repaired = doctor(agent, repair=True)
+    assert not errors(repaired), [f.as_dict() for f in errors(repaired)]
+    assert [n for n in os.listdir(agent.home.root) if n.startswith(name + ".quarantine-")]
+    assert outside.read_bytes() == b"not ours"

@@ -679,12 +679,53 @@ def check_home(
             Finding("ok", "no Phoenix home yet (nothing to check)", path=home.root),
             *hook_commands(),
         ]
+    findings.extend(_check_home_entries(home, repair))
     _check_modes(home.root, repair, findings)
     findings.extend(_check_store(home, repair))
     findings.extend(_check_memory_and_tokens(home, repair))
     findings.extend(hook_commands())
     for agent in agents:
         findings.extend(check_agent_apart(agent, repair=repair))
+    return findings
+
+
+_HOME_FILES = (".gitignore", "phoenix.db", "phoenix.db-wal", "phoenix.db-shm", "phoenix.db-journal", "phoenix.db.lock")
+"""The home's own files that Phoenix (or SQLite, for Phoenix) opens: regular files of the user only."""
+
+
+def _check_home_entries(home: Home, repair: bool) -> list[Finding]:
+    """The home's own files as entries (as ``_check_entries`` for an agent's): a FIFO, a link, a
+    directory or another user's file in place of one is reported and, with ``repair``, moved
+    aside whole. (``phoenix.toml`` is read before anything else: one that is no regular file
+    stops every command with a message saying so.)"""
+    from phoenix_protocol.core._clock import system_clock
+
+    findings: list[Finding] = []
+    for name in _HOME_FILES:
+        path = os.path.join(home.root, name)
+        problem = check_entry(path)
+        if problem is None:
+            continue
+        message = str(problem).removeprefix(f"{path} ").split(" Run `phx doctor`", 1)[0]
+        finding = Finding("error", message, path=path)
+        findings.append(finding)
+        if not repair:
+            continue
+        kept = move_aside(path, system_clock.now_ms())
+        finding.repaired = True
+        lost = (
+            "; what it pointed to or held is not read as the store any more (a new database is started)"
+            if name.startswith("phoenix.db") and not name.endswith(".lock")
+            else ""
+        )
+        findings.append(
+            Finding(
+                "warn",
+                f"moved aside as {os.path.basename(kept)} (kept whole; nothing it points to was touched){lost}",
+                path=path,
+                repaired=True,
+            )
+        )
     return findings
 
 

@@ -45,9 +45,10 @@ def root(tmp_path: Path) -> Iterator[Path]:
     """A registered root with an agent directory in it (as ``Home`` registers a home)."""
     home = tmp_path / "home"
     (home / "agents" / "a").mkdir(parents=True)
+    saved = _durable._roots
     confine(str(home))
     yield home
-    _durable._roots[:] = [r for r in _durable._roots if r[0] != str(home)]
+    _durable._roots = saved
 
 
 def bounded(work: Callable[[], Any], seconds: float = 5.0) -> Any:
@@ -252,13 +253,16 @@ def test_a_runtime_root_that_is_a_link_is_refused(tmp_path: Path) -> None:
     target.mkdir()
     runtime = tmp_path / "phoenix-0"
     runtime.symlink_to(target, target_is_directory=True)
+    saved = _durable._roots
     confine(str(runtime), follow=False)
     try:
         refused(lambda: ensure_dir(str(runtime / "digest" / "team")), "symlink")
         refused(lambda: atomic_write(str(runtime / "beat.json"), b"{}"), "symlink")
         assert list(target.iterdir()) == []
+        confine(str(runtime))  # registered again, following: the stricter registration stays
+        refused(lambda: atomic_write(str(runtime / "beat.json"), b"{}"), "symlink")
     finally:
-        _durable._roots[:] = [r for r in _durable._roots if r[0] != str(runtime)]
+        _durable._roots = saved
 
 
 @pytest.mark.parametrize("kind", ["fifo", "symlink", "directory", "file"])

@@ -204,16 +204,17 @@ _KINDS = {
 def confine(root: str, *, follow: bool = True) -> None:
     """Treat every path below ``root`` (absolute) as an agent file (see the module docstring).
     Registering a root twice is harmless; the longest registered root containing a path wins."""
+    global _roots
     root = os.path.normpath(root)
     if not os.path.isabs(root) or root == "/":
         return
-    for i, (known, _follow) in enumerate(_roots):
-        if known == root:
-            if not follow and _follow:
-                _roots[i] = (root, False)
-            return
-    _roots.append((root, follow))
-    _roots.sort(key=lambda item: -len(item[0]))
+    known = dict(_roots)
+    if root in known and (follow or not known[root]):
+        return
+    known[root] = follow and known.get(root, True)
+    # A new list, bound at once: a reader in another thread sees the old one or the new one
+    # (sorting in place would show it an empty list meanwhile).
+    _roots = sorted(known.items(), key=lambda item: -len(item[0]))
 
 
 def _confined(path: str) -> tuple[str, bool, list[str]] | None:

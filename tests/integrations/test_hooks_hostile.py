@@ -295,3 +295,34 @@ def test_the_user_is_told_once_per_session(project: Path, agent: Agent) -> None:
     failed = [e for e in events if e["event"] == "hook_failed"]
     assert len(failed) == 6 and all("not valid JSON" in e["meta"]["error"] for e in failed)
     assert [e["status"] for e in events if e["event"] == "session_start"][-1] == "error"
+
+
+@pytest.mark.parametrize("junk", ["long-tail", "garbage-lines"])
+def test_an_ops_log_ending_in_junk_costs_a_hook_nothing_and_the_doctor_keeps_it(
+    project: Path, agent: Agent, junk: str
+) -> None:
+    """A torn tail longer than any record (10 MB of NULs), or half a million lines that are no
+    records: the append's look at the log's end is bounded (it used to read back through all of
+    it, or parse the whole file), fails, and the doctor repairs the log keeping what it held."""
+    events_before = Path(agent.ops.path).read_bytes()
+    with open(agent.ops.path, "ab") as fh:
+        fh.write(b"\0" * (10 << 20) if junk == "long-tail" else b"x\n" * 500_000)
+    proc, elapsed = tool_call(project, failed=True)  # a failed tool is always logged
+    said = b"too large" if junk == "long-tail" else b"its last 10,000 lines are no records"
+    assert elapsed < HOOK_BUDGET and said in proc.stderr and b"ops.jsonl" in proc.stderr, proc.stderr
+    check = phx(project, "doctor", "--check")
+    assert check.returncode == 3, check.stdout
+    assert len(check.stdout.splitlines()) < 60  # not a line per unreadable line
+    repaired = phx(project, "doctor")
+    assert repaired.returncode == 0, repaired.stdout
+    kept = [p for p in os.listdir(agent.dir) if p.startswith(("ops.jsonl.quarantine-", "ops.jsonl.corrupt-"))]
+    assert len(kept) == 1, os.listdir(agent.dir)
+    held = Path(agent.dir, kept[0]).read_bytes()
+    if junk == "long-tail":
+        assert held == b"\0" * (10 << 20)  # the tail, kept before it was cut
+        assert Path(agent.ops.path).read_bytes().startswith(events_before)
+    else:
+        assert held.startswith(events_before) and held.endswith(b"x\n")  # the whole log, moved aside
+    proc, _ = tool_call(project, "sess-2", failed=True)
+    assert proc.stderr == b"", proc.stderr
+    assert agent.state.read().open_loops  # the state was never at risk

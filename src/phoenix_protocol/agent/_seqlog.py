@@ -41,6 +41,8 @@ if TYPE_CHECKING:
 
 __all__ = ["MAX_LINE", "LogProblem", "SeqLog"]
 
+_SCAN_LINES = 10_000
+"""Lines ``last_seq`` looks back through for a record when the newest line is no record."""
 MAX_LINE = 4 * 1024 * 1024
 """The longest record (or torn tail) the log's writers and readers look through: appends write
 records of a few kilobytes; a file that does not end within this many bytes is no log of theirs."""
@@ -114,13 +116,18 @@ class SeqLog:
                 record = loads(line)
                 return int(record["seq"])
             except (JSONError, KeyError, TypeError, ValueError):
-                # The newest line is corrupt: fall back to a full scan of this file.
-                best = 0
-                for record, _problem in self._read_file(path):
+                # The newest line is corrupt: the newest record that reads, looked for backwards
+                # (in a log of Phoenix's, a line or two before; within MAX_LINE bytes and
+                # _SCAN_LINES lines, so that a file of garbage lines cannot cost the hook seconds).
+                for n, record in enumerate(self._backwards(path, budget=MAX_LINE)):
                     if record is not None:
-                        best = max(best, int(record.get("seq", 0)))
-                if best:
-                    return best
+                        return int(record["seq"])
+                    if n >= _SCAN_LINES:
+                        raise UnsafeFileError(
+                            f"{path}: its last {_SCAN_LINES:,} lines are no records; run `phx doctor`.",
+                            path=path,
+                            kind="too-large",
+                        ) from None
         return 0
 
     def append(self, record: dict[str, Any], *, durable: bool = True, lock_timeout: float | None = None) -> int:
@@ -264,18 +271,25 @@ class SeqLog:
         return collected
 
     @staticmethod
-    def _backwards(path: str, block: int = 65536) -> Iterator[dict[str, Any] | None]:
+    def _backwards(path: str, block: int = 65536, *, budget: int | None = None) -> Iterator[dict[str, Any] | None]:
         """The records of one file, newest first, reading from its end; ``None`` in place of a
-        torn tail or an unreadable line (which readers skip; ``_read_file`` names them)."""
+        torn tail or an unreadable line (which readers skip; ``_read_file`` names them).
+        ``budget``: reads at most this many bytes (``UnsafeFileError`` past them)."""
         try:
             fd = open_regular(path)
         except FileNotFoundError:
             return
         try:
-            pos = os.fstat(fd).st_size
+            pos = end = os.fstat(fd).st_size
             pending = b""
             ended = False  # whether the file's last newline was found
             while pos > 0:
+                if budget is not None and end - pos > budget:
+                    raise UnsafeFileError(
+                        f"{path}: no record in its last {budget:,} bytes; run `phx doctor`.",
+                        path=path,
+                        kind="too-large",
+                    )
                 size = min(block, pos)
                 pos -= size
                 parts = (os.pread(fd, size, pos) + pending).split(b"\n")

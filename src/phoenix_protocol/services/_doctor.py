@@ -54,12 +54,14 @@ from phoenix_protocol.core._durable import (
     read_bytes,
     repair_tail,
     temp_writer,
+    torn_tail_length,
 )
 from phoenix_protocol.core._errors import (
     CorruptStateError,
     NotFoundError,
     PhoenixError,
     SchemaVersionError,
+    UnsafeFileError,
     UsageError,
 )
 from phoenix_protocol.core._jsonio import dumps_document
@@ -188,28 +190,71 @@ def _listdir(path: str) -> list[str]:
         return []
 
 
-def _check_log(log: SeqLog, aid: str, repair: bool, findings: list[Finding]) -> list[dict[str, Any]]:
+_LINE_FINDINGS = 20
+"""Unreadable lines reported one by one per file; the others are counted."""
+
+
+def _check_log(log: SeqLog, aid: str, repair: bool, findings: list[Finding], now_ms: int = 0) -> list[dict[str, Any]]:
     """Report (and with ``repair`` cut off) a JSON-lines log's torn last line, and report its
-    unreadable lines (readers skip them; they stay for forensics); returns its records."""
+    unreadable lines (readers skip them; they stay for forensics); returns its records. A log
+    its appenders refuse (a torn tail longer than a record, no record near its end: a hook's
+    append fails on it every time) is an error; ``repair`` keeps a long tail aside as
+    ``<log>.corrupt-<time>`` before cutting it, and moves a log without a record near its end
+    aside whole (the log goes on in a new file)."""
+    from phoenix_protocol.agent._seqlog import MAX_LINE
+
     records, problems = log.read()
+    unreadable: dict[str, int] = {}
     for problem in problems:
         if problem.kind == "torn-tail" and problem.path == log.path:
             if repair:
                 with log.lock():
+                    data = read_bytes(log.path, limit=log.max_read) or b""
+                    tail = len(data) - (data.rfind(b"\n") + 1)
+                    kept = keep_damaged(log.path, data[len(data) - tail :], now_ms) if tail > MAX_LINE else None
+                    del data
                     removed = repair_tail(log.path)
                 findings.append(
                     Finding(
                         "warn",
-                        f"torn last line cut off ({removed} bytes, never acknowledged)",
+                        f"torn last line cut off ({removed} bytes, never acknowledged)"
+                        + (f"; kept as {os.path.basename(kept)}" if kept else ""),
                         agent=aid,
                         path=problem.path,
                         repaired=repair,
                     )
                 )
             else:
-                findings.append(Finding("warn", problem.message, agent=aid, path=problem.path))
+                tail = torn_tail_length(read_bytes(log.path, limit=log.max_read) or b"")
+                level = "error" if tail > MAX_LINE else "warn"  # appends refuse to cut it: they fail
+                findings.append(Finding(level, problem.message, agent=aid, path=problem.path))
         else:
-            findings.append(Finding("warn", f"line {problem.line}: {problem.message}", agent=aid, path=problem.path))
+            unreadable[problem.path] = unreadable.get(problem.path, 0) + 1
+            if unreadable[problem.path] <= _LINE_FINDINGS:
+                findings.append(
+                    Finding("warn", f"line {problem.line}: {problem.message}", agent=aid, path=problem.path)
+                )
+    for path, count in unreadable.items():
+        if count > _LINE_FINDINGS:
+            findings.append(Finding("warn", f"{count - _LINE_FINDINGS:,} more unreadable lines", agent=aid, path=path))
+    try:
+        log.last_seq()
+    except UnsafeFileError as exc:  # appends would fail on it every time
+        finding = Finding("error", str(exc), agent=aid, path=log.path)
+        findings.append(finding)
+        if repair:
+            with log.lock():
+                kept_as = move_aside(log.path, now_ms)
+            finding.repaired = True
+            findings.append(
+                Finding(
+                    "warn",
+                    f"moved aside as {os.path.basename(kept_as)} (kept whole); the log goes on in a new file",
+                    agent=aid,
+                    path=log.path,
+                    repaired=True,
+                )
+            )
     return records
 
 
@@ -329,7 +374,7 @@ def check_agent(agent: Agent, *, repair: bool = True) -> list[Finding]:
                 Finding("warn", "temporary file left by an interrupted write", agent=aid, path=path, repaired=repair)
             )
     # The ops log (this home's file: on the PostgreSQL store, this machine's copy).
-    events = _check_log(agent.ops.log, aid, repair, findings)
+    events = _check_log(agent.ops.log, aid, repair, findings, agent.clock.now_ms())
     seqs = [e["seq"] for e in events]
     if seqs:
         gaps = sum(1 for a, b in pairwise(seqs) if b != a + 1)

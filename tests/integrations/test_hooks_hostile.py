@@ -92,9 +92,12 @@ def fifo(path: str) -> None:
     os.mkfifo(path, 0o600)
 
 
-@pytest.mark.parametrize("name", ["state.json", "ops.jsonl", "state.json.lock", "ops.jsonl.lock", "brief.md"])
+@pytest.mark.parametrize(
+    "name", ["state.json", "ops.jsonl", "state.json.lock", "ops.jsonl.lock", "brief.md", "phoenix.db"]
+)
 def test_a_fifo_in_place_of_an_agent_file_never_hangs_a_hook(project: Path, agent: Agent, name: str) -> None:
-    path = os.path.join(agent.dir, name)
+    # phoenix.db: SQLite's (checkpoints, sessions), opened by SQLite itself, which would block on it
+    path = os.path.join(agent.home.root if name == "phoenix.db" else agent.dir, name)
     replace(path, fifo)
     runs = {
         "post-tool-use": tool_call(project, failed=True),  # logs tool_failed: the ops log is written
@@ -109,7 +112,7 @@ def test_a_fifo_in_place_of_an_agent_file_never_hangs_a_hook(project: Path, agen
         # A hook that needed the file says so in one line; one that did not (Stop writes the ops
         # log only now and then; a brief is best effort at a session's start) says nothing.
         assert err == "" or (err.count("\n") == 1 and "named pipe (FIFO)" in err and name in err), (event, err)
-    loud = runs["pre-compact" if name == "brief.md" else "post-tool-use"][0]
+    loud = runs["pre-compact" if name in ("brief.md", "phoenix.db") else "post-tool-use"][0]
     assert b"named pipe (FIFO)" in loud.stderr and notice(loud) is not None
     assert stat.S_ISFIFO(os.lstat(path).st_mode)  # left as it is, for the doctor
     # The CLI and the doctor too: answered at once (``phx`` would time out), the file named.
@@ -122,8 +125,9 @@ def test_a_fifo_in_place_of_an_agent_file_never_hangs_a_hook(project: Path, agen
     assert check.returncode == 3 and "named pipe (FIFO)" in check.stdout and name in check.stdout
     repaired = phx(project, "doctor")
     assert repaired.returncode == 0, repaired.stdout
-    [kept] = [p for p in os.listdir(agent.dir) if p.startswith(name + ".quarantine-")]
-    assert stat.S_ISFIFO(os.lstat(os.path.join(agent.dir, kept)).st_mode)  # moved aside, not deleted
+    where = os.path.dirname(path)
+    [kept] = [p for p in os.listdir(where) if p.startswith(name + ".quarantine-")]
+    assert stat.S_ISFIFO(os.lstat(os.path.join(where, kept)).st_mode)  # moved aside, not deleted
     state = agent.state.read()
     assert [n["text"] for n in state.open_loops] == ["Token rotation race"]
     assert [n["text"] for n in state.next_actions] == ["Write the integration tests"]

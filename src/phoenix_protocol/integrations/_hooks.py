@@ -22,10 +22,7 @@ rewrites a state file it could not read.
 
 The user sees it too: the first time in a session that a hook fails, or that SessionStart finds
 the state damaged (``note_problem``), the hook's JSON output carries a ``systemMessage``, the one
-line Claude Code shows the user (never the model), naming ``phx doctor``. Which sessions were
-told is remembered in the runtime directory (``_notice_once``), outside the home that may be the
-trouble. Stop and SessionEnd print no notice (Stop's output would keep the turn going; nobody
-reads SessionEnd's).
+line Claude Code shows the user (never the model), naming ``phx doctor`` (``_hook_notice``).
 
 A payload over ``_MAX_STDIN`` (64 MiB: a tool's whole output) is still read to its end, so that
 Claude Code never waits on a full pipe, but in pieces and with its values over ``_MAX_VALUE``
@@ -424,27 +421,35 @@ def run(argv: list[str], stdin: bytes, rest: BinaryIO | None = None) -> tuple[in
         del _noted[:]
         out = handle(event, payload, options)
         if _noted:  # the hook got round a problem (its ops event is written): the user hears of it
+            from phoenix_protocol.integrations._hook_notice import notice_once, with_system_message
+
             message = _describe(_noted[0])
-            notice = _notice_once(event, payload, message, failed=False)
+            notice = notice_once(event, payload, message, failed=False)
             if notice is not None:
-                out = _with_system_message(out, notice)
+                out = with_system_message(out, notice)
             return 0, (out + "\n") if out else "", f"phoenix: {event} hook: {message[:300]} (the agent is unaffected)\n"
         return 0, (out + "\n") if out else "", ""
     except BaseException as exc:  # noqa: BLE001 - a hook must never break the agent
         message = "interrupted" if isinstance(exc, KeyboardInterrupt) else _describe(exc)
         line = f"phoenix: {event} hook: {message[:300]} (the agent is unaffected)"
         _log_best_effort("hook_failed", "error", event, payload, options, {"error": message[:500]})
-        notice = None if isinstance(exc, KeyboardInterrupt) else _notice_once(event, payload, message, failed=True)
-        return 0, _with_system_message(None, notice) + "\n" if notice else "", line + "\n"
+        notice = None if isinstance(exc, KeyboardInterrupt) else _notice(event, payload, message)
+        return 0, notice + "\n" if notice else "", line + "\n"
 
 
 _noted: list[BaseException] = []
 """What the running hook got round (``note_problem``), for ``run`` to report."""
 
-_NOTICE_EVENTS = frozenset({"session-start", "post-tool-use", "post-tool-use-failure", "pre-compact"})
-"""The hooks whose output may carry the user's notice (see the module docstring)."""
-NOTICE_DIR = "hook-notices"
-"""In the runtime directory (``_heartbeats.runtime_root``): one empty file per session told."""
+
+def _notice(event: str, payload: dict[str, Any], message: str) -> str | None:
+    """The output that tells the user of a failed hook (``_hook_notice``), or ``None``. Never raises."""
+    try:
+        from phoenix_protocol.integrations._hook_notice import notice_once, with_system_message
+
+        notice = notice_once(event, payload, message, failed=True)
+        return with_system_message(None, notice) if notice else None
+    except Exception:  # noqa: BLE001 - the hook's own failure must not get worse
+        return None
 
 
 def note_problem(exc: BaseException) -> None:
@@ -464,61 +469,6 @@ def _describe(exc: BaseException) -> str:
     except Exception:  # noqa: BLE001, S110 - the hook's own failure must not get worse
         pass
     return message
-
-
-def _notice_once(event: str, payload: dict[str, Any], message: str, *, failed: bool) -> str | None:
-    """The line to show the user (``systemMessage``) about ``message``, the first time in this
-    session (``None`` after that, and for hooks whose output must stay empty). Sessions already
-    told are files in the runtime directory, created exclusively (hooks of one session may run at
-    once); when that cannot be written, the line is shown all the same: better twice than never."""
-    if event not in _NOTICE_EVENTS:
-        return None
-    first = message
-    for stop in ("; ", ". "):  # the first clause says what is wrong; the rest is advice
-        first = first.split(stop, 1)[0]
-    project = os.environ.get("CLAUDE_PROJECT_DIR") or payload.get("cwd")
-    if isinstance(project, str) and len(project) > 1:
-        first = first.replace(project.rstrip("/") + "/", "")  # paths relative to the project
-    first = first.rstrip(".")
-    if len(first) > 200:
-        first = first[:199] + "…"
-    name = EVENTS.get(event, event)
-    text = (
-        f"Phoenix Protocol: the {name} hook failed: {first}. Run `phx doctor` to repair it."
-        if failed
-        else f"Phoenix Protocol: {first}. Run `phx doctor` to repair it."
-    )
-    try:
-        from phoenix_protocol.agent._heartbeats import runtime_root
-        from phoenix_protocol.core._durable import atomic_create, ensure_dir
-        from phoenix_protocol.core._ids import short_digest
-
-        session = _raw_session_id(payload) or "(no session id)"
-        directory = os.path.join(runtime_root(), NOTICE_DIR)
-        ensure_dir(directory)
-        marker = short_digest(session.encode("utf-8", "surrogatepass"), 32)
-        atomic_create(os.path.join(directory, marker), b"", durable=False)
-    except FileExistsError:
-        return None  # this session was told already
-    except Exception:  # noqa: BLE001, S110 - cannot remember it: tell the user anyway
-        pass
-    return text
-
-
-def _with_system_message(out: str | None, notice: str | None) -> str:
-    """The hook's JSON output ``out`` (or none) with ``systemMessage`` set to ``notice``."""
-    from phoenix_protocol.core._jsonio import dumps_line, loads
-
-    document: dict[str, Any] = {}
-    if out:
-        try:
-            decoded = loads(out)
-        except ValueError:
-            decoded = None
-        if not isinstance(decoded, dict):
-            return out  # not JSON (no hook prints such output): left as it is
-        document = decoded
-    return dumps_line({"systemMessage": notice, **{k: v for k, v in document.items() if k != "systemMessage"}})
 
 
 def _read_oversized(head: bytes, rest: BinaryIO) -> tuple[Any, dict[str, Any]]:

@@ -191,3 +191,33 @@ def test_a_session_in_a_lane_of_its_own_loads_nothing_more(project: Path) -> Non
     lane = Agent.open(home=home).in_lane(SESSION).state.read()
     assert lane.heartbeat_seq == 2
     assert Agent.open(home=home).state.read().heartbeat_seq == 0
+
+
+def test_claude_codes_own_tool_names_need_no_redactor() -> None:
+    """The heartbeat records these names without the redactor: none of them is changed by it."""
+    from phoenix_protocol.core._redact import redact
+    from phoenix_protocol.integrations._hooks import CLAUDE_CODE_TOOLS
+
+    assert all(redact(name) is name for name in CLAUDE_CODE_TOOLS)
+
+
+def test_another_tool_name_is_redacted_once_then_loads_nothing_more(project: Path) -> None:
+    """A tool name of no built-in tool (an MCP server's) passes the redactor when it is new to the
+    state; the calls after it, which give the name the state holds, stay on the light path."""
+    payload = {
+        "session_id": SESSION,
+        "cwd": str(project),
+        "tool_name": "mcp__linear__list_issues",
+        "tool_input": {"query": "open"},
+        "tool_response": {},
+    }
+    loaded = []
+    for n in range(3):
+        payload["tool_input"] = {"query": f"open {n}"}
+        proc = subprocess.run(
+            [sys.executable, "-P", "-c", PROBE], input=json.dumps(payload).encode(), capture_output=True, check=True
+        )
+        loaded.append(set(proc.stdout.decode().split()))
+    assert "phoenix_protocol.core._redact" in loaded[0]  # new to the state: redacted
+    for later in loaded[1:]:
+        assert later <= ALLOWED, f"the hot path now also imports {sorted(later - ALLOWED)}"

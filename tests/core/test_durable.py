@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import errno
 import fcntl
+import json
 import os
 import stat
 import subprocess
@@ -290,7 +291,7 @@ def test_hook_on_a_full_disk_exits_0_and_keeps_the_state(monkeypatch: pytest.Mon
     ).encode()
     with fault(monkeypatch, "write", errno.ENOSPC, match="state.json"):
         code, out, err = run_hook(["post-tool-use"], payload)
-    assert (code, out) == (0, "")
+    assert code == 0 and "No space left on device" in json.loads(out)["systemMessage"]  # the user's line
     assert "disk space" in err and "Traceback" not in err and err.count("\n") == 1
     assert Path(agent.state.path).read_bytes() == before
     assert tmp_files(agent.dir) == []
@@ -626,6 +627,7 @@ def test_read_bytes_reads_what_was_appended_after_it_looked_at_the_size(
     class Shrunk:
         def __init__(self, st: os.stat_result) -> None:
             self.st_size = min(seen, st.st_size)
+            self.st_mode, self.st_uid = st.st_mode, st.st_uid  # still a regular file of this user
 
     monkeypatch.setattr(os, "fstat", lambda fd: Shrunk(real_fstat(fd)))
     assert _durable.read_bytes(str(path)) == data

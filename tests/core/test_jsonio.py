@@ -43,6 +43,23 @@ def test_invalid_json_raises_jsonerror(text: str) -> None:
         loads(text)
 
 
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ('{"status": "wor', "Unterminated string starting at line 1 column 12"),  # was "at at line 1"
+        ('"abc', "Unterminated string starting at line 1 column 1"),
+        ("[1, 2", "Expecting ',' delimiter at line 1 column 6"),
+        ('{"a": 1}\x00\x00', "extra data after the JSON value at character 8"),
+    ],
+)
+def test_errors_say_where_once(text: str, message: str) -> None:
+    """What a damaged state.json's error says (the model, ``phx log`` and now the user read it)."""
+    with pytest.raises(JSONError) as caught:
+        loads(text)
+    assert str(caught.value) == message
+    assert " at at " not in str(caught.value)
+
+
 def test_nan_is_not_written() -> None:
     with pytest.raises(JSONError):
         dumps_line(float("nan"))

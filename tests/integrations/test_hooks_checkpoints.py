@@ -335,7 +335,9 @@ def test_pre_compact_takes_its_checkpoint_when_state_json_is_damaged(project: Pa
     state = project / ".phoenix" / "agents" / "default" / "state.json"
     state.write_bytes(state.read_bytes()[:40])  # torn
     code, out, err = run(["pre-compact"], _payload(project, "PreCompact", trigger="auto"))
-    assert code == 0 and out == "" and "pre-compact hook" in err  # the brief's failure, said once
+    assert code == 0 and "pre-compact hook" in err  # the brief's failure, said once
+    [notice] = json.loads(out).values()  # and to the user: the first failure of the session
+    assert "state.json is not valid JSON" in notice and "phx doctor" in notice
     assert _types(project) == ["routine"]
 
 

@@ -147,7 +147,10 @@ def test_payload_over_the_limit_that_is_not_json_fails_softly_and_is_read_to_its
 
     done = _run_writer(tmp_path, project, [*HOOK_PREFIX, "post-tool-use"], payload)
 
-    assert (done["code"], done["stdout"], done["broken_pipe"]) == (0, "", False)
+    assert (done["code"], done["broken_pipe"]) == (0, False)
+    assert json.loads(done["stdout"])["systemMessage"].startswith(  # the user is told, once
+        "Phoenix Protocol: the PostToolUse hook failed: stdin is not JSON (unterminated string"
+    )
     assert done["stderr"].count("\n") == 1
     assert done["stderr"].startswith("phoenix: post-tool-use hook: stdin is not JSON (Input data was truncated)")
     events, _ = _agent(tmp_path).ops.read()

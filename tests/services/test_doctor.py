@@ -435,16 +435,25 @@ def test_prune_with_an_identity_file_that_cannot_be_looked_at_keeps_the_copy(age
 
 
 def test_doctor_with_many_agents_reports_them_all_when_one_check_stops(
-    agent: Agent, capsys: pytest.CaptureFixture[str]
+    agent: Agent, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Found in review: with ten agents or more (a progress bar), the text output stopped at the
-    first agent whose check raised; the others were never checked."""
+    first agent whose check raised; the others were never checked. (A directory at ops.jsonl,
+    which made a check raise then, is now one finding of its own: ``test_doctor_hostile``.)"""
+    from phoenix_protocol.core._errors import StorageError
+    from phoenix_protocol.services import _doctor
+
     for i in range(11):
         other = Agent.open(f"a{i}", home=agent.home, clock=agent.clock)
         other.state.set_status("working", f"task {i}")
-    broken = Path(agent.home.agent_dir("a1"), "ops.jsonl")
-    broken.unlink()
-    broken.mkdir()
+    real = _doctor._check_log
+
+    def failing(log: Any, aid: str, repair: bool, findings: list[Any]) -> list[dict[str, Any]]:
+        if aid == "a1":
+            raise StorageError("could not read ops.jsonl: Input/output error.", path=log.path)
+        return real(log, aid, repair, findings)
+
+    monkeypatch.setattr(_doctor, "_check_log", failing)
     code = cli(["doctor", "--home", agent.home.root, "--all-agents", "--check"])
     out = capsys.readouterr().out
     assert code == 3 and "its check stopped" in " ".join(out.split())

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import os
 
-from phoenix_protocol.core._durable import atomic_write, ensure_dir, read_bytes
+from phoenix_protocol.core._durable import atomic_write, confine, ensure_dir, read_bytes
 from phoenix_protocol.core._ids import short_digest, validate_id
 from phoenix_protocol.core._jsonio import dumps_line, loads_object
 
@@ -35,16 +35,31 @@ SKEW_MS = 30_000
 """A beat this far in the future is clock skew, not life."""
 
 
+MAX_BEAT_BYTES = 64 * 1024
+"""The largest heartbeat file read (a beat is a hundred bytes)."""
+
+
+def runtime_root() -> str:
+    """This user's directory for runtime files (heartbeats, which hook notices were shown):
+    ``phoenix-<uid>`` in ``$XDG_RUNTIME_DIR``, else ``$TMPDIR``, else /tmp. Registered with
+    ``_durable.confine`` without following it: in a shared /tmp, another user may have put a
+    symbolic link or a directory of theirs at that name, which is then refused."""
+    base = os.environ.get("XDG_RUNTIME_DIR") or os.environ.get("TMPDIR") or "/tmp"  # noqa: S108 - per-user subdir, 0700
+    root = os.path.join(os.path.abspath(base), f"phoenix-{os.getuid()}")
+    confine(root, follow=False)
+    return root
+
+
 def runtime_dir(home_root: str, team_id: str) -> str:
     """Where a team's heartbeats live: per user, per home, per team."""
-    base = os.environ.get("XDG_RUNTIME_DIR") or os.environ.get("TMPDIR") or "/tmp"  # noqa: S108 - per-user subdir, 0700
     digest = short_digest(home_root.encode("utf-8", "surrogatepass"))
-    return os.path.join(base, f"phoenix-{os.getuid()}", digest, validate_id(team_id, "team id"))
+    return os.path.join(runtime_root(), digest, validate_id(team_id, "team id"))
 
 
 def read_beat(directory: str, name: str) -> dict[str, Any] | None:
     """The last heartbeat of ``name``, or ``None`` (none yet, or unreadable)."""
-    beat_ = loads_object(read_bytes(os.path.join(directory, validate_id(name, "teammate name") + ".json")))
+    path = os.path.join(directory, validate_id(name, "teammate name") + ".json")
+    beat_ = loads_object(read_bytes(path, limit=MAX_BEAT_BYTES))
     if beat_ is None or not isinstance(beat_.get("seq"), int) or not isinstance(beat_.get("ms"), int):
         return None
     return beat_

@@ -57,6 +57,9 @@ __all__ = [
 ]
 
 _REPAIR = "fix it by hand, or run `phx doctor` to restore it from the newest checkpoint."
+MAX_IDENTITY_BYTES = 16 * 1024 * 1024
+"""The largest ``identity.yaml`` read (a larger one is refused: ``UnsafeFileError``)."""
+MAX_DIGEST_BYTES = 64 * 1024
 
 END_MARK = b"# end of identity.yaml"
 """How the last line Phoenix writes starts (``end_line``): a file changed since (``identity.digest``
@@ -616,8 +619,8 @@ class IdentityStore:
 
     def read_files(self) -> tuple[bytes | None, str | None]:
         """``identity.yaml`` and the seal in ``identity.digest`` in this home (``None``: absent)."""
-        digest = read_bytes(self.digest_path)
-        return read_bytes(self.path), (_seal_text(digest) if digest else None)
+        digest = read_bytes(self.digest_path, limit=MAX_DIGEST_BYTES)
+        return read_bytes(self.path, limit=MAX_IDENTITY_BYTES), (_seal_text(digest) if digest else None)
 
     def write_files(self, data: bytes, digest: str) -> None:
         self.agent.ensure()
@@ -634,7 +637,7 @@ class IdentityStore:
     def _written(self) -> str | None:
         """The digest of ``identity.yaml`` as Phoenix last wrote it (``identity.digest``'s second
         line; ``None``: a seal written before Phoenix kept it, or none)."""
-        raw = read_bytes(self.digest_path)
+        raw = read_bytes(self.digest_path, limit=MAX_DIGEST_BYTES)
         for line in raw.decode("ascii", "replace").split("\n")[1:] if raw else ():
             if line.startswith(_WRITTEN):
                 return line[len(_WRITTEN) :].strip()
@@ -917,7 +920,7 @@ class IdentityStore:
         damaged); ``None`` otherwise. ``read`` then judges the core by the ops log's last seal."""
         if self.remote is not None:
             return None
-        raw = read_bytes(self.digest_path)
+        raw = read_bytes(self.digest_path, limit=MAX_DIGEST_BYTES)
         if raw is None:
             return None
         text = _seal_text(raw)

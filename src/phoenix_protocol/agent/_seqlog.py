@@ -12,6 +12,9 @@ Guarantees:
   dropped) under the same lock; the seq carries on, and readers read across rotations.
 - A line in the middle that does not parse (a disk error, a hand edit) is reported as a
   problem with its file and line number and skipped; it never stops a reader.
+- Bounded: a file is read whole only up to ``max_read`` bytes (4x the rotation size, at least
+  64 MiB), and a line or a torn tail only up to ``MAX_LINE``; past them the file is refused
+  (``UnsafeFileError``), as is anything that is not a regular file of this user (``_durable``).
 """
 
 from __future__ import annotations
@@ -22,12 +25,13 @@ from phoenix_protocol.core._durable import (
     FileLock,
     durable_append,
     iter_lines,
+    open_regular,
     read_bytes,
     read_last_line,
     repair_tail,
     torn_tail_length,
 )
-from phoenix_protocol.core._errors import StorageError
+from phoenix_protocol.core._errors import StorageError, UnsafeFileError
 from phoenix_protocol.core._jsonio import JSONError, dumps_line, loads
 
 TYPE_CHECKING = False
@@ -35,7 +39,13 @@ if TYPE_CHECKING:
     from collections.abc import Callable, Iterator
     from typing import Any
 
-__all__ = ["LogProblem", "SeqLog"]
+__all__ = ["MAX_LINE", "LogProblem", "SeqLog"]
+
+_SCAN_LINES = 10_000
+"""Lines ``last_seq`` looks back through for a record when the newest line is no record."""
+MAX_LINE = 4 * 1024 * 1024
+"""The longest record (or torn tail) the log's writers and readers look through: appends write
+records of a few kilobytes; a file that does not end within this many bytes is no log of theirs."""
 
 
 class LogProblem:
@@ -74,6 +84,8 @@ class SeqLog:
         self.max_bytes = max_bytes
         self.keep = keep
         self.lock_timeout = lock_timeout
+        self.max_read = max(64 * 1024 * 1024, 4 * max_bytes)
+        """The largest file of the log read whole."""
         self.repaired_bytes = 0
         """Bytes of torn tail cut off by this object's appends (for reporting)."""
 
@@ -97,20 +109,25 @@ class SeqLog:
     def last_seq(self) -> int:
         """The seq of the newest complete record (0 when the log is empty)."""
         for path in [self.path] + [f"{self.path}.{i}" for i in range(1, self.keep + 1)]:
-            line = read_last_line(path)
+            line = read_last_line(path, limit=MAX_LINE)
             if line is None:
                 continue
             try:
                 record = loads(line)
                 return int(record["seq"])
             except (JSONError, KeyError, TypeError, ValueError):
-                # The newest line is corrupt: fall back to a full scan of this file.
-                best = 0
-                for record, _problem in self._read_file(path):
+                # The newest line is corrupt: the newest record that reads, looked for backwards
+                # (in a log of Phoenix's, a line or two before; within MAX_LINE bytes and
+                # _SCAN_LINES lines, so that a file of garbage lines cannot cost the hook seconds).
+                for n, record in enumerate(self._backwards(path, budget=MAX_LINE)):
                     if record is not None:
-                        best = max(best, int(record.get("seq", 0)))
-                if best:
-                    return best
+                        return int(record["seq"])
+                    if n >= _SCAN_LINES:
+                        raise UnsafeFileError(
+                            f"{path}: its last {_SCAN_LINES:,} lines are no records; run `phx doctor`.",
+                            path=path,
+                            kind="too-large",
+                        ) from None
         return 0
 
     def append(self, record: dict[str, Any], *, durable: bool = True, lock_timeout: float | None = None) -> int:
@@ -141,7 +158,7 @@ class SeqLog:
         Repairs a torn tail and rotates first, so that what follows the mark is only what the
         caller appends next. ``rollback(mark)`` removes it again.
         """
-        self.repaired_bytes += repair_tail(self.path)
+        self.repaired_bytes += repair_tail(self.path, limit=MAX_LINE)
         self._maybe_rotate()
         try:
             st = os.stat(self.path)
@@ -167,13 +184,13 @@ class SeqLog:
             else:
                 continue
             try:
-                fd = os.open(path, os.O_WRONLY, FILE_MODE)
+                fd = open_regular(path, os.O_WRONLY, FILE_MODE)
                 try:
                     os.ftruncate(fd, keep)
                     os.fsync(fd)
                 finally:
                     os.close(fd)
-            except OSError:
+            except (OSError, UnsafeFileError):
                 pass
 
     def _maybe_rotate(self) -> None:
@@ -199,7 +216,7 @@ class SeqLog:
             raise StorageError(f"could not rotate {self.path}: {exc.strerror}.", path=self.path) from exc
 
     def _read_file(self, path: str) -> Iterator[tuple[dict[str, Any] | None, LogProblem | None]]:
-        data = read_bytes(path)
+        data = read_bytes(path, limit=self.max_read)
         if not data:
             return
         lineno = 0
@@ -254,18 +271,25 @@ class SeqLog:
         return collected
 
     @staticmethod
-    def _backwards(path: str, block: int = 65536) -> Iterator[dict[str, Any] | None]:
+    def _backwards(path: str, block: int = 65536, *, budget: int | None = None) -> Iterator[dict[str, Any] | None]:
         """The records of one file, newest first, reading from its end; ``None`` in place of a
-        torn tail or an unreadable line (which readers skip; ``_read_file`` names them)."""
+        torn tail or an unreadable line (which readers skip; ``_read_file`` names them).
+        ``budget``: reads at most this many bytes (``UnsafeFileError`` past them)."""
         try:
-            fd = os.open(path, os.O_RDONLY)
+            fd = open_regular(path)
         except FileNotFoundError:
             return
         try:
-            pos = os.fstat(fd).st_size
+            pos = end = os.fstat(fd).st_size
             pending = b""
             ended = False  # whether the file's last newline was found
             while pos > 0:
+                if budget is not None and end - pos > budget:
+                    raise UnsafeFileError(
+                        f"{path}: no record in its last {budget:,} bytes; run `phx doctor`.",
+                        path=path,
+                        kind="too-large",
+                    )
                 size = min(block, pos)
                 pos -= size
                 parts = (os.pread(fd, size, pos) + pending).split(b"\n")

@@ -50,6 +50,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "CHECKPOINT_CLAIM_LEASE_MS",
+    "MAX_STATE_BYTES",
     "SCHEMA_VERSION",
     "SOURCES",
     "STATUSES",
@@ -71,6 +72,10 @@ SOURCES = ("model", "hook", "watchdog")
 RANK = {"model": 1, "hook": 2, "watchdog": 3}
 MAX_TEXT = 4000
 """Longest free-text value kept in a state field (longer ones are cut with an ellipsis)."""
+MAX_STATE_BYTES = 8 * 1024 * 1024
+"""The largest ``state.json`` read, or written (a thousand notes of ``MAX_TEXT`` fit four times over):
+a larger file is refused unread (``UnsafeFileError``: ``phx doctor`` moves it aside and rebuilds
+the state from the ops log), so that no file on disk can make a hook slow."""
 CHECKPOINT_CLAIM_LEASE_MS = 5 * 60_000
 """How long a claimed time-based checkpoint may stay untaken: the claimant (the PostToolUse hook's
 detached child, a loop's ``maybe_checkpoint``) releases its claim once the checkpoint is written,
@@ -571,7 +576,7 @@ class StateStore:
     def _local(self) -> tuple[AgentState | None, dict[str, Any] | None]:
         """This machine's ``state.json`` (one open, no stat first), or, missing, the state
         ``lost`` rebuilds and the meta of its ``state_rebuilt`` event; ``(None, None)``: neither."""
-        data = read_bytes(self.path)
+        data = read_bytes(self.path, limit=MAX_STATE_BYTES)
         if data is not None:
             return self.parse(data), None
         lost = self.lost(missing=True)
@@ -748,7 +753,13 @@ class StateStore:
     def write_locked(self, state: AgentState, *, durable: bool = True) -> None:
         """Replace the file with ``state`` (caller holds ``lock()``)."""
         state.schema_version = SCHEMA_VERSION
-        atomic_write(self.path, dumps_document(state.to_dict()).encode("ascii"), durable=durable)
+        data = dumps_document(state.to_dict()).encode("ascii")
+        if len(data) > MAX_STATE_BYTES:
+            raise UsageError(
+                f"the state of agent {self.agent_id!r} would be {len(data):,} bytes, more than the "
+                f"{MAX_STATE_BYTES:,} Phoenix reads back; resolve open loops or next actions (`phx note resolve`)."
+            )
+        atomic_write(self.path, data, durable=durable)
 
     # -- the transitions -------------------------------------------------------------------
 
@@ -961,6 +972,7 @@ class StateStore:
         progress: bool = False,
         drift: list[Any] | None = None,
         work: str | None = None,
+        clean_tool: Callable[[], str] | None = None,
     ) -> AgentState:
         """Record one tool call (PostToolUse hook): ``last_active``, ``heartbeat_seq``, ``last_tool``,
         the session's ``tool_calls`` and, with ``work`` (the command run or the file written,
@@ -972,6 +984,11 @@ class StateStore:
         A heartbeat line goes to the ops log at most every ``heartbeat_log_interval`` seconds;
         a failed tool is always logged. ``tool`` must be a plain name (checked by the caller);
         ``None`` (the Stop hook) leaves ``last_tool`` alone. ``error`` is free text and is redacted.
+        ``clean_tool``: ``tool`` is a name the caller could not vouch for (not one of the agent
+        CLI's own tools): unless it is the name of the last tool the state holds (which the
+        redactor passed when it was written), the name recorded is what ``clean_tool()`` returns
+        (the name through the redactor), so that the redactor (and ``re``) is loaded only for a
+        name new to the state.
 
         If ``due`` is a list, time-based checkpoints that are due (``due_checkpoints``) are
         *claimed* (marked as taken, so that no other process takes them too) and appended to it;
@@ -989,11 +1006,15 @@ class StateStore:
         # escape is \ufffd, not \N{...}: compiling a named escape imports unicodedata.
         clean_error = _clean_text(error.replace("\x00", "\ufffd"), "the tool error")[:500] if error else None
         interval_ms = int(self.config.heartbeat_log_interval * 1000)
+        tool_name = tool
 
         def mutate(state: AgentState) -> list[Transition]:
             self._touch(state, "hook")
             state.heartbeat_seq += 1
             now = state.last_active_ms or 0
+            tool = tool_name
+            if tool is not None and clean_tool is not None and tool != (state.last_tool or {}).get("name"):
+                tool = clean_tool()
             if tool is not None:
                 state.tool_calls += 1
                 if work is not None:

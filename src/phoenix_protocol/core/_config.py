@@ -412,14 +412,25 @@ def _flatten_paif(data: dict[str, Any], source: str) -> dict[str, Any]:
     return merged
 
 
+_MAX_TOML = 4 * 1024 * 1024
+"""The largest settings file read (``phoenix.toml``, ``pyproject.toml``)."""
+
+
 def _read_toml(path: str, table: tuple[str, ...] = ()) -> dict[str, Any]:
+    # Through _durable: a regular file only, opened without blocking (a FIFO at phoenix.toml
+    # would hang every hook), at most _MAX_TOML bytes of it.
+    from phoenix_protocol.core._durable import read_bytes
+    from phoenix_protocol.core._errors import PhoenixError, UnsafeFileError
+
     try:
-        with open(path, "rb") as fh:
-            raw = fh.read()
-    except FileNotFoundError:
+        raw = read_bytes(path, limit=_MAX_TOML)
+    except UnsafeFileError as exc:  # its advice (`phx doctor`) cannot run without settings
+        what = str(exc).split(": Phoenix", 1)[0].split(" Run `phx doctor`", 1)[0].rstrip(".")
+        raise ConfigError(f"{what}: Phoenix does not read it as settings; replace it with a regular file.") from None
+    except PhoenixError as exc:
+        raise ConfigError(str(exc)) from None
+    if raw is None:
         return {}
-    except OSError as exc:
-        raise ConfigError(f"could not read {path}: {exc.strerror}.") from None
     if table and b"phoenix" not in raw:
         return {}
     import tomllib

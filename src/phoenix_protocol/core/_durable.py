@@ -43,6 +43,18 @@ Three primitives, each with the guarantee it gives and the one it does not:
     of it (for a few dozen files; one deleted by hand is opened again; a forked child opens its
     own). POSIX only.
 
+Agent files (``confine``)
+    Below a registered root (every ``Home`` registers its own; the heartbeats' runtime directory
+    its own) every primitive here touches only regular files of this user: each directory from
+    the root down is opened with ``O_NOFOLLOW | O_DIRECTORY`` relative to the one above it and
+    must belong to this user, the file itself is opened with ``O_NOFOLLOW | O_NONBLOCK`` and
+    ``fstat``-ed (a FIFO, a device, a socket, a directory, a symbolic link or another user's file
+    is refused with ``UnsafeFileError`` at once: nothing blocks, nothing is followed), and a read
+    given a ``limit`` refuses a larger file before reading it. Outside the registered roots files
+    are still opened without blocking and must be regular files (symbolic links are followed
+    there: settings files are often links). ``check_entry`` tells the same without opening;
+    ``move_aside`` is how ``phx doctor`` puts a refused entry out of the way (never deleted).
+
 Files are created 0600 and directories 0700. Hot path: imports ``os``, ``fcntl``, ``time``.
 """
 
@@ -54,7 +66,7 @@ import fcntl
 import os
 import time
 
-from phoenix_protocol.core._errors import LockTimeoutError, StorageError
+from phoenix_protocol.core._errors import LockTimeoutError, StorageError, UnsafeFileError
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -68,6 +80,8 @@ __all__ = [
     "InPlaceFile",
     "atomic_create",
     "atomic_write",
+    "check_entry",
+    "confine",
     "durable_append",
     "ensure_dir",
     "fsync_dir",
@@ -77,6 +91,8 @@ __all__ = [
     "in_place_file",
     "iter_lines",
     "keep_damaged",
+    "move_aside",
+    "open_regular",
     "read_bytes",
     "read_last_line",
     "read_range",
@@ -90,6 +106,12 @@ __all__ = [
 FILE_MODE = 0o600
 DIR_MODE = 0o700
 _CLOEXEC = getattr(os, "O_CLOEXEC", 0)
+_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
+_NONBLOCK = getattr(os, "O_NONBLOCK", 0)
+_NOCTTY = getattr(os, "O_NOCTTY", 0)
+_DIRECTORY = getattr(os, "O_DIRECTORY", 0)
+_OPEN = _CLOEXEC | _NONBLOCK | _NOCTTY  # every file this module opens: never blocks, never a terminal
+_DIR_FDS = os.open in os.supports_dir_fd and os.rename in os.supports_dir_fd  # os.replace goes with rename
 _ADVISE = hasattr(os, "posix_fadvise")
 _PWRITEV = hasattr(os, "pwritev")
 _tmp_counter = 0
@@ -159,8 +181,301 @@ def _fail(action: str, path: str, exc: OSError) -> StorageError:
     return err
 
 
+# -- agent files: confined below registered roots ---------------------------------------------
+
+_roots: list[tuple[str, bool]] = []
+"""Registered roots, longest first: ``(root, follow)``; ``follow``: the root itself may be a
+symbolic link (a home the user pointed somewhere), else it is opened with ``O_NOFOLLOW`` too
+(a runtime directory in a shared /tmp)."""
+_euid = os.geteuid() if hasattr(os, "geteuid") else -1
+
+_KINDS = {
+    "symlink": "a symbolic link",
+    "fifo": "a named pipe (FIFO)",
+    "socket": "a socket",
+    "device": "a device",
+    "directory": "a directory",
+    "not-directory": "not a directory",
+    "foreign-owner": "owned by another user",
+    "too-large": "too large",
+}
+
+
+def confine(root: str, *, follow: bool = True) -> None:
+    """Treat every path below ``root`` (absolute) as an agent file (see the module docstring).
+    Registering a root twice is harmless; the longest registered root containing a path wins."""
+    global _roots
+    root = os.path.normpath(root)
+    if not os.path.isabs(root) or root == "/":
+        return
+    known = dict(_roots)
+    if root in known and (follow or not known[root]):
+        return
+    known[root] = follow and known.get(root, True)
+    # A new list, bound at once: a reader in another thread sees the old one or the new one
+    # (sorting in place would show it an empty list meanwhile).
+    _roots = sorted(known.items(), key=lambda item: -len(item[0]))
+
+
+def _confined(path: str) -> tuple[str, bool, list[str]] | None:
+    """``(root, follow, parts below the root)`` for a path below a registered root, else ``None``."""
+    for root, follow in _roots:
+        if path.startswith(root) and path[len(root) : len(root) + 1] == "/":
+            parts = path[len(root) + 1 :].split("/")
+            if "" in parts or "." in parts or ".." in parts:
+                normal = os.path.normpath(path)
+                return None if normal == path else _confined(normal)
+            return root, follow, parts
+    return None
+
+
+def _kind_of(mode: int) -> str:
+    import stat
+
+    if stat.S_ISLNK(mode):
+        return "symlink"
+    if stat.S_ISFIFO(mode):
+        return "fifo"
+    if stat.S_ISSOCK(mode):
+        return "socket"
+    if stat.S_ISDIR(mode):
+        return "directory"
+    if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
+        return "device"
+    return "not-directory"
+
+
+def _unsafe(path: str, kind: str, detail: str = "") -> UnsafeFileError:
+    what = _KINDS.get(kind, kind) + (f" ({detail})" if detail else "")
+    if kind == "too-large":
+        message = f"{path} is {what}: Phoenix does not read it. Run `phx doctor`, which moves it aside."
+    elif kind in ("directory", "not-directory") and detail == "in the way":
+        message = f"{path} is {_KINDS[kind]}: Phoenix cannot use it. Run `phx doctor`, which moves it aside."
+    else:
+        message = (
+            f"{path} is {what}, not a regular file of this user: Phoenix neither reads nor writes it. "
+            "Run `phx doctor`, which moves it aside."
+        )
+    return UnsafeFileError(message, path=path, kind=kind)
+
+
+def _refuse_entry(path: str, name: str, dir_fd: int | None) -> UnsafeFileError:
+    """The refusal for entry ``name`` (of ``dir_fd``, or the path itself) that could not be opened
+    as a regular file or a directory: what it is, said by ``lstat``."""
+    try:
+        st = os.stat(name, dir_fd=dir_fd, follow_symlinks=False) if dir_fd is not None else os.lstat(path)
+    except OSError:
+        return _unsafe(path, "not-directory")
+    kind = _kind_of(st.st_mode)
+    detail = ""
+    if kind == "symlink":
+        try:
+            target = os.readlink(name, dir_fd=dir_fd) if dir_fd is not None else os.readlink(path)
+            detail = "to " + (target if len(target) <= 200 else target[:199] + "…")
+        except OSError:
+            pass
+    return _unsafe(path, kind, detail)
+
+
+def _check_owner(fd: int, path: str, st: os.stat_result | None = None) -> os.stat_result:
+    st = st or os.fstat(fd)
+    if _euid >= 0 and st.st_uid != _euid:
+        raise _unsafe(path, "foreign-owner", f"uid {st.st_uid}")
+    return st
+
+
+def _walk(root: str, follow: bool, parts: list[str], path: str, *, create: bool = False) -> int:
+    """A descriptor of the directory ``root/parts...``, each step opened without following a
+    symbolic link and checked to belong to this user; ``create`` makes the missing ones (0700).
+    Raises ``FileNotFoundError`` (one is missing) or ``UnsafeFileError``."""
+    flags = os.O_RDONLY | _DIRECTORY | _OPEN
+    try:
+        fd = os.open(root, flags | (0 if follow else _NOFOLLOW))
+    except FileNotFoundError:
+        if not create:
+            raise
+        ensure_dir(root)
+        fd = os.open(root, flags | (0 if follow else _NOFOLLOW))
+    except OSError as exc:
+        if exc.errno in (errno.ELOOP, errno.ENOTDIR, errno.EMLINK):
+            raise _refuse_entry(root, root, None) from None
+        raise
+    try:
+        _check_owner(fd, root)
+        here = root
+        for part in parts:
+            here = here + "/" + part
+            try:
+                child = os.open(part, flags | _NOFOLLOW, dir_fd=fd)
+            except FileNotFoundError:
+                if not create:
+                    raise
+                try:
+                    os.mkdir(part, DIR_MODE, dir_fd=fd)
+                except FileExistsError:
+                    pass
+                else:
+                    os.fsync(fd)
+                try:
+                    child = os.open(part, flags | _NOFOLLOW, dir_fd=fd)
+                except OSError as exc:
+                    if exc.errno in (errno.ELOOP, errno.ENOTDIR, errno.EMLINK):
+                        raise _refuse_entry(here, part, fd) from None
+                    raise
+                os.fchmod(child, DIR_MODE)  # mkdir's mode is masked by the umask
+            except OSError as exc:
+                if exc.errno in (errno.ELOOP, errno.ENOTDIR, errno.EMLINK):
+                    raise _refuse_entry(here, part, fd) from None
+                raise
+            os.close(fd)
+            fd = child
+            _check_owner(fd, here)
+        return fd
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+def _open_checked(path: str, flags: int = os.O_RDONLY, mode: int = FILE_MODE) -> tuple[int, os.stat_result]:
+    """``open_regular``, and the file's ``fstat``."""
+    import stat
+
+    where = _confined(path)
+    if where is None:
+        fd = os.open(path, flags | _OPEN, mode)
+        owned = False
+    else:
+        root, follow, parts = where
+        dir_fd = _walk(root, follow, parts[:-1], path)
+        try:
+            fd = os.open(parts[-1], flags | _OPEN | _NOFOLLOW, mode, dir_fd=dir_fd)
+        except OSError as exc:
+            if exc.errno in (errno.ELOOP, errno.EMLINK, errno.EISDIR, errno.ENXIO, errno.ENOTDIR):
+                raise _refuse_entry(path, parts[-1], dir_fd) from None
+            raise
+        finally:
+            os.close(dir_fd)
+        owned = True
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise _unsafe(path, _kind_of(st.st_mode))
+        if owned:
+            _check_owner(fd, path, st)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd, st
+
+
+def open_regular(path: str, flags: int = os.O_RDONLY, mode: int = FILE_MODE) -> int:
+    """A descriptor of the regular file ``path`` (``flags`` as for ``os.open``; ``O_CREAT`` makes
+    it, ``mode``), opened without blocking. Below a registered root (``confine``) nothing on the
+    way is followed and everything must belong to this user. Raises ``FileNotFoundError`` (or
+    another ``OSError``) as ``os.open`` does, and ``UnsafeFileError`` for what it refuses."""
+    return _open_checked(path, flags, mode)[0]
+
+
+def check_entry(path: str, *, limit: int | None = None) -> UnsafeFileError | None:
+    """What is wrong with ``path`` as an agent file, without opening it (``lstat``; below a
+    registered root its directories are checked as ``open_regular`` would): the refusal
+    ``open_regular`` or a read bounded by ``limit`` would raise, or ``None`` (a regular file of
+    this user, or nothing there)."""
+    import stat
+
+    try:
+        where = _confined(path)
+        if where is None:
+            st = os.lstat(path)
+            if stat.S_ISLNK(st.st_mode):
+                st = os.stat(path)
+        else:
+            root, follow, parts = where
+            dir_fd = _walk(root, follow, parts[:-1], path)
+            try:
+                st = os.stat(parts[-1], dir_fd=dir_fd, follow_symlinks=False)
+                if stat.S_ISLNK(st.st_mode):
+                    return _refuse_entry(path, parts[-1], dir_fd)
+            finally:
+                os.close(dir_fd)
+            if _euid >= 0 and st.st_uid != _euid:
+                return _unsafe(path, "foreign-owner", f"uid {st.st_uid}")
+        if not stat.S_ISREG(st.st_mode):
+            return _unsafe(path, _kind_of(st.st_mode))
+        if limit is not None and st.st_size > limit:
+            return _too_large(path, st.st_size, limit)
+    except FileNotFoundError:
+        return None
+    except UnsafeFileError as exc:
+        return exc
+    except OSError as exc:
+        raise _fail("check", path, exc) from exc
+    return None
+
+
+def _too_large(path: str, size: int, limit: int) -> UnsafeFileError:
+    return _unsafe(path, "too-large", f"{size:,} bytes; Phoenix reads at most {limit:,} from it")
+
+
+def move_aside(path: str, now_ms: int) -> str:
+    """Rename the entry at ``path`` (whatever it is: a symbolic link is renamed, not followed) to
+    ``<path>.quarantine-<time>`` beside it, durably, so that Phoenix can write a file of its own
+    there; nothing is deleted or changed. Returns the new path."""
+    from phoenix_protocol.core._clock import iso_from_ms
+
+    stamp = iso_from_ms(now_ms).replace(":", "").replace("-", "")
+    target = f"{path}.quarantine-{stamp}"
+    n = 1
+    while os.path.lexists(target):
+        n += 1
+        target = f"{path}.quarantine-{stamp}-{n}"
+    try:
+        os.rename(path, target)
+        fsync_dir(os.path.dirname(path) or ".")
+    except OSError as exc:
+        raise _fail("move aside", path, exc) from exc
+    return target
+
+
+def _parent_fd(path: str) -> tuple[int, str] | None:
+    """For a path below a registered root: a checked descriptor of its directory and its name;
+    ``None`` elsewhere."""
+    if not _DIR_FDS:  # pragma: no cover - platforms without *at() calls
+        return None
+    where = _confined(path)
+    if where is None:
+        return None
+    root, follow, parts = where
+    return _walk(root, follow, parts[:-1], path), parts[-1]
+
+
+def _check_target(dir_fd: int, name: str, path: str) -> None:
+    """Before replacing entry ``name`` of ``dir_fd``: it is missing or a regular file of this user
+    (a write never replaces a symbolic link, a FIFO or someone else's file; ``move_aside`` does)."""
+    import stat
+
+    try:
+        st = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+    except FileNotFoundError:
+        return
+    if not stat.S_ISREG(st.st_mode):
+        raise _refuse_entry(path, name, dir_fd)
+    if _euid >= 0 and st.st_uid != _euid:
+        raise _unsafe(path, "foreign-owner", f"uid {st.st_uid}")
+
+
 def ensure_dir(path: str) -> None:
-    """Create ``path`` and missing parents with mode 0700. An existing directory is left as it is."""
+    """Create ``path`` and missing parents with mode 0700. An existing directory is left as it is.
+    Below a registered root (``confine``) every directory on the way must be a directory of this
+    user, not a symbolic link (``UnsafeFileError``)."""
+    where = _confined(path) if _DIR_FDS else None
+    if where is not None:
+        root, follow, parts = where
+        try:
+            os.close(_walk(root, follow, parts, path, create=True))
+        except OSError as exc:
+            raise _fail("create directory", path, exc) from exc
+        return
     if os.path.isdir(path):
         return
     parent = os.path.dirname(path.rstrip("/"))
@@ -199,9 +514,10 @@ def _datasync(fd: int) -> None:
 
 
 def _open_existing(path: str, action: str) -> int | None:
-    """A read-only descriptor of ``path``, or ``None`` when it does not exist."""
+    """A read-only descriptor of the regular file ``path`` (``open_regular``), or ``None`` when
+    it does not exist."""
     try:
-        return os.open(path, os.O_RDONLY | _CLOEXEC)
+        return _open_checked(path)[0]
     except FileNotFoundError:
         return None
     except OSError as exc:
@@ -251,17 +567,31 @@ def fsync_files(paths: list[str]) -> list[str]:
     return missing
 
 
-def read_range(path: str, offset: int, length: int | None = None) -> bytes | None:
+def read_range(path: str, offset: int, length: int | None = None, *, limit: int | None = None) -> bytes | None:
     """``length`` bytes of ``path`` from ``offset`` (fewer at its end; all of it to the end when
-    ``length`` is ``None``), or ``None`` when the file does not exist."""
-    fd = _open_existing(path, "read")
-    if fd is None:
-        return None
+    ``length`` is ``None``), or ``None`` when the file does not exist. ``limit``: a file larger
+    than this many bytes is refused (``UnsafeFileError``, kind ``too-large``) before any read,
+    and so is one found to have grown past it while it was read."""
     try:
+        fd, st = _open_checked(path)
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        raise _fail("read", path, exc) from exc
+    try:
+        if limit is not None:
+            if st.st_size > limit:
+                raise _too_large(path, st.st_size, limit)
+            cap = max(limit - offset, 0) + 1  # a byte more than allowed tells a file that grew
+            want = cap if length is None else min(length, cap)
+            data = _read_at(fd, want, offset, max(st.st_size - offset, 0) + 1)
+            if want == cap and len(data) == cap:
+                raise _too_large(path, offset + len(data), limit)
+            return data
         if length is None:
             # Sized by the file: one read for a file that does not grow meanwhile (a short read
             # is its end), instead of a 1 MiB buffer cut down, a read of nothing, and a join.
-            want = max(os.fstat(fd).st_size - offset, 0) + 1
+            want = max(st.st_size - offset, 0) + 1
             first = os.pread(fd, want, offset)
             if len(first) < want:
                 return first
@@ -282,6 +612,23 @@ def read_range(path: str, offset: int, length: int | None = None) -> bytes | Non
         raise _fail("read", path, exc) from exc
     finally:
         os.close(fd)
+
+
+def _read_at(fd: int, length: int, offset: int, expected: int) -> bytes:
+    """Up to ``length`` bytes from ``offset`` (fewer only at the end of the file); the first read
+    asks for ``expected`` bytes (what ``fstat`` said, and one more to see the end)."""
+    first = os.pread(fd, min(length, expected), offset)
+    if len(first) == length or len(first) < min(length, expected):
+        return first
+    chunks = [first]
+    got = len(first)
+    while got < length:
+        chunk = os.pread(fd, min(length - got, 1 << 20), offset + got)
+        if not chunk:
+            break
+        chunks.append(chunk)
+        got += len(chunk)
+    return b"".join(chunks)
 
 
 class InPlaceFile:
@@ -368,10 +715,10 @@ class InPlaceFile:
             return self._fd
         self._close()
         try:
-            fd = os.open(self.path, os.O_RDWR | _CLOEXEC)
+            fd, st = _open_checked(self.path, os.O_RDWR)
         except PermissionError:
-            fd = os.open(self.path, os.O_RDONLY | _CLOEXEC)  # a reader without write access
-        self._fd, self._ino, self._pid = fd, os.fstat(fd).st_ino, _pid
+            fd, st = _open_checked(self.path)  # a reader without write access
+        self._fd, self._ino, self._pid = fd, st.st_ino, _pid
         try:
             self._link = os.readlink(f"/proc/self/fd/{fd}")
         except OSError:
@@ -482,7 +829,11 @@ def in_place_file(path: str) -> InPlaceFile:
 def truncate_file(path: str, size: int) -> None:
     """Cut ``path`` to ``size`` bytes (a torn tail a killed writer left), under the caller's lock."""
     try:
-        os.truncate(path, size)
+        fd = _open_checked(path, os.O_WRONLY)[0]
+        try:
+            os.ftruncate(fd, size)
+        finally:
+            os.close(fd)
     except OSError as exc:
         raise _fail("truncate", path, exc) from exc
 
@@ -508,15 +859,31 @@ def keep_damaged(path: str, data: bytes, now_ms: int) -> str:
 
 
 def atomic_write(path: str, data: bytes, *, durable: bool = True) -> None:
-    """Replace ``path`` with ``data`` atomically (see the module docstring for the guarantee)."""
-    directory = os.path.dirname(path) or "."
-    name = os.path.basename(path)
+    """Replace ``path`` with ``data`` atomically (see the module docstring for the guarantee).
+    Below a registered root (``confine``) the directory is reached without following anything
+    and only a regular file of this user is replaced (``UnsafeFileError`` otherwise)."""
+    try:
+        parent = _parent_fd(path)
+    except OSError as exc:
+        raise _fail("write", path, exc) from exc
+    if parent is None:
+        _atomic_write(path, os.path.dirname(path) or ".", os.path.basename(path), None, data, durable)
+        return
+    dir_fd, name = parent
+    try:
+        _atomic_write(path, "", name, dir_fd, data, durable)
+    finally:
+        os.close(dir_fd)
+
+
+def _atomic_write(path: str, directory: str, name: str, dir_fd: int | None, data: bytes, durable: bool) -> None:
+    """``atomic_write`` in ``directory`` (by name), or in ``dir_fd`` (a checked directory)."""
     fd = -1
     tmp = ""
     for _ in range(100):
-        tmp = os.path.join(directory, temp_name(name))
+        tmp = temp_name(name) if dir_fd is not None else os.path.join(directory, temp_name(name))
         try:
-            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | _CLOEXEC, FILE_MODE)
+            fd = _open_at(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | _CLOEXEC | _NOFOLLOW, dir_fd)
             break
         except FileExistsError:
             continue
@@ -531,15 +898,22 @@ def atomic_write(path: str, data: bytes, *, durable: bool = True) -> None:
                 os.fsync(fd)
         finally:
             os.close(fd)
-        os.replace(tmp, path)
+        if dir_fd is None:
+            os.replace(tmp, path)
+        else:
+            _check_target(dir_fd, name, path)
+            os.replace(tmp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
     except BaseException as exc:
-        _unlink_quietly(tmp)
+        _unlink_quietly(tmp, dir_fd)
         if isinstance(exc, OSError):
             raise _fail("write", path, exc) from exc
         raise
     if durable:
         try:
-            fsync_dir(directory)
+            if dir_fd is None:
+                fsync_dir(directory)
+            else:
+                os.fsync(dir_fd)
         except OSError as exc:
             raise _fail("confirm durable write of", path, exc) from exc
 
@@ -555,48 +929,74 @@ def atomic_create(path: str, data: bytes, *, sync_dir: bool = True, durable: boo
     process, and the caller holds the durable copy elsewhere (the checkpoint log).
     """
     directory = os.path.dirname(path) or "."
-    tmp = os.path.join(directory, temp_name(os.path.basename(path)))
     try:
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | _CLOEXEC, FILE_MODE)
+        parent = _parent_fd(path)
     except OSError as exc:
         raise _fail("write", path, exc) from exc
+    dir_fd, name = parent if parent is not None else (None, path)
+    tmp = temp_name(name) if dir_fd is not None else os.path.join(directory, temp_name(os.path.basename(path)))
     try:
         try:
-            _write_all(fd, data)
-            if durable:
-                os.fsync(fd)
-        finally:
-            os.close(fd)
-        os.link(tmp, path)
-    except FileExistsError:
-        _unlink_quietly(tmp)
-        raise
-    except BaseException as exc:
-        _unlink_quietly(tmp)
-        if isinstance(exc, OSError):
-            raise _fail("write", path, exc) from exc
-        raise
-    _unlink_quietly(tmp)
-    if sync_dir and durable:
-        try:
-            fsync_dir(directory)
+            fd = _open_at(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | _CLOEXEC | _NOFOLLOW, dir_fd)
         except OSError as exc:
-            raise _fail("confirm durable write of", path, exc) from exc
+            raise _fail("write", path, exc) from exc
+        try:
+            try:
+                _write_all(fd, data)
+                if durable:
+                    os.fsync(fd)
+            finally:
+                os.close(fd)
+            # fails with FileExistsError for any entry at ``name``, a symbolic link included
+            if dir_fd is None:
+                os.link(tmp, path)
+            else:
+                os.link(tmp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
+        except FileExistsError:
+            _unlink_quietly(tmp, dir_fd)
+            raise
+        except BaseException as exc:
+            _unlink_quietly(tmp, dir_fd)
+            if isinstance(exc, OSError):
+                raise _fail("write", path, exc) from exc
+            raise
+        _unlink_quietly(tmp, dir_fd)
+        if sync_dir and durable:
+            try:
+                if dir_fd is None:
+                    fsync_dir(directory)
+                else:
+                    os.fsync(dir_fd)
+            except OSError as exc:
+                raise _fail("confirm durable write of", path, exc) from exc
+    finally:
+        if dir_fd is not None:
+            os.close(dir_fd)
 
 
-def _unlink_quietly(path: str) -> None:
+def _unlink_quietly(path: str, dir_fd: int | None = None) -> None:
     try:
-        os.unlink(path)
+        if dir_fd is None:
+            os.unlink(path)
+        else:
+            os.unlink(path, dir_fd=dir_fd)
     except OSError:
         pass
 
 
+def _open_at(name: str, flags: int, dir_fd: int | None) -> int:
+    """``os.open`` of a new file, relative to ``dir_fd`` when there is one."""
+    if dir_fd is None:
+        return os.open(name, flags, FILE_MODE)
+    return os.open(name, flags, FILE_MODE, dir_fd=dir_fd)
+
+
 def durable_append(path: str, data: bytes, *, durable: bool = True) -> None:
     """Append ``data`` to ``path`` (created 0600 if missing) and ``fdatasync`` it (which flushes
-    the data and the file size, all an append needs)."""
+    the data and the file size, all an append needs). Only to a regular file (``open_regular``)."""
     created = not os.path.exists(path)
     try:
-        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | _CLOEXEC, FILE_MODE)
+        fd = _open_checked(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT)[0]
     except OSError as exc:
         raise _fail("append to", path, exc) from exc
     try:
@@ -614,9 +1014,10 @@ def durable_append(path: str, data: bytes, *, durable: bool = True) -> None:
             raise _fail("confirm durable append to", path, exc) from exc
 
 
-def read_bytes(path: str) -> bytes | None:
-    """The whole content of ``path``, or ``None`` when it does not exist."""
-    return read_range(path, 0)
+def read_bytes(path: str, *, limit: int | None = None) -> bytes | None:
+    """The whole content of ``path``, or ``None`` when it does not exist; ``limit`` as for
+    ``read_range``."""
+    return read_range(path, 0, limit=limit)
 
 
 def iter_lines(data: bytes) -> Iterator[tuple[int, bytes]]:
@@ -641,25 +1042,29 @@ def torn_tail_length(data: bytes) -> int:
     return len(data) - (nl + 1)
 
 
-def repair_tail(path: str) -> int:
+def repair_tail(path: str, *, limit: int | None = None) -> int:
     """Cut a torn final line (bytes after the last newline) off ``path``. Returns bytes removed.
 
     Call it holding the file's lock, before appending. The fragment was never acknowledged:
-    the append that wrote it did not return.
+    the append that wrote it did not return. ``limit``: a tail longer than this is no line a
+    writer of this file was cut off in; it is refused (``UnsafeFileError``, kind ``too-large``),
+    not cut, and not read past the limit.
     """
     try:
-        fd = os.open(path, os.O_RDWR | _CLOEXEC)
+        fd, st = _open_checked(path, os.O_RDWR)
     except FileNotFoundError:
         return 0
     except OSError as exc:
         raise _fail("repair", path, exc) from exc
     try:
-        size = os.fstat(fd).st_size
+        size = st.st_size
         if size == 0:
             return 0
         pos = size
         block = 4096
         while pos > 0:
+            if limit is not None and size - pos > limit:
+                raise _unsafe(path, "too-large", f"it ends with more than {limit:,} bytes that are no complete line")
             start = max(0, pos - block)
             chunk = os.pread(fd, pos - start, start)
             nl = chunk.rfind(b"\n")
@@ -667,7 +1072,10 @@ def repair_tail(path: str) -> int:
                 keep = start + nl + 1
                 break
             pos = start
+            block = min(block * 2, 1 << 20)
         else:
+            if limit is not None and size > limit:
+                raise _unsafe(path, "too-large", f"it ends with more than {limit:,} bytes that are no complete line")
             keep = 0
         if keep == size:
             return 0
@@ -680,8 +1088,10 @@ def repair_tail(path: str) -> int:
         os.close(fd)
 
 
-def read_last_line(path: str) -> bytes | None:
-    """The last complete line of ``path`` (without its newline), ignoring a torn tail; ``None`` if none."""
+def read_last_line(path: str, *, limit: int | None = None) -> bytes | None:
+    """The last complete line of ``path`` (without its newline), ignoring a torn tail; ``None`` if
+    none. ``limit``: reads at most this many bytes back from the end; a file whose last line (and
+    torn tail) does not end within them is refused (``UnsafeFileError``, kind ``too-large``)."""
     fd = _open_existing(path, "read")
     if fd is None:
         return None
@@ -691,6 +1101,8 @@ def read_last_line(path: str) -> bytes | None:
         tail = b""
         block = 8192
         while pos > 0:
+            if limit is not None and size - pos >= limit:
+                raise _unsafe(path, "too-large", f"no complete last line within its last {limit:,} bytes")
             start = max(0, pos - block)
             tail = os.pread(fd, pos - start, start) + tail
             pos = start
@@ -746,7 +1158,7 @@ def _open_lock_file(path: str) -> int:
         if linked:
             return fd
         _close_quietly(fd)
-    return os.open(path, os.O_RDWR | os.O_CREAT | _CLOEXEC, FILE_MODE)
+    return _open_checked(path, os.O_RDWR | os.O_CREAT)[0]
 
 
 def _keep_lock_file(path: str, fd: int) -> None:

@@ -12,6 +12,7 @@ Every error the library raises on purpose is a ``PhoenixError``::
         ├── StorageError        the file system refused a read or a write (wraps the OSError)
         │   └── LockTimeoutError  another process held the lock for too long
         ├── CorruptStateError   a file exists but cannot be parsed; run ``phx doctor``
+        │   └── UnsafeFileError   not a regular file of this user in the home (a FIFO, a symlink, ...), or too large
         ├── SchemaVersionError  a record written by a newer Phoenix than this one
         ├── RefusedError        a request Phoenix declines on purpose, and why
         │   ├── StatusRefusedError        precedence watchdog > hook > model
@@ -40,6 +41,7 @@ __all__ = [
     "SchemaVersionError",
     "StatusRefusedError",
     "StorageError",
+    "UnsafeFileError",
     "UsageError",
 ]
 
@@ -89,6 +91,20 @@ class CorruptStateError(OperationError):
     def __init__(self, message: str, *, path: str | None = None) -> None:
         super().__init__(message)
         self.path = path
+
+
+class UnsafeFileError(CorruptStateError):
+    """A path Phoenix reads or writes is something it must not touch: not a regular file (a FIFO,
+    a device, a socket, a directory), a symbolic link, a file or directory in the home owned by
+    another user, or a file larger than Phoenix reads from it. Refused without blocking and
+    without following it; the entry is left as it is. ``phx doctor`` moves it aside.
+
+    ``kind``: ``symlink``, ``fifo``, ``socket``, ``device``, ``directory``, ``not-directory``,
+    ``foreign-owner`` or ``too-large``."""
+
+    def __init__(self, message: str, *, path: str | None = None, kind: str = "") -> None:
+        super().__init__(message, path=path)
+        self.kind = kind
 
 
 class SchemaVersionError(OperationError):

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import os
 
-from phoenix_protocol.core._durable import atomic_write, ensure_dir
+from phoenix_protocol.core._durable import atomic_write, confine, ensure_dir
 from phoenix_protocol.core._ids import validate_id
 
 TYPE_CHECKING = False
@@ -73,10 +73,13 @@ def resolve_agent_id(
 
 
 class Home:
-    """A Phoenix home directory. Creating one writes nothing until ``ensure`` is called."""
+    """A Phoenix home directory. Creating one writes nothing until ``ensure`` is called; it
+    registers the home with ``_durable.confine``, so that every file below it that Phoenix reads
+    or writes is a regular file of this user, reached without following a symbolic link."""
 
     def __init__(self, root: str) -> None:
         self.root = os.path.abspath(root)
+        confine(self.root)  # what is below it is agent files: regular files of this user only
 
     @classmethod
     def resolve(cls, cwd: str | None = None, env: Mapping[str, str] | None = None) -> Home:

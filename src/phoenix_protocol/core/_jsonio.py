@@ -154,7 +154,8 @@ def _describe_error(text: str) -> JSONError:
     try:
         json.loads(text, parse_constant=_refuse_constant)
     except json.JSONDecodeError as exc:
-        return JSONError(exc.msg + f" at line {exc.lineno} column {exc.colno}", exc.pos)
+        # Some of the codec's messages end with "at" already ("Unterminated string starting at").
+        return JSONError(exc.msg.removesuffix(" at") + f" at line {exc.lineno} column {exc.colno}", exc.pos)
     except JSONError as exc:
         return exc
     except RecursionError:

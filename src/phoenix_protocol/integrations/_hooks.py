@@ -27,6 +27,10 @@ event, a locked, corrupt or newer state file, a full disk) it exits 0 with one l
 and, where it still can, an ops event with status warn or error. It never exits 2 and never
 rewrites a state file it could not read.
 
+The user sees it too: the first time in a session that a hook fails, or that SessionStart finds
+the state damaged (``note_problem``), the hook's JSON output carries a ``systemMessage``, the one
+line Claude Code shows the user (never the model), naming ``phx doctor`` (``_hook_notice``).
+
 A payload over ``_MAX_STDIN`` (64 MiB: a tool's whole output) is decoded with its values over
 ``_MAX_VALUE`` (1 MiB) left out (``_loads_oversized``, msgspec): the hook still runs on the ids,
 names and flags, and logs ``hook_payload_oversized``.
@@ -69,19 +73,49 @@ _MAX_STDIN = 64 * 1024 * 1024
 """A payload up to this size is decoded whole; a larger one with its large values left out."""
 _MAX_VALUE = 1024 * 1024
 """In a payload over ``_MAX_STDIN``: the largest value kept, in bytes (others become ``"<N bytes left out>"``)."""
-_NAME_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_.:-")
+_NAME_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_.:-[]")
+"""What a name the payload gives is reduced to (``[]`` keep the redactor's ``[REDACTED:kind]``)."""
 _SESSION_END_BUDGET = 1.0  # Claude Code gives all SessionEnd hooks about 1.5 s together
 _GIT_TIMEOUT = 1.0  # per git call of a brief, so that a hung git never eats a hook's budget
 RECOVERY_BANNER = "RECOVERY DETECTED"
 REFRESH_BANNER = "FORCED REFRESH"
 
 
+CLAUDE_CODE_TOOLS = frozenset(
+    {
+        "Agent", "Bash", "BashOutput", "CronCreate", "CronDelete", "CronList", "Edit", "EnterWorktree",
+        "ExitPlanMode", "ExitWorktree", "Glob", "Grep", "KillBash", "KillShell", "LS", "ListAgents",
+        "ListMcpResourcesTool", "Monitor", "MultiEdit", "NotebookEdit", "NotebookRead", "ReadMcpResourceTool",
+        "Read", "ReportFindings", "ScheduleWakeup", "SendMessage", "Skill", "SlashCommand", "Task",
+        "TaskOutput", "TaskStop", "TodoRead", "TodoWrite", "ToolSearch", "WebFetch", "WebSearch", "Workflow",
+        "Write",
+    }
+)  # fmt: skip
+"""Claude Code's own tools: names no secret hides in (``redact`` returns each unchanged: a test
+says so), which the heartbeat records without loading the redactor."""
+
+
 def _plain(value: object, limit: int = 100, default: str = "unknown") -> str:
-    """A tool name, reason or source reduced to a safe token (these skip the redactor)."""
+    """A tool name, reason or source reduced to a token of ``_NAME_CHARS`` (not redacted: see
+    ``_named``)."""
     if not isinstance(value, str) or not value:
         return default
     cleaned = "".join(ch if ch in _NAME_CHARS else "_" for ch in value[:limit])
     return cleaned or default
+
+
+def _named(value: object, limit: int = 100, default: str = "unknown") -> str:
+    """A name the payload gives (a tool's, a session's ``source``, ``reason``, ``trigger``) as
+    Phoenix writes it: redacted, then ``_plain`` (it goes into events logged ``trusted``, the
+    state and the session records, where nothing else would redact it; a token of safe
+    characters may still be a key: ``sk-ant-api03-...``). Redacted first, whole (up to 4,096
+    characters): ``_plain`` turns separators into ``_``, which glues a secret to the word before
+    it, where the redactor no longer sees a token."""
+    if not isinstance(value, str) or not value:
+        return default
+    from phoenix_protocol.core._redact import redact
+
+    return _plain(redact(value[:4096]), limit, default)
 
 
 def _raw_session_id(payload: dict[str, Any]) -> str | None:
@@ -257,6 +291,7 @@ def handle(event: str, payload: dict[str, Any], options: dict[str, str]) -> str 
             progress=tool in EDIT_TOOLS,
             drift=drift,
             work=_work(tool, payload),
+            clean_tool=None if tool in CLAUDE_CODE_TOOLS else lambda: _named(payload.get("tool_name")),
         )
         _share_heartbeat(agent, payload, state)
         if drift and drift[0][1] and agent.lane is None:
@@ -348,7 +383,7 @@ def _share_heartbeat(agent: Agent, payload: dict[str, Any], state: AgentState) -
         from phoenix_protocol.core._durable import atomic_write, read_bytes
 
         mark = os.path.join(agent.dir, SYNC_MARK)
-        last = read_bytes(mark)
+        last = read_bytes(mark, limit=64)
         if last is None or not last.strip().isdigit() or now - int(last) >= PG_BEAT_INTERVAL_MS:
             atomic_write(mark, str(now).encode("ascii"), durable=False)
             _spawn_share(agent, binding, _session_id(payload, state))
@@ -441,22 +476,57 @@ def run(argv: list[str], stdin: bytes) -> tuple[int, str, str]:
             raise ValueError(problem)
         if oversized is not None:
             _log_best_effort("hook_payload_oversized", "warn", event, payload, options, oversized)
+        del _noted[:]
         out = handle(event, payload, options)
+        if _noted:  # the hook got round a problem (its ops event is written): the user hears of it
+            from phoenix_protocol.integrations._hook_notice import notice_once, with_system_message
+
+            message = _describe(_noted[0])
+            notice = notice_once(event, payload, message, failed=False)
+            if notice is not None:
+                out = with_system_message(out, notice)
+            return 0, (out + "\n") if out else "", f"phoenix: {event} hook: {message[:300]} (the agent is unaffected)\n"
         return 0, (out + "\n") if out else "", ""
     except BaseException as exc:  # noqa: BLE001 - a hook must never break the agent
-        if isinstance(exc, KeyboardInterrupt):
-            message = "interrupted"
-        else:
-            message = " ".join(str(exc).split()) or type(exc).__name__
-            try:  # redacted before it is cut (a cut secret no longer matches); off the hot path
-                from phoenix_protocol.core._redact import redact
-
-                message = redact(message)
-            except Exception:  # noqa: BLE001, S110 - the hook's own failure must not get worse
-                pass
+        message = "interrupted" if isinstance(exc, KeyboardInterrupt) else _describe(exc)
         line = f"phoenix: {event} hook: {message[:300]} (the agent is unaffected)"
         _log_best_effort("hook_failed", "error", event, payload, options, {"error": message[:500]})
-        return 0, "", line + "\n"
+        notice = None if isinstance(exc, KeyboardInterrupt) else _notice(event, payload, message)
+        return 0, notice + "\n" if notice else "", line + "\n"
+
+
+_noted: list[BaseException] = []
+"""What the running hook got round (``note_problem``), for ``run`` to report."""
+
+
+def _notice(event: str, payload: dict[str, Any], message: str) -> str | None:
+    """The output that tells the user of a failed hook (``_hook_notice``), or ``None``. Never raises."""
+    try:
+        from phoenix_protocol.integrations._hook_notice import notice_once, with_system_message
+
+        notice = notice_once(event, payload, message, failed=True)
+        return with_system_message(None, notice) if notice else None
+    except Exception:  # noqa: BLE001 - the hook's own failure must not get worse
+        return None
+
+
+def note_problem(exc: BaseException) -> None:
+    """Say that the running hook met ``exc`` and went on without what it could not read (the
+    SessionStart hook with a damaged state.json): ``run`` reports it as a failure is reported,
+    on stderr and to the user once per session; the caller logs its own ops event."""
+    _noted.append(exc)
+
+
+def _describe(exc: BaseException) -> str:
+    """``exc`` as one line, redacted (before anything cuts it: a cut secret no longer matches)."""
+    message = " ".join(str(exc).split()) or type(exc).__name__
+    try:  # off the hot path
+        from phoenix_protocol.core._redact import redact
+
+        message = redact(message)
+    except Exception:  # noqa: BLE001, S110 - the hook's own failure must not get worse
+        pass
+    return message
 
 
 def _loads_oversized(data: bytes) -> tuple[Any, dict[str, Any]]:

@@ -17,8 +17,8 @@ from phoenix_protocol.integrations._hooks import (
     _SESSION_END_BUDGET,
     RECOVERY_BANNER,
     REFRESH_BANNER,
+    _named,
     _open_agent,
-    _plain,
     _take_due_checkpoints,
     _team_binding,
 )
@@ -47,7 +47,7 @@ def handle_session_event(
             failed.append(exc)
         try:
             agent.record(
-                "pre_compact", "ok", {"trigger": _plain(payload.get("trigger")), "session_id": session_id}, trusted=True
+                "pre_compact", "ok", {"trigger": _named(payload.get("trigger")), "session_id": session_id}, trusted=True
             )
         except PhoenixError as exc:
             failed.append(exc)
@@ -66,7 +66,7 @@ def handle_session_event(
     # The state's session ends, brief.md, the session checkpoint (checkpoint_on_exit); no session
     # id in the payload: the session that ends is the one the state holds. All SessionEnd hooks
     # share about 1.5 s: git gets 0.2 s.
-    reason = _plain(payload.get("reason"), default="other")
+    reason = _named(payload.get("reason"), default="other")
     if agent.lane is not None:  # the session's own lane goes idle; lanes take no checkpoints (docs/lanes.md)
         end_session(agent, session_id, reason=reason, git_timeout=0.2, checkpoint=False)
         return None
@@ -243,12 +243,15 @@ def _session_start(payload: dict[str, Any], options: dict[str, str], session_id:
     from phoenix_protocol.core._process import find_agent_process, liveness
 
     agent = _open_agent(payload, options)
-    source = _plain(payload.get("source"), default="startup")
+    source = _named(payload.get("source"), default="startup")
     notices: list[str] = []
     try:
         previous = agent.state.read()
     except (CorruptStateError, SchemaVersionError) as exc:
-        # Do not touch the file; hand the new session what we still have.
+        # Do not touch the file; hand the new session what we still have, and tell the user.
+        from phoenix_protocol.integrations._hooks import note_problem
+
+        note_problem(exc)
         agent.record("session_start", "error", {"session_id": session_id, "source": source, "problem": str(exc)})
         brief = agent.read_brief()
         written = ""

@@ -264,7 +264,8 @@ class Agent:
         """The last written ``brief.md``, or ``None``."""
         from phoenix_protocol.core._durable import read_bytes
 
-        data = read_bytes(self.brief_path)
+        # brief_max_chars characters of UTF-8 (4 bytes at most each): a larger file is refused
+        data = read_bytes(self.brief_path, limit=max(1 << 20, 4 * self.config.brief_max_chars))
         return None if data is None else data.decode("utf-8", "replace")
 
 

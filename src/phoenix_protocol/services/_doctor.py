@@ -2,6 +2,13 @@
 
 For every agent it checks, and with ``repair=True`` fixes:
 
+- the agent's files and directories as entries (``_check_entries``): each must be a regular file
+  (the directories on the way: directories) of this user, no symbolic link, no FIFO, no device,
+  no larger than Phoenix reads, which is all the hooks and the CLI accept (``_durable.confine``).
+  Another entry there is reported; a repair moves it aside, whole and untouched, as
+  ``<name>.quarantine-<time>`` (a symbolic link is renamed, never followed: the file it points
+  to is not Phoenix's to touch), and the checks below then rebuild what was there: the state from
+  the ops log, the identity from a checkpoint; a lock file or ``brief.md`` is written anew.
 - ``state.json`` that is empty, torn, not JSON or invalid: the bad file is kept as
   ``state.json.corrupt-<time>`` and a new one is rebuilt from ``ops.jsonl`` (all rotations),
   replaying every state transition, heartbeat and note; the report says what was recovered
@@ -40,17 +47,21 @@ from phoenix_protocol.agent._state import AgentState
 from phoenix_protocol.core._durable import (
     DIR_MODE,
     FILE_MODE,
+    check_entry,
     host_tag,
     keep_damaged,
+    move_aside,
     read_bytes,
     repair_tail,
     temp_writer,
+    torn_tail_length,
 )
 from phoenix_protocol.core._errors import (
     CorruptStateError,
     NotFoundError,
     PhoenixError,
     SchemaVersionError,
+    UnsafeFileError,
     UsageError,
 )
 from phoenix_protocol.core._jsonio import dumps_document
@@ -107,8 +118,10 @@ def _check_modes(root: str, repair: bool, findings: list[Finding]) -> None:
                 st = os.lstat(path)
             except FileNotFoundError:
                 continue
-            if stat.S_ISLNK(st.st_mode):
-                continue
+            if not (stat.S_ISREG(st.st_mode) or stat.S_ISDIR(st.st_mode)) or (
+                hasattr(os, "geteuid") and st.st_uid != os.geteuid()
+            ):
+                continue  # a link, a FIFO, another user's entry: not ours to change (_check_entries)
             mode = stat.S_IMODE(st.st_mode)
             if mode & ~wanted:
                 what = "directory" if is_dir else "file"
@@ -178,35 +191,175 @@ def _listdir(path: str) -> list[str]:
         return []
 
 
-def _check_log(log: SeqLog, aid: str, repair: bool, findings: list[Finding]) -> list[dict[str, Any]]:
+_LINE_FINDINGS = 20
+"""Unreadable lines reported one by one per file; the others are counted."""
+
+
+def _check_log(log: SeqLog, aid: str, repair: bool, findings: list[Finding], now_ms: int = 0) -> list[dict[str, Any]]:
     """Report (and with ``repair`` cut off) a JSON-lines log's torn last line, and report its
-    unreadable lines (readers skip them; they stay for forensics); returns its records."""
+    unreadable lines (readers skip them; they stay for forensics); returns its records. A log
+    its appenders refuse (a torn tail longer than a record, no record near its end: a hook's
+    append fails on it every time) is an error; ``repair`` keeps a long tail aside as
+    ``<log>.corrupt-<time>`` before cutting it, and moves a log without a record near its end
+    aside whole (the log goes on in a new file)."""
+    from phoenix_protocol.agent._seqlog import MAX_LINE
+
     records, problems = log.read()
+    unreadable: dict[str, int] = {}
     for problem in problems:
         if problem.kind == "torn-tail" and problem.path == log.path:
             if repair:
                 with log.lock():
+                    data = read_bytes(log.path, limit=log.max_read) or b""
+                    tail = len(data) - (data.rfind(b"\n") + 1)
+                    kept = keep_damaged(log.path, data[len(data) - tail :], now_ms) if tail > MAX_LINE else None
+                    del data
                     removed = repair_tail(log.path)
                 findings.append(
                     Finding(
                         "warn",
-                        f"torn last line cut off ({removed} bytes, never acknowledged)",
+                        f"torn last line cut off ({removed} bytes, never acknowledged)"
+                        + (f"; kept as {os.path.basename(kept)}" if kept else ""),
                         agent=aid,
                         path=problem.path,
                         repaired=repair,
                     )
                 )
             else:
-                findings.append(Finding("warn", problem.message, agent=aid, path=problem.path))
+                tail = torn_tail_length(read_bytes(log.path, limit=log.max_read) or b"")
+                level = "error" if tail > MAX_LINE else "warn"  # appends refuse to cut it: they fail
+                findings.append(Finding(level, problem.message, agent=aid, path=problem.path))
         else:
-            findings.append(Finding("warn", f"line {problem.line}: {problem.message}", agent=aid, path=problem.path))
+            unreadable[problem.path] = unreadable.get(problem.path, 0) + 1
+            if unreadable[problem.path] <= _LINE_FINDINGS:
+                findings.append(
+                    Finding("warn", f"line {problem.line}: {problem.message}", agent=aid, path=problem.path)
+                )
+    for path, count in unreadable.items():
+        if count > _LINE_FINDINGS:
+            findings.append(Finding("warn", f"{count - _LINE_FINDINGS:,} more unreadable lines", agent=aid, path=path))
+    try:
+        log.last_seq()
+    except UnsafeFileError as exc:  # appends would fail on it every time
+        finding = Finding("error", str(exc), agent=aid, path=log.path)
+        findings.append(finding)
+        if repair:
+            with log.lock():
+                kept_as = move_aside(log.path, now_ms)
+            finding.repaired = True
+            findings.append(
+                Finding(
+                    "warn",
+                    f"moved aside as {os.path.basename(kept_as)} (kept whole); the log goes on in a new file",
+                    agent=aid,
+                    path=log.path,
+                    repaired=True,
+                )
+            )
     return records
+
+
+def _agent_files(agent: Agent) -> list[tuple[str, int | None]]:
+    """Every file of ``agent`` that the hooks or the CLI read or write, with the most Phoenix
+    reads of it (``None``: never read, a lock)."""
+    from phoenix_protocol.agent._identity import MAX_DIGEST_BYTES, MAX_IDENTITY_BYTES
+    from phoenix_protocol.agent._state import MAX_STATE_BYTES
+
+    log = agent.ops.log
+    files: list[tuple[str, int | None]] = [(agent.state.path, MAX_STATE_BYTES), (log.path, log.max_read)]
+    files += [(f"{log.path}.{i}", log.max_read) for i in range(1, log.keep + 1)]
+    files += [
+        (agent.brief_path, max(1 << 20, 4 * agent.config.brief_max_chars)),
+        (agent.identity.path, MAX_IDENTITY_BYTES),
+        (agent.identity.digest_path, MAX_DIGEST_BYTES),
+        (os.path.join(agent.dir, ".store-sync"), 64),  # integrations._hooks.SYNC_MARK
+    ]
+    locks = [(path + ".lock", None) for path in (agent.state.path, log.path, agent.identity.path)]
+    return locks + files  # locks first: moving a data file aside takes its lock
+
+
+def _check_entries(agent: Agent, repair: bool) -> tuple[list[Finding], set[str], bool]:
+    """The agent's directories and files as entries (see the module docstring); ``repair`` moves
+    a refused one aside. Returns the findings, the paths still refused (not repaired), and
+    whether the agent's directory can be checked further."""
+    findings: list[Finding] = []
+    refused: set[str] = set()
+    aid = agent.id
+    home = agent.home.root
+    for directory in (os.path.join(home, "agents"), agent.dir):
+        try:
+            st = os.lstat(directory)
+        except FileNotFoundError:
+            return findings, refused, False
+        problem = None
+        if stat.S_ISLNK(st.st_mode):
+            target = os.readlink(directory)
+            problem = f"is a symbolic link (to {target}), not a directory of the home: Phoenix does not follow it"
+        elif not stat.S_ISDIR(st.st_mode):
+            problem = "is not a directory: Phoenix cannot keep the agent's files there"
+        elif hasattr(os, "geteuid") and st.st_uid != os.geteuid():
+            problem = f"is owned by another user (uid {st.st_uid}): Phoenix does not use it"
+        if problem is None:
+            continue
+        finding = Finding("error", problem, agent=aid, path=directory)
+        findings.append(finding)
+        if repair:
+            kept = move_aside(directory, agent.clock.now_ms())
+            finding.repaired = True
+            findings.append(
+                Finding(
+                    "warn",
+                    f"moved aside as {os.path.basename(kept)} (nothing in it or behind it was changed or deleted); "
+                    "the agent starts again from no state there",
+                    agent=aid,
+                    path=directory,
+                    repaired=True,
+                )
+            )
+        else:
+            refused.add(directory)
+        return findings, refused, False
+    for path, limit in _agent_files(agent):
+        problem_ = check_entry(path, limit=limit)
+        if problem_ is None:
+            continue
+        message = str(problem_).removeprefix(f"{path} ").split(" Run `phx doctor`", 1)[0]
+        finding = Finding("error", message, agent=aid, path=path)
+        findings.append(finding)
+        if not repair:
+            refused.add(path)
+            continue
+        lock = None if path.endswith(".lock") else (agent.state.lock() if path == agent.state.path else None)
+        with lock if lock is not None else contextlib.nullcontext():
+            kept = move_aside(path, agent.clock.now_ms())
+        finding.repaired = True
+        rebuilt = {
+            agent.state.path: "; the state is rebuilt from the ops log below",
+            agent.identity.path: "; the identity is restored from a checkpoint below",
+            agent.brief_path: "; the next session start writes a new one",
+        }.get(path, "; Phoenix writes a new one when it needs it" if path.endswith((".lock", ".store-sync")) else "")
+        if path == agent.ops.path or path.startswith(agent.ops.path + "."):
+            rebuilt = "; its events are not read any more (the log goes on without them)"
+        findings.append(
+            Finding(
+                "warn",
+                f"moved aside as {os.path.basename(kept)} (kept whole; nothing it points to was touched){rebuilt}",
+                agent=aid,
+                path=path,
+                repaired=True,
+            )
+        )
+    return findings, refused, True
 
 
 def check_agent(agent: Agent, *, repair: bool = True) -> list[Finding]:
     """Check (and repair) one agent; returns what was found."""
-    findings: list[Finding] = []
     aid = agent.id
+    findings, refused, go_on = _check_entries(agent, repair)
+    if not go_on:
+        return findings or [Finding("ok", "no state yet", agent=aid, path=agent.dir)]
+    if refused:  # --check: what reads a refused file would only say so again
+        return findings
     # Leftover temporary files from killed writers.
     try:
         names = os.listdir(agent.dir)
@@ -222,7 +375,7 @@ def check_agent(agent: Agent, *, repair: bool = True) -> list[Finding]:
                 Finding("warn", "temporary file left by an interrupted write", agent=aid, path=path, repaired=repair)
             )
     # The ops log (this home's file: on the PostgreSQL store, this machine's copy).
-    events = _check_log(agent.ops.log, aid, repair, findings)
+    events = _check_log(agent.ops.log, aid, repair, findings, agent.clock.now_ms())
     seqs = [e["seq"] for e in events]
     if seqs:
         gaps = sum(1 for a, b in pairwise(seqs) if b != a + 1)
@@ -581,6 +734,7 @@ def check_home(
             Finding("ok", "no Phoenix home yet (nothing to check)", path=home.root),
             *hook_commands(),
         ]
+    findings.extend(_check_home_entries(home, repair))
     _check_modes(home.root, repair, findings)
     if config is None:
         from phoenix_protocol.core._config import load_config
@@ -595,6 +749,46 @@ def check_home(
     findings.extend(hook_commands())
     for agent in agents:
         findings.extend(check_agent_apart(agent, repair=repair))
+    return findings
+
+
+_HOME_FILES = (".gitignore", "phoenix.db", "phoenix.db-wal", "phoenix.db-shm", "phoenix.db-journal", "phoenix.db.lock")
+"""The home's own files that Phoenix (or SQLite, for Phoenix) opens: regular files of the user only."""
+
+
+def _check_home_entries(home: Home, repair: bool) -> list[Finding]:
+    """The home's own files as entries (as ``_check_entries`` for an agent's): a FIFO, a link, a
+    directory or another user's file in place of one is reported and, with ``repair``, moved
+    aside whole. (``phoenix.toml`` is read before anything else: one that is no regular file
+    stops every command with a message saying so.)"""
+    from phoenix_protocol.core._clock import system_clock
+
+    findings: list[Finding] = []
+    for name in _HOME_FILES:
+        path = os.path.join(home.root, name)
+        problem = check_entry(path)
+        if problem is None:
+            continue
+        message = str(problem).removeprefix(f"{path} ").split(" Run `phx doctor`", 1)[0]
+        finding = Finding("error", message, path=path)
+        findings.append(finding)
+        if not repair:
+            continue
+        kept = move_aside(path, system_clock.now_ms())
+        finding.repaired = True
+        lost = (
+            "; what it pointed to or held is not read as the store any more (a new database is started)"
+            if name.startswith("phoenix.db") and not name.endswith(".lock")
+            else ""
+        )
+        findings.append(
+            Finding(
+                "warn",
+                f"moved aside as {os.path.basename(kept)} (kept whole; nothing it points to was touched){lost}",
+                path=path,
+                repaired=True,
+            )
+        )
     return findings
 
 

@@ -428,6 +428,13 @@ class SqliteDatabase(Database):
             return conn
         if not os.path.exists(self.path):
             self._create()
+        from phoenix_protocol.core._durable import check_entry
+
+        for suffix in ("", "-wal", "-shm", "-journal"):
+            # SQLite opens these itself, following links and blocking on a FIFO: looked at first
+            problem = check_entry(self.path + suffix)
+            if problem is not None:
+                raise problem
         try:
             conn = sqlite3.connect(
                 self.path, timeout=self.timeout, isolation_level=None, check_same_thread=False, cached_statements=256

@@ -148,4 +148,4 @@ def test_a_lane_that_cannot_be_moved_is_reported_and_left(home: Home, dead: dict
     assert lane_ids(newcomer.dir) == [SESSIONS["gone"], SESSIONS["new"]]  # left for the next start
     events, _ = Agent.open("a", home=home).ops.read()
     [problem] = [e for e in events if e["event"] == "lanes_not_settled"]
-    assert problem["meta"]["lane"] == SESSIONS["gone"] and "could not create directory" in problem["meta"]["error"]
+    assert problem["meta"]["lane"] == SESSIONS["gone"] and "is not a directory" in problem["meta"]["error"]

@@ -31,6 +31,7 @@ from phoenix_protocol.core._errors import (
     PhoenixError,
     SchemaVersionError,
     StorageError,
+    UnsafeFileError,
 )
 
 if TYPE_CHECKING:
@@ -221,7 +222,10 @@ def settle_lanes(agent: Agent, session_id: str | None) -> list[RecoveredLane]:
                 verdict, reason = judge_lane(state, agent.config, now)
                 if verdict == "live":
                     continue
-                retired = retire_lane(agent.dir, lane, now)
+                try:
+                    retired = retire_lane(agent.dir, lane, now)
+                except UnsafeFileError as exc:  # an entry in the way of lanes/.retired: reported below
+                    raise StorageError(str(exc), path=exc.path) from exc
         except (CorruptStateError, SchemaVersionError, LockTimeoutError):
             continue  # left as it is: `phx status` reports it; busy: the next start looks again
         except (StorageError, OSError) as exc:

@@ -448,10 +448,10 @@ def test_doctor_with_many_agents_reports_them_all_when_one_check_stops(
         other.state.set_status("working", f"task {i}")
     real = _doctor._check_log
 
-    def failing(log: Any, aid: str, repair: bool, findings: list[Any]) -> list[dict[str, Any]]:
+    def failing(log: Any, aid: str, *args: Any) -> list[dict[str, Any]]:
         if aid == "a1":
             raise StorageError("could not read ops.jsonl: Input/output error.", path=log.path)
-        return real(log, aid, repair, findings)
+        return real(log, aid, *args)
 
     monkeypatch.setattr(_doctor, "_check_log", failing)
     code = cli(["doctor", "--home", agent.home.root, "--all-agents", "--check"])

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
 from collections.abc import Iterator
 from typing import Any
 
@@ -71,7 +70,7 @@ def test_state_damaged_mid_session_is_shown_to_the_user_once(project: ClaudeProj
     """The model's first command tears state.json; every PostToolUse after it fails: the user
     sees one line (the first), the model nothing, the hooks exit 0 and log each failure."""
     state = os.path.join(project.agent_dir(), "state.json")
-    runtime = tempfile.mkdtemp(prefix="phx-e2e-runtime-")
+    runtime = os.path.join(project.root, "runtime")  # removed with the project
     turns = [
         Turn.bash(f"truncate -s 40 {state}"),
         Turn.bash("echo second"),
@@ -117,7 +116,7 @@ def test_state_damaged_before_the_session_is_shown_once_and_the_model_hears_the_
     os.makedirs(project.agent_dir(), mode=0o700)
     with open(os.path.join(project.agent_dir(), "state.json"), "wb") as fh:
         fh.write(b'{"schema_version": 1, "status": "work')
-    runtime = tempfile.mkdtemp(prefix="phx-e2e-runtime-")
+    runtime = os.path.join(project.root, "runtime")  # removed with the project
     with FakeAnthropic([Turn.bash("echo one"), Turn.bash("echo two"), Turn.say("Done.")]) as api:
         run = project.run(
             ["-p", "go", "--allowedTools", "Bash(echo *)", "--output-format", "stream-json", "--verbose"],

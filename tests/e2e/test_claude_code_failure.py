@@ -143,3 +143,56 @@ def test_state_damaged_before_the_session_is_shown_once_and_the_model_hears_the_
     starts = [e for e in project.ops() if e["event"] == "session_start"]
     assert starts and starts[0]["status"] == "error"
     assert len(damaged_events(project)) >= 2  # the PostToolUse hooks failed too, quietly for the user
+
+
+@pytest.mark.e2e
+@pytest.mark.parametrize("attack", ["fifo", "foreign-link"])
+def test_a_hostile_state_file_neither_hangs_claude_nor_reaches_the_model(
+    project: ClaudeProject, attack: str, tmp_path: Any
+) -> None:
+    """Issue 30, item 10, in the real CLI: a FIFO placed at state.json (which blocked every hook on
+    open) or a foreign file linked there (taken as the agent's state): the session runs through,
+    each hook within its budget, the user is told once, the model hears nothing of the foreign
+    file's task, and `phx doctor` moves the entry aside and rebuilds the state."""
+    import subprocess
+    import sys
+    import time
+
+    os.makedirs(project.agent_dir(), mode=0o700)
+    state = os.path.join(project.agent_dir(), "state.json")
+    foreign = tmp_path / "foreign-state.json"
+    if attack == "fifo":
+        os.mkfifo(state, 0o600)
+    else:
+        foreign.write_text(json.dumps({"status": "working", "current_task": "FOREIGN TASK", "last_active": "x"}))
+        os.symlink(foreign, state)
+    runtime = os.path.join(project.root, "runtime")
+    started = time.monotonic()
+    with FakeAnthropic([Turn.bash("echo one"), Turn.say("Done.")]) as api:
+        run = project.run(
+            ["-p", "go", "--allowedTools", "Bash(echo *)", "--output-format", "stream-json", "--verbose"],
+            api=api,
+            env={"XDG_RUNTIME_DIR": runtime},
+        )
+    elapsed = time.monotonic() - started
+    assert run.returncode == 0, run.describe()
+    # A hook blocked on the FIFO waits out its timeout: SessionStart 10 s, PostToolUse and Stop 5 s,
+    # SessionEnd 2 s, 22 s more than a session that takes a few seconds.
+    assert elapsed < 20, f"the session took {elapsed:.1f} s"
+    shown = shown_to_user(stream(run))
+    assert len(shown) == 1 and "phx doctor" in shown[0], shown
+    assert "FOREIGN TASK" not in model_text(api)
+    assert [e for e in project.ops() if e["event"] == "hook_failed"], "the hooks did not report the entry"
+
+    doctor = subprocess.run(
+        [os.path.join(os.path.dirname(sys.executable), "phx"), "doctor", "--home", project.phoenix_home],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert doctor.returncode == 0, doctor.stdout + doctor.stderr
+    assert os.path.isfile(state) and not os.path.islink(state)  # a regular state.json again
+    assert any(name.startswith("state.json.quarantine-") for name in os.listdir(project.agent_dir()))
+    if attack == "foreign-link":
+        assert "FOREIGN TASK" in foreign.read_text()  # the link's target untouched

@@ -3,6 +3,7 @@ redactor finds, the screen masks; ordinary commands and paths come through as th
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 
@@ -10,6 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+import phoenix_protocol
 from phoenix_protocol.core._redact import find_secrets, redact
 from phoenix_protocol.core._screen import MASK, screen
 from secrets_corpus import leaked, load_negatives, load_positives
@@ -101,6 +103,9 @@ def test_the_screen_imports_nothing() -> None:
         "import sys; before = set(sys.modules); from phoenix_protocol.core._screen import screen; "
         "screen('export TOKEN=abc git push'); print(*sorted(set(sys.modules) - before))"
     )
-    loaded = subprocess.run([sys.executable, "-S", "-c", code], capture_output=True, text=True, check=True)
+    # -S as the installed hook runs, with Phoenix's directory on the path as its command puts it.
+    where = os.path.dirname(os.path.dirname(phoenix_protocol.__file__))
+    env = {**os.environ, "PYTHONPATH": where}
+    loaded = subprocess.run([sys.executable, "-S", "-c", code], capture_output=True, text=True, check=True, env=env)
     package = {"__future__", "phoenix_protocol", "phoenix_protocol._version", "phoenix_protocol.core"}
     assert set(loaded.stdout.split()) <= package | {"phoenix_protocol.core._screen"}, loaded.stdout

@@ -270,3 +270,25 @@ def _contexts(transcript: Transcript, ids: set[str]) -> list[str]:
             if set(IDS.findall(text)) & ids:
                 out.append(text)
     return out
+
+
+def test_injection_records_that_cannot_be_read_count_as_none(tmp_path: Path) -> None:
+    """A FIFO (never opened blocking), a link or a file past the read bound at injections.json:
+    the records count as none (the next start injects the brief whole); the doctor moves it aside."""
+    import os
+
+    from phoenix_protocol.integrations._context import INJECTIONS, MAX_INJECTIONS_BYTES, load_records
+
+    agent = Agent.open("fifo", home=Home(str(tmp_path / "home")))
+    agent.ensure()
+    path = os.path.join(agent.dir, INJECTIONS)
+    os.mkfifo(path, 0o600)
+    assert load_records(agent) == {}
+    os.unlink(path)
+    os.symlink(tmp_path / "elsewhere.json", path)
+    (tmp_path / "elsewhere.json").write_text('{"injections": {"phx-ctx-0123456789": {"ms": 1}}}')
+    assert load_records(agent) == {}
+    os.unlink(path)
+    with open(path, "wb") as fh:
+        fh.truncate(MAX_INJECTIONS_BYTES + 1)
+    assert load_records(agent) == {}

@@ -20,8 +20,17 @@ from phoenix_protocol.services._agent import Agent
 from phoenix_protocol.services._doctor import Finding, check_home
 
 ROOT_ONLY = pytest.mark.skipif(os.geteuid() != 0, reason="needs root: chown to another user")
-DATA = ["state.json", "ops.jsonl", "ops.jsonl.1", "brief.md", "identity.yaml", "identity.digest", ".store-sync"]
-LOCKS = ["state.json.lock", "ops.jsonl.lock", "identity.yaml.lock"]
+DATA = [
+    "state.json",
+    "ops.jsonl",
+    "ops.jsonl.1",
+    "brief.md",
+    "identity.yaml",
+    "identity.digest",
+    ".store-sync",
+    "injections.json",
+]
+LOCKS = ["state.json.lock", "ops.jsonl.lock", "identity.yaml.lock", "injections.json.lock"]
 OVERSIZE = {  # bytes just past what Phoenix reads of each (sparse files: no disk used)
     "state.json": (8 << 20) + 1,
     "ops.jsonl": (64 << 20) + 1,
@@ -30,6 +39,7 @@ OVERSIZE = {  # bytes just past what Phoenix reads of each (sparse files: no dis
     "identity.yaml": (16 << 20) + 1,
     "identity.digest": (64 << 10) + 1,
     ".store-sync": 65,
+    "injections.json": (1 << 20) + 1,
 }
 
 
@@ -46,6 +56,9 @@ def worked(agent: Agent) -> Agent:
         os.rename(agent.ops.path, agent.ops.path + ".1")  # as a rotation leaves it
     agent.state.add_note("next_action", "Benchmark with 1k timers")
     Path(agent.dir, ".store-sync").write_bytes(b"0")
+    from phoenix_protocol.integrations._context import record_injection  # what SessionStart keeps
+
+    record_injection(agent, {"id": "phx-ctx-0123456789", "session_id": "s1", "kind": "full", "ms": 1, "facts": {}})
     for name in DATA + LOCKS:
         assert os.path.isfile(os.path.join(agent.dir, name)), name
     return agent

@@ -50,6 +50,8 @@ INJECTIONS = "injections.json"
 MARK = "phx-ctx-"
 _ID = re.compile(rb"phx-ctx-[0-9a-f]{10}")
 _KEEP_RECORDS = 64
+MAX_INJECTIONS_BYTES = 1 << 20
+"""The most of ``injections.json`` read (its ``_KEEP_RECORDS`` records take a few KB)."""
 _TRANSCRIPT_TAIL = 32 * 1024 * 1024
 """The part of a transcript read (from its end): a compaction starts the conversation over."""
 _DELTA_WORK = 8
@@ -222,13 +224,15 @@ def _path(agent: Agent) -> str:
 
 
 def load_records(agent: Agent) -> dict[str, dict[str, Any]]:
-    """The injections recorded (by id); an unreadable file counts as none (it is rewritten)."""
+    """The injections recorded (by id); an unreadable file counts as none (it is rewritten; an
+    entry Phoenix refuses, a FIFO or a link, is the doctor's to move aside)."""
     from phoenix_protocol.core._durable import read_bytes
+    from phoenix_protocol.core._errors import PhoenixError
     from phoenix_protocol.core._jsonio import loads_object
 
     try:
-        data = loads_object(read_bytes(_path(agent)))
-    except OSError:
+        data = loads_object(read_bytes(_path(agent), limit=MAX_INJECTIONS_BYTES))
+    except (OSError, PhoenixError):
         return {}
     records = (data or {}).get("injections")
     if not isinstance(records, dict):

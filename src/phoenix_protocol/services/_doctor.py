@@ -266,6 +266,7 @@ def _agent_files(agent: Agent) -> list[tuple[str, int | None]]:
     from phoenix_protocol.agent._state import MAX_STATE_BYTES
 
     log = agent.ops.log
+    injections = os.path.join(agent.dir, "injections.json")
     files: list[tuple[str, int | None]] = [(agent.state.path, MAX_STATE_BYTES), (log.path, log.max_read)]
     files += [(f"{log.path}.{i}", log.max_read) for i in range(1, log.keep + 1)]
     files += [
@@ -273,8 +274,9 @@ def _agent_files(agent: Agent) -> list[tuple[str, int | None]]:
         (agent.identity.path, MAX_IDENTITY_BYTES),
         (agent.identity.digest_path, MAX_DIGEST_BYTES),
         (os.path.join(agent.dir, ".store-sync"), 64),  # integrations._hooks.SYNC_MARK
+        (injections, 1 << 20),  # integrations._context: INJECTIONS, MAX_INJECTIONS_BYTES
     ]
-    locks = [(path + ".lock", None) for path in (agent.state.path, log.path, agent.identity.path)]
+    locks = [(path + ".lock", None) for path in (agent.state.path, log.path, agent.identity.path, injections)]
     return locks + files  # locks first: moving a data file aside takes its lock
 
 

@@ -273,9 +273,7 @@ def common(func: F) -> F:
             agent = Agent.open(agent_id, home=Home(os.path.abspath(home)) if home else None)
             if ctx.find_root().invoked_subcommand in LANE_COMMANDS:
                 # A session with a lane of its own writes there (docs/lanes.md).
-                lane = agent.lane_of_session(kwargs.get("session") or os.environ.get("PHOENIX_SESSION_ID"))
-                if lane is not None:
-                    agent.use_lane(lane)
+                agent.follow_session(kwargs.get("session") or os.environ.get("PHOENIX_SESSION_ID"))
             return func(*args, agent=agent, out=out, **kwargs)
 
     return wrapper  # type: ignore[return-value]

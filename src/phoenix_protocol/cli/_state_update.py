@@ -155,11 +155,9 @@ def _update_agent(target: tuple[str | None, str | None], flag: str, text: str, *
     from phoenix_protocol.services._agent import Agent
 
     home, agent_id = target
-    agent = Agent.open(agent_id, home=Home(os.path.abspath(home)) if home else None)
     session_id = os.environ.get("PHOENIX_SESSION_ID") or None
-    lane = agent.lane_of_session(session_id)
-    if lane is not None:  # a session beside another one writes its own lane (docs/lanes.md)
-        agent.use_lane(lane)
+    # A session beside another one writes its own lane (docs/lanes.md).
+    agent = Agent.open(agent_id, home=Home(os.path.abspath(home)) if home else None).follow_session(session_id)
     status = _FLAGS[flag]
     state = agent.state.set_status(
         status,

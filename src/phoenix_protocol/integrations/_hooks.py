@@ -253,10 +253,7 @@ def _open_agent(payload: dict[str, Any], options: dict[str, str], *, lock_timeou
         if not isinstance(cwd, str) or not os.path.isabs(cwd) or not os.path.isdir(cwd):
             cwd = os.getcwd()
     home = Home(os.path.join(cwd, options["home"])) if "home" in options else Home.resolve(cwd)
-    agent = Agent.open(options.get("agent"), home=home)
-    lane = agent.lane_of_session(_raw_session_id(payload))  # one stat (docs/lanes.md)
-    if lane is not None:
-        agent.use_lane(lane)
+    agent = Agent.open(options.get("agent"), home=home).follow_session(_raw_session_id(payload))  # docs/lanes.md
     timeout = agent.config.hook_lock_timeout
     if lock_timeout_cap is not None:
         timeout = min(timeout, lock_timeout_cap)

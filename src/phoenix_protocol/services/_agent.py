@@ -179,6 +179,13 @@ class Agent:
         lane = lane_id_of(session_id)
         return lane if os.path.isfile(os.path.join(self.dir, LANES_DIR, lane, "state.json")) else None
 
+    def follow_session(self, session_id: str | None) -> Agent:
+        """Make this object a view of session ``session_id``'s lane when it has one (``lane_of_session``:
+        one ``stat``), else leave it on the primary lane; returns it. What every entry point that
+        acts for a session calls (the hooks, ``state-update``, the model's ``phx`` commands)."""
+        lane = self.lane_of_session(session_id)
+        return self if lane is None else self.use_lane(lane)
+
     def use_lane(self, lane: str, directory: str | None = None) -> Agent:
         """Make this object a view of lane ``lane``: its ``state``, ``ops`` and ``brief_path`` are
         the lane's files (``<agent>/lanes/<lane>/``, or ``directory``: a retired lane's). Nothing

@@ -222,7 +222,9 @@ def test_crash_mid_task(project: ClaudeProject, baseline: float) -> None:
     assert "RECOVERY DETECTED" in context and texts(first).count(BRIEF) == 1
     assert context.count(task) == 1 and context.count("**error**") == 1
     assert context.count("is gone") == 1  # the watchdog's error, once
-    assert f"Last tool call: {tool_at[11:19]}Z, Bash ok" in context  # the tool's time, not the watchdog's
+    # The tool's time, not the watchdog's ("HH:MM:SSZ", or "YYYY-MM-DD HH:MMZ" past midnight).
+    shown = {f"{tool_at[11:19]}Z", f"{tool_at[:10]} {tool_at[11:16]}Z"}
+    assert any(f"Last tool call: {when}, Bash ok" in context for when in shown), context
     assert ": 2 tool calls" in context  # that session's calls: no Stop hook, no earlier session
     assert "ran `echo migrating-invoices`" in context and "state-update" not in context
 

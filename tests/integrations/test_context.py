@@ -235,7 +235,8 @@ def test_every_fact_once_and_no_bookkeeping(project: Path, tmp_path: Path) -> No
     tool_at = agent.state.read().last_tool["at"]  # type: ignore[index]
     import os
 
-    os.environ["PHOENIX_NOW_MS"] = str(agent.clock.now_ms() + 10 * 60_000)
+    later = agent.clock.now_ms() + 10 * 60_000
+    os.environ["PHOENIX_NOW_MS"] = str(later)
     try:  # ten minutes later the watchdog finds the process gone
         agent.state.set_status("error", "stalled: process gone", source="watchdog", event="stalled")
         context = _start(project, "startup", Transcript(tmp_path / "u.jsonl"), session="sess-2")
@@ -245,7 +246,9 @@ def test_every_fact_once_and_no_bookkeeping(project: Path, tmp_path: Path) -> No
     assert context.count("stalled: process gone") == 1
     assert context.count("Fix the flaky upload test") == 1
     assert context.count("**error**") == 1 and "Status:" in context
-    assert f"Last tool call: {tool_at[11:19]}Z, Bash ok" in context
+    from phoenix_protocol.agent._brief import short_time  # the tool's own time (with its day after midnight)
+
+    assert f"Last tool call: {short_time(tool_at, iso_from_ms(later))}, Bash ok" in context
     assert "- Session sess-1 since " in context and ": 3 tool calls" in context  # not the Stop hook's beat
     for noise in (
         "input_digest",
@@ -257,7 +260,7 @@ def test_every_fact_once_and_no_bookkeeping(project: Path, tmp_path: Path) -> No
         ".claude",
     ):
         assert noise not in context
-    assert iso_from_ms(agent.clock.now_ms())[:10] in context  # the brief is dated
+    assert iso_from_ms(later)[:10] in context  # the brief is dated
 
 
 def _contexts(transcript: Transcript, ids: set[str]) -> list[str]:

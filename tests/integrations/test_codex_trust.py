@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -44,7 +45,9 @@ SEEN = {  # (event, matcher, handler) -> what Codex 0.171.0 computed
 
 
 @pytest.mark.parametrize("seen", list(SEEN.items()), ids=[k[0] for k in SEEN])
-def test_hash_is_the_one_codex_computes(seen: tuple[tuple[str, str | None, tuple[tuple[str, object], ...]], str]) -> None:
+def test_hash_is_the_one_codex_computes(
+    seen: tuple[tuple[str, str | None, tuple[tuple[str, object], ...]], str],
+) -> None:
     (event, matcher, fields), expected = seen
     assert hook_hash(event, matcher, {"type": "command", **dict(fields)}) == expected
 
@@ -59,7 +62,9 @@ def test_hash_normalizes_as_codex_does() -> None:
     assert hook_hash("PostToolUse", "*", {**handler, "timeout": None}) == hook_hash(
         "PostToolUse", "*", {**handler, "timeout": 600}
     )
-    assert hook_hash("SessionEnd", None, {**handler, "timeout": 9}) == hook_hash("SessionEnd", None, {**handler, "timeout": 3})
+    assert hook_hash("SessionEnd", None, {**handler, "timeout": 9}) == hook_hash(
+        "SessionEnd", None, {**handler, "timeout": 3}
+    )
     assert hook_hash("SessionEnd", None, {**handler, "timeout": None}) == hook_hash(
         "SessionEnd", None, {**handler, "timeout": 1}
     )
@@ -75,10 +80,10 @@ def test_hash_normalizes_as_codex_does() -> None:
     )
 
 
-def _hooks_file(tmp_path: Path) -> tuple[str, dict[str, object]]:
+def _hooks_file(tmp_path: Path) -> tuple[str, dict[str, Any]]:
     path = tmp_path / "project" / ".codex" / "hooks.json"
     path.parent.mkdir(parents=True)
-    settings = {
+    settings: dict[str, Any] = {
         "hooks": {
             "SessionStart": [
                 {"hooks": [{"type": "command", "command": "their-hook"}]},
@@ -135,7 +140,10 @@ def test_trust_writes_only_phoenix_hooks_and_keeps_the_file(tmp_path: Path) -> N
     assert done.changed and done.keys == [h.keys[0] for h in ours]
     text = config.read_text()
     assert text.startswith(original)  # the user's lines, comments and order as they were
-    assert trusted_hashes(env) == {"/elsewhere/hooks.json:stop:0:0": "sha256:theirs", **{h.keys[0]: h.hash for h in ours}}
+    assert trusted_hashes(env) == {
+        "/elsewhere/hooks.json:stop:0:0": "sha256:theirs",
+        **{h.keys[0]: h.hash for h in ours},
+    }
     assert oct(config.stat().st_mode & 0o777) == "0o640"
     assert not trust_hooks(ours, env=env).changed  # idempotent
     # Uninstall forgets exactly those (a key whose hash the user changed since stays).
@@ -169,7 +177,9 @@ def test_a_config_that_is_not_toml_is_left_alone(tmp_path: Path) -> None:
 def test_project_trust(tmp_path: Path) -> None:
     env = {"HOME": str(tmp_path / "home")}
     Path(config_path(env)).parent.mkdir(parents=True)
-    Path(config_path(env)).write_text(f'[projects."{tmp_path / "a"}"]\ntrust_level = "trusted"\n[projects."{tmp_path / "b"}"]\ntrust_level = "untrusted"\n')
+    Path(config_path(env)).write_text(
+        f'[projects."{tmp_path / "a"}"]\ntrust_level = "trusted"\n[projects."{tmp_path / "b"}"]\ntrust_level = "untrusted"\n'
+    )
     assert project_trusted(str(tmp_path / "a"), env) is True
     assert project_trusted(str(tmp_path / "b"), env) is False
     assert project_trusted(str(tmp_path / "c"), env) is None
@@ -178,9 +188,21 @@ def test_project_trust(tmp_path: Path) -> None:
 def _rollout(home: Path, session: str, cwd: str, when: str, mtime: float) -> None:
     folder = home / ".codex" / "sessions" / "2026" / "11" / "28"
     folder.mkdir(parents=True, exist_ok=True)
-    meta = {"timestamp": when, "type": "session_meta", "payload": {"session_id": session, "id": session, "timestamp": when, "cwd": cwd, "base_instructions": {"text": "x" * 20000}}}
+    meta = {
+        "timestamp": when,
+        "type": "session_meta",
+        "payload": {
+            "session_id": session,
+            "id": session,
+            "timestamp": when,
+            "cwd": cwd,
+            "base_instructions": {"text": "x" * 20000},
+        },
+    }
     path = folder / f"rollout-{session}.jsonl"
-    path.write_text(json.dumps(meta, separators=(",", ":")) + "\n" + json.dumps({"type": "event"}) + "\n")  # compact, as Codex writes
+    path.write_text(
+        json.dumps(meta, separators=(",", ":")) + "\n" + json.dumps({"type": "event"}) + "\n"
+    )  # compact, as Codex writes
     os.utime(path, (mtime, mtime))
 
 
@@ -194,7 +216,7 @@ def test_doctor_reports_untrusted_hooks_and_sessions_they_missed(tmp_path: Path)
     Path(config_path(env)).write_text(f'[projects."{project}"]\ntrust_level = "trusted"\n')
     _rollout(home, "s-before", project, "2020-01-01T00:00:00.000Z", installed - 3600)  # before the install
     assert codex_sessions_since(project, installed, env) == []
-    [(scope, where, problem)] = check_codex(project, ours=_ours, events=lambda: [], env=env)
+    [(scope, where, problem)] = check_codex(project, ours=_ours, events=list, env=env)
     assert (scope, where) == ("project", path)
     assert "2 of Phoenix's 2 Codex hooks are not trusted (PostToolUse, SessionStart)" in problem
     assert "Trust all and continue" in problem and "phx install codex --scope project --trust" in problem
@@ -205,7 +227,7 @@ def test_doctor_reports_untrusted_hooks_and_sessions_they_missed(tmp_path: Path)
     _rollout(home, "s-after", os.path.join(project, "sub"), now, installed + 60)
     _rollout(home, "s-elsewhere", str(tmp_path / "other"), now, installed + 60)
     assert codex_sessions_since(project, installed, env) == ["s-after"]
-    found = check_codex(project, ours=_ours, events=lambda: [], env=env)
+    found = check_codex(project, ours=_ours, events=list, env=env)
     assert len(found) == 2 and "never ran" in found[1][2] and "s-after" in found[1][2]
     # Once the hooks are trusted and Phoenix recorded the session: nothing to report.
     trust_hooks(hook_trust(path, settings, _ours), env=env)

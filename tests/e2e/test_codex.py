@@ -122,7 +122,8 @@ def test_crash_then_recovery_context_in_the_first_request(project: CodexProject)
             agent = psutil.Process(state["pid"])
             assert agent.exe() == native_codex() and agent.name() == "codex"
             assert abs(agent.create_time() - state["pid_start_time"]) < 1.0
-            assert "node" in agent.parent().name()
+            parent = agent.parent()
+            assert parent is not None and "node" in parent.name()
             assert state["status"] == "working" and state["current_task"] == task
             assert state["tool_calls"] == 2 and state["last_tool"]["tool"] == "Bash"
             os.killpg(proc.pid, signal.SIGKILL)  # mid-task: the model is still thinking

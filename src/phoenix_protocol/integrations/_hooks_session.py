@@ -17,6 +17,7 @@ from phoenix_protocol.integrations._hooks import (
     _SESSION_END_BUDGET,
     RECOVERY_BANNER,
     REFRESH_BANNER,
+    _client,
     _named,
     _open_agent,
     _take_due_checkpoints,
@@ -309,6 +310,7 @@ def _session_start(payload: dict[str, Any], options: dict[str, str], session_id:
         session_id,
         source=source,
         process={"pid": proc.pid, "start_time": proc.start_time, "host": proc.host} if proc else None,
+        client=_client(options).name,
     )
     before, after = placed.before, placed.after
     if placed.beside is not None:

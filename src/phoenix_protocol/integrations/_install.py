@@ -53,7 +53,7 @@ from phoenix_protocol.core._errors import UsageError
 from phoenix_protocol.core._home import find_work_tree_root
 from phoenix_protocol.core._ids import validate_id
 from phoenix_protocol.core._jsonio import JSONError, loads
-from phoenix_protocol.integrations._clients import CLAUDE_CODE, CLIENTS, Client, client_named
+from phoenix_protocol.integrations._clients import CLAUDE_CODE, CLIENTS, CODEX, Client, client_named
 from phoenix_protocol.integrations._portable import LEGACY_MARKERS, MARKER, SHARED_FLAG, user_settings_path
 
 TYPE_CHECKING = False
@@ -70,6 +70,7 @@ __all__ = [
     "hook_command",
     "install_claude_code",
     "install_dir",
+    "is_phoenix_hook",
     "install_hooks",
     "portable_command",
     "settings_path",
@@ -190,6 +191,9 @@ class InstallResult:
         self.created = created
         self.removed = removed
         self.notes = notes or []
+        self.trust: dict[str, Any] | None = None
+        """Codex: ``config.toml``'s trust entries written (``--trust``) or removed (uninstall):
+        ``{"path", "keys", "changed"}``; ``None`` for the other CLIs."""
 
     @property
     def description(self) -> str:
@@ -219,6 +223,7 @@ class InstallResult:
             "actions": self.actions,
             "commands": self.commands,
             "notes": self.notes,
+            **({"trust": self.trust} if self.client is CODEX else {}),  # Codex's trust step
             "settings": self.settings,
         }
 
@@ -339,6 +344,11 @@ def _is_machine(command: str) -> bool:
     return MARKER in command or any(legacy in command for legacy in LEGACY_MARKERS)
 
 
+def is_phoenix_hook(entry: object) -> bool:
+    """Whether a hook entry of a settings file is one of Phoenix's (either command)."""
+    return _is_ours(entry)
+
+
 def _is_ours(entry: object) -> bool:
     command = str(entry.get("command", "")) if isinstance(entry, dict) else ""
     return _is_machine(command) or _is_portable(command)
@@ -425,6 +435,7 @@ def _entry(client: Client, event: str, command: str, timeout: int) -> dict[str, 
     if client.entry_name:
         entry = {"name": f"phoenix-{event}", **entry}
     entry["timeout"] = timeout * 1000 if client.timeout_ms else timeout
+    entry.update(client.entry_fields.get(event, {}))
     return entry
 
 
@@ -438,10 +449,13 @@ def install_hooks(
     portable: bool | None = None,
     dry_run: bool = False,
     env: Mapping[str, str] | None = None,
+    trust: bool = False,
 ) -> InstallResult:
     """Merge Phoenix's hooks into ``client``'s settings file of ``scope``: the portable command in
     the shared (project) settings, this machine's fast command in local and user settings
-    (``portable`` chooses otherwise; ``python``: the fast command of another interpreter)."""
+    (``portable`` chooses otherwise; ``python``: the fast command of another interpreter).
+    Codex runs only hooks the user trusts: ``trust`` writes their ``trusted_hash`` into Codex's
+    ``config.toml``; without it the notes say how to trust them (``_codex_trust``)."""
     client = _as_client(client)
     path = settings_path(scope, project_dir=project_dir, env=env, client=client)
     use_portable = scope in client.shared_scopes if portable is None else portable
@@ -495,7 +509,9 @@ def install_hooks(
             f"git does not ignore {path}: it names this machine's paths, keep it out of commits "
             f"(add `{client.scopes['local']}` to .gitignore)"
         )
-    return InstallResult(
+    elif trust and client is not CODEX:
+        raise UsageError(f"--trust is for Codex, whose hooks run only once trusted; {client.label} has no such step.")
+    result = InstallResult(
         path,
         changed,
         settings,
@@ -508,6 +524,37 @@ def install_hooks(
         notes=notes,
         client=client,
     )
+    if client is CODEX:
+        _codex_trust_step(result, project_dir, env, trust=trust)
+    return result
+
+
+def _codex_trust_step(
+    result: InstallResult, project_dir: str | None, env: Mapping[str, str] | None, *, trust: bool
+) -> None:
+    """After a Codex install: trust Phoenix's hooks (``trust``), or say how, unless Codex trusts
+    them already; and for the project's file, whether Codex trusts the project."""
+    from phoenix_protocol.integrations._codex_trust import (
+        hook_trust,
+        project_trusted,
+        status_of,
+        trust_hooks,
+        trust_steps,
+        trusted_hashes,
+    )
+
+    hooks = hook_trust(result.path, result.settings, _is_ours)
+    project_root = os.path.dirname(os.path.dirname(result.path)) if result.scope == "project" else None
+    if trust:
+        done = trust_hooks(hooks, env=env, dry_run=result.dry_run)
+        result.trust = {"path": done.path, "keys": done.keys, "changed": done.changed}
+    elif any(status_of(hook, trusted_hashes(env)) != "trusted" for hook in hooks):
+        command = f"phx install codex --scope {result.scope} --trust"
+        steps = trust_steps(result.scope, result.path, project_root=project_root, command=command)
+        result.notes += steps[1:-1] if project_root is None else steps[:-1]
+        return
+    if project_root is not None and project_trusted(project_root, env) is not True:
+        result.notes.append(trust_steps("project", result.path, project_root=project_root)[0])
 
 
 def _as_client(client: Client | str) -> Client:
@@ -722,6 +769,11 @@ def uninstall_hooks(
     if before is None:
         return InstallResult(path, False, {}, [], dry_run, scope=scope, kind=kind, client=client)
     settings = _load(path, before)
+    ours = []
+    if client is CODEX:  # their trust entries, as installed (the keys name each one's place)
+        from phoenix_protocol.integrations._codex_trust import hook_trust
+
+        ours = hook_trust(path, settings, _is_ours)
     hooks = settings.get("hooks")
     actions: list[str] = []
     commands: dict[str, str] = {}
@@ -757,7 +809,7 @@ def uninstall_hooks(
             _remove(path)
         else:
             _save(path, before, settings)
-    return InstallResult(
+    result = InstallResult(
         path,
         changed,
         settings,
@@ -769,3 +821,9 @@ def uninstall_hooks(
         removed=removed,
         client=client,
     )
+    if ours:
+        from phoenix_protocol.integrations._codex_trust import forget_hooks
+
+        forgot = forget_hooks(ours, env=env, dry_run=dry_run)
+        result.trust = {"path": forgot.path, "keys": forgot.keys, "changed": forgot.changed}
+    return result

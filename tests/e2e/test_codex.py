@@ -125,7 +125,7 @@ def test_crash_then_recovery_context_in_the_first_request(project: CodexProject)
             parent = agent.parent()
             assert parent is not None and "node" in parent.name()
             assert state["status"] == "working" and state["current_task"] == task
-            assert state["tool_calls"] == 2 and state["last_tool"]["tool"] == "Bash"
+            assert state["tool_calls"] == 2 and state["last_tool"]["name"] == "Bash"
             os.killpg(proc.pid, signal.SIGKILL)  # mid-task: the model is still thinking
         finally:
             release.set()
@@ -165,7 +165,7 @@ def test_clean_session_with_shell_and_patch(project: CodexProject) -> None:
     assert "session_start" in events and events.count("session_end") == 1
     brief = Path(project.agent_dir(), "brief.md").read_text()
     assert "echo hello-codex" in brief and "notes/plan.md" in brief
-    assert state["last_tool"]["tool"] == "apply_patch" and state["last_tool"]["ok"] is True
+    assert state["last_tool"]["name"] == "apply_patch" and state["last_tool"]["ok"] is True
 
 
 @pytest.mark.e2e

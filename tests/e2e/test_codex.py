@@ -211,3 +211,23 @@ def test_untrusted_hooks_never_run_and_the_doctor_says_so(project: CodexProject)
     assert project.state()["session_id"] == run.session_id  # the trusted hooks ran
     report = json.loads(project.phx("doctor", "--json", check=False).stdout)
     assert not [f for f in report["findings"] if "Codex" in f["message"]], report["findings"]
+
+
+@pytest.mark.e2e
+def test_a_failing_hook_never_breaks_codex(project: CodexProject) -> None:
+    """state.json is a directory: every hook fails (exit 0, one stderr line, a ``hook_failed``
+    event) and Codex goes on; SessionStart still tells the model what it can."""
+    project.install("project")
+    with FakeResponses([Turn.say("First.")]) as api:
+        assert project.run(["hello"], api=api).returncode == 0
+    state = Path(project.agent_dir(), "state.json")
+    state.unlink()
+    state.mkdir()
+    with FakeResponses([Turn.bash("echo still-working"), Turn.say("Done.")]) as api:
+        run = project.run(["carry on"], api=api)
+    assert run.returncode == 0, run.describe()
+    assert "still-working" in "\n".join(api.main_requests()[-1].tool_outputs())
+    [context] = phoenix_contexts(api.main_requests()[0])
+    assert "RECOVERY DETECTED" in context and "not a regular file" in context
+    failed = [e for e in project.ops() if e["event"] == "hook_failed"]
+    assert {e["meta"]["hook"] for e in failed} >= {"post-tool-use", "stop"}

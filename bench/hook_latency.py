@@ -13,6 +13,10 @@ Compares, interleaved round-robin so that machine noise hits all three alike:
 (i) is (c) for a second session that started beside the first and has a lane of its own
 (docs/lanes.md): its heartbeat finds the lane with one ``stat`` and writes there.
 
+(j) is Codex's PostToolUse hook (issue 31): the command ``phx install codex --scope user`` writes
+(``--client codex``), through ``/bin/sh -c`` as Codex runs it, with the payload Codex 0.171.0 sends
+(a string ``tool_response``, no timestamp), to compare with (a) via ``/bin/sh -c``.
+
 (a) and (c) are executed directly (the argv of the installed command), so the ratio compares
 the processes themselves; two extra rows run them through ``/bin/sh -c`` as Claude Code does
 (the shell costs every hook the same).
@@ -56,6 +60,7 @@ from pathlib import Path
 import phoenix_protocol
 from phoenix_protocol.core._home import Home
 from phoenix_protocol.core._process import hostname, identity_of
+from phoenix_protocol.integrations._clients import CODEX
 from phoenix_protocol.integrations._install import MARKER, hook_command, install_claude_code, portable_command
 from phoenix_protocol.services._agent import Agent
 from phoenix_protocol.services._lanes import start_placed
@@ -63,6 +68,8 @@ from phoenix_protocol.services._lanes import start_placed
 HERE = Path(__file__).resolve().parent
 BENCH_SESSION = "5f0c2a1e-8d3b-4c7a-9e21-6b4d8f3a7c10"  # Claude Code gives every session a UUID
 LANE_SESSION = "6a1d3b2f-9e4c-4d8b-8f32-7c5e9a4b8d21"  # a second session, beside the first (docs/lanes.md)
+CODEX_SESSION = BENCH_SESSION  # Codex's hook heartbeats the same session (its ids are UUIDv7s)
+CODEX_ROW = "(j) Codex PostToolUse hook (--client codex), via /bin/sh -c"
 
 
 CPU: dict[str, list[float]] = {}
@@ -185,6 +192,25 @@ def main() -> int:
                 }
             ).encode()
 
+        def codex_payload(session: str = CODEX_SESSION) -> bytes:
+            """A Codex 0.171.0 PostToolUse payload: the shell tool as "Bash", its output as a string."""
+            n = next(calls)
+            return json.dumps(
+                {
+                    "session_id": session,
+                    "turn_id": "01a21f80-94ef-7cc3-8019-1e2b5863b00e",
+                    "transcript_path": os.path.join(work, "rollout.jsonl"),
+                    "cwd": project,
+                    "hook_event_name": "PostToolUse",
+                    "model": "gpt-5.5",
+                    "permission_mode": "default",
+                    "tool_name": "Bash",
+                    "tool_input": {"command": f"pytest -q tests/test_auth.py -k case_{n}"},
+                    "tool_response": f"{n % 40 + 1} passed in 0.8s\n",
+                    "tool_use_id": f"call_{n:06d}",
+                }
+            ).encode()
+
         bindir = os.path.dirname(sys.executable)
         if not os.path.isfile(os.path.join(bindir, "phx")):
             raise SystemExit(f"no phx beside {sys.executable}: install Phoenix in this venv (pip install -e .)")
@@ -219,8 +245,10 @@ def main() -> int:
                 env,
             ),
             "(i) phx PostToolUse hook, a session in a lane": (shlex.split(hook_command("post-tool-use")), env),
+            CODEX_ROW: (["/bin/sh", "-c", hook_command("post-tool-use", client=CODEX)], env),
         }
         sessions = {"(i) phx PostToolUse hook, a session in a lane": LANE_SESSION}
+        payloads = {CODEX_ROW: codex_payload}
         before: dict[str, Callable[[], None]] = {}
         after: dict[str, Callable[[], None]] = {}
         if args.pg:
@@ -237,12 +265,13 @@ def main() -> int:
         samples: dict[str, list[float]] = {name: [] for name in commands}
         for name, (cmd, cmd_env) in commands.items():  # warm-up
             before.get(name, lambda: None)()
-            _time(cmd, payload(sessions.get(name, BENCH_SESSION)), project, cmd_env)
+            _time(cmd, payloads.get(name, payload)(sessions.get(name, BENCH_SESSION)), project, cmd_env)
             after.get(name, lambda: None)()
         for _ in range(runs):
             for name, (cmd, cmd_env) in commands.items():
                 before.get(name, lambda: None)()
-                samples[name].append(_time(cmd, payload(sessions.get(name, BENCH_SESSION)), project, cmd_env, name))
+                stdin = payloads.get(name, payload)(sessions.get(name, BENCH_SESSION))
+                samples[name].append(_time(cmd, stdin, project, cmd_env, name))
                 after.get(name, lambda: None)()
         state = agent.state.read()
         assert state.heartbeat_seq >= 3 * runs, "the hooks did not record their heartbeats"
@@ -304,6 +333,12 @@ def main() -> int:
     print(f"(c)/(c without -S) = {c / old_c:.2f}; (c without -S)/(a) = {old_c / a:.2f} (reference)")
     i = med["(i) phx PostToolUse hook, a session in a lane"]
     print(f"(i)/(a) = {i / a:.2f} (target <= 1.5: {'met' if i <= 1.5 * a else 'MISSED'}); (i)/(c) = {i / c:.2f}")
+    j, a_sh = med[CODEX_ROW], med["(a) via /bin/sh -c"]
+    print(
+        f"(j)/(a via sh) = {j / a_sh:.2f} (target <= 1.5: {'met' if j <= 1.5 * a_sh else 'MISSED'}); "
+        f"(j)/(c via sh) = {j / med[c_sh]:.2f}; CPU (j) {cpu_med[CODEX_ROW]:.1f} ms, (a via sh) "
+        f"{cpu_med['(a) via /bin/sh -c']:.1f} ms"
+    )
     for name in [n for n in commands if n.startswith(("(d)", "(e)", "(f)"))]:
         ratio = med[name] / a
         print(f"{name[:3]}/(a) = {ratio:.2f} (target <= 1.5: {'met' if ratio <= 1.5 else 'MISSED'})")

@@ -231,3 +231,26 @@ def test_a_failing_hook_never_breaks_codex(project: CodexProject) -> None:
     assert "RECOVERY DETECTED" in context and "not a regular file" in context
     failed = [e for e in project.ops() if e["event"] == "hook_failed"]
     assert {e["meta"]["hook"] for e in failed} >= {"post-tool-use", "stop"}
+
+
+@pytest.mark.e2e
+def test_an_untrusted_project_loads_no_project_hooks(codex_argv: list[str]) -> None:
+    """Codex loads no ``.codex/`` of a project it does not trust (it says so on stderr); the doctor
+    names it, and the user scope, which Codex loads everywhere, is the way round it."""
+    with CodexProject.create(codex_argv, trust_project=False) as project:
+        project.install("project", "--trust")
+        with FakeResponses([Turn.say("Done.")]) as api:
+            run = project.run(["hello"], api=api, bypass=False)
+        assert run.returncode == 0, run.describe()
+        assert "Untrusted project-local configuration is disabled" in run.stderr
+        assert project.ops() == []
+        report = json.loads(project.phx("doctor", "--json", check=False).stdout)
+        [finding] = [f for f in report["findings"] if "does not trust the project" in f["message"]]
+        assert "phx install codex --scope user" in finding["message"]
+
+        project.phx("uninstall", "codex")
+        project.install("user", "--trust")
+        with FakeResponses([Turn.say("Done.")]) as api:
+            run = project.run(["hello"], api=api, bypass=False)
+        assert run.returncode == 0, run.describe()
+        assert project.state()["session_id"] == run.session_id

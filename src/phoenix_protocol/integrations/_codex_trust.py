@@ -333,7 +333,8 @@ def trust_steps(scope: str, hooks_path: str, *, project_root: str | None = None,
     if scope == "project" and project_root:
         steps.append(
             f"Codex loads {hooks_path} only in a trusted project: start `codex` in {project_root} and answer "
-            "that you trust the folder (or run `codex exec --trust` there once)"
+            "that you trust the folder (or run `codex exec --trust` there once); or register the hooks for "
+            "all your projects instead, which Codex loads in any project: `phx install codex --scope user`"
         )
     steps += [
         "Codex runs a hook only once you trust it, and an untrusted hook silently does not run: "

@@ -183,9 +183,8 @@ def check_codex(
                 (
                     scope,
                     path,
-                    f'Codex does not trust the project {project_dir} (no trust_level = "trusted" for it in '
-                    f"{config_path(env)}): it loads nothing from {os.path.dirname(path)}, Phoenix's hooks "
-                    f"included. {steps[0]}",
+                    f'Codex does not trust the project (no trust_level = "trusted" for {project_dir} in '
+                    f"{config_path(env)}), so it runs none of Phoenix's hooks there. {steps[0]}",
                 )
             )
         statuses = {hook.event: status_of(hook, trusted) for hook in hooks}

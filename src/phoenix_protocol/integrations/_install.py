@@ -53,7 +53,13 @@ from phoenix_protocol.core._errors import UsageError
 from phoenix_protocol.core._home import find_work_tree_root
 from phoenix_protocol.core._ids import validate_id
 from phoenix_protocol.core._jsonio import JSONError, loads
-from phoenix_protocol.integrations._portable import LEGACY_MARKERS, MARKER, SHARED_FLAG, user_settings_path
+from phoenix_protocol.integrations._portable import (
+    LEGACY_MARKERS,
+    MARKER,
+    PORTABLE_GUARD,
+    SHARED_FLAG,
+    user_settings_path,
+)
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -93,8 +99,6 @@ HOOK_SPECS: list[tuple[str, str, int, str | None]] = [
     ("SessionEnd", "session-end", 2, None),
 ]
 
-_PORTABLE_GUARD = "command -v phx >/dev/null 2>&1 || exit 0; exec phx hook "
-
 
 def hook_command(event: str, *, python: str | None = None, agent: str | None = None) -> str:
     """This machine's fast command for ``event`` (see the module docstring). With ``python``,
@@ -123,7 +127,7 @@ def portable_command(event: str, *, agent: str | None = None) -> str:
     parts = [event]
     if agent is not None:
         parts += ["--agent", shlex.quote(validate_id(agent, "agent id"))]
-    return _PORTABLE_GUARD + " ".join([*parts, SHARED_FLAG])
+    return PORTABLE_GUARD + " ".join([*parts, SHARED_FLAG])
 
 
 def install_dir() -> str:
@@ -318,7 +322,7 @@ def _load(path: str, data: bytes | None) -> dict[str, Any]:
 
 
 def _is_portable(command: str) -> bool:
-    return command.startswith(_PORTABLE_GUARD) and command.endswith(" " + SHARED_FLAG)
+    return command.startswith(PORTABLE_GUARD) and command.endswith(" " + SHARED_FLAG)
 
 
 def _is_machine(command: str) -> bool:
@@ -469,13 +473,18 @@ def check_installed(
     settings is one (it fails on every other machine); a fast command whose interpreter is
     another one than this is only checked for being there (it may be another environment's on
     purpose); the portable command for ``phx`` being on ``PATH``, unless this machine registers
-    the fast one it stands aside for. A settings file that does not read is named."""
+    the fast one it stands aside for, as is Phoenix's Claude Code plugin where a settings file
+    enables it (``_plugin``; its hooks stand aside for these, never run twice with them). A
+    settings file that does not read is named."""
     import shutil
+
+    from phoenix_protocol.integrations._plugin import enabled_plugin
 
     problems: list[tuple[str, str, str]] = []
     events = {event for _, event, _, _ in HOOK_SPECS}
     machine: dict[str, dict[str, str]] = {}  # scope -> Claude Code event -> fast command
     portable_in: list[tuple[str, str]] = []
+    by_scope: dict[str, dict[str, Any]] = {}
     for scope in SCOPES:
         if scope != "user" and project_dir is None:
             continue
@@ -485,6 +494,7 @@ def check_installed(
         except UsageError as exc:
             problems.append((scope, path, str(exc)))
             continue
+        by_scope[scope] = settings
         seen: set[str] = set()
         hooks = settings.get("hooks")
         for claude_event, groups in hooks.items() if isinstance(hooks, dict) else []:
@@ -520,14 +530,19 @@ def check_installed(
             )
         )
     environ = os.environ if env is None else env
-    if portable_in and shutil.which("phx", path=environ.get("PATH")) is None:
-        for scope, path in portable_in:
+    runners = [(scope, path, "the shared hooks run") for scope, path in portable_in]
+    plugin = enabled_plugin(by_scope)
+    if plugin is not None:  # its hooks run the shared command too (``_plugin``)
+        path = settings_path(plugin[0], project_dir=project_dir, env=env)
+        runners.append((plugin[0], path, f"the Claude Code plugin {plugin[1]} (enabled here) runs"))
+    if runners and shutil.which("phx", path=environ.get("PATH")) is None:
+        for scope, path, which in runners:
             if not all(e in local or e in user for e, _, _, _ in HOOK_SPECS):
                 problems.append(
                     (
                         scope,
                         path,
-                        "the shared hooks run `phx` from PATH and this machine's PATH has none: here they "
+                        f"{which} `phx` from PATH and this machine's PATH has none: here they "
                         "do nothing. Put the bin/ folder Phoenix is installed in on PATH (pipx and "
                         "`uv tool` use ~/.local/bin), or `phx install claude-code --scope local` (a command "
                         "for this machine, which the shared one stands aside for)",
@@ -540,7 +555,7 @@ def _portable_problem(command: str, events: set[str]) -> str | None:
     """What is wrong with a portable hook command, if anything: only that it is not the one this
     Phoenix writes (an earlier one's, or edited)."""
     try:
-        argv = shlex.split(command[len(_PORTABLE_GUARD) :])
+        argv = shlex.split(command[len(PORTABLE_GUARD) :])
     except ValueError:
         argv = []
     event = argv[0] if argv and argv[0] in events else None

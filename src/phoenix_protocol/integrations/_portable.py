@@ -14,6 +14,13 @@ registered in two files runs twice. So the shared command stands aside (``--shar
 read its stdin, before anything is opened) when this machine registers Phoenix's own
 machine-specific command (``phx install claude-code --scope local`` or ``--scope user``: an
 absolute interpreter, ``-S -P``, faster), which then does the work alone.
+
+Phoenix's Claude Code plugin (``plugins/phoenix``, docs/hooks.md) runs this very command from its
+``hooks/hooks.json``: another shared source, which Claude Code runs beside every settings file's
+hooks (it merges no identical commands across the two). The plugin is the fallback: its hook
+(Claude Code sets ``CLAUDE_PLUGIN_ROOT`` for a plugin's hooks, and only for them) stands aside for
+Phoenix's command in any settings file, the project's shared one included, which then runs alone
+(with its ``--agent``, if any). The settings' own shared command never stands aside for the plugin.
 """
 
 from __future__ import annotations
@@ -24,7 +31,15 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Mapping
 
-__all__ = ["LEGACY_MARKERS", "MARKER", "SHARED_FLAG", "machine_registration", "user_settings_path"]
+__all__ = [
+    "LEGACY_MARKERS",
+    "MARKER",
+    "PORTABLE_GUARD",
+    "SHARED_FLAG",
+    "machine_registration",
+    "plugin_root",
+    "user_settings_path",
+]
 
 MARKER = "phoenix_protocol.integrations._hooks"
 """What every machine-specific hook command Phoenix writes names (the module it imports)."""
@@ -33,6 +48,8 @@ LEGACY_MARKERS = ("phoenix_protocol._hooks ",)
 SHARED_FLAG = "--shared"
 """The argument of the shared command: ``phx hook <event> --shared`` stands aside for a
 machine-specific registration. An older ``phx`` ignores it (an argument after the event)."""
+PORTABLE_GUARD = "command -v phx >/dev/null 2>&1 || exit 0; exec phx hook "
+"""How the shared command begins (the event, its options and ``SHARED_FLAG`` follow)."""
 
 _MAX_SETTINGS = 4 * 1024 * 1024
 
@@ -48,16 +65,40 @@ def user_settings_path(env: Mapping[str, str] | None = None) -> str:
     return os.path.join(home, ".claude", "settings.json")
 
 
+def plugin_root(env: Mapping[str, str] | None = None) -> str | None:
+    """The folder of Phoenix's Claude Code plugin when this hook is that plugin's (Claude Code sets
+    ``CLAUDE_PLUGIN_ROOT`` for a plugin's hooks), else ``None``. A ``CLAUDE_PLUGIN_ROOT`` that
+    names another plugin (inherited from elsewhere) does not count: that plugin's
+    ``hooks/hooks.json`` must run the shared command."""
+    environ = os.environ if env is None else env
+    root = environ.get("CLAUDE_PLUGIN_ROOT")
+    if not root:
+        return None
+    try:
+        with open(os.path.join(root, "hooks", "hooks.json"), "rb") as fh:
+            data = fh.read(_MAX_SETTINGS + 1)
+    except OSError:
+        return None
+    return root if PORTABLE_GUARD.encode() in data[:_MAX_SETTINGS] else None
+
+
 def machine_registration(claude_event: str, env: Mapping[str, str] | None = None, cwd: str | None = None) -> str | None:
     """The settings file that registers Phoenix's machine-specific hook command for
     ``claude_event`` (``PostToolUse``, ...) on this machine: the local settings of the project
     Claude Code runs in, then the user's; or ``None``. The project is ``$CLAUDE_PROJECT_DIR``
     (Claude Code sets it for hooks), else ``cwd``. A file that does not read, or is not valid JSON,
-    counts as none: Claude Code runs no hook from it either."""
+    counts as none: Claude Code runs no hook from it either.
+
+    For the plugin's hook (``plugin_root``) any Phoenix command counts, the shared one too, and the
+    project's shared settings are read first: the file whose command the plugin stands aside for."""
     environ = os.environ if env is None else env
     project = environ.get("CLAUDE_PROJECT_DIR") or cwd or os.getcwd()
-    markers = (MARKER, *LEGACY_MARKERS)
-    for path in (os.path.join(project, ".claude", "settings.local.json"), user_settings_path(environ)):
+    markers: tuple[str, ...] = (MARKER, *LEGACY_MARKERS)
+    paths = [os.path.join(project, ".claude", "settings.local.json"), user_settings_path(environ)]
+    if plugin_root(environ) is not None:
+        markers = (*markers, PORTABLE_GUARD)
+        paths.insert(0, os.path.join(project, ".claude", "settings.json"))
+    for path in paths:
         try:
             with open(path, "rb") as fh:
                 data = fh.read(_MAX_SETTINGS + 1)

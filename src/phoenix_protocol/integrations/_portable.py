@@ -52,6 +52,8 @@ PORTABLE_GUARD = "command -v phx >/dev/null 2>&1 || exit 0; exec phx hook "
 """How the shared command begins (the event, its options and ``SHARED_FLAG`` follow)."""
 
 _MAX_SETTINGS = 4 * 1024 * 1024
+_MAX_PLUGIN_HOOKS = 64 * 1024
+"""The most of a plugin's ``hooks/hooks.json`` read (Phoenix's holds about 1.6 KB)."""
 
 
 def user_settings_path(env: Mapping[str, str] | None = None) -> str:
@@ -76,10 +78,10 @@ def plugin_root(env: Mapping[str, str] | None = None) -> str | None:
         return None
     try:
         with open(os.path.join(root, "hooks", "hooks.json"), "rb") as fh:
-            data = fh.read(_MAX_SETTINGS + 1)
+            data = fh.read(_MAX_PLUGIN_HOOKS)
     except OSError:
         return None
-    return root if PORTABLE_GUARD.encode() in data[:_MAX_SETTINGS] else None
+    return root if PORTABLE_GUARD.encode() in data else None
 
 
 def machine_registration(claude_event: str, env: Mapping[str, str] | None = None, cwd: str | None = None) -> str | None:

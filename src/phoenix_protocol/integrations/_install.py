@@ -54,7 +54,13 @@ from phoenix_protocol.core._home import find_work_tree_root
 from phoenix_protocol.core._ids import validate_id
 from phoenix_protocol.core._jsonio import JSONError, loads
 from phoenix_protocol.integrations._clients import CLAUDE_CODE, CLIENTS, CODEX, Client, client_named
-from phoenix_protocol.integrations._portable import LEGACY_MARKERS, MARKER, SHARED_FLAG, user_settings_path
+from phoenix_protocol.integrations._portable import (
+    LEGACY_MARKERS,
+    MARKER,
+    PORTABLE_GUARD,
+    SHARED_FLAG,
+    user_settings_path,
+)
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -91,8 +97,6 @@ HOOK_SPECS: list[tuple[str, str, int, str | None]] = list(CLAUDE_CODE.hooks)
 """Claude Code's registrations: (its event, Phoenix's event, timeout in seconds, matcher or None);
 every CLI's are in ``_clients``."""
 
-_PORTABLE_GUARD = "command -v phx >/dev/null 2>&1 || exit 0; exec phx hook "
-
 
 def _client_args(client: Client) -> list[str]:
     """The hook command's ``--client`` argument (none for Claude Code, as earlier releases wrote it)."""
@@ -128,7 +132,7 @@ def portable_command(event: str, *, agent: str | None = None, client: Client = C
     parts = [event, *_client_args(client)]
     if agent is not None:
         parts += ["--agent", shlex.quote(validate_id(agent, "agent id"))]
-    return _PORTABLE_GUARD + " ".join([*parts, SHARED_FLAG])
+    return PORTABLE_GUARD + " ".join([*parts, SHARED_FLAG])
 
 
 def install_dir() -> str:
@@ -337,7 +341,7 @@ def _load(path: str, data: bytes | None) -> dict[str, Any]:
 
 
 def _is_portable(command: str) -> bool:
-    return command.startswith(_PORTABLE_GUARD) and command.endswith(" " + SHARED_FLAG)
+    return command.startswith(PORTABLE_GUARD) and command.endswith(" " + SHARED_FLAG)
 
 
 def _is_machine(command: str) -> bool:
@@ -576,7 +580,9 @@ def check_installed(
     shared settings is one (it fails on every other machine); a fast command whose interpreter is
     another one than this is only checked for being there (it may be another environment's on
     purpose); the portable command for ``phx`` being on ``PATH``, unless this machine registers
-    the fast one it stands aside for. A settings file that does not read is named."""
+    the fast one it stands aside for, as is Phoenix's Claude Code plugin where a settings file
+    enables it (``_plugin``; its hooks stand aside for these, never run twice with them). A
+    settings file that does not read is named."""
     problems: list[tuple[str, str, str]] = []
     for client in CLIENTS.values():
         problems += _check_client(client, project_dir, env)
@@ -587,10 +593,13 @@ def _check_client(client: Client, project_dir: str | None, env: Mapping[str, str
     """``check_installed`` for one agent CLI."""
     import shutil
 
+    from phoenix_protocol.integrations._plugin import enabled_plugin
+
     problems: list[tuple[str, str, str]] = []
     events = {event for _, event, _, _ in client.hooks}
     machine: dict[str, dict[str, str]] = {}  # scope -> the CLI's event -> fast command
     portable_in: list[tuple[str, str]] = []
+    by_scope: dict[str, dict[str, Any]] = {}
     for scope in client.scopes:
         if scope != "user" and project_dir is None:
             continue
@@ -600,6 +609,7 @@ def _check_client(client: Client, project_dir: str | None, env: Mapping[str, str
         except UsageError as exc:
             problems.append((scope, path, str(exc)))
             continue
+        by_scope[scope] = settings
         seen: set[str] = set()
         hooks = settings.get("hooks")
         for claude_event, groups in hooks.items() if isinstance(hooks, dict) else []:
@@ -636,15 +646,20 @@ def _check_client(client: Client, project_dir: str | None, env: Mapping[str, str
             )
         )
     environ = os.environ if env is None else env
-    if portable_in and shutil.which("phx", path=environ.get("PATH")) is None:
+    runners = [(scope, path, "the shared hooks run") for scope, path in portable_in]
+    plugin = enabled_plugin(by_scope) if client is CLAUDE_CODE else None
+    if plugin is not None:  # its hooks run the shared command too (``_plugin``)
+        path = settings_path(plugin[0], project_dir=project_dir, env=env)
+        runners.append((plugin[0], path, f"the Claude Code plugin {plugin[1]} (enabled here) runs"))
+    if runners and shutil.which("phx", path=environ.get("PATH")) is None:
         fast = next(s for s in client.scopes if s not in client.shared_scopes)
-        for scope, path in portable_in:
+        for scope, path, which in runners:
             if not all(e in local or e in user for e, _, _, _ in client.hooks):
                 problems.append(
                     (
                         scope,
                         path,
-                        "the shared hooks run `phx` from PATH and this machine's PATH has none: here they "
+                        f"{which} `phx` from PATH and this machine's PATH has none: here they "
                         "do nothing. Put the bin/ folder Phoenix is installed in on PATH (pipx and "
                         f"`uv tool` use ~/.local/bin), or `phx install {client.name} --scope {fast}` (a command "
                         "for this machine, which the shared one stands aside for)",
@@ -665,7 +680,7 @@ def _portable_problem(command: str, events: set[str], client: Client = CLAUDE_CO
     """What is wrong with a portable hook command, if anything: only that it is not the one this
     Phoenix writes (an earlier one's, or edited)."""
     try:
-        argv = shlex.split(command[len(_PORTABLE_GUARD) :])
+        argv = shlex.split(command[len(PORTABLE_GUARD) :])
     except ValueError:
         argv = []
     event = argv[0] if argv and argv[0] in events else None

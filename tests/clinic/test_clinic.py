@@ -802,3 +802,25 @@ def test_the_benchmark_covers_every_root_cause_and_the_clinic_beats_plain_retry(
     extra = {name: sum(r.extra_calls for r in rs) for name, rs in results.items()}
     assert recovered["Clinic"] > recovered["Clinic, fast path only"] > recovered["plain retry"]
     assert extra["Clinic"] < extra["plain retry"]
+    repeated = {name: sum(r.repeated for r in rs) for name, rs in results.items()}
+    assert repeated["Clinic"] == repeated["Clinic, fast path only"] == 0  # issue 33: no tool side effect twice
+    assert repeated["plain retry"] > 0
+
+
+def test_the_benchmark_writes_no_file_unless_asked(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    sys.path.insert(0, str(ROOT / "bench"))
+    import clinic_vs_retry as bench
+
+    monkeypatch.setattr(bench, "SCENARIOS", bench.SCENARIOS[-2:])  # the booking scenarios: quick
+    monkeypatch.setattr(bench, "SCORED_WITHOUT_KEY", [0, 1])
+    tracked = ROOT / "bench" / "results" / "clinic_vs_retry.md"
+    before = tracked.read_bytes()
+    monkeypatch.chdir(tmp_path)
+    assert bench.main([]) == 0
+    assert tracked.read_bytes() == before and list(tmp_path.iterdir()) == []
+    assert "# The Clinic vs retry baselines" in capsys.readouterr().out
+    assert bench.main(["--out", str(tmp_path / "table.md")]) == 0
+    assert "booked, then a 503" in (tmp_path / "table.md").read_text(encoding="utf-8")
+    assert tracked.read_bytes() == before

@@ -536,3 +536,58 @@ def test_the_async_wrapper_keeps_progress_too() -> None:
     agent, _, booked = booking_agent(_503_after_booking())
     result = asyncio.run(recoverable_run(agent, "Book room A.", clinic=Clinic(sleep=Sleeper())))
     assert result.output == "Room A is booked." and booked["n"] == 1
+
+
+def test_a_failed_stream_continues_through_the_clinic_without_repeating_tools() -> None:
+    import asyncio
+    from collections.abc import AsyncIterator
+
+    from pydantic_ai import capture_run_messages
+    from pydantic_ai.models.function import DeltaToolCall, DeltaToolCalls
+
+    from phoenix_protocol.clinic import resumable
+
+    calls = {"n": 0}
+
+    async def stream(messages: list[ModelMessage], info: AgentInfo) -> AsyncIterator[str | DeltaToolCalls]:
+        calls["n"] += 1
+        if calls["n"] == 2:
+            raise ModelHTTPError(503, "p")
+        if _returned(messages, "book"):
+            yield "Room A is booked."
+            return
+        yield {0: DeltaToolCall(name="book", json_args='{"room": "A"}')}
+
+    def respond(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        raise AssertionError("streamed only")
+
+    agent: Agent[None, str] = Agent(FunctionModel(respond, stream_function=stream))
+    booked = {"n": 0}
+
+    @agent.tool_plain
+    def book(room: str) -> str:
+        """Book a room."""
+        booked["n"] += 1
+        return "booked"
+
+    events: list[str] = []
+
+    async def handler(ctx: Any, stream_events: Any) -> None:
+        async for event in stream_events:
+            events.append(type(event).__name__)
+
+    async def main() -> str:
+        with capture_run_messages() as captured:
+            try:
+                async with agent.run_stream("Book room A.") as streamed:
+                    return await streamed.get_output()
+            except ModelHTTPError:
+                pass
+        result = await recoverable_run(
+            agent, None, message_history=resumable(captured), clinic=Clinic(), event_stream_handler=handler
+        )
+        return str(result.output)
+
+    assert asyncio.run(main()) == "Room A is booked."
+    assert booked["n"] == 1 and calls["n"] == 3
+    assert "PartStartEvent" in events

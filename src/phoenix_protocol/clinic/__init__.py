@@ -46,7 +46,7 @@ from phoenix_protocol.clinic._models import (
     Visit,
 )
 from phoenix_protocol.clinic._prescribe import SUMMARIZER_PROMPT, Backoff
-from phoenix_protocol.clinic._progress import IDEMPOTENT_KEY
+from phoenix_protocol.clinic._progress import IDEMPOTENT_KEY, resumable
 from phoenix_protocol.clinic._run import (
     Clinic,
     ClinicEvent,
@@ -85,4 +85,5 @@ __all__ = [
     "provider_retries",
     "recoverable_run",
     "recoverable_run_sync",
+    "resumable",
 ]

@@ -36,6 +36,7 @@ __all__ = [
     "prompt_text",
     "replace_prompt",
     "restore_prompt",
+    "resumable",
     "resume_point",
     "with_text",
 ]
@@ -104,6 +105,17 @@ def resume_point(messages: Sequence[ModelMessage], base: int) -> list[ModelMessa
         kept.pop()
     if len(kept) <= base + 1:
         return None  # at most the run's first request: nothing done yet
+    return kept
+
+
+def resumable(messages: Sequence[ModelMessage]) -> list[ModelMessage]:
+    """The messages of a failed run (``capture_run_messages()``), e.g. a ``run_stream`` or an
+    ``iter`` that raised, cut back to the last request that made progress: pass them as
+    ``message_history`` with the prompt ``None`` to continue the run without repeating the tool
+    calls that completed (``recoverable_run(agent, None, message_history=resumable(captured))``)."""
+    kept = list(messages)
+    while kept and not _progress(kept[-1]):
+        kept.pop()
     return kept
 
 

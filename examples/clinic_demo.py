@@ -54,7 +54,9 @@ def show(event: ClinicEvent) -> None:
     elif event.stage == "diagnosis" and event.diagnosis is not None:
         d = event.diagnosis
         source = {"fast_path": "the fast path", "clinic": "the Clinic agent"}.get(event.source or "", event.source)
-        print(f"[clinic]  visit {event.attempt}, diagnosis: {d.root_cause} (confidence {d.confidence:.2f}, by {source})")
+        print(
+            f"[clinic]  visit {event.attempt}, diagnosis: {d.root_cause} (confidence {d.confidence:.2f}, by {source})"
+        )
         print(f"          {d.explanation}")
     elif event.stage == "prescription" and event.prescription is not None:
         p = event.prescription

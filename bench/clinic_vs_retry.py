@@ -18,10 +18,16 @@ Strategies, each with ``max_recoveries = 2`` (up to two reruns after the first f
 * **plain retry**: run the same request again, immediately, up to twice (a ``try/except`` loop);
 * **retry + backoff**: the same, waiting ``min(30, 2ⁿ)`` s and never less than the provider's
   ``Retry-After`` (what tenacity around ``agent.run`` gives);
+* **pydantic-ai retries=3, worker obeys feedback**: one ``agent.run(retries=3)``, the worker
+  following pydantic-ai's own retry feedback within the run (an unknown tool's list of the real
+  ones, a validation error, a validator's ``ModelRetry``), as a capable model does; extra calls
+  are counted from the first request that carried feedback;
 * **request retry**: a wrapper model that re-sends the *failed model request* (not the run) on a
   transient error, with the same backoff (what pydantic-ai's retrying HTTP transport, or the
   provider SDK's ``max_retries``, gives): it keeps the run's progress;
 * **Clinic, fast path only**: ``Clinic(consult=False)``: pydantic-ai's own errors, no Clinic agent;
+* **Clinic, worker obeys feedback**: the full Clinic with that worker (the Clinic on top of
+  pydantic-ai's own retries);
 * **Clinic**: the full pipeline; the Clinic agent's model is a ``FunctionModel`` too, scripted
   (``scripted_clinic``) to read the trauma context the way the seed's prompt asks: it is a
   stand-in for an LLM, so this measures the pipeline's mechanics and costs, not a model's judgement.
@@ -37,8 +43,7 @@ Scoring: the ``ambiguous_instruction`` scenarios are healed by the scripted Clin
 clarification, which knows what each scenario wants (an answer key); the totals are given with
 and without them.
 
-Not measured here: pydantic-ai's ``retries``/``output_retries`` with a worker that obeys the retry
-feedback, and ``FallbackModel`` (they need a second scripted model per scenario).
+Not measured here: ``FallbackModel`` (it needs a second scripted model per scenario).
 """
 
 from __future__ import annotations
@@ -106,9 +111,16 @@ class World:
     chars: int = 0
     effects: list[str] = field(default_factory=list)
     """Every side effect a tool made (its name and arguments), in order."""
+    obeys_feedback: bool = False
+    """Whether the worker follows pydantic-ai's own retry feedback (a validation error, an unknown
+    tool, a validator's ModelRetry) within the run, as a capable model does."""
+    first_feedback: int | None = None
+    """Model calls made before the first request that carried retry feedback."""
 
     def model(self, role: str, respond: Respond) -> FunctionModel:
         def counted(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+            if role == "worker" and self.first_feedback is None and feedback(messages):
+                self.first_feedback = self.total
             self.calls[role] += 1
             self.chars += len(text_of(messages)) + len(info.instructions or "")
             if role == "worker":
@@ -166,6 +178,28 @@ def text_of(messages: list[ModelMessage]) -> str:
             if isinstance(content, str):
                 out.append(content)
     return "\n".join(out)
+
+
+def feedback(messages: list[ModelMessage]) -> str:
+    """The retry feedback pydantic-ai put in the last request (unknown tool, validation errors, a
+    validator's ModelRetry), as text; "" when there is none."""
+    if not messages:
+        return ""
+    texts = []
+    for p in messages[-1].parts:
+        kind = getattr(p, "part_kind", "")
+        content = str(getattr(p, "content", "") or "")
+        if kind in ("retry-prompt", "retry-feedback") or (isinstance(p, ToolReturnPart) and p.outcome == "retried"):
+            texts.append(content or str(p))
+        elif kind == "user-prompt" and "<pyai:retry_feedback>" in content:
+            texts.append(content)  # how a FunctionModel is shown a RetryFeedbackPart
+    return "\n".join(texts)
+
+
+def obeyed(world: World, messages: list[ModelMessage], word: str = "") -> bool:
+    """Whether an obedient worker follows the last request's retry feedback (which mentions ``word``)."""
+    text = feedback(messages)
+    return world.obeys_feedback and bool(text) and word in text
 
 
 def tool_result(messages: list[ModelMessage]) -> str | None:
@@ -397,7 +431,9 @@ def hallucinates(
             if result is not None:
                 return ModelResponse(parts=[TextPart(result)])
             wanted = f"- {tools[0]}(" if tools else "You have no tools"
-            told = obeys and info.instructions is not None and wanted in info.instructions
+            told = obeys and (
+                (info.instructions is not None and wanted in info.instructions) or obeyed(world, messages)
+            )
             slip_over = until_run is not None and state["runs"] >= until_run
             if (told or slip_over) and tools:
                 return ModelResponse(parts=[ToolCallPart(tools[0], {"city": "Paris"})])
@@ -477,7 +513,9 @@ def bad_arguments(
             result = tool_result(messages)
             if result is not None:
                 return ModelResponse(parts=[TextPart(result)])
-            told = obeys and "JSON schema" in text_of(messages) and schema_word in text_of(messages)
+            told = obeys and (
+                ("JSON schema" in text_of(messages) and schema_word in text_of(messages)) or obeyed(world, messages)
+            )
             slip_over = first_run_only and state["calls"] > 2
             return ModelResponse(parts=[ToolCallPart("book", good if told or slip_over else bad)])
 
@@ -511,7 +549,7 @@ def bad_output(missing: str, *, obeys: bool = True) -> Callable[[World], Case]:
     def build(world: World) -> Case:
         def respond(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
             args = dict(GOOD)
-            told = obeys and "JSON schema" in text_of(messages)
+            told = obeys and ("JSON schema" in text_of(messages) or obeyed(world, messages))
             if not told:
                 del args[missing]
             return ModelResponse(parts=[ToolCallPart(info.output_tools[0].name, args)])
@@ -581,7 +619,7 @@ def several_answers(
         def respond(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
             state["calls"] += 1
             lucky = second_try_lucky and state["calls"] > 2
-            if constraint in text_of(messages[:1]) or lucky:
+            if constraint in text_of(messages[:1]) or lucky or obeyed(world, messages, constraint):
                 return ModelResponse(parts=[TextPart(answer)])
             return ModelResponse(parts=[TextPart(f"{answer}, or maybe something else, depending on what you mean")])
 
@@ -1016,6 +1054,17 @@ class RequestRetry(WrapperModel):
         raise AssertionError("unreachable")
 
 
+async def builtin_retries(scenario: Scenario) -> Result:
+    """pydantic-ai's own ``retries`` (tools and output: 3), with a worker that obeys the feedback."""
+    world = World(obeys_feedback=True)
+    case = scenario.build(world)
+    try:
+        result = await case.agent.run(case.prompt, retries=BUDGET + 1, **case.kwargs)
+    except Exception as exc:  # noqa: BLE001 - the baseline has no recovery beyond the run
+        return _done(world, False, world.first_feedback, error=type(exc).__name__)
+    return _done(world, case.check(result.output), world.first_feedback)
+
+
 async def request_retry(scenario: Scenario) -> Result:
     world = World()
     case = scenario.build(world)
@@ -1028,8 +1077,8 @@ async def request_retry(scenario: Scenario) -> Result:
     return _done(world, case.check(result.output), first[0] if first else None)
 
 
-async def with_clinic(scenario: Scenario, *, consult: bool) -> Result:
-    world = World()
+async def with_clinic(scenario: Scenario, *, consult: bool, obeys_feedback: bool = False) -> Result:
+    world = World(obeys_feedback=obeys_feedback)
     case = scenario.build(world)
     first: list[int] = []
     causes: list[str] = []
@@ -1060,8 +1109,10 @@ STRATEGIES: dict[str, Callable[[Scenario], Any]] = {
     "plain retry": plain_retry,
     "retry + backoff": lambda s: plain_retry(s, backoff=True),
     "request retry": request_retry,
+    "pydantic-ai retries=3, worker obeys feedback": builtin_retries,
     "Clinic, fast path only": lambda s: with_clinic(s, consult=False),
     "Clinic": lambda s: with_clinic(s, consult=True),
+    "Clinic, worker obeys feedback": lambda s: with_clinic(s, consult=True, obeys_feedback=True),
 }
 
 

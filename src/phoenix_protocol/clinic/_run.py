@@ -317,6 +317,7 @@ class Clinic:
                     return result
                 errors.append(error)
                 if untreatable(error) and episode is None:
+                    episode_span.set("phoenix.clinic.outcome", "untreated")
                     raise error
                 step: tuple[Episode, PhoenixAgent | None, Plan] | None = None
                 try:

@@ -13,15 +13,13 @@ from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
+import openai  # the test extra brings it (pydantic-ai-slim[openai])
 import pytest
+from pydantic_ai import Agent
+from pydantic_ai.models.openai import OpenAIChatModel
+from pydantic_ai.providers.openai import OpenAIProvider
 
-openai = pytest.importorskip("openai", reason="the openai SDK is not installed: pip install -e '.[test,clinic]'")
-
-from pydantic_ai import Agent  # noqa: E402
-from pydantic_ai.models.openai import OpenAIChatModel  # noqa: E402
-from pydantic_ai.providers.openai import OpenAIProvider  # noqa: E402
-
-from phoenix_protocol.clinic import Clinic, ClinicGaveUp, clinic_episode, provider_retries, recoverable_run_sync  # noqa: E402
+from phoenix_protocol.clinic import Clinic, ClinicGaveUp, clinic_episode, provider_retries, recoverable_run_sync
 
 
 def _completion(message: dict[str, Any], finish: str) -> dict[str, Any]:

@@ -15,7 +15,11 @@ post-tool-use      The heartbeat: ``last_active``, ``heartbeat_seq``, the sessio
                    written: ``_work``) (also registered for PostToolUseFailure). Hot path: see
                    below.
 pre-compact        Refreshes ``brief.md``. Never blocks compaction.
-stop               Heartbeat only; prints nothing (output there would keep the turn going).
+stop               Heartbeat; the turn ends (``turn: idle``: the agent waits at its prompt).
+                   Prints nothing (output there would keep the turn going).
+user-prompt        A prompt was submitted (UserPromptSubmit): heartbeat, ``turn: busy`` until
+                   the Stop hook (``phx watchdog --tmux`` never types into a busy agent's pane).
+                   Prints nothing.
 session-end        Status idle, ops event session_end, ``brief.md`` refreshed.
 =================  ==============================================================================
 
@@ -67,6 +71,7 @@ EVENTS = {
     "pre-compact": "PreCompact",
     "stop": "Stop",
     "session-end": "SessionEnd",
+    "user-prompt": "UserPromptSubmit",
 }
 _BY_CLAUDE_NAME = {v: k for k, v in EVENTS.items()}
 _MAX_STDIN = 64 * 1024 * 1024
@@ -300,9 +305,17 @@ def handle(event: str, payload: dict[str, Any], options: dict[str, str]) -> str 
         from phoenix_protocol.integrations._hooks_session import after_tool
 
         return after_tool(agent, state, payload, options, due, drift)
+    if event == "user-prompt":
+        agent = _open_agent(payload, options)
+        agent.state.heartbeat(
+            session_id=raw_session, tool=None, durable=False, lock_timeout=agent.config.lock_timeout, turn="busy"
+        )
+        return None
     if event == "stop":
         agent = _open_agent(payload, options)
-        agent.state.heartbeat(session_id=raw_session, tool=None, durable=False, lock_timeout=agent.config.lock_timeout)
+        agent.state.heartbeat(
+            session_id=raw_session, tool=None, durable=False, lock_timeout=agent.config.lock_timeout, turn="idle"
+        )
         answer = payload.get("last_assistant_message")
         if isinstance(answer, str) and answer.strip() and os.path.exists(os.path.join(agent.dir, "identity.yaml")):
             from phoenix_protocol.integrations._hooks_session import _persona_check

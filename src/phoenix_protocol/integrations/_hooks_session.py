@@ -237,6 +237,18 @@ def _export_env(agent: Agent, session_id: str | None) -> None:
         fh.write("\n".join(lines) + "\n")
 
 
+def _tmux_pane() -> dict[str, str] | None:
+    """The tmux pane the agent runs in, as its environment (which the hook inherits) says:
+    ``{"pane": $TMUX_PANE, "socket": <the server's socket, from $TMUX>}``, or ``None`` outside
+    tmux (``phx watchdog --tmux`` checks that the pane's process tree holds the agent before it
+    relies on it)."""
+    pane = os.environ.get("TMUX_PANE", "")
+    if not pane.startswith("%") or not pane[1:].isdigit():
+        return None
+    socket = os.environ.get("TMUX", "").split(",", 1)[0]
+    return {"pane": pane, "socket": socket} if socket.startswith("/") else {"pane": pane}
+
+
 def _session_start(payload: dict[str, Any], options: dict[str, str], session_id: str | None) -> str | None:
     from phoenix_protocol.core._errors import CorruptStateError, SchemaVersionError
     from phoenix_protocol.core._jsonio import dumps_line
@@ -287,12 +299,13 @@ def _session_start(payload: dict[str, Any], options: dict[str, str], session_id:
 
     # The primary lane, or a lane of its own beside a live session (docs/lanes.md); dead lanes
     # of other sessions are claimed for this one to recover.
-    placed, recovered = start_in_lane(
-        agent,
-        session_id,
-        source=source,
-        process={"pid": proc.pid, "start_time": proc.start_time, "host": proc.host} if proc else None,
-    )
+    process: dict[str, Any] | None = None
+    if proc:
+        process = {"pid": proc.pid, "start_time": proc.start_time, "host": proc.host}
+        pane = _tmux_pane()
+        if pane is not None:
+            process["tmux"] = pane
+    placed, recovered = start_in_lane(agent, session_id, source=source, process=process)
     before, after = placed.before, placed.after
     if placed.beside is not None:
         notices = []  # about the primary lane, which this session does not take

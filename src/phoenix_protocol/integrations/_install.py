@@ -89,6 +89,7 @@ HOOK_SPECS: list[tuple[str, str, int, str | None]] = [
     ("PostToolUse", "post-tool-use", 5, "*"),
     ("PostToolUseFailure", "post-tool-use-failure", 5, "*"),
     ("PreCompact", "pre-compact", 10, None),
+    ("UserPromptSubmit", "user-prompt", 5, None),
     ("Stop", "stop", 5, None),
     ("SessionEnd", "session-end", 2, None),
 ]

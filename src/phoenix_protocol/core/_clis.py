@@ -30,9 +30,10 @@ below it is a *launcher* (the npm wrapper, Gemini's re-launching parent), and a 
 below the agent is a *helper* (``codex app-server``); neither counts as another agent. The agent
 is the process the hooks run under, which ``core._process.find_agent_process`` records.
 
-``busy_markers`` are what each CLI's screen shows while a turn runs (the watchdog's extra guard
-before it types into a pane: ``services._tmux_refresh``); ``idle_prompt`` what it shows when its
-prompt is empty (``None``: not told apart from a draft).
+``busy_markers`` are what each CLI's screen shows while a turn runs (lower case; the watchdog's
+extra guard before it types into a pane: ``services._tmux_refresh``); ``idle_prompt`` a regular
+expression matching a line of the screen when its prompt is empty (``None``: an empty prompt is
+not told apart from a draft).
 """
 
 from __future__ import annotations
@@ -110,7 +111,7 @@ CLIS: dict[str, AgentCli] = {
             packages=("/@anthropic-ai/claude-code",),
             clear_command="/clear",
             busy_markers=("esc to interrupt",),
-            idle_prompt="❯",
+            idle_prompt=r"^\s*❯\s*$",
         ),
         AgentCli(
             "gemini-cli",
@@ -120,7 +121,7 @@ CLIS: dict[str, AgentCli] = {
             packages=("/@google/gemini-cli/",),
             clear_command="/clear",
             busy_markers=("esc to cancel",),
-            idle_prompt="Type your message",
+            idle_prompt=r"^\s*>\s+Type your message",
         ),
         AgentCli(
             "codex",

@@ -46,7 +46,7 @@ def test_a_turn_runs_from_the_prompt_to_stop(project: Path) -> None:
     state = _agent(project).state.read()
     assert state.turn == "busy" and state.turn_at_ms is not None and started is not None
     assert state.turn_at_ms >= started and state.tool_calls == 0  # a prompt is no tool call
-    tool = {"tool_name": "Bash", "tool_input": {"command": "ls"}, "tool_response": {}}
+    tool: dict[str, Any] = {"tool_name": "Bash", "tool_input": {"command": "ls"}, "tool_response": {}}
     assert run(["post-tool-use"], _payload(project, "PostToolUse", **tool)) == (0, "", "")
     assert _agent(project).state.read().turn == "busy"
     assert run(["stop"], _payload(project, "Stop", stop_hook_active=False)) == (0, "", "")
@@ -58,7 +58,7 @@ def test_a_turn_runs_from_the_prompt_to_stop(project: Path) -> None:
 
 def test_a_tool_call_of_a_turn_whose_prompt_hook_did_not_run_is_busy(project: Path) -> None:
     run(["session-start"], _payload(project, "SessionStart", source="startup"))
-    tool = {"tool_name": "Read", "tool_input": {"file_path": "x"}, "tool_response": {}}
+    tool: dict[str, Any] = {"tool_name": "Read", "tool_input": {"file_path": "x"}, "tool_response": {}}
     run(["post-tool-use"], _payload(project, "PostToolUse", **tool))
     assert _agent(project).state.read().turn == "busy"
 

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from phoenix_protocol.core._home import Home
-from phoenix_protocol.integrations._hooks import EVENTS, REFRESH_BANNER, run
+from phoenix_protocol.integrations._hooks import EVENTS, RECOVERY_BANNER, REFRESH_BANNER, run
 from phoenix_protocol.integrations._install import HOOK_SPECS
 from phoenix_protocol.services._agent import Agent
 
@@ -93,3 +93,52 @@ def test_after_a_forced_refresh_the_clear_session_starts_from_the_fresh_brief(pr
     state = _agent(project).state.read()
     assert state.refresh_requested is None and state.session_id == "sess-2"
     assert (state.status, state.turn) == ("working", "idle")
+
+
+def test_a_clear_in_the_same_process_without_session_end_is_no_crash(project: Path) -> None:
+    # Codex fires no SessionEnd before /clear's new session: the same process starts it.
+    run(["session-start", "--client", "codex"], _payload(project, "SessionStart", source="startup"))
+    agent = _agent(project)
+    agent.state.set_status("working", "Port the parser to the new grammar", session_id="sess-1")
+    agent.checkpoints.force_refresh("120 minutes of continuous work")
+    _code, out, _err = run(
+        ["session-start", "--client", "codex"], _payload(project, "SessionStart", session="sess-2", source="clear")
+    )
+    context = json.loads(out)["hookSpecificOutput"]["additionalContext"]
+    assert REFRESH_BANNER in context and RECOVERY_BANNER not in context
+    assert "another live process" not in context  # it is this very process
+    # Without a refresh requested, a /clear hands the brief over, as after Claude Code's SessionEnd.
+    _code, out, _err = run(
+        ["session-start", "--client", "codex"], _payload(project, "SessionStart", session="sess-3", source="clear")
+    )
+    context = json.loads(out)["hookSpecificOutput"]["additionalContext"] if out else ""
+    assert RECOVERY_BANNER not in context and REFRESH_BANNER not in context
+    # Another process starting a session while this one's state says working is still a recovery.
+    other = Agent.open("default", home=Home(str(project / ".phoenix")))
+    other.state.change(lambda s: setattr(s, "pid", 1))
+    _code, out, _err = run(
+        ["session-start", "--client", "codex"], _payload(project, "SessionStart", session="sess-4", source="clear")
+    )
+    assert RECOVERY_BANNER in json.loads(out)["hookSpecificOutput"]["additionalContext"]
+
+
+def test_gemini_gets_the_context_its_clear_drops_with_the_first_prompt(project: Path) -> None:
+    gemini = ["--client", "gemini-cli"]
+    run(["session-start", *gemini], _payload(project, "SessionStart", source="startup"))
+    agent = _agent(project)
+    agent.state.set_status("working", "Port the parser to the new grammar", session_id="sess-1")
+    assert run(["user-prompt", *gemini], _payload(project, "BeforeAgent", prompt="go")) == (0, "", "")
+    agent.checkpoints.force_refresh("120 minutes of continuous work")
+    run(["stop", *gemini], _payload(project, "AfterAgent", prompt_response="ok"))
+    run(["session-end", *gemini], _payload(project, "SessionEnd", reason="clear"))
+    # Gemini CLI 0.61.0 shows a SessionStart's systemMessage after /clear, and drops its context...
+    _code, out, _err = run(["session-start", *gemini], _payload(project, "SessionStart", session="s2", source="clear"))
+    dropped = json.loads(out)["hookSpecificOutput"]["additionalContext"]
+    assert REFRESH_BANNER in dropped
+    # ...so the first prompt of the new conversation carries it (BeforeAgent's context), once.
+    _code, out, _err = run(["user-prompt", *gemini], _payload(project, "BeforeAgent", session="s2", prompt="go on"))
+    assert json.loads(out) == {"hookSpecificOutput": {"hookEventName": "BeforeAgent", "additionalContext": dropped}}
+    assert run(["user-prompt", *gemini], _payload(project, "BeforeAgent", session="s2", prompt="more"))[1] == ""
+    # Claude Code delivers its SessionStart context itself: nothing is kept for its prompt.
+    run(["session-start"], _payload(project, "SessionStart", session="s3", source="clear"))
+    assert run(["user-prompt"], _payload(project, "UserPromptSubmit", session="s3", prompt="x"))[1] == ""

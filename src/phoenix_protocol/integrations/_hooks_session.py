@@ -17,17 +17,19 @@ from phoenix_protocol.integrations._hooks import (
     _SESSION_END_BUDGET,
     RECOVERY_BANNER,
     REFRESH_BANNER,
+    _client,
     _named,
     _open_agent,
     _take_due_checkpoints,
     _team_binding,
+    native_event,
 )
 
 if TYPE_CHECKING:
     from phoenix_protocol.services._agent import Agent
     from phoenix_protocol.services._sessions import SessionStart
 
-__all__ = ["after_tool", "handle_session_event"]
+__all__ = ["after_tool", "handle_session_event", "take_pending_context"]
 
 
 def handle_session_event(
@@ -104,7 +106,14 @@ def after_tool(
         block = _reanchor(agent)  # a persona check failed: re-anchor, once
         if not block:
             return None
-        return dumps_line({"hookSpecificOutput": {"hookEventName": "PostToolUse", "additionalContext": block}})
+        return dumps_line(
+            {
+                "hookSpecificOutput": {
+                    "hookEventName": native_event("post-tool-use", options),
+                    "additionalContext": block,
+                }
+            }
+        )
     if due:
         _take_due_checkpoints(payload, options, due)
     if drift:
@@ -120,7 +129,9 @@ def after_tool(
         )
     else:
         return None
-    return dumps_line({"hookSpecificOutput": {"hookEventName": "PostToolUse", "additionalContext": message}})
+    return dumps_line(
+        {"hookSpecificOutput": {"hookEventName": native_event("post-tool-use", options), "additionalContext": message}}
+    )
 
 
 def _banner(agent: Agent, before: Any, source: str, session_id: str, *, crashed: bool, recovering: bool) -> list[str]:
@@ -278,8 +289,32 @@ def _session_start(payload: dict[str, Any], options: dict[str, str], session_id:
             f"Agent '{agent.id}': {exc}\nThe last brief.md{written} follows; `phx doctor` rebuilds the state "
             "from the ops log.\n\n" + (brief or "(no brief.md either)")
         )[: agent.config.brief_max_chars]
-        return dumps_line({"hookSpecificOutput": {"hookEventName": "SessionStart", "additionalContext": context}})
-    if previous.pid and previous.session_id and previous.session_id != session_id and previous.status == "working":
+        return dumps_line(
+            {
+                "hookSpecificOutput": {
+                    "hookEventName": native_event("session-start", options),
+                    "additionalContext": context,
+                }
+            }
+        )
+    proc = find_agent_process()
+    # The very process of the previous session starts a new one: a ``/clear``, which a CLI that
+    # fires no SessionEnd before it (Codex) leaves looking like a crash. It is neither a crash
+    # nor another live session.
+    same_process = (
+        proc is not None
+        and previous.pid == proc.pid
+        and previous.host == proc.host
+        and previous.pid_start_time is not None
+        and abs(previous.pid_start_time - proc.start_time) <= agent.config.process_start_tolerance
+    )
+    if (
+        previous.pid
+        and previous.session_id
+        and previous.session_id != session_id
+        and previous.status == "working"
+        and not same_process
+    ):
         alive = liveness(
             previous.pid, previous.pid_start_time, previous.host, tolerance=agent.config.process_start_tolerance
         )
@@ -294,7 +329,6 @@ def _session_start(payload: dict[str, Any], options: dict[str, str], session_id:
         import uuid
 
         session_id = (source == "compact" and previous.session_id) or f"sid-{uuid.uuid4().hex[:24]}"
-    proc = find_agent_process()
     from phoenix_protocol.integrations._hooks_lanes import lane_context, start_in_lane
 
     # The primary lane, or a lane of its own beside a live session (docs/lanes.md); dead lanes
@@ -325,7 +359,8 @@ def _session_start(payload: dict[str, Any], options: dict[str, str], session_id:
             f"a forced refresh was requested at {request.get('at')} ({request.get('reason')}{taken}): "
             "this session starts from the fresh brief below"
         )
-    crashed = before.status in ("working", "error") and source in ("startup", "clear", "resume")
+    cleared = source == "clear" and same_process and before.status == "working"
+    crashed = before.status in ("working", "error") and source in ("startup", "clear", "resume") and not cleared
     recovering = crashed or bool(before.refresh_requested)
     described = before  # the state as the previous session (or run) left it
     if (
@@ -360,7 +395,48 @@ def _session_start(payload: dict[str, Any], options: dict[str, str], session_id:
             injected = (block + "\n\n" + injected)[: agent.config.brief_max_chars] if injected else block
     if not injected:
         return None
-    return dumps_line({"hookSpecificOutput": {"hookEventName": "SessionStart", "additionalContext": injected}})
+    if source == "clear" and _client(options).name == "gemini-cli":
+        # Gemini CLI (0.61.0) drops a SessionStart context after /clear (it shows only a
+        # systemMessage): the first prompt of the new conversation carries it (``user-prompt``).
+        _keep_for_first_prompt(agent, after.session_id, injected)
+    return dumps_line(
+        {"hookSpecificOutput": {"hookEventName": native_event("session-start", options), "additionalContext": injected}}
+    )
+
+
+PENDING_CONTEXT = "pending-context.json"
+"""In the session's lane folder: a SessionStart context the CLI will not deliver, for the first
+prompt of that session to carry (``take_pending_context``)."""
+
+
+def _keep_for_first_prompt(agent: Agent, session_id: str | None, context: str) -> None:
+    from phoenix_protocol.core._durable import atomic_write
+    from phoenix_protocol.core._jsonio import dumps_line
+
+    record = {"session_id": session_id, "context": context}
+    atomic_write(os.path.join(agent.state.directory, PENDING_CONTEXT), dumps_line(record).encode("utf-8"))
+
+
+def take_pending_context(agent: Agent, session_id: str | None) -> str | None:
+    """The context kept for the first prompt of ``session_id`` (then forgotten), or ``None``."""
+    from phoenix_protocol.core._durable import read_bytes
+    from phoenix_protocol.core._errors import PhoenixError
+    from phoenix_protocol.core._jsonio import JSONError, loads
+
+    path = os.path.join(agent.state.directory, PENDING_CONTEXT)
+    if not os.path.exists(path):
+        return None
+    try:
+        data = read_bytes(path, limit=4 * agent.config.brief_max_chars + 4096)
+        record = loads(data) if data else None
+    except (PhoenixError, JSONError):
+        record = None
+    with contextlib.suppress(OSError):
+        os.unlink(path)
+    if not isinstance(record, dict) or record.get("session_id") != session_id:
+        return None
+    context = record.get("context")
+    return context if isinstance(context, str) and context else None
 
 
 def share_main(argv: list[str]) -> None:

@@ -316,3 +316,28 @@ def test_phx_watchdog_tmux_json_and_exit_code(
     [row] = report["agents"]
     assert row["action"] == "refresh_sent" and row["refresh"]["command"] == "/clear"
     assert _wait_typed(pane) == ["/clear"]
+
+
+def test_a_refresh_the_heartbeat_claimed_mid_turn_is_typed_once_the_turn_ends(
+    home: Home, clock: ManualClock, tmux_server: Callable[..., Pane]
+) -> None:
+    pane = tmux_server()
+    agent = _agent_in(home, clock, pane)
+    agent.state.heartbeat(session_id="sess-1", tool=None, turn="busy")  # a prompt
+    due: list[str] = []
+    agent.state.heartbeat(session_id="sess-1", tool="Bash", due=due)  # 121 minutes in: the hook claims it
+    assert due == ["recovery"]
+    claimed = agent.checkpoints.take_claimed(due, clock.now_ms())  # what the hook's detached child does
+    request = agent.state.read().refresh_requested
+    assert request is not None and request["checkpoint"] == claimed[0].name
+    assert _pass(home, clock)[1].refresh["detail"] == "mid-turn"
+    clock.advance(300)
+    agent.state.heartbeat(session_id="sess-1", tool=None, turn="idle")  # Stop
+    _report, verdict = _pass(home, clock)
+    assert verdict.refresh["action"] == "sent" and verdict.refresh["reason"] == "120 minutes of continuous work"
+    # A second recovery checkpoint, of where the agent is now; the request it answers stays the same.
+    assert len(agent.checkpoints.entries("recovery")) == 2 and verdict.refresh["checkpoint"] != claimed[0].name
+    assert [e for e in _events(agent) if e == "forced_refresh"] == ["forced_refresh"]
+    request = agent.state.read().refresh_requested
+    assert request is not None and request["checkpoint"] == claimed[0].name and request["pane"] == pane.id
+    assert _wait_typed(pane) == ["/clear"]

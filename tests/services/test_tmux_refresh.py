@@ -31,8 +31,12 @@ pytestmark = pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux is no
 FAKE_TUI = """\
 import sys
 log, mode = sys.argv[1], sys.argv[2]
+lines = 0
 while True:
-    if mode == "busy":
+    sys.stdout.write("\\x1b[2J\\x1b[H")  # a TUI redraws its screen
+    if mode == "slow" and lines == 1:
+        sys.stdout.write("\\u276f /clear\\n")  # kept in the input line: no empty prompt until Enter again
+    elif mode == "busy":
         sys.stdout.write("* Working... (3s - esc to interrupt)\\n")
     elif mode == "draft":
         sys.stdout.write("\\u276f half a thought\\n")
@@ -42,6 +46,7 @@ while True:
     line = sys.stdin.readline()
     if not line:
         break
+    lines += 1
     with open(log, "a", encoding="utf-8") as fh:
         fh.write(line)
 """
@@ -341,3 +346,16 @@ def test_a_refresh_the_heartbeat_claimed_mid_turn_is_typed_once_the_turn_ends(
     request = agent.state.read().refresh_requested
     assert request is not None and request["checkpoint"] == claimed[0].name and request["pane"] == pane.id
     assert _wait_typed(pane) == ["/clear"]
+
+
+def test_enter_again_when_the_command_stays_in_the_input_line(
+    home: Home, clock: ManualClock, tmux_server: Callable[..., Pane]
+) -> None:
+    # A loaded machine: the TUI read the command and the Enter together and kept the command;
+    # the prompt does not come back empty until Enter is pressed again.
+    pane = tmux_server("slow")
+    _agent_in(home, clock, pane)
+    assert _pass(home, clock)[1].refresh["action"] == "sent"
+    assert _wait_typed(pane, 2) == ["/clear", ""]
+    time.sleep(0.5)
+    assert pane.typed() == ["/clear", ""]  # once the prompt is back, no more Enter

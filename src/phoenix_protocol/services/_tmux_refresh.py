@@ -17,7 +17,7 @@ nothing):
 3. it is idle at its prompt: ``state.turn`` is ``idle`` (the Stop hook ended the last turn, or a
    new session waits at its prompt; a submitted prompt and every tool call make it ``busy``); an
    unknown turn (hooks without ``user-prompt``) is never taken for idle;
-4. a pane of the tmux server (the recorded ``$TMUX`` socket, else the given or default one) holds
+4. a pane of the tmux server (the given socket, else the recorded ``$TMUX`` one, else tmux's default) holds
    that very process in its process tree, preferring the recorded ``$TMUX_PANE``; the process is a
    CLI Phoenix knows (its clear command);
 5. the pane is not in a mode (copy mode: keys would go to tmux), and its screen (``capture-pane``)
@@ -29,10 +29,13 @@ nothing):
    ``refresh_typed``, so that the next pass does not type it again (it does after
    ``RETYPE_AFTER_MS`` if no new session answered it).
 
+The recovery checkpoint is taken after these checks, and the screen is read once more after it.
 The command text is typed, then Enter after ``KEY_DELAY`` (Codex takes text and Enter arriving
-together for a paste). The window between the last check and the keystroke is a few
-milliseconds: a prompt submitted exactly then would be followed by the clear command as its next
-input.
+together for a paste); where the CLI's empty prompt is recognisable, Enter is pressed again while
+the command stays in the input line (a loaded machine delivered both at once: seen with Gemini
+CLI, whose completion menu then kept ``/clear`` unsubmitted). What stays open is the window from that last look to the Enter, about
+``KEY_DELAY``: a prompt submitted then would be followed by the clear command as its next input,
+and keys typed then would join the command's text.
 
 The library returns a ``RefreshOutcome``; ``phx watchdog`` renders it.
 """
@@ -54,8 +57,10 @@ if TYPE_CHECKING:
     from phoenix_protocol.services._agent import Agent
 
 __all__ = [
+    "ENTER_RETRIES",
     "KEY_DELAY",
     "RETYPE_AFTER_MS",
+    "SUBMIT_WAIT",
     "PaneInfo",
     "RefreshOutcome",
     "Tmux",
@@ -68,6 +73,11 @@ RETYPE_AFTER_MS = 10 * 60_000
 """A clear command typed this long ago with no new session since is typed again."""
 KEY_DELAY = 0.3
 """Seconds between typing the command and pressing Enter."""
+SUBMIT_WAIT = 3.0
+"""Seconds to wait for the screen to show the command taken (an empty prompt again) before Enter
+is pressed again (``ENTER_RETRIES`` times at most): only for CLIs whose empty prompt Phoenix
+recognises (``AgentCli.idle_prompt``)."""
+ENTER_RETRIES = 2
 _TMUX_TIMEOUT = 5.0
 
 
@@ -121,12 +131,33 @@ class Tmux:
         """What the pane shows now (its visible screen), or ``None``."""
         return self.run("capture-pane", "-p", "-t", pane_id)
 
-    def type_command(self, pane_id: str, text: str, *, sleep: Callable[[float], None] = time.sleep) -> bool:
-        """Type ``text`` into the pane (literally), then Enter after ``KEY_DELAY``."""
+    def type_command(
+        self,
+        pane_id: str,
+        text: str,
+        *,
+        sleep: Callable[[float], None] = time.sleep,
+        submitted: Callable[[str], bool] | None = None,
+    ) -> bool:
+        """Type ``text`` into the pane (literally), then Enter after ``KEY_DELAY``. With
+        ``submitted`` (does this screen show the command taken?), Enter is pressed again, up to
+        ``ENTER_RETRIES`` times, while the screen does not show it within ``SUBMIT_WAIT`` seconds:
+        a TUI that read the text and the Enter together (a busy machine) took them for a paste
+        or a completion, and left the command in its input line. ``False``: tmux failed."""
         if self.run("send-keys", "-t", pane_id, "-l", text) is None:
             return False
-        sleep(KEY_DELAY)
-        return self.run("send-keys", "-t", pane_id, "Enter") is not None
+        for _attempt in range(1 + (ENTER_RETRIES if submitted is not None else 0)):
+            sleep(KEY_DELAY)
+            if self.run("send-keys", "-t", pane_id, "Enter") is None:
+                return False
+            if submitted is None:
+                return True
+            for _look in range(int(SUBMIT_WAIT / KEY_DELAY)):
+                sleep(KEY_DELAY)
+                screen = self.capture(pane_id)
+                if screen is None or submitted(screen):
+                    return True
+        return True
 
 
 class RefreshOutcome:
@@ -236,7 +267,8 @@ def refresh_in_tmux(
     """Perform ``agent``'s due forced refresh in its tmux pane (see the module docstring);
     ``state`` is its state as the watchdog read it, ``alive`` the watchdog's verdict on its
     process. ``None``: nothing to do (not opted in, or no refresh due). ``socket``: the tmux
-    server when the state records none. With ``act`` false nothing is taken or typed."""
+    server to look in (default: the one the state records, else tmux's default). With ``act``
+    false nothing is taken or typed."""
     config = agent.config
     if not opted_in(agent.id, config):
         return None
@@ -257,7 +289,7 @@ def refresh_in_tmux(
         return outcome("waiting", why)
     recorded = state.tmux if isinstance(state.tmux, dict) else {}
     server = recorded.get("socket") if isinstance(recorded.get("socket"), str) else None
-    tmux = Tmux(server or socket, runner=runner)
+    tmux = Tmux(socket or server, runner=runner)
     names = {n.strip() for n in str(config.watchdog_process_names).split(",") if n.strip()}
     pane_id = recorded.get("pane") if isinstance(recorded.get("pane"), str) else None
     found = _pane_of(tmux, state.pid, pane_id, names)
@@ -306,6 +338,10 @@ def _send(
             "recovery", summary=f"forced refresh in tmux pane {pane.id}: {reason}", now_ms=now_ms
         )
     where["checkpoint"] = info.name
+    screen = tmux.capture(pane.id)  # again, after the checkpoint: the last look before the keys
+    problem = "could not read the pane" if screen is None else _screen_says(cli, screen)
+    if problem is not None:
+        return RefreshOutcome("waiting", problem, reason=reason, **where)
     changed: list[str] = []
 
     def mark(current: AgentState) -> list[Transition]:
@@ -322,7 +358,16 @@ def _send(
     agent.state.change(mark)
     if not changed:
         return RefreshOutcome("waiting", "a turn began (or the session changed) meanwhile", reason=reason, **where)
-    if not tmux.type_command(pane.id, cli.clear_command, sleep=sleep):
+    submitted = None
+    if cli.idle_prompt is not None:
+        import re
+
+        empty = re.compile(cli.idle_prompt)
+
+        def submitted(screen: str) -> bool:  # the prompt is empty again: the command was taken
+            return any(empty.search(line) for line in screen.splitlines())
+
+    if not tmux.type_command(pane.id, cli.clear_command, sleep=sleep, submitted=submitted):
         agent.record("refresh_type_failed", "error", {"reason": reason, **where})
         return RefreshOutcome("unreachable", f"tmux could not type into pane {pane.id}", reason=reason, **where)
     return RefreshOutcome("sent", f"typed {cli.clear_command} into pane {pane.id}", reason=reason, **where)

@@ -101,18 +101,18 @@ def test_watchdog_refreshes_an_idle_claude_code_in_its_tmux_pane(project: Claude
         first = agent.state.read()
         assert first.turn == "idle" and first.tmux == {"pane": pane, "socket": server.socket}
 
-        config = {"tmux_refresh_agents": "default"}
-
-        def watchdog() -> tuple[WatchdogReport, AgentVerdict]:
+        def watchdog(opted_in: str = "default") -> tuple[WatchdogReport, AgentVerdict]:
             clock = ManualClock(int(time.time() * 1000) + 121 * 60_000)  # 121 minutes of work: a refresh is due
             report = run_pass(Home(project.phoenix_home), clock=clock, tmux=True, tmux_socket=server.socket,
-                              config_overrides=config)  # fmt: skip
+                              config_overrides={"tmux_refresh_agents": opted_in})  # fmt: skip
             [verdict] = report.verdicts
             return report, verdict
 
         # The watchdog finds the agent in its pane: the native `claude` (pid and start time as the
         # SessionStart hook recorded them), the npm launcher `node cli-wrapper.cjs` not counted.
-        report, verdict = watchdog()
+        # (Not opted in yet: this pass only looks.)
+        report, verdict = watchdog(opted_in="")
+        assert verdict.refresh is None and verdict.action is None
         panes = [p for p in report.tmux or [] if p.pane_id == pane]
         [found] = panes[0].agents
         assert (found["cli"], found["pid"], found["name"]) == ("claude-code", first.pid, "claude")

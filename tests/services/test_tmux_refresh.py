@@ -321,6 +321,10 @@ def test_phx_watchdog_tmux_json_and_exit_code(
     [row] = report["agents"]
     assert row["action"] == "refresh_sent" and row["refresh"]["command"] == "/clear"
     assert _wait_typed(pane) == ["/clear"]
+    # The table, on the next pass: typed already, waiting for the new session (nothing to act on).
+    assert cli(["watchdog", "--once", "--home", home.root, "--tmux-socket", pane.socket]) == 0
+    shown = " ".join(capsys.readouterr().out.split())
+    assert "refresh (120 minutes of continuous work): waiting" in shown and "claude-code(" in shown
 
 
 def test_a_refresh_the_heartbeat_claimed_mid_turn_is_typed_once_the_turn_ends(

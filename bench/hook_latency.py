@@ -13,6 +13,10 @@ Compares, interleaved round-robin so that machine noise hits all three alike:
 (i) is (c) for a second session that started beside the first and has a lane of its own
 (docs/lanes.md): its heartbeat finds the lane with one ``stat`` and writes there.
 
+(l) is Codex's PostToolUse hook (issue 31): the command ``phx install codex --scope user`` writes
+(``--client codex``), through ``/bin/sh -c`` as Codex runs it, with the payload Codex 0.171.0 sends
+(a string ``tool_response``, no timestamp), to compare with (a) via ``/bin/sh -c``.
+
 (a) and (c) are executed directly (the argv of the installed command), so the ratio compares
 the processes themselves; two extra rows run them through ``/bin/sh -c`` as Claude Code does
 (the shell costs every hook the same).
@@ -22,6 +26,14 @@ shared (project) settings, through ``/bin/sh -c`` with this venv's ``bin`` on ``
 the heartbeat (``phx`` from ``PATH``: the console-script wrapper, the site packages), and (h)
 standing aside because this machine registers the fast command in ``settings.local.json`` (it
 then runs beside that command, in parallel, and does nothing but read the settings).
+
+Two rows (issue 31) run the PostToolUse command of Phoenix's Claude Code plugin
+(``plugins/phoenix/hooks/hooks.json``, read from this repository) through ``/bin/sh -c`` as Claude
+Code runs a plugin's hook, with ``CLAUDE_PLUGIN_ROOT`` set to the plugin's folder and this venv's
+``bin`` on ``PATH``: (j) doing the heartbeat (no settings file registers Phoenix), and (k) standing
+aside because the project's shared settings register the portable command (which then runs beside
+it and does the work). A reference row runs the same through a small script in the plugin
+(``"${CLAUDE_PLUGIN_ROOT}/hooks/phx-hook" post-tool-use``), the design the plugin does not use.
 
 With ``--pg URL`` (issue 8) two more rows run the same hook for a teammate whose team is on the
 PostgreSQL store (a fresh schema, dropped afterwards): (d) as it runs on most calls (the local
@@ -56,13 +68,17 @@ from pathlib import Path
 import phoenix_protocol
 from phoenix_protocol.core._home import Home
 from phoenix_protocol.core._process import hostname, identity_of
+from phoenix_protocol.integrations._clients import CODEX
 from phoenix_protocol.integrations._install import MARKER, hook_command, install_claude_code, portable_command
+from phoenix_protocol.integrations._plugin import PLUGIN_DIR
 from phoenix_protocol.services._agent import Agent
 from phoenix_protocol.services._lanes import start_placed
 
 HERE = Path(__file__).resolve().parent
 BENCH_SESSION = "5f0c2a1e-8d3b-4c7a-9e21-6b4d8f3a7c10"  # Claude Code gives every session a UUID
 LANE_SESSION = "6a1d3b2f-9e4c-4d8b-8f32-7c5e9a4b8d21"  # a second session, beside the first (docs/lanes.md)
+CODEX_SESSION = BENCH_SESSION  # Codex's hook heartbeats the same session (its ids are UUIDv7s)
+CODEX_ROW = "(l) Codex PostToolUse hook (--client codex), via /bin/sh -c"
 
 
 CPU: dict[str, list[float]] = {}
@@ -185,6 +201,25 @@ def main() -> int:
                 }
             ).encode()
 
+        def codex_payload(session: str = CODEX_SESSION) -> bytes:
+            """A Codex 0.171.0 PostToolUse payload: the shell tool as "Bash", its output as a string."""
+            n = next(calls)
+            return json.dumps(
+                {
+                    "session_id": session,
+                    "turn_id": "01a21f80-94ef-7cc3-8019-1e2b5863b00e",
+                    "transcript_path": os.path.join(work, "rollout.jsonl"),
+                    "cwd": project,
+                    "hook_event_name": "PostToolUse",
+                    "model": "gpt-5.5",
+                    "permission_mode": "default",
+                    "tool_name": "Bash",
+                    "tool_input": {"command": f"pytest -q tests/test_auth.py -k case_{n}"},
+                    "tool_response": f"{n % 40 + 1} passed in 0.8s\n",
+                    "tool_use_id": f"call_{n:06d}",
+                }
+            ).encode()
+
         bindir = os.path.dirname(sys.executable)
         if not os.path.isfile(os.path.join(bindir, "phx")):
             raise SystemExit(f"no phx beside {sys.executable}: install Phoenix in this venv (pip install -e .)")
@@ -194,6 +229,24 @@ def main() -> int:
         os.makedirs(standing)
         install_claude_code("local", project_dir=standing)
         aside_env = dict(path_env, CLAUDE_PROJECT_DIR=standing)
+        # (j), (k): the plugin's command, as Claude Code runs it (CLAUDE_PLUGIN_ROOT set); (k) in a
+        # project whose shared settings register Phoenix.
+        plugin = HERE.parent / PLUGIN_DIR
+        [plugin_group] = json.loads((plugin / "hooks" / "hooks.json").read_text())["hooks"]["PostToolUse"]
+        plugin_command = plugin_group["hooks"][0]["command"]
+        plugin_env = dict(path_env, CLAUDE_PLUGIN_ROOT=str(plugin))
+        shared = os.path.join(work, "shared-settings")
+        os.makedirs(shared)
+        install_claude_code("project", project_dir=shared)
+        plugin_aside_env = dict(plugin_env, CLAUDE_PROJECT_DIR=shared)
+        # The reference: a copy of the plugin whose hook runs a script of its own.
+        scripted = os.path.join(work, "plugin-with-script")
+        shutil.copytree(plugin, scripted)
+        script = os.path.join(scripted, "hooks", "phx-hook")
+        with open(script, "w", encoding="utf-8") as fh:
+            fh.write('#!/bin/sh\ncommand -v phx >/dev/null 2>&1 || exit 0\nexec phx hook "$@" --shared\n')
+        os.chmod(script, 0o755)  # noqa: S103 - a hook script: executable, as a plugin ships it
+        scripted_env = dict(path_env, CLAUDE_PLUGIN_ROOT=scripted)
         seed_dir = os.path.join(work, "seed")
         os.makedirs(seed_dir)
         seed_env = dict(env, PHOENIX_STATE_DIR=seed_dir)
@@ -211,6 +264,18 @@ def main() -> int:
                 ["/bin/sh", "-c", portable_command("post-tool-use")],
                 aside_env,
             ),
+            "(j) plugin's command (Claude Code plugin), via /bin/sh -c": (
+                ["/bin/sh", "-c", plugin_command],
+                plugin_env,
+            ),
+            "(k) plugin's command standing aside for (g), via /bin/sh -c": (
+                ["/bin/sh", "-c", plugin_command],
+                plugin_aside_env,
+            ),
+            "(j) through a script in the plugin (reference)": (
+                ["/bin/sh", "-c", '"${CLAUDE_PLUGIN_ROOT}/hooks/phx-hook" post-tool-use'],
+                scripted_env,
+            ),
             # For reference, not targets: what -S saves a bare interpreter, and the hook run as
             # `phx install` wrote it before it used -S (python -P -c ...).
             "(a) python -S -c pass (reference)": ([sys.executable, "-S", "-c", "pass"], env),
@@ -219,8 +284,10 @@ def main() -> int:
                 env,
             ),
             "(i) phx PostToolUse hook, a session in a lane": (shlex.split(hook_command("post-tool-use")), env),
+            CODEX_ROW: (["/bin/sh", "-c", hook_command("post-tool-use", client=CODEX)], env),
         }
         sessions = {"(i) phx PostToolUse hook, a session in a lane": LANE_SESSION}
+        payloads = {CODEX_ROW: codex_payload}
         before: dict[str, Callable[[], None]] = {}
         after: dict[str, Callable[[], None]] = {}
         if args.pg:
@@ -235,17 +302,23 @@ def main() -> int:
             # it does not slow down whatever is timed next.
             after[due] = _waiter(pg_env["PHOENIX_STORE"])
         samples: dict[str, list[float]] = {name: [] for name in commands}
+        seq_before = agent.state.read().heartbeat_seq
         for name, (cmd, cmd_env) in commands.items():  # warm-up
             before.get(name, lambda: None)()
-            _time(cmd, payload(sessions.get(name, BENCH_SESSION)), project, cmd_env)
+            _time(cmd, payloads.get(name, payload)(sessions.get(name, BENCH_SESSION)), project, cmd_env)
             after.get(name, lambda: None)()
         for _ in range(runs):
             for name, (cmd, cmd_env) in commands.items():
                 before.get(name, lambda: None)()
-                samples[name].append(_time(cmd, payload(sessions.get(name, BENCH_SESSION)), project, cmd_env, name))
+                stdin = payloads.get(name, payload)(sessions.get(name, BENCH_SESSION))
+                samples[name].append(_time(cmd, stdin, project, cmd_env, name))
                 after.get(name, lambda: None)()
         state = agent.state.read()
-        assert state.heartbeat_seq >= 3 * runs, "the hooks did not record their heartbeats"
+        # Seven rows beat on the agent's state.json ((l) Codex's too), (h) and (k) stand aside, (i) beats in its lane.
+        beats = state.heartbeat_seq - seq_before
+        assert beats == 7 * (runs + 1), (
+            f"{beats} heartbeats, not 7 a round: a hook did not beat, or did not stand aside"
+        )
         lane = agent.in_lane(LANE_SESSION).state.read()
         assert lane.heartbeat_seq >= runs, "the hook of the session in a lane did not record its heartbeats"
         drift = [e for e in agent.ops.tail(100_000)[0] if e.get("event") == "drift_detected"]
@@ -300,10 +373,27 @@ def main() -> int:
         f"(+{cpu_med[g] - cpu_med[c_sh]:.1f} ms CPU a heartbeat for the portable command); "
         f"(h), beside (c): {cpu_med[h]:.1f} ms CPU"
     )
+    j, k, j_script, a_sh = (
+        "(j) plugin's command (Claude Code plugin), via /bin/sh -c",
+        "(k) plugin's command standing aside for (g), via /bin/sh -c",
+        "(j) through a script in the plugin (reference)",
+        "(a) via /bin/sh -c",
+    )
+    print(
+        f"(j)/(a via sh) = {med[j] / med[a_sh]:.2f}; (j)/(g) = {med[j] / med[g]:.2f} wall, "
+        f"{cpu_med[j] / cpu_med[g]:.2f} CPU; (k), beside (g): {cpu_med[k]:.1f} ms CPU; "
+        f"a script in the plugin: +{med[j_script] - med[j]:.1f} ms wall, +{cpu_med[j_script] - cpu_med[j]:.1f} ms CPU"
+    )
     old_c = med["(c) without -S (the command before 2026-11-24, reference)"]
     print(f"(c)/(c without -S) = {c / old_c:.2f}; (c without -S)/(a) = {old_c / a:.2f} (reference)")
     i = med["(i) phx PostToolUse hook, a session in a lane"]
     print(f"(i)/(a) = {i / a:.2f} (target <= 1.5: {'met' if i <= 1.5 * a else 'MISSED'}); (i)/(c) = {i / c:.2f}")
+    codex, bare_sh = med[CODEX_ROW], med["(a) via /bin/sh -c"]
+    print(
+        f"(l)/(a via sh) = {codex / bare_sh:.2f} (target <= 1.5: {'met' if codex <= 1.5 * bare_sh else 'MISSED'}); "
+        f"(l)/(c via sh) = {codex / med[c_sh]:.2f}; CPU (l) {cpu_med[CODEX_ROW]:.1f} ms, (a via sh) "
+        f"{cpu_med['(a) via /bin/sh -c']:.1f} ms"
+    )
     for name in [n for n in commands if n.startswith(("(d)", "(e)", "(f)"))]:
         ratio = med[name] / a
         print(f"{name[:3]}/(a) = {ratio:.2f} (target <= 1.5: {'met' if ratio <= 1.5 else 'MISSED'})")

@@ -911,6 +911,7 @@ class StateStore:
         source: str = "startup",
         process: dict[str, Any] | None = None,
         lock_timeout: float | None = None,
+        client: str | None = None,
     ) -> tuple[AgentState, AgentState]:
         """Record a session start (SessionStart hook); returns ``(before, after)``.
 
@@ -922,7 +923,9 @@ class StateStore:
         ``process`` is ``{"pid", "start_time", "host"}`` of the agent, and ``"tmux"`` when the
         agent runs in a tmux pane (``{"pane", "socket"}``: ``$TMUX_PANE``, and the server's socket
         from ``$TMUX``), which ``phx watchdog --tmux`` uses to find it. A new session waits at its
-        prompt: its ``turn`` is ``idle`` until a prompt is submitted (``turn``).
+        prompt: its ``turn`` is ``idle`` until a prompt is submitted (``turn``). ``client`` the
+        agent CLI whose hook reports the start (``codex``; the event's ``client``: ``phx doctor``
+        tells from it which CLI's hooks ran).
         """
         from phoenix_protocol.core._ids import validate_session_id
 
@@ -940,6 +943,8 @@ class StateStore:
                 "previous_status": state.status,
                 "recovered": recovered,
             }
+            if client is not None:
+                meta["client"] = client
             if state.session_id and state.session_id != session_id:
                 meta["previous_session_id"] = state.session_id
             if process:

@@ -37,6 +37,7 @@ __all__ = [
     "DEFAULT_CLIENT",
     "EVENTS",
     "Client",
+    "adapt_output",
     "adapt_payload",
     "client_named",
 ]
@@ -68,11 +69,14 @@ class Client:
     ``cwd``). ``shell_tools`` / ``file_tools``: the tools that run a command (``{"command": …}``)
     or write a file (``{"file_path": …}``), for the brief's recent work and drift's progress.
     ``own_tools``: the CLI's built-in tool names, which the heartbeat records without the redactor.
+    ``entry_fields``: more fields of the hook entry of some of Phoenix's events (Codex's
+    ``additionalContextLimit`` for SessionStart).
     """
 
     __slots__ = (
         "config_dir_var",
         "config_folder",
+        "entry_fields",
         "entry_name",
         "file_tools",
         "hooks",
@@ -102,6 +106,7 @@ class Client:
         shell_tools: frozenset[str] = frozenset(),
         file_tools: frozenset[str] = frozenset(),
         own_tools: frozenset[str] = frozenset(),
+        entry_fields: dict[str, dict[str, Any]] | None = None,
     ) -> None:
         self.name = name
         self.label = label
@@ -116,6 +121,7 @@ class Client:
         self.shell_tools = shell_tools
         self.file_tools = file_tools
         self.own_tools = own_tools
+        self.entry_fields = entry_fields or {}
 
     def __repr__(self) -> str:
         return f"Client({self.name!r})"
@@ -262,6 +268,9 @@ GEMINI_CLI = Client(
 CODEX = Client(
     "codex",
     "Codex CLI",
+    # Seen with Codex 0.171.0 (tests/e2e/test_codex.py): the shell tool reports itself as "Bash"
+    # ({"command": ...}), Codex's patch tool as "apply_patch" ({"command": <the patch>}); a
+    # PostToolUse matcher left out matches every tool; SessionEnd's timeout is clamped to 3 s.
     hooks=(
         ("SessionStart", "session-start", 10, None),
         ("PostToolUse", "post-tool-use", 5, None),
@@ -277,6 +286,9 @@ CODEX = Client(
     shell_tools=frozenset({"Bash", "shell", "exec_command"}),
     file_tools=frozenset({"apply_patch"}),
     own_tools=frozenset({"Bash", "shell", "exec_command", "apply_patch", "update_plan", "view_image"}),
+    # Codex keeps 2,500 tokens of a hook's additionalContext (it counts 4 bytes a token) and cuts the
+    # rest; the brief and the recovery context may take 10,000 characters, up to 4 bytes each.
+    entry_fields={"session-start": {"additionalContextLimit": 10_000}},
 )
 
 CLIENTS: dict[str, Client] = {c.name: c for c in (CLAUDE_CODE, GEMINI_CLI, CODEX)}
@@ -303,4 +315,51 @@ def adapt_payload(client: Client, payload: dict[str, Any]) -> dict[str, Any]:
         answer = payload.get("prompt_response")
         if isinstance(answer, str) and "last_assistant_message" not in payload:
             payload["last_assistant_message"] = answer
+    elif client is CODEX and payload.get("tool_name") == "apply_patch":
+        _codex_patch(payload)
     return payload
+
+
+_PATCH_HEADS = ("*** Add File: ", "*** Update File: ", "*** Delete File: ", "*** Move to: ")
+
+
+def _codex_patch(payload: dict[str, Any]) -> None:
+    """Codex's ``apply_patch`` call as the handlers read a file tool's: ``tool_input.file_path``
+    names the file the patch writes (the first, and how many more), and a response that starts
+    ``Exit code: N`` with N not 0 is a failure. (A patch that does not apply runs no PostToolUse
+    at all. A shell command's response is its output only, without its exit code: Phoenix cannot
+    tell a failed command from it, and records the call as done.)"""
+    tool_input = payload.get("tool_input")
+    patch = tool_input.get("command") if isinstance(tool_input, dict) else None
+    files: list[str] = []
+    for line in patch.splitlines() if isinstance(patch, str) else []:
+        for head in _PATCH_HEADS:
+            if line.startswith(head):
+                name = line[len(head) :].strip()
+                if name and name not in files:
+                    files.append(name)
+    if files and isinstance(tool_input, dict):
+        more = f" (+{len(files) - 1} more)" if len(files) > 1 else ""
+        tool_input["file_path"] = files[0] + more
+    response = payload.get("tool_response")
+    if isinstance(response, str) and response.startswith("Exit code: "):
+        code = response[len("Exit code: ") :].split("\n", 1)[0].strip()
+        if code != "0":
+            output = response.split("Output:\n", 1)[-1].strip().split("\n", 1)[0]
+            payload["tool_response"] = {"success": False, "error": f"apply_patch exited {code}: {output}"[:300]}
+
+
+def adapt_output(client: Client, event: str, out: str | None) -> str | None:
+    """A hook's output as ``client`` takes it. Codex refuses a SessionStart output without
+    ``hookSpecificOutput`` (a bare ``systemMessage``, say): one is added."""
+    if client is not CODEX or event != "session-start" or not out or '"hookSpecificOutput"' in out:
+        return out
+    from phoenix_protocol.core._jsonio import dumps_line, loads
+
+    try:
+        document = loads(out)
+    except ValueError:
+        return out
+    if not isinstance(document, dict):
+        return out
+    return dumps_line({**document, "hookSpecificOutput": {"hookEventName": "SessionStart"}})

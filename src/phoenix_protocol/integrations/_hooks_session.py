@@ -339,7 +339,7 @@ def _session_start(payload: dict[str, Any], options: dict[str, str], session_id:
         pane = _tmux_pane()
         if pane is not None:
             process["tmux"] = pane
-    placed, recovered = start_in_lane(agent, session_id, source=source, process=process)
+    placed, recovered = start_in_lane(agent, session_id, source=source, process=process, client=_client(options).name)
     before, after = placed.before, placed.after
     if placed.beside is not None:
         notices = []  # about the primary lane, which this session does not take

@@ -43,7 +43,15 @@ from phoenix_protocol.integrations._hooks import _digest
 
 SCHEMA = "/work/shared/schemas/claude-code-settings.schema.json"
 TASK = "Migrate the billing tables"
-PHOENIX_EVENTS = ("SessionStart", "PostToolUse", "PostToolUseFailure", "PreCompact", "Stop", "SessionEnd")
+PHOENIX_EVENTS = (
+    "SessionStart",
+    "PostToolUse",
+    "PostToolUseFailure",
+    "PreCompact",
+    "UserPromptSubmit",
+    "Stop",
+    "SessionEnd",
+)
 
 
 @pytest.fixture(scope="module")
@@ -334,7 +342,7 @@ def test_settings_json_accepted_by_claude_code_and_schema(claude_argv: list[str]
 
 _TOOL_TURNS = [Turn.bash("ls missing-phoenix-e2e"), Turn.bash("echo phoenix-e2e"), Turn.say("Done.")]
 _TOOL_ARGS = ["-p", "go", "--allowedTools", "Bash(ls *)", "Bash(echo *)", "--output-format", "json", "--debug"]
-_HOOKS_RUN = {"SessionStart", "PostToolUse", "PostToolUseFailure", "Stop", "SessionEnd"}
+_HOOKS_RUN = {"SessionStart", "PostToolUse", "PostToolUseFailure", "UserPromptSubmit", "Stop", "SessionEnd"}
 
 
 def _shared_checkout(origin: ClaudeProject) -> ClaudeProject:
@@ -424,7 +432,7 @@ def test_shared_and_local_commands_handle_each_event_once(project: ClaudeProject
     logged = events(project)
     assert logged.count("session_start") == 1 and logged.count("session_end") == 1, logged
     assert logged.count("tool_failed") == 1, logged
-    beats = [hook for hook in fast if hook.startswith(("PostToolUse", "Stop"))]
+    beats = [hook for hook in fast if hook.startswith(("PostToolUse", "UserPromptSubmit", "Stop"))]
     assert project.state()["heartbeat_seq"] == len(beats), (project.state(), runs)
     assert_no_hook_failed(project, run)
 

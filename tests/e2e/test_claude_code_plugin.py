@@ -41,7 +41,7 @@ PLUGIN_ID = f"{PLUGIN_NAME}@{MARKETPLACE_NAME}"
 TASK = "Migrate the billing tables"
 _TOOL_TURNS = [Turn.bash("ls missing-phoenix-e2e"), Turn.bash("echo phoenix-e2e"), Turn.say("Done.")]
 _TOOL_ARGS = ["-p", "go", "--allowedTools", "Bash(ls *)", "Bash(echo *)", "--output-format", "json", "--debug"]
-_HOOKS_RUN = {"SessionStart", "PostToolUse", "PostToolUseFailure", "Stop", "SessionEnd"}
+_HOOKS_RUN = {"SessionStart", "PostToolUse", "PostToolUseFailure", "UserPromptSubmit", "Stop", "SessionEnd"}
 
 
 @pytest.fixture(scope="module")
@@ -155,6 +155,7 @@ def test_claude_code_validates_the_marketplace_and_the_plugin(project: ClaudePro
     hooks = {(h["event"], h["command"]) for h in report["provides"]["hooks"]}
     assert {event for event, _ in hooks} == {"SessionStart", "PostToolUse", "PostToolUseFailure"} | {
         "PreCompact",
+        "UserPromptSubmit",
         "Stop",
         "SessionEnd",
     }
@@ -181,7 +182,7 @@ def test_the_installed_plugin_runs_phoenixs_hooks(project: ClaudeProject, market
     state = project.state()
     assert state["session_id"] == result_json(run)["session_id"]
     assert state["status"] == "idle" and state["last_tool"]["name"] == "Bash"
-    beats = [hook for hook, _ in runs if hook.startswith(("PostToolUse", "Stop"))]
+    beats = [hook for hook, _ in runs if hook.startswith(("PostToolUse", "UserPromptSubmit", "Stop"))]
     assert state["heartbeat_seq"] == len(beats) >= 3, (state, runs)
     # A folder marketplace: Claude Code reads the plugin where the marketplace holds it.
     assert os.path.realpath(entry["readFromFolder"]) == os.path.realpath(os.path.join(marketplace, PLUGIN_DIR))
@@ -260,5 +261,5 @@ def test_the_plugin_beside_committed_settings_handles_each_event_once(
         logged = events(project)
         assert logged.count("session_start") == 1 and logged.count("session_end") == 1, logged
         assert logged.count("tool_failed") == 1, logged
-        beats = [hook for hook in plugin if hook.startswith(("PostToolUse", "Stop"))]
+        beats = [hook for hook in plugin if hook.startswith(("PostToolUse", "UserPromptSubmit", "Stop"))]
         assert project.state()["heartbeat_seq"] == len(beats), (project.state(), runs)

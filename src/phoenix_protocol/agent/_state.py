@@ -54,6 +54,7 @@ __all__ = [
     "SCHEMA_VERSION",
     "SOURCES",
     "STATUSES",
+    "TURNS",
     "AgentState",
     "StateStore",
     "Transition",
@@ -70,6 +71,9 @@ SCHEMA_VERSION = 1
 STATUSES = ("idle", "working", "error")
 SOURCES = ("model", "hook", "watchdog")
 RANK = {"model": 1, "hook": 2, "watchdog": 3}
+TURNS = ("busy", "idle")
+"""``state.turn``: a turn runs (a prompt was submitted, tools are called) or the agent waits at
+its prompt (the turn ended: the Stop hook; or a new session started)."""
 MAX_TEXT = 4000
 """Longest free-text value kept in a state field (longer ones are cut with an ellipsis)."""
 MAX_STATE_BYTES = 8 * 1024 * 1024
@@ -116,6 +120,9 @@ _FIELDS: dict[str, tuple[tuple[type, ...], Callable[[], Any]]] = {
     "recent_actions": ((list,), list),
     "last_progress_ms": (_OPT_INT, lambda: None),
     "drift": ((dict, type(None)), lambda: None),
+    "turn": (_OPT_STR, lambda: None),
+    "turn_at_ms": (_OPT_INT, lambda: None),
+    "tmux": ((dict, type(None)), lambda: None),
 }
 
 
@@ -176,6 +183,9 @@ class AgentState:
     recent_actions: list[list[Any]]
     last_progress_ms: int | None
     drift: dict[str, Any] | None
+    turn: str | None
+    turn_at_ms: int | None
+    tmux: dict[str, Any] | None
 
     def __init__(self, **fields: Any) -> None:
         self.extra: dict[str, Any] = {}
@@ -910,9 +920,12 @@ class StateStore:
         session it brings back), begins a new session: status working, set by the hook, which
         also clears any verdict about the previous one. ``compact`` keeps the session as it is,
         except that it answers a forced refresh (the flag is cleared, the work clock starts over).
-        ``process`` is ``{"pid", "start_time", "host"}`` of the agent; ``client`` the agent CLI
-        whose hook reports the start (``codex``; the event's ``client``: ``phx doctor`` tells from
-        it which CLI's hooks ran).
+        ``process`` is ``{"pid", "start_time", "host"}`` of the agent, and ``"tmux"`` when the
+        agent runs in a tmux pane (``{"pane", "socket"}``: ``$TMUX_PANE``, and the server's socket
+        from ``$TMUX``), which ``phx watchdog --tmux`` uses to find it. A new session waits at its
+        prompt: its ``turn`` is ``idle`` until a prompt is submitted (``turn``). ``client`` the
+        agent CLI whose hook reports the start (``codex``; the event's ``client``: ``phx doctor``
+        tells from it which CLI's hooks ran).
         """
         from phoenix_protocol.core._ids import validate_session_id
 
@@ -940,6 +953,7 @@ class StateStore:
                 state.pid_start_time = process.get("start_time")
                 meta["pid"] = state.pid
                 meta["host"] = state.host
+                state.tmux = process.get("tmux") or None
             if new:
                 previous = state.status
                 state.session_id = session_id
@@ -950,6 +964,7 @@ class StateStore:
                 if previous != "working" or state.work_started_ms is None or state.refresh_requested:
                     state.work_started_ms = state.last_active_ms
                 state.refresh_requested = None  # this new session is the refresh
+                state.turn, state.turn_at_ms = "idle", state.last_active_ms  # at its prompt
                 begin_session_facts(state)
             elif state.refresh_requested and source == "compact":
                 # The compacted conversation starts again from the fresh brief: that is the refresh
@@ -978,6 +993,7 @@ class StateStore:
         drift: list[Any] | None = None,
         work: str | None = None,
         clean_tool: Callable[[], str] | None = None,
+        turn: str | None = None,
     ) -> AgentState:
         """Record one tool call (PostToolUse hook): ``last_active``, ``heartbeat_seq``, ``last_tool``,
         the session's ``tool_calls`` and, with ``work`` (the command run or the file written,
@@ -994,6 +1010,10 @@ class StateStore:
         redactor passed when it was written), the name recorded is what ``clean_tool()`` returns
         (the name through the redactor), so that the redactor (and ``re``) is loaded only for a
         name new to the state.
+
+        ``turn``: where the conversation is (``TURNS``): ``busy`` from a submitted prompt (the
+        ``user-prompt`` hook) until the turn ends (``idle``: the Stop hook); a tool call (``tool``
+        given) is ``busy`` too. ``turn_at_ms`` is when it last changed.
 
         If ``due`` is a list, time-based checkpoints that are due (``due_checkpoints``) are
         *claimed* (marked as taken, so that no other process takes them too) and appended to it;
@@ -1018,6 +1038,9 @@ class StateStore:
             state.heartbeat_seq += 1
             now = state.last_active_ms or 0
             tool = tool_name
+            where = turn or ("busy" if tool is not None else None)
+            if where is not None and state.turn != where:
+                state.turn, state.turn_at_ms = where, now
             if tool is not None and clean_tool is not None and tool != (state.last_tool or {}).get("name"):
                 tool = clean_tool()
             if tool is not None:

@@ -91,6 +91,8 @@ HOT_FIELDS = (
     "checkpoint_claim",  # a due checkpoint's claim, and what a recovery claim sets with it
     "work_started_ms",
     "refresh_requested",
+    "turn",
+    "turn_at_ms",
 )
 """What the hot path (``StateStore.heartbeat``) writes besides claims of a new session."""
 

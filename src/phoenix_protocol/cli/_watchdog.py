@@ -43,6 +43,8 @@ def _render(out: Output, report: Any) -> None:
     for v in report.verdicts:
         colour = VERDICT_COLOURS.get(v.verdict, "white")
         detail = v.detail + (f"; drift: {v.drift}" if v.drift else "")
+        if v.refresh:
+            detail += f"; refresh ({v.refresh.get('reason')}): {v.refresh['action']}: {v.refresh.get('detail')}"
         table.add_row(
             escape(v.label),
             f"[{colour}]{v.verdict}[/]",
@@ -62,8 +64,8 @@ def _render(out: Output, report: Any) -> None:
         out.console.print(f"team {escape(mate['team'])}: {escape(mate['name'])} {mate['class']}{action}")
     if report.tmux is not None:
         for pane in report.tmux:
-            found = ", ".join(f"{a['name']}({a['pid']})" for a in pane.agents) or "no agent process"
-            out.console.print(f"tmux {escape(pane.session)}: {escape(found)}")
+            found = ", ".join(f"{a['cli'] or a['name']}({a['pid']})" for a in pane.agents) or "no agent process"
+            out.console.print(f"tmux {escape(pane.session)} {escape(pane.pane_id or '')}: {escape(found)}")
 
 
 @main_group.command("watchdog")
@@ -79,7 +81,18 @@ def _render(out: Output, report: Any) -> None:
     type=click.FloatRange(min=0),
     help="Seconds after the last heartbeat before a dead agent is marked stalled.",
 )
-@click.option("--tmux", "use_tmux", is_flag=True, help="Also look for agent processes in tmux panes (seed 000).")
+@click.option(
+    "--tmux",
+    "use_tmux",
+    is_flag=True,
+    help="Also look for agent processes in tmux panes (seed 000), and perform a due forced refresh "
+    "in the pane of an agent listed in `tmux_refresh_agents` that is idle at its prompt (seed 003).",
+)
+@click.option(
+    "--tmux-socket",
+    type=click.Path(dir_okay=False),
+    help="The tmux server's socket (tmux -S) for --tmux; default: the agent's recorded one, else tmux's default.",
+)
 @click.option("--dry-run", is_flag=True, help="Report only: mark nothing, take no checkpoint.")
 @common
 def watchdog_command(
@@ -90,11 +103,13 @@ def watchdog_command(
     interval: float | None,
     grace: float | None,
     use_tmux: bool,
+    tmux_socket: str | None,
     dry_run: bool,
 ) -> None:
     """Check every agent of the home against its real process; mark dead ones stalled.
 
-    Exit code 5 when a pass found agents that need attention. Example: phx watchdog --once --json
+    Exit code 5 when a pass found agents that need attention (or refreshed one in its tmux pane).
+    Example: phx watchdog --once --json
     """
     from phoenix_protocol.services._watchdog import run_pass
 
@@ -109,7 +124,13 @@ def watchdog_command(
 
     def one_pass() -> WatchdogReport:
         report = run_pass(
-            home, clock=agent.clock, act=not dry_run, tmux=use_tmux, config_overrides=overrides, config=agent.config
+            home,
+            clock=agent.clock,
+            act=not dry_run,
+            tmux=use_tmux or tmux_socket is not None,
+            tmux_socket=tmux_socket,
+            config_overrides=overrides,
+            config=agent.config,
         )
         if out.as_json:
             out.json(report.as_dict(), one_line=True)  # one line per pass, handed over at once (flushed)
@@ -119,7 +140,7 @@ def watchdog_command(
 
     if interval is None:
         report = one_pass()
-        if report.stalled or report.drifting or report.swept:
+        if report.stalled or report.drifting or report.swept or report.refreshed:
             raise _Exit(EXIT_ATTENTION)
         return
     stop = {"now": False}

@@ -139,7 +139,15 @@ SETTINGS: dict[str, tuple[type, Any, float | None, float | None, str]] = {
         "claude,gemini,codex",
         None,
         None,
-        "Comma-separated agent process names for the tmux mode.",
+        "Comma-separated agent process names for the tmux mode, beside the CLIs Phoenix knows (claude, gemini, codex).",
+    ),
+    "tmux_refresh_agents": (
+        str,
+        "",
+        None,
+        None,
+        "Comma-separated agent ids (or *: every agent) whose due forced refresh `phx watchdog --tmux` performs "
+        "by typing the CLI's clear command into the agent's tmux pane when it is idle at its prompt; empty: none.",
     ),
     # The drift detectors keep max(3 x window, 4 x (repeat limit + 1) + 1) recent calls in the state.
     "drift_repeat_limit": (
@@ -263,6 +271,7 @@ class Config:
     watchdog_remote_grace: float
     watchdog_interval: float
     watchdog_process_names: str
+    tmux_refresh_agents: str
     drift_repeat_limit: int
     drift_window: int
     drift_error_rate_factor: float

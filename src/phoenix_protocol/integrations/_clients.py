@@ -13,6 +13,7 @@ post-tool-use-failure  PostToolUseFailure (in AfterTool)      (in PostToolUse)
 pre-compact            PreCompact         PreCompress         PreCompact
 stop                   Stop               AfterAgent          Stop
 session-end            SessionEnd         SessionEnd          SessionEnd
+user-prompt            UserPromptSubmit   BeforeAgent         UserPromptSubmit
 =====================  =================  ==================  ================
 
 A hook command names Phoenix's event and the CLI (``phx hook post-tool-use --client gemini-cli``;
@@ -48,6 +49,7 @@ EVENTS = (
     "pre-compact",
     "stop",
     "session-end",
+    "user-prompt",
 )
 """Phoenix's hook events, the vocabulary of the handlers."""
 
@@ -226,6 +228,7 @@ CLAUDE_CODE = Client(
         ("PostToolUse", "post-tool-use", 5, "*"),
         ("PostToolUseFailure", "post-tool-use-failure", 5, "*"),
         ("PreCompact", "pre-compact", 10, None),
+        ("UserPromptSubmit", "user-prompt", 5, None),
         ("Stop", "stop", 5, None),
         ("SessionEnd", "session-end", 2, None),
     ),
@@ -246,6 +249,7 @@ GEMINI_CLI = Client(
         ("SessionStart", "session-start", 10, None),
         ("AfterTool", "post-tool-use", 5, None),
         ("PreCompress", "pre-compact", 10, None),
+        ("BeforeAgent", "user-prompt", 5, None),
         ("AfterAgent", "stop", 5, None),
         ("SessionEnd", "session-end", 2, None),
     ),
@@ -271,6 +275,7 @@ CODEX = Client(
         ("SessionStart", "session-start", 10, None),
         ("PostToolUse", "post-tool-use", 5, None),
         ("PreCompact", "pre-compact", 10, None),
+        ("UserPromptSubmit", "user-prompt", 5, None),
         ("Stop", "stop", 5, None),
         ("SessionEnd", "session-end", 2, None),
     ),

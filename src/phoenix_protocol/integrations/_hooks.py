@@ -15,7 +15,12 @@ post-tool-use      The heartbeat: ``last_active``, ``heartbeat_seq``, the sessio
                    written: ``_work``) (also registered for PostToolUseFailure). Hot path: see
                    below.
 pre-compact        Refreshes ``brief.md``. Never blocks compaction.
-stop               Heartbeat only; prints nothing (output there would keep the turn going).
+stop               Heartbeat; the turn ends (``turn: idle``: the agent waits at its prompt).
+                   Prints nothing (output there would keep the turn going).
+user-prompt        A prompt was submitted (UserPromptSubmit): heartbeat, ``turn: busy`` until
+                   the Stop hook (``phx watchdog --tmux`` never types into a busy agent's pane).
+                   Prints nothing; for Gemini CLI (BeforeAgent), the context of a SessionStart
+                   after /clear, which Gemini CLI drops, once.
 session-end        Status idle, ops event session_end, ``brief.md`` refreshed.
 =================  ==============================================================================
 
@@ -297,9 +302,27 @@ def handle(event: str, payload: dict[str, Any], options: dict[str, str]) -> str 
         from phoenix_protocol.integrations._hooks_session import after_tool
 
         return after_tool(agent, state, payload, options, due, drift)
+    if event == "user-prompt":
+        agent = _open_agent(payload, options)
+        agent.state.heartbeat(
+            session_id=raw_session, tool=None, durable=False, lock_timeout=agent.config.lock_timeout, turn="busy"
+        )
+        if _client(options).name != "gemini-cli":
+            return None
+        from phoenix_protocol.integrations._hooks_session import take_pending_context
+
+        context = take_pending_context(agent, _session_id(payload))  # what Gemini's /clear dropped
+        if context is None:
+            return None
+        from phoenix_protocol.core._jsonio import dumps_line
+
+        hook = native_event("user-prompt", options)
+        return dumps_line({"hookSpecificOutput": {"hookEventName": hook, "additionalContext": context}})
     if event == "stop":
         agent = _open_agent(payload, options)
-        agent.state.heartbeat(session_id=raw_session, tool=None, durable=False, lock_timeout=agent.config.lock_timeout)
+        agent.state.heartbeat(
+            session_id=raw_session, tool=None, durable=False, lock_timeout=agent.config.lock_timeout, turn="idle"
+        )
         answer = payload.get("last_assistant_message")
         if isinstance(answer, str) and answer.strip() and os.path.exists(os.path.join(agent.dir, "identity.yaml")):
             from phoenix_protocol.integrations._hooks_session import _persona_check

@@ -29,7 +29,7 @@ if TYPE_CHECKING:
     from phoenix_protocol.services._agent import Agent
     from phoenix_protocol.services._sessions import SessionStart
 
-__all__ = ["after_tool", "handle_session_event"]
+__all__ = ["after_tool", "handle_session_event", "take_pending_context"]
 
 
 def handle_session_event(
@@ -248,6 +248,18 @@ def _export_env(agent: Agent, session_id: str | None) -> None:
         fh.write("\n".join(lines) + "\n")
 
 
+def _tmux_pane() -> dict[str, str] | None:
+    """The tmux pane the agent runs in, as its environment (which the hook inherits) says:
+    ``{"pane": $TMUX_PANE, "socket": <the server's socket, from $TMUX>}``, or ``None`` outside
+    tmux (``phx watchdog --tmux`` checks that the pane's process tree holds the agent before it
+    relies on it)."""
+    pane = os.environ.get("TMUX_PANE", "")
+    if not pane.startswith("%") or not pane[1:].isdigit():
+        return None
+    socket = os.environ.get("TMUX", "").split(",", 1)[0]
+    return {"pane": pane, "socket": socket} if socket.startswith("/") else {"pane": pane}
+
+
 def _session_start(payload: dict[str, Any], options: dict[str, str], session_id: str | None) -> str | None:
     from phoenix_protocol.core._errors import CorruptStateError, SchemaVersionError
     from phoenix_protocol.core._jsonio import dumps_line
@@ -285,7 +297,24 @@ def _session_start(payload: dict[str, Any], options: dict[str, str], session_id:
                 }
             }
         )
-    if previous.pid and previous.session_id and previous.session_id != session_id and previous.status == "working":
+    proc = find_agent_process()
+    # The very process of the previous session starts a new one: a ``/clear``, which a CLI that
+    # fires no SessionEnd before it (Codex) leaves looking like a crash. It is neither a crash
+    # nor another live session.
+    same_process = (
+        proc is not None
+        and previous.pid == proc.pid
+        and previous.host == proc.host
+        and previous.pid_start_time is not None
+        and abs(previous.pid_start_time - proc.start_time) <= agent.config.process_start_tolerance
+    )
+    if (
+        previous.pid
+        and previous.session_id
+        and previous.session_id != session_id
+        and previous.status == "working"
+        and not same_process
+    ):
         alive = liveness(
             previous.pid, previous.pid_start_time, previous.host, tolerance=agent.config.process_start_tolerance
         )
@@ -300,18 +329,17 @@ def _session_start(payload: dict[str, Any], options: dict[str, str], session_id:
         import uuid
 
         session_id = (source == "compact" and previous.session_id) or f"sid-{uuid.uuid4().hex[:24]}"
-    proc = find_agent_process()
     from phoenix_protocol.integrations._hooks_lanes import lane_context, start_in_lane
 
     # The primary lane, or a lane of its own beside a live session (docs/lanes.md); dead lanes
     # of other sessions are claimed for this one to recover.
-    placed, recovered = start_in_lane(
-        agent,
-        session_id,
-        source=source,
-        process={"pid": proc.pid, "start_time": proc.start_time, "host": proc.host} if proc else None,
-        client=_client(options).name,
-    )
+    process: dict[str, Any] | None = None
+    if proc:
+        process = {"pid": proc.pid, "start_time": proc.start_time, "host": proc.host}
+        pane = _tmux_pane()
+        if pane is not None:
+            process["tmux"] = pane
+    placed, recovered = start_in_lane(agent, session_id, source=source, process=process, client=_client(options).name)
     before, after = placed.before, placed.after
     if placed.beside is not None:
         notices = []  # about the primary lane, which this session does not take
@@ -331,7 +359,8 @@ def _session_start(payload: dict[str, Any], options: dict[str, str], session_id:
             f"a forced refresh was requested at {request.get('at')} ({request.get('reason')}{taken}): "
             "this session starts from the fresh brief below"
         )
-    crashed = before.status in ("working", "error") and source in ("startup", "clear", "resume")
+    cleared = source == "clear" and same_process and before.status == "working"
+    crashed = before.status in ("working", "error") and source in ("startup", "clear", "resume") and not cleared
     recovering = crashed or bool(before.refresh_requested)
     described = before  # the state as the previous session (or run) left it
     if (
@@ -366,9 +395,48 @@ def _session_start(payload: dict[str, Any], options: dict[str, str], session_id:
             injected = (block + "\n\n" + injected)[: agent.config.brief_max_chars] if injected else block
     if not injected:
         return None
+    if source == "clear" and _client(options).name == "gemini-cli":
+        # Gemini CLI (0.61.0) drops a SessionStart context after /clear (it shows only a
+        # systemMessage): the first prompt of the new conversation carries it (``user-prompt``).
+        _keep_for_first_prompt(agent, after.session_id, injected)
     return dumps_line(
         {"hookSpecificOutput": {"hookEventName": native_event("session-start", options), "additionalContext": injected}}
     )
+
+
+PENDING_CONTEXT = "pending-context.json"
+"""In the session's lane folder: a SessionStart context the CLI will not deliver, for the first
+prompt of that session to carry (``take_pending_context``)."""
+
+
+def _keep_for_first_prompt(agent: Agent, session_id: str | None, context: str) -> None:
+    from phoenix_protocol.core._durable import atomic_write
+    from phoenix_protocol.core._jsonio import dumps_line
+
+    record = {"session_id": session_id, "context": context}
+    atomic_write(os.path.join(agent.state.directory, PENDING_CONTEXT), dumps_line(record).encode("utf-8"))
+
+
+def take_pending_context(agent: Agent, session_id: str | None) -> str | None:
+    """The context kept for the first prompt of ``session_id`` (then forgotten), or ``None``."""
+    from phoenix_protocol.core._durable import read_bytes
+    from phoenix_protocol.core._errors import PhoenixError
+    from phoenix_protocol.core._jsonio import JSONError, loads
+
+    path = os.path.join(agent.state.directory, PENDING_CONTEXT)
+    if not os.path.exists(path):
+        return None
+    try:
+        data = read_bytes(path, limit=4 * agent.config.brief_max_chars + 4096)
+        record = loads(data) if data else None
+    except (PhoenixError, JSONError):
+        record = None
+    with contextlib.suppress(OSError):
+        os.unlink(path)
+    if not isinstance(record, dict) or record.get("session_id") != session_id:
+        return None
+    context = record.get("context")
+    return context if isinstance(context, str) and context else None
 
 
 def share_main(argv: list[str]) -> None:

@@ -29,9 +29,13 @@ state.json is reported (``phx doctor`` repairs it), never touched. Operational d
 is evaluated for live agents from the actions the heartbeat recorded: an agent whose calls keep
 coming without progress gets the same emergency recovery the hook gives.
 
-The tmux mode (seed 000's ``pstree`` of tmux panes) lists the agent processes (``claude``,
-``gemini``, ``codex`` or ``watchdog_process_names``) in the pane trees of every tmux session, and
-reports a session whose agent process has gone while an agent named after it is working.
+The tmux mode (seed 000's ``pstree`` of tmux panes) lists the agents in the pane trees of every
+tmux session (the CLIs of ``core._clis``, one per running agent whatever its launcher and helper
+processes, and ``watchdog_process_names``), and reports a session whose agent process has gone
+while an agent named after it is working. It also performs seed 003's forced refresh for the
+agents that opted in (``tmux_refresh_agents``): when one is due and the agent is idle at its
+prompt, a recovery checkpoint, then the CLI's clear command typed into its pane
+(``_tmux_refresh``).
 
 The library never prints; ``phx watchdog`` renders ``WatchdogReport``.
 """
@@ -39,7 +43,6 @@ The library never prints; ``phx watchdog`` renders ``WatchdogReport``.
 from __future__ import annotations
 
 import os
-import subprocess
 from typing import TYPE_CHECKING, Any
 
 from phoenix_protocol.core._clock import Clock, iso_from_ms, system_clock
@@ -68,7 +71,19 @@ VERDICTS = ("alive", "grace", "stalled", "remote", "unknown", "idle", "error", "
 class AgentVerdict:
     """What the watchdog concluded about one agent, and what it did."""
 
-    __slots__ = ("action", "agent_id", "detail", "drift", "host", "lane", "last_active", "pid", "status", "verdict")
+    __slots__ = (
+        "action",
+        "agent_id",
+        "detail",
+        "drift",
+        "host",
+        "lane",
+        "last_active",
+        "pid",
+        "refresh",
+        "status",
+        "verdict",
+    )
 
     def __init__(
         self,
@@ -96,6 +111,8 @@ class AgentVerdict:
         self.last_active = last_active
         self.action = action
         self.drift = drift
+        self.refresh: dict[str, Any] | None = None
+        """The tmux mode's forced refresh (``_tmux_refresh.RefreshOutcome.as_dict``), when one is due."""
 
     @property
     def label(self) -> str:
@@ -107,15 +124,17 @@ class AgentVerdict:
 
 
 class TmuxPane:
-    """A tmux pane and the agent processes in its process tree."""
+    """A tmux pane and the agents in its process tree (``core._clis.agents_in_tree``: one per
+    running agent, its launcher and helper processes not counted again)."""
 
-    def __init__(self, session: str, pane_pid: int, agents: list[dict[str, Any]]) -> None:
+    def __init__(self, session: str, pane_pid: int, agents: list[dict[str, Any]], pane_id: str | None = None) -> None:
         self.session = session
         self.pane_pid = pane_pid
+        self.pane_id = pane_id
         self.agents = agents
 
     def as_dict(self) -> dict[str, Any]:
-        return {"session": self.session, "pane_pid": self.pane_pid, "agents": self.agents}
+        return {"session": self.session, "pane_id": self.pane_id, "pane_pid": self.pane_pid, "agents": self.agents}
 
 
 class WatchdogReport:
@@ -144,6 +163,11 @@ class WatchdogReport:
         return [t for t in self.teammates if t.get("action") == "tasks_returned"]
 
     @property
+    def refreshed(self) -> list[AgentVerdict]:
+        """Agents whose forced refresh this pass typed into their tmux pane."""
+        return [v for v in self.verdicts if v.action == "refresh_sent"]
+
+    @property
     def drifting(self) -> list[AgentVerdict]:
         return [v for v in self.verdicts if v.drift]
 
@@ -159,6 +183,7 @@ class WatchdogReport:
             "counts": self.counts(),
             "stalled": [v.label for v in self.stalled],
             "drifting": [v.label for v in self.drifting],
+            "refreshed": [v.label for v in self.refreshed],
             "agents": [v.as_dict() for v in self.verdicts],
             "teammates": self.teammates,
             "tmux": [p.as_dict() for p in self.tmux] if self.tmux is not None else None,
@@ -284,35 +309,18 @@ def _process_names(config: Any) -> set[str]:
 
 
 def tmux_agents(names: set[str], *, socket: str | None = None) -> list[TmuxPane] | None:
-    """Agent processes in the pane trees of every tmux session (``None`` without a tmux server)."""
-    import psutil
+    """The agents in the pane trees of every tmux session (``None`` without a tmux server):
+    the CLIs Phoenix knows (``core._clis``) and processes named in ``names``."""
+    from phoenix_protocol.core._clis import agents_in_tree
+    from phoenix_protocol.services._tmux_refresh import Tmux
 
-    command = ["tmux"] + (["-S", socket] if socket else []) + ["list-panes", "-a", "-F", "#{session_name}\t#{pane_pid}"]
-    try:
-        proc = subprocess.run(command, capture_output=True, text=True, timeout=5, check=False)
-    except (OSError, subprocess.SubprocessError):
-        return None
-    if proc.returncode != 0:
+    listed = Tmux(socket).panes()
+    if listed is None:
         return None
     panes = []
-    for line in proc.stdout.splitlines():
-        session, _, pid_text = line.partition("\t")
-        if not pid_text.isdigit():
-            continue
-        found = []
-        try:
-            root = psutil.Process(int(pid_text))
-            for child in [root, *root.children(recursive=True)]:
-                try:
-                    name = child.name()
-                    cmdline = " ".join(child.cmdline()[:3])
-                except (psutil.NoSuchProcess, psutil.AccessDenied):
-                    continue
-                if name in names or any(os.path.basename(part) in names for part in cmdline.split()):
-                    found.append({"pid": child.pid, "name": name, "start_time": child.create_time()})
-        except (psutil.NoSuchProcess, psutil.AccessDenied):
-            pass
-        panes.append(TmuxPane(session, int(pid_text), found))
+    for pane in listed:
+        found = [a.as_dict() for a in agents_in_tree(pane.pid, extra_names=names)]
+        panes.append(TmuxPane(pane.session, pane.pid, found, pane.id))
     return panes
 
 
@@ -357,8 +365,36 @@ def run_pass(
                             verdict.action = _mark_stalled(
                                 agent, f"no agent process in tmux session {pane.session!r}", None
                             )
+        _refresh_in_panes(agents, verdicts, now_ms=now_ms, act=act, socket=tmux_socket)
     teammates = check_teams(home, clock=clock, act=act, config=config)
     return WatchdogReport(iso_from_ms(now_ms), verdicts, panes, teammates)
+
+
+def _refresh_in_panes(
+    agents: list[Agent], verdicts: list[AgentVerdict], *, now_ms: int, act: bool, socket: str | None
+) -> None:
+    """Seed 003's forced refresh, typed into the tmux pane of each opted-in agent that is due one
+    and idle at its prompt (``_tmux_refresh``; agents' primary lanes)."""
+    from phoenix_protocol.services._tmux_refresh import opted_in, refresh_in_tmux
+
+    by_id = {v.agent_id: v for v in verdicts if v.lane is None}
+    for agent in agents:
+        verdict = by_id.get(agent.id)
+        if verdict is None or verdict.status != "working" or not opted_in(agent.id, agent.config):
+            continue
+        try:
+            state = agent.state.read()
+            outcome = refresh_in_tmux(
+                agent, state, now_ms=now_ms, alive=verdict.verdict == "alive", socket=socket, act=act
+            )
+        except PhoenixError as exc:
+            verdict.refresh = {"action": "failed", "detail": str(exc)[:300]}
+            continue
+        if outcome is None:
+            continue
+        verdict.refresh = outcome.as_dict()
+        if outcome.action == "sent":
+            verdict.action = "refresh_sent"
 
 
 def _configured(home: Home, config: Config | None, overrides: dict[str, Any] | None) -> Config:

@@ -29,6 +29,7 @@ ALLOWED = {
     "phoenix_protocol.core._errors",
     "phoenix_protocol.core._home",
     "phoenix_protocol.integrations._hooks",
+    "phoenix_protocol.integrations._clients",
     "phoenix_protocol.core._ids",
     "phoenix_protocol.core._jsonio",
     "phoenix_protocol.core._screen",

@@ -276,7 +276,8 @@ def test_install_says_what_it_wrote_where(project: Path, capsys: pytest.CaptureF
     assert cli(["install", "claude-code", "--project-dir", str(project), "--scope", "local", "--json"]) == 0
     data = json.loads(capsys.readouterr().out)
     assert set(data) == {
-        "ok", "path", "scope", "kind", "changed", "dry_run", "created", "removed", "actions", "commands", "notes", "settings",
+        "ok", "client", "path", "scope", "kind", "changed", "dry_run", "created", "removed", "actions", "commands",
+        "notes", "settings",
     }  # fmt: skip
     assert (data["scope"], data["kind"], data["created"]) == ("local", "machine", True)
     assert data["commands"]["PostToolUse"].startswith(f"{sys.executable} -S -P -c ")

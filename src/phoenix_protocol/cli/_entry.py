@@ -51,12 +51,13 @@ def _stands_aside(args: list[str]) -> bool:
     read to its end (Claude Code never sees the pipe break) and nothing else happens. Never
     raises: in doubt, the hook runs."""
     try:
-        from phoenix_protocol.integrations._hooks import EVENTS
+        from phoenix_protocol.integrations._clients import client_named
         from phoenix_protocol.integrations._portable import machine_registration
 
-        event = next((arg for arg in args if not arg.startswith("-")), "")
-        claude_event = EVENTS.get(event)
-        if claude_event is None or machine_registration(claude_event) is None:
+        client = client_named(args[args.index("--client") + 1] if "--client" in args[:-1] else None)
+        event = args[0] if args and not args[0].startswith("-") else ""
+        native = client.native_event(event) or (event if client.event_of(event) else None)
+        if native is None or machine_registration(native, client=client) is None:
             return False
     except Exception:  # noqa: BLE001 - a hook never breaks the agent: in doubt, it runs
         return False

@@ -44,6 +44,7 @@ from phoenix_protocol.core._errors import (
 )
 from phoenix_protocol.core._home import Home
 from phoenix_protocol.core._jsonio import dumps_output, valid_text
+from phoenix_protocol.integrations._clients import CLIENTS
 from phoenix_protocol.services._agent import Agent
 
 if TYPE_CHECKING:
@@ -750,9 +751,11 @@ def _install_output(out: Output, result: Any, verb: str) -> None:
     if verb == "install":
         out.console.print(f"  each runs: [dim]{escape(result.template)}[/]")
         if result.kind == "portable":
+            client = result.client
+            fast = "local" if "local" in client.scopes else "user"
             out.console.print(
                 "  `phx` from PATH wherever Phoenix is installed; nothing at all where it is not. For this "
-                "machine's faster command: `phx install claude-code --scope local` (the shared one then stands aside)"
+                f"machine's faster command: `phx install {client.name} --scope {fast}` (the shared one then stands aside)"
             )
         else:
             out.console.print("  this machine's interpreter by absolute path; the shared hooks stand aside for it")
@@ -760,25 +763,35 @@ def _install_output(out: Output, result: Any, verb: str) -> None:
         out.console.print(f"  [yellow]note[/]: {escape(note)}")
 
 
+_TARGETS = click.Choice(list(CLIENTS))
+_SCOPE_HELP = "Which settings: project (shared, commit it), local (this machine; Claude Code only) or user."
+
+
 @main_group.command("install")
-@click.argument("target", type=click.Choice(["claude-code"]))
-@click.option("--scope", type=click.Choice(["project", "local", "user"]), default="project", show_default=True)
-@click.option("--project-dir", metavar="DIR", help="Project whose .claude/ to use (default: the git work tree root).")
+@click.argument("target", type=_TARGETS)
+@click.option(
+    "--scope", type=click.Choice(["project", "local", "user"]), default="project", show_default=True, help=_SCOPE_HELP
+)
+@click.option(
+    "--project-dir",
+    metavar="DIR",
+    help="Project whose .claude/, .gemini/ or .codex/ to use (default: the git work tree root).",
+)
 @click.option("--agent", "agent_id", metavar="ID", help="Bake this agent id into the hook commands.")
 @click.option("--dry-run", is_flag=True, help="Show the result without writing it.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON document instead of text.")
 def install_command(
     target: str, scope: str, project_dir: str | None, agent_id: str | None, dry_run: bool, as_json: bool
 ) -> None:
-    """Install Phoenix's hooks into Claude Code's settings.
+    """Install Phoenix's hooks into an agent CLI's settings (claude-code, gemini-cli, codex).
 
     Example: phx install claude-code --scope local
     """
-    from phoenix_protocol.integrations._install import install_claude_code
+    from phoenix_protocol.integrations._install import install_hooks
 
     out = Output(as_json)
     try:
-        result = install_claude_code(scope, project_dir=project_dir, agent=agent_id, dry_run=dry_run)
+        result = install_hooks(target, scope, project_dir=project_dir, agent=agent_id, dry_run=dry_run)
     except PhoenixError as exc:
         out.error(exc, _exit_code_for(exc))
         raise _Exit(_exit_code_for(exc)) from None
@@ -786,9 +799,15 @@ def install_command(
 
 
 @main_group.command("uninstall")
-@click.argument("target", type=click.Choice(["claude-code"]))
-@click.option("--scope", type=click.Choice(["project", "local", "user"]), default="project", show_default=True)
-@click.option("--project-dir", metavar="DIR", help="Project whose .claude/ to use (default: the git work tree root).")
+@click.argument("target", type=_TARGETS)
+@click.option(
+    "--scope", type=click.Choice(["project", "local", "user"]), default="project", show_default=True, help=_SCOPE_HELP
+)
+@click.option(
+    "--project-dir",
+    metavar="DIR",
+    help="Project whose .claude/, .gemini/ or .codex/ to use (default: the git work tree root).",
+)
 @click.option("--dry-run", is_flag=True, help="Show the result without writing it.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON document instead of text.")
 def uninstall_command(target: str, scope: str, project_dir: str | None, dry_run: bool, as_json: bool) -> None:
@@ -796,11 +815,11 @@ def uninstall_command(target: str, scope: str, project_dir: str | None, dry_run:
 
     Example: phx uninstall claude-code --scope local
     """
-    from phoenix_protocol.integrations._install import uninstall_claude_code
+    from phoenix_protocol.integrations._install import uninstall_hooks
 
     out = Output(as_json)
     try:
-        result = uninstall_claude_code(scope, project_dir=project_dir, dry_run=dry_run)
+        result = uninstall_hooks(target, scope, project_dir=project_dir, dry_run=dry_run)
     except PhoenixError as exc:
         out.error(exc, _exit_code_for(exc))
         raise _Exit(_exit_code_for(exc)) from None

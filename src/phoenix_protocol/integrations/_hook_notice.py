@@ -15,7 +15,8 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from phoenix_protocol.integrations._hooks import EVENTS, _raw_session_id
+from phoenix_protocol.integrations._clients import CLAUDE_CODE, Client
+from phoenix_protocol.integrations._hooks import _raw_session_id
 
 __all__ = ["NOTICE_DIR", "notice_once", "with_system_message"]
 
@@ -25,7 +26,9 @@ NOTICE_DIR = "hook-notices"
 """In the runtime directory (``_heartbeats.runtime_root``): one empty file per session told."""
 
 
-def notice_once(event: str, payload: dict[str, Any], message: str, *, failed: bool) -> str | None:
+def notice_once(
+    event: str, payload: dict[str, Any], message: str, *, failed: bool, client: Client = CLAUDE_CODE
+) -> str | None:
     """The line to show the user (``systemMessage``) about ``message``, the first time in this
     session (``None`` after that, and for hooks whose output must stay empty). Sessions already
     told are files in the runtime directory, created exclusively (hooks of one session may run at
@@ -35,13 +38,13 @@ def notice_once(event: str, payload: dict[str, Any], message: str, *, failed: bo
     first = message
     for stop in ("; ", ". "):  # the first clause says what is wrong; the rest is advice
         first = first.split(stop, 1)[0]
-    project = os.environ.get("CLAUDE_PROJECT_DIR") or payload.get("cwd")
-    if isinstance(project, str) and len(project) > 1:
+    project = client.project_dir(payload)
+    if project is not None and len(project) > 1:
         first = first.replace(project.rstrip("/") + "/", "")  # paths relative to the project
     first = first.rstrip(".")
     if len(first) > 200:
         first = first[:199] + "…"
-    name = EVENTS.get(event, event)
+    name = client.native_event(event) or event
     text = (
         f"Phoenix Protocol: the {name} hook failed: {first}. Run `phx doctor` to repair it."
         if failed

@@ -49,6 +49,8 @@ from __future__ import annotations
 import os
 import sys
 
+from phoenix_protocol.integrations._clients import CLAUDE_CODE, adapt_payload, client_named
+
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -56,19 +58,13 @@ if TYPE_CHECKING:
     from typing import Any
 
     from phoenix_protocol.agent._state import AgentState
+    from phoenix_protocol.integrations._clients import Client
     from phoenix_protocol.services._agent import Agent
 
 __all__ = ["EVENTS", "handle", "main", "run"]
 
-EVENTS = {
-    "session-start": "SessionStart",
-    "post-tool-use": "PostToolUse",
-    "post-tool-use-failure": "PostToolUseFailure",
-    "pre-compact": "PreCompact",
-    "stop": "Stop",
-    "session-end": "SessionEnd",
-}
-_BY_CLAUDE_NAME = {v: k for k, v in EVENTS.items()}
+EVENTS = {ours: native for native, ours, _, _ in CLAUDE_CODE.hooks}
+"""Phoenix's hook events and Claude Code's name for each (every CLI's: ``_clients``)."""
 _MAX_STDIN = 64 * 1024 * 1024
 """A payload up to this size is decoded whole; a larger one with its large values left out."""
 _MAX_VALUE = 1024 * 1024
@@ -81,18 +77,9 @@ RECOVERY_BANNER = "RECOVERY DETECTED"
 REFRESH_BANNER = "FORCED REFRESH"
 
 
-CLAUDE_CODE_TOOLS = frozenset(
-    {
-        "Agent", "Bash", "BashOutput", "CronCreate", "CronDelete", "CronList", "Edit", "EnterWorktree",
-        "ExitPlanMode", "ExitWorktree", "Glob", "Grep", "KillBash", "KillShell", "LS", "ListAgents",
-        "ListMcpResourcesTool", "Monitor", "MultiEdit", "NotebookEdit", "NotebookRead", "ReadMcpResourceTool",
-        "Read", "ReportFindings", "ScheduleWakeup", "SendMessage", "Skill", "SlashCommand", "Task",
-        "TaskOutput", "TaskStop", "TodoRead", "TodoWrite", "ToolSearch", "WebFetch", "WebSearch", "Workflow",
-        "Write",
-    }
-)  # fmt: skip
+CLAUDE_CODE_TOOLS = CLAUDE_CODE.own_tools
 """Claude Code's own tools: names no secret hides in (``redact`` returns each unchanged: a test
-says so), which the heartbeat records without loading the redactor."""
+says so), which the heartbeat records without loading the redactor (each CLI's: ``Client.own_tools``)."""
 
 
 def _plain(value: object, limit: int = 100, default: str = "unknown") -> str:
@@ -173,7 +160,6 @@ def _digest(value: object) -> str | None:
     return short_digest(data)
 
 
-_FILE_TOOLS = frozenset({"Write", "Edit", "MultiEdit", "NotebookEdit"})
 _BOOKKEEPING = frozenset({"phx", "state-update"})
 _WORK_CHARS = 160
 """Longest record of a command run or a file written (``recent_work``)."""
@@ -181,9 +167,10 @@ _WORK_SCAN = 600
 _WORK_WORD = 200
 
 
-def _work(tool: str, payload: dict[str, Any]) -> str | None:
-    """What a tool call did, for the brief: the command a Bash call ran (its first line), or the
-    file a Write or an Edit changed (relative to the project). Screened for secrets on the way
+def _work(tool: str, payload: dict[str, Any], client: Client = CLAUDE_CODE) -> str | None:
+    """What a tool call did, for the brief: the command a shell tool ran (its first line), or the
+    file a Write or an Edit changed (relative to the project); ``client`` says which tools those
+    are (``Client.shell_tools``, ``file_tools``). Screened for secrets on the way
     (``core._screen``: the redactor costs more than this hook's budget), cut at ``_WORK_CHARS``
     at a word. ``None``: nothing to record (another tool; Phoenix's own ``phx`` and
     ``state-update`` calls, whose effect the state shows)."""
@@ -191,7 +178,7 @@ def _work(tool: str, payload: dict[str, Any]) -> str | None:
     if not isinstance(tool_input, dict):
         return None
     more = False
-    if tool == "Bash":
+    if tool in client.shell_tools:
         command = tool_input.get("command")
         if not isinstance(command, str):
             return None
@@ -200,12 +187,12 @@ def _work(tool: str, payload: dict[str, Any]) -> str | None:
         if not words or words[0].rsplit("/", 1)[-1] in _BOOKKEEPING:
             return None
         more = len(lines) > 1
-    elif tool in _FILE_TOOLS:
+    elif tool in client.file_tools:
         path = tool_input.get("file_path") or tool_input.get("notebook_path")
         if not isinstance(path, str) or not path:
             return None
-        root = os.environ.get("CLAUDE_PROJECT_DIR") or payload.get("cwd")
-        if isinstance(root, str) and root and path.startswith(root.rstrip("/") + "/"):
+        root = client.project_dir(payload)
+        if root is not None and path.startswith(root.rstrip("/") + "/"):
             path = path[len(root.rstrip("/")) + 1 :]
         words = path.split()
     else:
@@ -245,13 +232,9 @@ def _open_agent(payload: dict[str, Any], options: dict[str, str], *, lock_timeou
     from phoenix_protocol.core._home import Home
     from phoenix_protocol.services._agent import Agent
 
-    # The project Claude Code was started in, which a `cd` in the session does not change; the
-    # payload's cwd (where the session is now) only when Claude Code does not say.
-    cwd = os.environ.get("CLAUDE_PROJECT_DIR") or payload.get("cwd")
-    if not isinstance(cwd, str) or not os.path.isabs(cwd) or not os.path.isdir(cwd):
-        cwd = payload.get("cwd")
-        if not isinstance(cwd, str) or not os.path.isabs(cwd) or not os.path.isdir(cwd):
-            cwd = os.getcwd()
+    # The project the CLI was started in, which a `cd` in the session does not change; the
+    # payload's cwd (where the session is now) only when the CLI does not say.
+    cwd = _client(options).project_dir(payload) or os.getcwd()
     home = Home(os.path.join(cwd, options["home"])) if "home" in options else Home.resolve(cwd)
     agent = Agent.open(options.get("agent"), home=home).follow_session(_raw_session_id(payload))  # docs/lanes.md
     timeout = agent.config.hook_lock_timeout
@@ -263,8 +246,22 @@ def _open_agent(payload: dict[str, Any], options: dict[str, str], *, lock_timeou
     return agent
 
 
+def _client(options: dict[str, str]) -> Client:
+    """The agent CLI running the hook (``--client``; default Claude Code)."""
+    return client_named(options.get("client"))
+
+
+def native_event(event: str, options: dict[str, str]) -> str:
+    """The running CLI's name for Phoenix's ``event`` (the ``hookEventName`` of its output)."""
+    return _client(options).native_event(event) or EVENTS.get(event, event)
+
+
 def handle(event: str, payload: dict[str, Any], options: dict[str, str]) -> str | None:
-    """Run one hook; returns what to print on stdout (or ``None``). Raises on failure."""
+    """Run one hook; returns what to print on stdout (or ``None``). Raises on failure.
+    ``payload`` is in the running CLI's shape (``options["client"]``): ``adapt_payload`` turns it
+    into the one the handlers read."""
+    client = _client(options)
+    payload = adapt_payload(client, payload)
     raw_session = _raw_session_id(payload)
     if event in ("post-tool-use", "post-tool-use-failure"):
         agent = _open_agent(payload, options)
@@ -285,10 +282,10 @@ def handle(event: str, payload: dict[str, Any], options: dict[str, str]) -> str 
             lock_timeout=agent.config.lock_timeout,
             due=due if agent.lane is None else None,  # lanes take no checkpoints (docs/lanes.md)
             duration_ms=duration if isinstance(duration, int) and not isinstance(duration, bool) else None,
-            progress=tool in EDIT_TOOLS,
+            progress=tool in EDIT_TOOLS or tool in client.file_tools,
             drift=drift,
-            work=_work(tool, payload),
-            clean_tool=None if tool in CLAUDE_CODE_TOOLS else lambda: _named(payload.get("tool_name")),
+            work=_work(tool, payload, client),
+            clean_tool=None if tool in client.own_tools else lambda: _named(payload.get("tool_name")),
         )
         _share_heartbeat(agent, payload, state)
         if drift and drift[0][1] and agent.lane is None:
@@ -410,11 +407,11 @@ def _parse_args(argv: list[str]) -> tuple[str, dict[str, str]]:
     i = 0
     while i < len(argv):
         arg = argv[i]
-        if arg in ("--agent", "--home") and i + 1 < len(argv):
+        if arg in ("--agent", "--home", "--client") and i + 1 < len(argv):
             options[arg[2:]] = argv[i + 1]
             i += 2
             continue
-        if arg.startswith(("--agent=", "--home=")):
+        if arg.startswith(("--agent=", "--home=", "--client=")):
             key, _, value = arg[2:].partition("=")
             options[key] = value
         elif not event:
@@ -423,18 +420,17 @@ def _parse_args(argv: list[str]) -> tuple[str, dict[str, str]]:
     return event, options
 
 
-def _normalize_event(event: str, payload: dict[str, Any]) -> str:
+def _normalize_event(event: str, payload: dict[str, Any], client: Client = CLAUDE_CODE) -> str:
+    """Phoenix's event for the hook's argument: Phoenix's own name, or the CLI's (``AfterTool``);
+    with none, the payload's ``hook_event_name``."""
     name = event.strip().lower().replace("_", "-")
     if name in EVENTS:
         return name
-    by_claude = _BY_CLAUDE_NAME.get(event.strip())
-    if by_claude:
-        return by_claude
-    if not event:
+    native = event.strip()
+    if not native:
         named = payload.get("hook_event_name")
-        if isinstance(named, str) and named in _BY_CLAUDE_NAME:
-            return _BY_CLAUDE_NAME[named]
-    return name
+        native = named if isinstance(named, str) else ""
+    return client.event_of(native) or name
 
 
 def run(argv: list[str], stdin: bytes) -> tuple[int, str, str]:
@@ -448,6 +444,7 @@ def run(argv: list[str], stdin: bytes) -> tuple[int, str, str]:
     oversized: dict[str, Any] | None = None
     try:
         event, options = _parse_args(argv)
+        client = _client(options)
         from phoenix_protocol.core._jsonio import JSONError, loads
 
         problem = None
@@ -466,7 +463,7 @@ def run(argv: list[str], stdin: bytes) -> tuple[int, str, str]:
                     payload = decoded
                 else:
                     problem = "stdin JSON is not an object"
-        event = _normalize_event(event, payload)
+        event = _normalize_event(event, payload, client)
         if event not in EVENTS:
             raise ValueError(f"unknown hook event {event or '(none)'!r}; expected one of {', '.join(EVENTS)}")
         if problem is not None:
@@ -479,7 +476,7 @@ def run(argv: list[str], stdin: bytes) -> tuple[int, str, str]:
             from phoenix_protocol.integrations._hook_notice import notice_once, with_system_message
 
             message = _describe(_noted[0])
-            notice = notice_once(event, payload, message, failed=False)
+            notice = notice_once(event, payload, message, failed=False, client=client)
             if notice is not None:
                 out = with_system_message(out, notice)
             return 0, (out + "\n") if out else "", f"phoenix: {event} hook: {message[:300]} (the agent is unaffected)\n"
@@ -488,7 +485,7 @@ def run(argv: list[str], stdin: bytes) -> tuple[int, str, str]:
         message = "interrupted" if isinstance(exc, KeyboardInterrupt) else _describe(exc)
         line = f"phoenix: {event} hook: {message[:300]} (the agent is unaffected)"
         _log_best_effort("hook_failed", "error", event, payload, options, {"error": message[:500]})
-        notice = None if isinstance(exc, KeyboardInterrupt) else _notice(event, payload, message)
+        notice = None if isinstance(exc, KeyboardInterrupt) else _notice(event, payload, message, options)
         return 0, notice + "\n" if notice else "", line + "\n"
 
 
@@ -496,12 +493,12 @@ _noted: list[BaseException] = []
 """What the running hook got round (``note_problem``), for ``run`` to report."""
 
 
-def _notice(event: str, payload: dict[str, Any], message: str) -> str | None:
+def _notice(event: str, payload: dict[str, Any], message: str, options: dict[str, str]) -> str | None:
     """The output that tells the user of a failed hook (``_hook_notice``), or ``None``. Never raises."""
     try:
         from phoenix_protocol.integrations._hook_notice import notice_once, with_system_message
 
-        notice = notice_once(event, payload, message, failed=True)
+        notice = notice_once(event, payload, message, failed=True, client=_client(options))
         return with_system_message(None, notice) if notice else None
     except Exception:  # noqa: BLE001 - the hook's own failure must not get worse
         return None

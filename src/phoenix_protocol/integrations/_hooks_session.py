@@ -21,6 +21,7 @@ from phoenix_protocol.integrations._hooks import (
     _open_agent,
     _take_due_checkpoints,
     _team_binding,
+    native_event,
 )
 
 if TYPE_CHECKING:
@@ -149,7 +150,14 @@ def after_tool(
         block = _reanchor(agent)  # a persona check failed: re-anchor, once
         if not block:
             return None
-        return dumps_line({"hookSpecificOutput": {"hookEventName": "PostToolUse", "additionalContext": block}})
+        return dumps_line(
+            {
+                "hookSpecificOutput": {
+                    "hookEventName": native_event("post-tool-use", options),
+                    "additionalContext": block,
+                }
+            }
+        )
     if due:
         _take_due_checkpoints(payload, options, due)
     if drift:
@@ -165,7 +173,9 @@ def after_tool(
         )
     else:
         return None
-    return dumps_line({"hookSpecificOutput": {"hookEventName": "PostToolUse", "additionalContext": message}})
+    return dumps_line(
+        {"hookSpecificOutput": {"hookEventName": native_event("post-tool-use", options), "additionalContext": message}}
+    )
 
 
 def _banner(agent: Agent, before: Any, source: str, session_id: str, *, crashed: bool, recovering: bool) -> list[str]:
@@ -311,7 +321,14 @@ def _session_start(payload: dict[str, Any], options: dict[str, str], session_id:
             f"Agent '{agent.id}': {exc}\nThe last brief.md{written} follows; `phx doctor` rebuilds the state "
             "from the ops log.\n\n" + (brief or "(no brief.md either)")
         )[: agent.config.brief_max_chars]
-        return dumps_line({"hookSpecificOutput": {"hookEventName": "SessionStart", "additionalContext": context}})
+        return dumps_line(
+            {
+                "hookSpecificOutput": {
+                    "hookEventName": native_event("session-start", options),
+                    "additionalContext": context,
+                }
+            }
+        )
     if previous.pid and previous.session_id and previous.session_id != session_id and previous.status == "working":
         alive = liveness(
             previous.pid, previous.pid_start_time, previous.host, tolerance=agent.config.process_start_tolerance
@@ -392,7 +409,9 @@ def _session_start(payload: dict[str, Any], options: dict[str, str], session_id:
             injected = (block + "\n\n" + injected)[: agent.config.brief_max_chars] if injected else block
     if not injected:
         return None
-    return dumps_line({"hookSpecificOutput": {"hookEventName": "SessionStart", "additionalContext": injected}})
+    return dumps_line(
+        {"hookSpecificOutput": {"hookEventName": native_event("session-start", options), "additionalContext": injected}}
+    )
 
 
 def share_main(argv: list[str]) -> None:

@@ -53,6 +53,7 @@ from phoenix_protocol.core._errors import UsageError
 from phoenix_protocol.core._home import find_work_tree_root
 from phoenix_protocol.core._ids import validate_id
 from phoenix_protocol.core._jsonio import JSONError, loads
+from phoenix_protocol.integrations._clients import CLAUDE_CODE, CLIENTS, Client, client_named
 from phoenix_protocol.integrations._portable import LEGACY_MARKERS, MARKER, SHARED_FLAG, user_settings_path
 
 TYPE_CHECKING = False
@@ -69,9 +70,11 @@ __all__ = [
     "hook_command",
     "install_claude_code",
     "install_dir",
+    "install_hooks",
     "portable_command",
     "settings_path",
     "uninstall_claude_code",
+    "uninstall_hooks",
 ]
 
 SCOPES = ("project", "local", "user")
@@ -83,23 +86,24 @@ _DESCRIPTIONS = {
     "user": "user scope: every project of this user on this machine",
 }
 
-# (Claude Code event, our event, timeout in seconds, matcher or None)
-HOOK_SPECS: list[tuple[str, str, int, str | None]] = [
-    ("SessionStart", "session-start", 10, None),
-    ("PostToolUse", "post-tool-use", 5, "*"),
-    ("PostToolUseFailure", "post-tool-use-failure", 5, "*"),
-    ("PreCompact", "pre-compact", 10, None),
-    ("Stop", "stop", 5, None),
-    ("SessionEnd", "session-end", 2, None),
-]
+HOOK_SPECS: list[tuple[str, str, int, str | None]] = list(CLAUDE_CODE.hooks)
+"""Claude Code's registrations: (its event, Phoenix's event, timeout in seconds, matcher or None);
+every CLI's are in ``_clients``."""
 
 _PORTABLE_GUARD = "command -v phx >/dev/null 2>&1 || exit 0; exec phx hook "
 
 
-def hook_command(event: str, *, python: str | None = None, agent: str | None = None) -> str:
-    """This machine's fast command for ``event`` (see the module docstring). With ``python``,
-    another interpreter than this one: the command then lets it find Phoenix as its own start-up
-    does (without ``-S``)."""
+def _client_args(client: Client) -> list[str]:
+    """The hook command's ``--client`` argument (none for Claude Code, as earlier releases wrote it)."""
+    return [] if client is CLAUDE_CODE else ["--client", client.name]
+
+
+def hook_command(
+    event: str, *, python: str | None = None, agent: str | None = None, client: Client = CLAUDE_CODE
+) -> str:
+    """This machine's fast command for ``event`` (see the module docstring) run by ``client``.
+    With ``python``, another interpreter than this one: the command then lets it find Phoenix as
+    its own start-up does (without ``-S``)."""
     interpreter = python or sys.executable
     if not interpreter:
         raise UsageError("cannot tell which Python runs Phoenix (sys.executable is empty).")
@@ -110,17 +114,17 @@ def hook_command(event: str, *, python: str | None = None, agent: str | None = N
         literal = f'"{where}"' if where.isprintable() and not {'"', "\\"} & set(where) else repr(where)
         code = f"import sys; sys.path.append({literal}); {code}"
         flags = ["-S", "-P"]
-    parts = [shlex.quote(interpreter), *flags, "-c", shlex.quote(code), event]
+    parts = [shlex.quote(interpreter), *flags, "-c", shlex.quote(code), event, *_client_args(client)]
     if agent is not None:
         parts += ["--agent", shlex.quote(validate_id(agent, "agent id"))]
     return " ".join(parts)
 
 
-def portable_command(event: str, *, agent: str | None = None) -> str:
-    """The shared settings' command for ``event``: ``phx`` from ``PATH`` where Phoenix is
-    installed, exit 0 and silence where it is not, standing aside for this machine's fast command
-    (``_portable``). Names nothing of this machine. ``/bin/sh`` (dash, bash) runs it."""
-    parts = [event]
+def portable_command(event: str, *, agent: str | None = None, client: Client = CLAUDE_CODE) -> str:
+    """The shared settings' command for ``event`` run by ``client``: ``phx`` from ``PATH`` where
+    Phoenix is installed, exit 0 and silence where it is not, standing aside for this machine's
+    fast command (``_portable``). Names nothing of this machine. ``/bin/sh`` (dash, bash) runs it."""
+    parts = [event, *_client_args(client)]
     if agent is not None:
         parts += ["--agent", shlex.quote(validate_id(agent, "agent id"))]
     return _PORTABLE_GUARD + " ".join([*parts, SHARED_FLAG])
@@ -134,16 +138,23 @@ def install_dir() -> str:
     return os.path.dirname(os.path.dirname(os.path.abspath(phoenix_protocol.__file__)))
 
 
-def settings_path(scope: str, *, project_dir: str | None = None, env: Mapping[str, str] | None = None) -> str:
-    """The settings file for ``scope``."""
-    if scope not in SCOPES:
-        raise UsageError(f"scope must be one of {', '.join(SCOPES)}, not {scope!r}.")
+def settings_path(
+    scope: str,
+    *,
+    project_dir: str | None = None,
+    env: Mapping[str, str] | None = None,
+    client: Client = CLAUDE_CODE,
+) -> str:
+    """The file ``client`` reads its hooks of ``scope`` from."""
+    if scope not in client.scopes:
+        raise UsageError(f"{client.label}: scope must be one of {', '.join(client.scopes)}, not {scope!r}.")
     if scope == "user":
-        return user_settings_path(env)
+        if client is CLAUDE_CODE:
+            return user_settings_path(env)
+        return os.path.join(client.user_config_dir(env), client.scopes[scope])
     base = os.path.abspath(project_dir or os.getcwd())
     root = find_work_tree_root(base) if project_dir is None else base
-    name = "settings.json" if scope == "project" else "settings.local.json"
-    return os.path.join(root or base, ".claude", name)
+    return os.path.join(root or base, *client.scopes[scope].split("/"))
 
 
 class InstallResult:
@@ -165,7 +176,9 @@ class InstallResult:
         created: bool = False,
         removed: bool = False,
         notes: list[str] | None = None,
+        client: Client = CLAUDE_CODE,
     ) -> None:
+        self.client = client
         self.path = path
         self.changed = changed
         self.settings = settings
@@ -186,7 +199,7 @@ class InstallResult:
     @property
     def template(self) -> str:
         """The command of every event, the event's name as ``<event>``."""
-        for claude_event, event, _, _ in HOOK_SPECS:
+        for claude_event, event, _, _ in self.client.hooks:
             command = self.commands.get(claude_event)
             if command is not None:
                 before, found, after = command.partition(f" {event}")
@@ -195,6 +208,7 @@ class InstallResult:
 
     def as_dict(self) -> dict[str, Any]:
         return {
+            "client": self.client.name,
             "path": self.path,
             "scope": self.scope,
             "kind": self.kind,
@@ -392,11 +406,45 @@ def install_claude_code(
     dry_run: bool = False,
     env: Mapping[str, str] | None = None,
 ) -> InstallResult:
-    """Merge Phoenix's hooks into the settings file of ``scope``: the portable command in the
-    shared (project) settings, this machine's fast command in local and user settings
+    """``install_hooks`` for Claude Code."""
+    return install_hooks(
+        CLAUDE_CODE,
+        scope,
+        project_dir=project_dir,
+        agent=agent,
+        python=python,
+        portable=portable,
+        dry_run=dry_run,
+        env=env,
+    )
+
+
+def _entry(client: Client, event: str, command: str, timeout: int) -> dict[str, Any]:
+    """One hook entry as ``client``'s settings hold it."""
+    entry: dict[str, Any] = {"type": "command", "command": command}
+    if client.entry_name:
+        entry = {"name": f"phoenix-{event}", **entry}
+    entry["timeout"] = timeout * 1000 if client.timeout_ms else timeout
+    return entry
+
+
+def install_hooks(
+    client: Client | str,
+    scope: str = "project",
+    *,
+    project_dir: str | None = None,
+    agent: str | None = None,
+    python: str | None = None,
+    portable: bool | None = None,
+    dry_run: bool = False,
+    env: Mapping[str, str] | None = None,
+) -> InstallResult:
+    """Merge Phoenix's hooks into ``client``'s settings file of ``scope``: the portable command in
+    the shared (project) settings, this machine's fast command in local and user settings
     (``portable`` chooses otherwise; ``python``: the fast command of another interpreter)."""
-    path = settings_path(scope, project_dir=project_dir, env=env)
-    use_portable = scope in SHARED_SCOPES if portable is None else portable
+    client = _as_client(client)
+    path = settings_path(scope, project_dir=project_dir, env=env, client=client)
+    use_portable = scope in client.shared_scopes if portable is None else portable
     if use_portable and python is not None:
         raise UsageError("the portable command runs `phx` from PATH: it names no interpreter (drop python=).")
     before = read_bytes(path)
@@ -405,12 +453,14 @@ def install_claude_code(
     hooks: dict[str, Any] = settings.setdefault("hooks", {})
     actions: list[str] = []
     commands: dict[str, str] = {}
-    for claude_event, event, timeout, matcher in HOOK_SPECS:
+    for claude_event, event, timeout, matcher in client.hooks:
         command = (
-            portable_command(event, agent=agent) if use_portable else hook_command(event, python=python, agent=agent)
+            portable_command(event, agent=agent, client=client)
+            if use_portable
+            else hook_command(event, python=python, agent=agent, client=client)
         )
         commands[claude_event] = command
-        wanted: dict[str, Any] = {"type": "command", "command": command, "timeout": timeout}
+        wanted = _entry(client, event, command, timeout)
         groups = hooks.get(claude_event)
         if groups is None:
             groups = hooks[claude_event] = []
@@ -443,7 +493,7 @@ def install_claude_code(
     if scope == "local" and _git_ignored(path) is False:
         notes.append(
             f"git does not ignore {path}: it names this machine's paths, keep it out of commits "
-            "(add `.claude/settings.local.json` to .gitignore)"
+            f"(add `{client.scopes['local']}` to .gitignore)"
         )
     return InstallResult(
         path,
@@ -456,30 +506,48 @@ def install_claude_code(
         commands=commands,
         created=changed and before is None,
         notes=notes,
+        client=client,
     )
+
+
+def _as_client(client: Client | str) -> Client:
+    if isinstance(client, str):
+        try:
+            return client_named(client)
+        except ValueError as exc:
+            raise UsageError(str(exc)) from None
+    return client
 
 
 def check_installed(
     *, project_dir: str | None = None, env: Mapping[str, str] | None = None
 ) -> list[tuple[str, str, str]]:
     """Phoenix's hook entries that will not run as written, run twice, or differ from what ``phx
-    install`` writes now, in the settings of every scope (the project's two when ``project_dir``
-    is given, the user's): ``(scope, settings path, problem)`` each. A problem whose fix is not
-    ``phx install claude-code --scope <scope>`` names its own. A fast command in the shared
-    settings is one (it fails on every other machine); a fast command whose interpreter is
+    install`` writes now, in the settings of every agent CLI and scope (the project's when
+    ``project_dir`` is given, the user's): ``(scope, settings path, problem)`` each. A problem
+    whose fix is not ``phx install <cli> --scope <scope>`` names its own. A fast command in the
+    shared settings is one (it fails on every other machine); a fast command whose interpreter is
     another one than this is only checked for being there (it may be another environment's on
     purpose); the portable command for ``phx`` being on ``PATH``, unless this machine registers
     the fast one it stands aside for. A settings file that does not read is named."""
+    problems: list[tuple[str, str, str]] = []
+    for client in CLIENTS.values():
+        problems += _check_client(client, project_dir, env)
+    return problems
+
+
+def _check_client(client: Client, project_dir: str | None, env: Mapping[str, str] | None) -> list[tuple[str, str, str]]:
+    """``check_installed`` for one agent CLI."""
     import shutil
 
     problems: list[tuple[str, str, str]] = []
-    events = {event for _, event, _, _ in HOOK_SPECS}
-    machine: dict[str, dict[str, str]] = {}  # scope -> Claude Code event -> fast command
+    events = {event for _, event, _, _ in client.hooks}
+    machine: dict[str, dict[str, str]] = {}  # scope -> the CLI's event -> fast command
     portable_in: list[tuple[str, str]] = []
-    for scope in SCOPES:
+    for scope in client.scopes:
         if scope != "user" and project_dir is None:
             continue
-        path = settings_path(scope, project_dir=project_dir, env=env)
+        path = settings_path(scope, project_dir=project_dir, env=env, client=client)
         try:
             settings = _load(path, read_bytes(path))  # a missing file: no hooks
         except UsageError as exc:
@@ -497,46 +565,56 @@ def check_installed(
                     if _is_portable(command):
                         if (scope, path) not in portable_in:
                             portable_in.append((scope, path))
-                        problem = _portable_problem(command, events)
-                    elif scope in SHARED_SCOPES:
-                        problem = _shared_machine_problem(command)
+                        problem = _portable_problem(command, events, client)
+                    elif scope in client.shared_scopes:
+                        problem = _shared_machine_problem(command, client)
                     else:
                         machine.setdefault(scope, {})[claude_event] = command
-                        problem = _command_problem(command, events)
+                        problem = _command_problem(command, events, client)
                     if problem is not None and problem not in seen:
                         seen.add(problem)
                         problems.append((scope, path, problem))
     local, user = machine.get("local", {}), machine.get("user", {})
     twice = sorted(e for e in local.keys() & user.keys() if local[e] != user[e])
     if twice:  # the same command in both runs once (Claude Code runs identical commands once)
-        path = settings_path("local", project_dir=project_dir, env=env)
+        path = settings_path("local", project_dir=project_dir, env=env, client=client)
         problems.append(
             (
                 "local",
                 path,
-                f"Phoenix's hooks are registered in both {path} and {settings_path('user', env=env)} with "
-                f"different commands: Claude Code runs both, so {', '.join(twice)} run twice; "
-                "`phx uninstall claude-code --scope local` (or `--scope user`) removes one",
+                f"Phoenix's hooks are registered in both {path} and "
+                f"{settings_path('user', env=env, client=client)} with different commands: {client.label} runs "
+                f"both, so {', '.join(twice)} run twice; `phx uninstall {client.name} --scope local` (or `--scope "
+                "user`) removes one",
             )
         )
     environ = os.environ if env is None else env
     if portable_in and shutil.which("phx", path=environ.get("PATH")) is None:
+        fast = next(s for s in client.scopes if s not in client.shared_scopes)
         for scope, path in portable_in:
-            if not all(e in local or e in user for e, _, _, _ in HOOK_SPECS):
+            if not all(e in local or e in user for e, _, _, _ in client.hooks):
                 problems.append(
                     (
                         scope,
                         path,
                         "the shared hooks run `phx` from PATH and this machine's PATH has none: here they "
                         "do nothing. Put the bin/ folder Phoenix is installed in on PATH (pipx and "
-                        "`uv tool` use ~/.local/bin), or `phx install claude-code --scope local` (a command "
+                        f"`uv tool` use ~/.local/bin), or `phx install {client.name} --scope {fast}` (a command "
                         "for this machine, which the shared one stands aside for)",
                     )
                 )
     return problems
 
 
-def _portable_problem(command: str, events: set[str]) -> str | None:
+def _event_and_options(argv: list[str], events: set[str]) -> tuple[str | None, str | None, str | None]:
+    """The event, ``--agent`` and ``--client`` a hook command's arguments name."""
+    event = next((arg for arg in argv if arg in events), None)
+    agent = argv[argv.index("--agent") + 1] if "--agent" in argv[:-1] else None
+    client = argv[argv.index("--client") + 1] if "--client" in argv[:-1] else None
+    return event, agent, client
+
+
+def _portable_problem(command: str, events: set[str], client: Client = CLAUDE_CODE) -> str | None:
     """What is wrong with a portable hook command, if anything: only that it is not the one this
     Phoenix writes (an earlier one's, or edited)."""
     try:
@@ -544,9 +622,9 @@ def _portable_problem(command: str, events: set[str]) -> str | None:
     except ValueError:
         argv = []
     event = argv[0] if argv and argv[0] in events else None
-    agent = argv[argv.index("--agent") + 1] if "--agent" in argv[:-1] else None
+    _, agent, _ = _event_and_options(argv, events)
     try:
-        wanted = portable_command(event, agent=agent) if event is not None else None
+        wanted = portable_command(event, agent=agent, client=client) if event is not None else None
     except UsageError:
         wanted = None
     if command != wanted:
@@ -554,7 +632,7 @@ def _portable_problem(command: str, events: set[str]) -> str | None:
     return None
 
 
-def _shared_machine_problem(command: str) -> str:
+def _shared_machine_problem(command: str, client: Client = CLAUDE_CODE) -> str:
     """The problem of a fast command in the shared settings (an earlier Phoenix wrote it there)."""
     try:
         interpreter = shlex.split(command)[0]
@@ -563,12 +641,12 @@ def _shared_machine_problem(command: str) -> str:
     return (
         f"the shared settings name this machine's interpreter ({interpreter}): on every other machine "
         "and checkout, and here after the environment moves, each hook fails with `/bin/sh: …: not found` "
-        "(written by an earlier Phoenix). `phx install claude-code --scope project` writes the portable "
-        "command instead (and `--scope local` this machine's fast one)"
+        f"(written by an earlier Phoenix). `phx install {client.name} --scope project` writes the portable "
+        f"command instead (and `--scope {'local' if 'local' in client.scopes else 'user'}` this machine's fast one)"
     )
 
 
-def _command_problem(command: str, events: set[str]) -> str | None:
+def _command_problem(command: str, events: set[str], client: Client = CLAUDE_CODE) -> str | None:
     """What is wrong with a fast hook command, if anything (see ``check_installed``)."""
     try:
         argv = shlex.split(command)
@@ -584,10 +662,9 @@ def _command_problem(command: str, events: set[str]) -> str | None:
         return f"the hooks import Phoenix from {where}, which does not hold it any more (Phoenix moved?)"
     if interpreter != sys.executable:
         return None
-    event = next((arg for arg in argv[1:] if arg in events), None)
-    agent = argv[argv.index("--agent") + 1] if "--agent" in argv[:-1] else None
+    event, agent, _ = _event_and_options(argv[1:], events)
     try:
-        wanted = hook_command(event, agent=agent) if event is not None else None
+        wanted = hook_command(event, agent=agent, client=client) if event is not None else None
     except UsageError:
         wanted = None
     if command != wanted:
@@ -624,13 +701,26 @@ def uninstall_claude_code(
     dry_run: bool = False,
     env: Mapping[str, str] | None = None,
 ) -> InstallResult:
-    """Remove exactly the hook entries ``install_claude_code`` adds (either command), leaving
-    the rest of the file as it was laid out; a file left holding nothing is removed."""
-    path = settings_path(scope, project_dir=project_dir, env=env)
-    kind = "portable" if scope in SHARED_SCOPES else "machine"
+    """``uninstall_hooks`` for Claude Code."""
+    return uninstall_hooks(CLAUDE_CODE, scope, project_dir=project_dir, dry_run=dry_run, env=env)
+
+
+def uninstall_hooks(
+    client: Client | str,
+    scope: str = "project",
+    *,
+    project_dir: str | None = None,
+    dry_run: bool = False,
+    env: Mapping[str, str] | None = None,
+) -> InstallResult:
+    """Remove exactly the hook entries ``install_hooks`` adds for ``client`` (either command),
+    leaving the rest of the file as it was laid out; a file left holding nothing is removed."""
+    client = _as_client(client)
+    path = settings_path(scope, project_dir=project_dir, env=env, client=client)
+    kind = "portable" if scope in client.shared_scopes else "machine"
     before = read_bytes(path)
     if before is None:
-        return InstallResult(path, False, {}, [], dry_run, scope=scope, kind=kind)
+        return InstallResult(path, False, {}, [], dry_run, scope=scope, kind=kind, client=client)
     settings = _load(path, before)
     hooks = settings.get("hooks")
     actions: list[str] = []
@@ -668,5 +758,14 @@ def uninstall_claude_code(
         else:
             _save(path, before, settings)
     return InstallResult(
-        path, changed, settings, actions, dry_run, scope=scope, kind=kind, commands=commands, removed=removed
+        path,
+        changed,
+        settings,
+        actions,
+        dry_run,
+        scope=scope,
+        kind=kind,
+        commands=commands,
+        removed=removed,
+        client=client,
     )

@@ -24,6 +24,8 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Mapping
 
+    from phoenix_protocol.integrations._clients import Client
+
 __all__ = ["LEGACY_MARKERS", "MARKER", "SHARED_FLAG", "machine_registration", "user_settings_path"]
 
 MARKER = "phoenix_protocol.integrations._hooks"
@@ -48,16 +50,35 @@ def user_settings_path(env: Mapping[str, str] | None = None) -> str:
     return os.path.join(home, ".claude", "settings.json")
 
 
-def machine_registration(claude_event: str, env: Mapping[str, str] | None = None, cwd: str | None = None) -> str | None:
-    """The settings file that registers Phoenix's machine-specific hook command for
-    ``claude_event`` (``PostToolUse``, ...) on this machine: the local settings of the project
-    Claude Code runs in, then the user's; or ``None``. The project is ``$CLAUDE_PROJECT_DIR``
-    (Claude Code sets it for hooks), else ``cwd``. A file that does not read, or is not valid JSON,
-    counts as none: Claude Code runs no hook from it either."""
+def machine_registration(
+    claude_event: str,
+    env: Mapping[str, str] | None = None,
+    cwd: str | None = None,
+    client: Client | None = None,
+) -> str | None:
+    """The settings file that registers Phoenix's machine-specific hook command for the event
+    ``claude_event`` (the CLI's own name: ``PostToolUse``, ``AfterTool``, ...) of ``client``
+    (default Claude Code) on this machine: for Claude Code the local settings of the project it
+    runs in, then the user's; for the others the user's; or ``None``. The project is the one the
+    CLI names to its hooks (``$CLAUDE_PROJECT_DIR``), else ``cwd``. A file that does not read, or
+    is not valid JSON, counts as none: the CLI runs no hook from it either."""
+    from phoenix_protocol.integrations._clients import CLAUDE_CODE
+
+    client = CLAUDE_CODE if client is None else client
     environ = os.environ if env is None else env
-    project = environ.get("CLAUDE_PROJECT_DIR") or cwd or os.getcwd()
+    project = client.project_dir({"cwd": cwd}, environ) or cwd or os.getcwd()
     markers = (MARKER, *LEGACY_MARKERS)
-    for path in (os.path.join(project, ".claude", "settings.local.json"), user_settings_path(environ)):
+    paths = []
+    for scope, relative in client.scopes.items():
+        if scope in client.shared_scopes:
+            continue
+        if scope != "user":
+            paths.append(os.path.join(project, *relative.split("/")))
+        elif client is CLAUDE_CODE:
+            paths.append(user_settings_path(environ))
+        else:
+            paths.append(os.path.join(client.user_config_dir(environ), relative))
+    for path in paths:
         try:
             with open(path, "rb") as fh:
                 data = fh.read(_MAX_SETTINGS + 1)

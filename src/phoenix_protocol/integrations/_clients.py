@@ -1,0 +1,301 @@
+"""The agent CLIs Phoenix serves, in one place: how each names its hook events, where its settings
+live, what its payloads look like. Hot path: nothing is imported here.
+
+Phoenix's hook handlers (``_hooks``, ``_hooks_session``) speak one vocabulary, whichever CLI runs
+them:
+
+=====================  =================  ==================  ================
+Phoenix's event        Claude Code        Gemini CLI          Codex CLI
+=====================  =================  ==================  ================
+session-start          SessionStart       SessionStart        SessionStart
+post-tool-use          PostToolUse        AfterTool           PostToolUse
+post-tool-use-failure  PostToolUseFailure (in AfterTool)      (in PostToolUse)
+pre-compact            PreCompact         PreCompress         PreCompact
+stop                   Stop               AfterAgent          Stop
+session-end            SessionEnd         SessionEnd          SessionEnd
+=====================  =================  ==================  ================
+
+A hook command names Phoenix's event and the CLI (``phx hook post-tool-use --client gemini-cli``;
+no ``--client``: Claude Code, as every earlier release wrote it). The CLI's own event name is taken
+too (``phx hook AfterTool --client gemini-cli``), and with no event at all, the payload's
+``hook_event_name``. ``adapt_payload`` turns each CLI's payload into the shape the handlers read
+(Claude Code's), so that they stay the same for all three.
+"""
+
+from __future__ import annotations
+
+import os
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+    from typing import Any
+
+__all__ = [
+    "CLIENTS",
+    "DEFAULT_CLIENT",
+    "EVENTS",
+    "Client",
+    "adapt_payload",
+    "client_named",
+]
+
+EVENTS = (
+    "session-start",
+    "post-tool-use",
+    "post-tool-use-failure",
+    "pre-compact",
+    "stop",
+    "session-end",
+)
+"""Phoenix's hook events, the vocabulary of the handlers."""
+
+DEFAULT_CLIENT = "claude-code"
+
+
+class Client:
+    """One agent CLI as Phoenix serves it.
+
+    ``hooks``: what ``phx install`` registers, ``(native event, Phoenix's event, timeout in
+    seconds, matcher or None)`` each. ``scopes``: the settings file of each scope, relative to the
+    project (``project``, ``local``) or to the user's configuration folder (``user``: see
+    ``config_dir``); ``shared_scopes`` those committed to git, which get the portable command.
+    ``timeout_ms``: the settings give timeouts in milliseconds. ``entry_name``: each hook entry
+    carries a ``name`` (Gemini CLI shows it and fingerprints it for trust). ``project_vars``: the
+    environment variables a hook reads the project directory from, in order (else the payload's
+    ``cwd``). ``shell_tools`` / ``file_tools``: the tools that run a command (``{"command": …}``)
+    or write a file (``{"file_path": …}``), for the brief's recent work and drift's progress.
+    ``own_tools``: the CLI's built-in tool names, which the heartbeat records without the redactor.
+    """
+
+    __slots__ = (
+        "config_dir_var",
+        "config_folder",
+        "entry_name",
+        "file_tools",
+        "hooks",
+        "label",
+        "name",
+        "own_tools",
+        "project_vars",
+        "scopes",
+        "shared_scopes",
+        "shell_tools",
+        "timeout_ms",
+    )
+
+    def __init__(
+        self,
+        name: str,
+        label: str,
+        *,
+        hooks: tuple[tuple[str, str, int, str | None], ...],
+        scopes: dict[str, str],
+        shared_scopes: tuple[str, ...],
+        config_folder: str,
+        config_dir_var: str | None,
+        timeout_ms: bool = False,
+        entry_name: bool = False,
+        project_vars: tuple[str, ...] = (),
+        shell_tools: frozenset[str] = frozenset(),
+        file_tools: frozenset[str] = frozenset(),
+        own_tools: frozenset[str] = frozenset(),
+    ) -> None:
+        self.name = name
+        self.label = label
+        self.hooks = hooks
+        self.scopes = scopes
+        self.shared_scopes = shared_scopes
+        self.config_folder = config_folder
+        self.config_dir_var = config_dir_var
+        self.timeout_ms = timeout_ms
+        self.entry_name = entry_name
+        self.project_vars = project_vars
+        self.shell_tools = shell_tools
+        self.file_tools = file_tools
+        self.own_tools = own_tools
+
+    def __repr__(self) -> str:
+        return f"Client({self.name!r})"
+
+    def native_event(self, event: str) -> str | None:
+        """The CLI's name for Phoenix's ``event`` (``None``: the CLI has no such hook)."""
+        for native, ours, _, _ in self.hooks:
+            if ours == event:
+                return native
+        return None
+
+    def event_of(self, native: str) -> str | None:
+        """Phoenix's event for the CLI's event name ``native`` (``None``: not one Phoenix handles)."""
+        for name, ours, _, _ in self.hooks:
+            if name == native:
+                return ours
+        return None
+
+    def user_config_dir(self, env: Mapping[str, str] | None = None) -> str:
+        """The CLI's folder of user settings (``$CLAUDE_CONFIG_DIR``, ``$CODEX_HOME``, else
+        ``~/.claude``, ``~/.gemini``, ``~/.codex``)."""
+        environ = os.environ if env is None else env
+        configured = environ.get(self.config_dir_var) if self.config_dir_var else None
+        if configured:
+            return os.path.expanduser(configured)
+        home = environ.get("HOME") or os.path.expanduser("~")
+        return os.path.join(home, self.config_folder)
+
+    def project_dir(self, payload: dict[str, Any], env: Mapping[str, str] | None = None) -> str | None:
+        """The project the CLI was started in, as it tells its hooks (a ``cd`` in the session does
+        not change it), else the payload's ``cwd``; ``None`` when neither names a directory."""
+        environ = os.environ if env is None else env
+        for candidate in [*(environ.get(var) for var in self.project_vars), payload.get("cwd")]:
+            if isinstance(candidate, str) and os.path.isabs(candidate) and os.path.isdir(candidate):
+                return candidate
+        return None
+
+
+_CLAUDE_CODE_TOOLS = frozenset(
+    {
+        "Agent",
+        "Bash",
+        "BashOutput",
+        "CronCreate",
+        "CronDelete",
+        "CronList",
+        "Edit",
+        "EnterWorktree",
+        "ExitPlanMode",
+        "ExitWorktree",
+        "Glob",
+        "Grep",
+        "KillBash",
+        "KillShell",
+        "LS",
+        "ListAgents",
+        "ListMcpResourcesTool",
+        "Monitor",
+        "MultiEdit",
+        "NotebookEdit",
+        "NotebookRead",
+        "ReadMcpResourceTool",
+        "Read",
+        "ReportFindings",
+        "ScheduleWakeup",
+        "SendMessage",
+        "Skill",
+        "SlashCommand",
+        "Task",
+        "TaskOutput",
+        "TaskStop",
+        "TodoRead",
+        "TodoWrite",
+        "ToolSearch",
+        "WebFetch",
+        "WebSearch",
+        "Workflow",
+        "Write",
+    }
+)  # fmt: skip
+_GEMINI_CLI_TOOLS = frozenset(
+    {
+        "glob",
+        "google_web_search",
+        "list_directory",
+        "read_file",
+        "read_many_files",
+        "replace",
+        "run_shell_command",
+        "save_memory",
+        "search_file_content",
+        "web_fetch",
+        "write_file",
+        "write_todos",
+    }
+)  # fmt: skip
+
+
+CLAUDE_CODE = Client(
+    "claude-code",
+    "Claude Code",
+    hooks=(
+        ("SessionStart", "session-start", 10, None),
+        ("PostToolUse", "post-tool-use", 5, "*"),
+        ("PostToolUseFailure", "post-tool-use-failure", 5, "*"),
+        ("PreCompact", "pre-compact", 10, None),
+        ("Stop", "stop", 5, None),
+        ("SessionEnd", "session-end", 2, None),
+    ),
+    scopes={"project": ".claude/settings.json", "local": ".claude/settings.local.json", "user": "settings.json"},
+    shared_scopes=("project",),
+    config_folder=".claude",
+    config_dir_var="CLAUDE_CONFIG_DIR",
+    project_vars=("CLAUDE_PROJECT_DIR",),
+    shell_tools=frozenset({"Bash"}),
+    file_tools=frozenset({"Write", "Edit", "MultiEdit", "NotebookEdit"}),
+    own_tools=_CLAUDE_CODE_TOOLS,
+)
+
+GEMINI_CLI = Client(
+    "gemini-cli",
+    "Gemini CLI",
+    hooks=(
+        ("SessionStart", "session-start", 10, None),
+        ("AfterTool", "post-tool-use", 5, None),
+        ("PreCompress", "pre-compact", 10, None),
+        ("AfterAgent", "stop", 5, None),
+        ("SessionEnd", "session-end", 2, None),
+    ),
+    scopes={"project": ".gemini/settings.json", "user": "settings.json"},
+    shared_scopes=("project",),
+    config_folder=".gemini",
+    config_dir_var=None,
+    timeout_ms=True,
+    entry_name=True,
+    project_vars=("GEMINI_PROJECT_DIR", "CLAUDE_PROJECT_DIR"),
+    shell_tools=frozenset({"run_shell_command"}),
+    file_tools=frozenset({"write_file", "replace"}),
+    own_tools=_GEMINI_CLI_TOOLS,
+)
+
+CODEX = Client(
+    "codex",
+    "Codex CLI",
+    hooks=(
+        ("SessionStart", "session-start", 10, None),
+        ("PostToolUse", "post-tool-use", 5, None),
+        ("PreCompact", "pre-compact", 10, None),
+        ("Stop", "stop", 5, None),
+        ("SessionEnd", "session-end", 2, None),
+    ),
+    scopes={"project": ".codex/hooks.json", "user": "hooks.json"},
+    shared_scopes=("project",),
+    config_folder=".codex",
+    config_dir_var="CODEX_HOME",
+    shell_tools=frozenset({"Bash", "shell", "exec_command"}),
+    file_tools=frozenset({"apply_patch"}),
+    own_tools=frozenset({"Bash", "shell", "exec_command", "apply_patch", "update_plan", "view_image"}),
+)
+
+CLIENTS: dict[str, Client] = {c.name: c for c in (CLAUDE_CODE, GEMINI_CLI, CODEX)}
+"""Every CLI Phoenix serves, by the name ``phx install`` and ``--client`` take."""
+_ALIASES = {"claude": "claude-code", "gemini": "gemini-cli", "codex-cli": "codex"}
+
+
+def client_named(name: str | None) -> Client:
+    """The CLI called ``name`` (``None``: Claude Code). Raises ``ValueError`` for another name."""
+    if name is None:
+        return CLAUDE_CODE
+    key = name.strip().lower()
+    found = CLIENTS.get(_ALIASES.get(key, key))
+    if found is None:
+        raise ValueError(f"unknown agent CLI {name!r}; expected one of {', '.join(CLIENTS)}")
+    return found
+
+
+def adapt_payload(client: Client, payload: dict[str, Any]) -> dict[str, Any]:
+    """``payload`` as the handlers read it (Claude Code's shape): each CLI's differences are
+    turned here, and nowhere else. Changes ``payload`` in place and returns it."""
+    if client is GEMINI_CLI:
+        # AfterAgent: the model's last answer (the persona check reads it as Claude Code's Stop gives it).
+        answer = payload.get("prompt_response")
+        if isinstance(answer, str) and "last_assistant_message" not in payload:
+            payload["last_assistant_message"] = answer
+    return payload

@@ -101,7 +101,14 @@ def ensure_gemini_cli() -> list[str]:
                 with open(manifest, "w", encoding="utf-8") as fh:
                     json.dump({"private": True, "dependencies": {}}, fh)
             done = subprocess.run(
-                [npm, "install", "--no-audit", "--no-fund", "--save-exact", f"{GEMINI_CLI_PACKAGE}@{GEMINI_CLI_VERSION}"],
+                [
+                    npm,
+                    "install",
+                    "--no-audit",
+                    "--no-fund",
+                    "--save-exact",
+                    f"{GEMINI_CLI_PACKAGE}@{GEMINI_CLI_VERSION}",
+                ],
                 cwd=directory,
                 capture_output=True,
                 text=True,
@@ -250,7 +257,9 @@ class FakeGemini:
         with self._lock:
             self.requests.append(request)
         if request.route.endswith(":streamGenerateContent"):
-            return "text/event-stream", b"data: " + json.dumps(self._chunk(Turn.say(self.fallback_text))).encode() + b"\n\n"
+            return "text/event-stream", b"data: " + json.dumps(
+                self._chunk(Turn.say(self.fallback_text))
+            ).encode() + b"\n\n"
         if request.route.endswith(":generateContent"):
             return "application/json", json.dumps(self._chunk(Turn.say(self.fallback_text))).encode()
         return "application/json", b"{}"
@@ -432,7 +441,9 @@ class GeminiProject:
         except subprocess.TimeoutExpired:
             os.killpg(proc.pid, signal.SIGKILL)
             out, err = proc.communicate()
-            raise AssertionError(f"gemini did not finish within {timeout:.0f}s\n--- stdout\n{out}\n--- stderr\n{err}") from None
+            raise AssertionError(
+                f"gemini did not finish within {timeout:.0f}s\n--- stdout\n{out}\n--- stderr\n{err}"
+            ) from None
         return GeminiRun(proc.returncode, out, err, time.monotonic() - started)
 
     def gemini_command(self, *args: str, env: Mapping[str, str] | None = None) -> subprocess.CompletedProcess[str]:

@@ -17,6 +17,7 @@ from phoenix_protocol.integrations._hooks import (
     _SESSION_END_BUDGET,
     RECOVERY_BANNER,
     REFRESH_BANNER,
+    _client,
     _named,
     _open_agent,
     _take_due_checkpoints,
@@ -91,12 +92,7 @@ def _pre_compact_throttled(agent: Agent, payload: dict[str, Any], options: dict[
     (``PRE_COMPACT_MARK``). So a session's many model calls take a checkpoint now and then, and
     the checkpoint before a real compaction is at most that old; a manual ``/compress`` always
     takes one. Cheap: one state read and a small file, before every model call."""
-    client = options.get("client")
-    if not client or payload.get("trigger") == "manual":
-        return False
-    from phoenix_protocol.integrations._clients import pre_compact_every_call
-
-    if not pre_compact_every_call(client):
+    if not _client(options).pre_compact_every_call or payload.get("trigger") == "manual":
         return False
     from phoenix_protocol.core._clock import ms_from_iso
     from phoenix_protocol.core._durable import atomic_write, read_bytes

@@ -340,7 +340,12 @@ def _check_entries(agent: Agent, repair: bool) -> tuple[list[Finding], set[str],
             agent.state.path: "; the state is rebuilt from the ops log below",
             agent.identity.path: "; the identity is restored from a checkpoint below",
             agent.brief_path: "; the next session start writes a new one",
-        }.get(path, "; Phoenix writes a new one when it needs it" if path.endswith((".lock", ".store-sync", ".pre-compact")) else "")
+        }.get(
+            path,
+            "; Phoenix writes a new one when it needs it"
+            if path.endswith((".lock", ".store-sync", ".pre-compact"))
+            else "",
+        )
         if path == agent.ops.path or path.startswith(agent.ops.path + "."):
             rebuilt = "; its events are not read any more (the log goes on without them)"
         findings.append(

@@ -249,3 +249,37 @@ def _ran_once(project: GeminiProject, session_id: str, *, tools: int) -> None:
     assert [e["event"] for e in mine].count("session_end") == 1
     state = project.state()
     assert (state["status"], state["session_id"], state["tool_calls"]) == ("idle", session_id, tools)
+
+
+# -- a hook never breaks the agent --------------------------------------------------------------------
+
+
+@pytest.mark.e2e
+def test_a_damaged_state_is_told_to_the_user_and_the_session_goes_on(project: GeminiProject) -> None:
+    install_hooks("gemini-cli", "user", env={"HOME": project.home})
+    with FakeGemini([Turn.say("Hello.")]) as api:
+        assert project.run("hello", api=api, env=CODE).returncode == 0
+    damaged = b'{"schema_version": 1, "status": "work'
+    with open(os.path.join(project.agent_dir(), "state.json"), "wb") as fh:
+        fh.write(damaged)
+    with FakeGemini([Turn.shell("echo still-working"), Turn.say("Done.")]) as api:
+        run = project.run("carry on", api=api, env=CODE)
+    assert run.returncode == 0, run.describe()
+    assert HOOK_FAILED not in run.stderr  # every hook exited 0
+    # Gemini shows a hook's systemMessage to the user (-p: on stderr; the terminal UI: an info line
+    # in the conversation, under the hook's name), once per session; never to the model.
+    # Gemini shows a hook's stderr the same way when its stdout is empty: the hooks' own
+    # "phoenix: … hook: …" lines stay out of sight (they print {}), the user hears it once.
+    assert "phoenix: " not in run.stderr, run.stderr
+    notices = {line.removeprefix("Hook system message: ") for line in run.stderr.splitlines() if "Phoenix" in line}
+    assert len(notices) == 1, run.stderr
+    [notice] = notices
+    assert notice.startswith("Phoenix Protocol: .phoenix/agents/default/state.json is not valid JSON")
+    assert notice.endswith(". Run `phx doctor` to repair it.")
+    requests = "\n".join(r.texts() for r in api.main_requests())
+    assert "Run `phx doctor` to repair it." not in requests
+    first = api.main_requests()[0].texts()
+    assert "RECOVERY DETECTED" in first and "`phx doctor` rebuilds the state" in first  # the model is told too
+    with open(os.path.join(project.agent_dir(), "state.json"), "rb") as fh:
+        assert fh.read() == damaged  # never rewritten
+    assert [e for e in project.ops() if e.get("event") == "hook_failed"]

@@ -216,3 +216,21 @@ def test_gemini_user_settings_follow_gemini_cli_home(tmp_path: Path) -> None:
         tmp_path / "elsewhere" / ".gemini" / "settings.json"
     )
     assert os.path.basename(GEMINI_CLI.user_config_dir(env)) == ".gemini"
+
+
+@pytest.mark.usefixtures("gemini_env")
+def test_a_failing_hook_tells_gemini_users_once(project: Path) -> None:
+    """Gemini CLI shows the user a hook's stderr whenever its stdout is empty: a failed hook prints
+    ``{}`` then, and the ``systemMessage`` notice once a session."""
+    base = {"session_id": "gem-2", "cwd": str(project), "timestamp": "x"}
+    hook("SessionStart", {**base, "hook_event_name": "SessionStart", "source": "startup"})
+    (project / ".phoenix" / "agents" / "default" / "state.json").write_text('{"status": "work')
+    after = {**base, "hook_event_name": "AfterTool", "tool_name": "glob", "tool_input": {}, "tool_response": {}}
+    first, err = hook("AfterTool", after)
+    assert json.loads(first)["systemMessage"].startswith("Phoenix Protocol: the AfterTool hook failed: ")
+    assert err.startswith("phoenix: post-tool-use hook: ")
+    again, err = hook("AfterTool", after)
+    assert (again, err.startswith("phoenix: post-tool-use hook: ")) == ("{}\n", True)
+    # Claude Code does not show it: nothing on stdout there.
+    code, out, err = run(["post-tool-use"], json.dumps({**after, "session_id": "claude-1"}).encode())
+    assert (code, err.startswith("phoenix: ")) == (0, True) and not out.startswith("{}")

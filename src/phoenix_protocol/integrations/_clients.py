@@ -70,7 +70,9 @@ class Client:
     (Gemini CLI's ``$GEMINI_CLI_HOME``). ``pre_compact_every_call``: the CLI fires its
     pre-compaction hook before every model call, whether it compacts or not (Gemini CLI 0.61.0's
     PreCompress, trigger ``auto``): Phoenix throttles its automatic ones
-    (``pre_compact_interval_minutes``).
+    (``pre_compact_interval_minutes``). ``stderr_shown``: the CLI shows the user a hook's stderr
+    when its stdout is empty, every time (Gemini CLI 0.61.0, as a "Hook system message"): a hook
+    that failed prints ``{}`` on stdout then, and tells the user once a session (``_hook_notice``).
     """
 
     __slots__ = (
@@ -88,6 +90,7 @@ class Client:
         "scopes",
         "shared_scopes",
         "shell_tools",
+        "stderr_shown",
         "timeout_ms",
     )
 
@@ -109,6 +112,7 @@ class Client:
         own_tools: frozenset[str] = frozenset(),
         home_var: str | None = None,
         pre_compact_every_call: bool = False,
+        stderr_shown: bool = False,
     ) -> None:
         self.name = name
         self.label = label
@@ -125,6 +129,7 @@ class Client:
         self.own_tools = own_tools
         self.home_var = home_var
         self.pre_compact_every_call = pre_compact_every_call
+        self.stderr_shown = stderr_shown
 
     def __repr__(self) -> str:
         return f"Client({self.name!r})"
@@ -276,6 +281,7 @@ GEMINI_CLI = Client(
     own_tools=_GEMINI_CLI_TOOLS,
     home_var="GEMINI_CLI_HOME",
     pre_compact_every_call=True,
+    stderr_shown=True,
 )
 
 CODEX = Client(

@@ -479,14 +479,25 @@ def run(argv: list[str], stdin: bytes) -> tuple[int, str, str]:
             notice = notice_once(event, payload, message, failed=False, client=client)
             if notice is not None:
                 out = with_system_message(out, notice)
-            return 0, (out + "\n") if out else "", f"phoenix: {event} hook: {message[:300]} (the agent is unaffected)\n"
+            line = f"phoenix: {event} hook: {message[:300]} (the agent is unaffected)\n"
+            return 0, (out + "\n") if out else _quiet(options), line
         return 0, (out + "\n") if out else "", ""
     except BaseException as exc:  # noqa: BLE001 - a hook must never break the agent
         message = "interrupted" if isinstance(exc, KeyboardInterrupt) else _describe(exc)
         line = f"phoenix: {event} hook: {message[:300]} (the agent is unaffected)"
         _log_best_effort("hook_failed", "error", event, payload, options, {"error": message[:500]})
         notice = None if isinstance(exc, KeyboardInterrupt) else _notice(event, payload, message, options)
-        return 0, notice + "\n" if notice else "", line + "\n"
+        return 0, notice + "\n" if notice else _quiet(options), line + "\n"
+
+
+def _quiet(options: dict[str, str]) -> str:
+    """What a hook that has a line for stderr but nothing to say prints on stdout: ``{}`` (no
+    output) for a CLI that shows the user the stderr of a hook whose stdout is empty (Gemini CLI:
+    every time, where the ``systemMessage`` notice tells once a session), else nothing."""
+    try:
+        return "{}\n" if _client(options).stderr_shown else ""
+    except ValueError:  # an unknown --client: what runs the hook is not known
+        return ""
 
 
 _noted: list[BaseException] = []

@@ -214,3 +214,37 @@ def test_doctor_checks_each_clis_files(project: Path) -> None:
     problems = check_installed(project_dir=str(project), env=with_phx)
     assert [(scope, p) for scope, p, _ in problems] == [("project", str(path))]
     assert "`phx install gemini-cli --scope project`" in problems[0][2]
+
+
+@pytest.mark.parametrize(
+    ("first", "then"), [("claude-code", "gemini-cli"), ("gemini-cli", "codex"), ("codex", "claude-code")]
+)
+def test_an_agent_killed_in_one_cli_is_recovered_in_another(
+    project: Path, monkeypatch: pytest.MonkeyPatch, first: str, then: str
+) -> None:
+    """One agent, any CLI (docs/recovery.md): the brief comes from Phoenix's state, not from the
+    CLI that wrote it; the next CLI's SessionStart gets it in its own output form."""
+    monkeypatch.setenv("PHOENIX_HOOK_INLINE", "1")
+    monkeypatch.chdir(project)  # phx state: the project's home
+    shell = {"claude-code": "Bash", "gemini-cli": "run_shell_command", "codex": "Bash"}
+    agent_process = subprocess.Popen(["sleep", "600"])  # the first CLI's process, killed below
+    try:
+        monkeypatch.setenv("PHOENIX_AGENT_PID", str(agent_process.pid))
+        base = {"session_id": "first-1", "cwd": str(project), "transcript_path": str(project / "none.jsonl")}
+        args = ["--client", first]
+        assert run(["session-start", *args], json.dumps({**base, "source": "startup"}).encode())[2] == ""
+        assert cli(["state", "working", "Port the billing export to the new API"]) == 0
+        tool = {"tool_name": shell[first], "tool_input": {"command": "make export-check"}, "tool_response": "ok"}
+        assert run(["post-tool-use", *args], json.dumps({**base, **tool}).encode())[2] == ""
+    finally:
+        agent_process.kill()
+        agent_process.wait()
+    monkeypatch.setenv("PHOENIX_AGENT_PID", str(os.getpid()))
+    after = {"session_id": "then-1", "cwd": str(project), "source": "startup", "hook_event_name": "SessionStart"}
+    code, out, err = run(["session-start", "--client", then], json.dumps(after).encode())
+    assert (code, err) == (0, "")
+    output = json.loads(out)["hookSpecificOutput"]
+    assert output["hookEventName"] == "SessionStart"
+    context = output["additionalContext"]
+    assert "RECOVERY DETECTED" in context
+    assert "Port the billing export to the new API" in context and "make export-check" in context

@@ -13,7 +13,7 @@ has nothing else, and be worth reading: each fact once, no ids or digests, no bo
 - **Done Recently**: the commands run and files written for the current task (``recent_work``,
   recorded by the PostToolUse hook), newest last.
 - **Git**: the branch, HEAD and changed files (Phoenix's own ``.phoenix/`` and the agent CLI's
-  ``.claude/`` left out).
+  ``.claude/``, ``.gemini/``, ``.codex/`` left out).
 
 Size: at most ``max_chars`` characters (10,000 by default: Claude Code cuts hook context there).
 When it must cut, it cuts the least important first: changed files, then Done Recently, then
@@ -37,7 +37,7 @@ __all__ = ["WORK_VERBS", "describe_work", "render_brief", "short_time"]
 
 _MAX_LINE = 400
 _GIT_FILES = 10
-_TOOL_PATHS = (".phoenix/", ".claude/")
+_TOOL_PATHS = (".phoenix/", ".claude/", ".gemini/", ".codex/")
 """Changed paths the brief leaves out: Phoenix's home and the agent CLI's settings."""
 WORK_VERBS = {"Bash": "ran", "Write": "wrote", "Edit": "edited", "MultiEdit": "edited", "NotebookEdit": "edited"}
 _SOURCES = {"model": "the model", "hook": "a hook", "watchdog": "the watchdog"}

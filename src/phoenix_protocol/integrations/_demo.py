@@ -67,8 +67,13 @@ def run_hooks(event, payload, matcher_value=None):
             continue
         for hook in group["hooks"]:
             t0 = time.perf_counter()
-            proc = subprocess.run(["/bin/sh", "-c", hook["command"]], input=json.dumps(payload).encode(),
-                                  capture_output=True, cwd=project, env=base_env, timeout=hook.get("timeout", 60))
+            try:
+                proc = subprocess.run(["/bin/sh", "-c", hook["command"]], input=json.dumps(payload).encode(),
+                                      capture_output=True, cwd=project, env=base_env, timeout=hook.get("timeout", 60))
+            except subprocess.TimeoutExpired:  # as Claude Code does: the hook is killed, the session goes on
+                ms = round((time.perf_counter() - t0) * 1000, 1)
+                outputs.append({"exit": None, "stdout": "", "stderr": "timed out", "ms": ms})
+                continue
             ms = round((time.perf_counter() - t0) * 1000, 1)
             outputs.append({"exit": proc.returncode, "stdout": proc.stdout.decode(), "stderr": proc.stderr.decode(), "ms": ms})
     say(kind="hook", event=event, tool=payload.get("tool_name"), results=outputs)

@@ -23,6 +23,11 @@ the heartbeat (``phx`` from ``PATH``: the console-script wrapper, the site packa
 standing aside because this machine registers the fast command in ``settings.local.json`` (it
 then runs beside that command, in parallel, and does nothing but read the settings).
 
+Issue 31 adds Gemini CLI's AfterTool heartbeat (a Gemini payload: ``run_shell_command``), through
+``bash -c`` as Gemini CLI runs its hooks, against ``(a) via bash -c``: (m) the fast command ``phx
+install gemini-cli --scope user`` writes, (n) the command of the extension's ``hooks/hooks.json``
+(the portable one, ``phx`` from ``PATH``; no user-scope registration, so it does the work).
+
 With ``--pg URL`` (issue 8) two more rows run the same hook for a teammate whose team is on the
 PostgreSQL store (a fresh schema, dropped afterwards): (d) as it runs on most calls (the local
 heartbeat file and this machine's copy of the agent's state; PostgreSQL gets both every 30 s),
@@ -56,6 +61,7 @@ from pathlib import Path
 import phoenix_protocol
 from phoenix_protocol.core._home import Home
 from phoenix_protocol.core._process import hostname, identity_of
+from phoenix_protocol.integrations._clients import GEMINI_CLI
 from phoenix_protocol.integrations._install import MARKER, hook_command, install_claude_code, portable_command
 from phoenix_protocol.services._agent import Agent
 from phoenix_protocol.services._lanes import start_placed
@@ -185,6 +191,27 @@ def main() -> int:
                 }
             ).encode()
 
+        def gemini_payload() -> bytes:
+            """The next AfterTool payload as Gemini CLI 0.61.0 gives it (tests/data/gemini-cli/)."""
+            n = next(calls)
+            output = f"{n % 40 + 1} passed in 0.8s"
+            return json.dumps(
+                {
+                    "session_id": BENCH_SESSION,
+                    "transcript_path": os.path.join(work, "session.jsonl"),
+                    "cwd": project,
+                    "hook_event_name": "AfterTool",
+                    "timestamp": "2026-11-28T00:14:30.460Z",
+                    "tool_name": "run_shell_command",
+                    "tool_input": {"command": f"pytest -q tests/test_auth.py -k case_{n}"},
+                    "tool_response": {
+                        "llmContent": f"<untrusted_context>\nOutput: {output}\nProcess Group PGID: {4000 + n}\n"
+                        "</untrusted_context>",
+                        "returnDisplay": output,
+                    },
+                }
+            ).encode()
+
         bindir = os.path.dirname(sys.executable)
         if not os.path.isfile(os.path.join(bindir, "phx")):
             raise SystemExit(f"no phx beside {sys.executable}: install Phoenix in this venv (pip install -e .)")
@@ -194,6 +221,12 @@ def main() -> int:
         os.makedirs(standing)
         install_claude_code("local", project_dir=standing)
         aside_env = dict(path_env, CLAUDE_PROJECT_DIR=standing)
+        # Gemini CLI's hooks: its environment names the project; a HOME of their own (no user
+        # settings registering Phoenix, which the extension's command would stand aside for).
+        gemini_home = os.path.join(work, "gemini-home")
+        os.makedirs(gemini_home)
+        gemini_env = dict(env, HOME=gemini_home, GEMINI_PROJECT_DIR=project, GEMINI_CWD=project)
+        gemini_path_env = dict(gemini_env, PATH=path_env["PATH"])
         seed_dir = os.path.join(work, "seed")
         os.makedirs(seed_dir)
         seed_env = dict(env, PHOENIX_STATE_DIR=seed_dir)
@@ -219,8 +252,18 @@ def main() -> int:
                 env,
             ),
             "(i) phx PostToolUse hook, a session in a lane": (shlex.split(hook_command("post-tool-use")), env),
+            "(a) via bash -c": (["bash", "-c", f"{shlex.quote(sys.executable)} -c pass"], env),
+            "(m) Gemini AfterTool, fast command (--scope user), via bash -c": (
+                ["bash", "-c", hook_command("post-tool-use", client=GEMINI_CLI)],
+                gemini_env,
+            ),
+            "(n) Gemini AfterTool, the extension's command (phx from PATH), via bash -c": (
+                ["bash", "-c", portable_command("post-tool-use", client=GEMINI_CLI)],
+                gemini_path_env,
+            ),
         }
         sessions = {"(i) phx PostToolUse hook, a session in a lane": LANE_SESSION}
+        payloads: dict[str, Callable[[], bytes]] = {name: gemini_payload for name in commands if "Gemini" in name}
         before: dict[str, Callable[[], None]] = {}
         after: dict[str, Callable[[], None]] = {}
         if args.pg:
@@ -237,12 +280,13 @@ def main() -> int:
         samples: dict[str, list[float]] = {name: [] for name in commands}
         for name, (cmd, cmd_env) in commands.items():  # warm-up
             before.get(name, lambda: None)()
-            _time(cmd, payload(sessions.get(name, BENCH_SESSION)), project, cmd_env)
+            _time(cmd, _payload_for(name, payloads, payload, sessions), project, cmd_env)
             after.get(name, lambda: None)()
         for _ in range(runs):
             for name, (cmd, cmd_env) in commands.items():
                 before.get(name, lambda: None)()
-                samples[name].append(_time(cmd, payload(sessions.get(name, BENCH_SESSION)), project, cmd_env, name))
+                stdin = _payload_for(name, payloads, payload, sessions)
+                samples[name].append(_time(cmd, stdin, project, cmd_env, name))
                 after.get(name, lambda: None)()
         state = agent.state.read()
         assert state.heartbeat_seq >= 3 * runs, "the hooks did not record their heartbeats"
@@ -304,10 +348,23 @@ def main() -> int:
     print(f"(c)/(c without -S) = {c / old_c:.2f}; (c without -S)/(a) = {old_c / a:.2f} (reference)")
     i = med["(i) phx PostToolUse hook, a session in a lane"]
     print(f"(i)/(a) = {i / a:.2f} (target <= 1.5: {'met' if i <= 1.5 * a else 'MISSED'}); (i)/(c) = {i / c:.2f}")
+    a_bash = med["(a) via bash -c"]
+    for name in [n for n in commands if "Gemini" in n]:
+        print(
+            f"{name[:3]}/(a via bash) = {med[name] / a_bash:.2f} wall, {cpu_med[name] / cpu_med['(a) via bash -c']:.2f} CPU"
+        )
     for name in [n for n in commands if n.startswith(("(d)", "(e)", "(f)"))]:
         ratio = med[name] / a
         print(f"{name[:3]}/(a) = {ratio:.2f} (target <= 1.5: {'met' if ratio <= 1.5 else 'MISSED'})")
     return 0
+
+
+def _payload_for(
+    name: str, payloads: dict[str, Callable[[], bytes]], payload: Callable[[str], bytes], sessions: dict[str, str]
+) -> bytes:
+    """The stdin of row ``name``'s next run: its own payload (Gemini's), else Claude Code's."""
+    own = payloads.get(name)
+    return own() if own is not None else payload(sessions.get(name, BENCH_SESSION))
 
 
 def _waiter(store: str) -> Callable[[], None]:

@@ -14,7 +14,9 @@ post-tool-use      The heartbeat: ``last_active``, ``heartbeat_seq``, the sessio
                    the last tool and whether it failed, what it did (a command run, a file
                    written: ``_work``) (also registered for PostToolUseFailure). Hot path: see
                    below.
-pre-compact        Refreshes ``brief.md``. Never blocks compaction.
+pre-compact        Refreshes ``brief.md``, takes a routine checkpoint. Never blocks compaction. For a
+                   CLI that fires it before every model call (Gemini's PreCompress), throttled
+                   (``_hooks_session._pre_compact_throttled``).
 stop               Heartbeat only; prints nothing (output there would keep the turn going).
 session-end        Status idle, ops event session_end, ``brief.md`` refreshed.
 =================  ==============================================================================

@@ -234,3 +234,14 @@ def test_a_failing_hook_tells_gemini_users_once(project: Path) -> None:
     # Claude Code does not show it: nothing on stdout there.
     code, out, err = run(["post-tool-use"], json.dumps({**after, "session_id": "claude-1"}).encode())
     assert (code, err.startswith("phoenix: ")) == (0, True) and not out.startswith("{}")
+
+
+def test_gemini_s_cosmetic_arguments_do_not_change_a_calls_digest() -> None:
+    """Drift compares digests of tool inputs: the same edit or command said differently is the same call."""
+    from phoenix_protocol.integrations._hooks import _digest
+
+    edit = {"file_path": "/p/a.txt", "old_string": "x", "new_string": "y"}
+    assert _digest({**edit, "instruction": "fix the typo"}) == _digest({**edit, "instruction": "again"})
+    shell = {"command": "pytest -q"}
+    assert _digest({**shell, "is_background": False, "description": "run tests"}) == _digest(shell)
+    assert _digest({**edit, "new_string": "z"}) != _digest(edit)

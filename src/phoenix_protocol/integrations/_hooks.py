@@ -132,12 +132,15 @@ def _session_id(payload: dict[str, Any], state: AgentState | None = None) -> str
     return session_id_of(raw)
 
 
-_COSMETIC_KEYS = frozenset({"description", "timeout", "run_in_background"})
+_COSMETIC_KEYS = frozenset({"description", "timeout", "run_in_background", "is_background", "instruction"})
+"""Claude Code's Bash ``description``, ``timeout``, ``run_in_background``; Gemini CLI's
+``run_shell_command`` ``description``, ``is_background`` and ``replace``'s ``instruction`` (what the
+model says the edit is for)."""
 
 
 def _normalized(value: object) -> object:
     """A tool input without what does not change the action taken: whitespace runs inside
-    strings collapse, and cosmetic keys (the Bash tool's ``description``, ``timeout``) go."""
+    strings collapse, and cosmetic keys (``_COSMETIC_KEYS``) go."""
     if isinstance(value, str):
         return " ".join(value.split())
     if isinstance(value, dict):

@@ -13,6 +13,16 @@ Compares, interleaved round-robin so that machine noise hits all three alike:
 (i) is (c) for a second session that started beside the first and has a lane of its own
 (docs/lanes.md): its heartbeat finds the lane with one ``stat`` and writes there.
 
+(l) is Codex's PostToolUse hook (issue 31): the command ``phx install codex --scope user`` writes
+(``--client codex``), through ``/bin/sh -c`` as Codex runs it, with the payload Codex 0.171.0 sends
+(a string ``tool_response``, no timestamp), to compare with (a) via ``/bin/sh -c``.
+
+(m) and (n) are Gemini CLI's AfterTool heartbeat (issue 31), with the payload Gemini CLI 0.61.0
+sends (``run_shell_command``, ``tool_response: {llmContent, returnDisplay}``), through ``bash -c``
+as Gemini CLI runs its hooks, to compare with ``(a) via bash -c``: (m) the fast command ``phx
+install gemini-cli --scope user`` writes, (n) the command of the extension's ``hooks/hooks.json``
+(the portable one, ``phx`` from ``PATH``; no user-scope registration, so it does the work).
+
 (a) and (c) are executed directly (the argv of the installed command), so the ratio compares
 the processes themselves; two extra rows run them through ``/bin/sh -c`` as Claude Code does
 (the shell costs every hook the same).
@@ -23,10 +33,13 @@ the heartbeat (``phx`` from ``PATH``: the console-script wrapper, the site packa
 standing aside because this machine registers the fast command in ``settings.local.json`` (it
 then runs beside that command, in parallel, and does nothing but read the settings).
 
-Issue 31 adds Gemini CLI's AfterTool heartbeat (a Gemini payload: ``run_shell_command``), through
-``bash -c`` as Gemini CLI runs its hooks, against ``(a) via bash -c``: (m) the fast command ``phx
-install gemini-cli --scope user`` writes, (n) the command of the extension's ``hooks/hooks.json``
-(the portable one, ``phx`` from ``PATH``; no user-scope registration, so it does the work).
+Two rows (issue 31) run the PostToolUse command of Phoenix's Claude Code plugin
+(``plugins/phoenix/hooks/hooks.json``, read from this repository) through ``/bin/sh -c`` as Claude
+Code runs a plugin's hook, with ``CLAUDE_PLUGIN_ROOT`` set to the plugin's folder and this venv's
+``bin`` on ``PATH``: (j) doing the heartbeat (no settings file registers Phoenix), and (k) standing
+aside because the project's shared settings register the portable command (which then runs beside
+it and does the work). A reference row runs the same through a small script in the plugin
+(``"${CLAUDE_PLUGIN_ROOT}/hooks/phx-hook" post-tool-use``), the design the plugin does not use.
 
 With ``--pg URL`` (issue 8) two more rows run the same hook for a teammate whose team is on the
 PostgreSQL store (a fresh schema, dropped afterwards): (d) as it runs on most calls (the local
@@ -61,14 +74,19 @@ from pathlib import Path
 import phoenix_protocol
 from phoenix_protocol.core._home import Home
 from phoenix_protocol.core._process import hostname, identity_of
-from phoenix_protocol.integrations._clients import GEMINI_CLI
+from phoenix_protocol.integrations._clients import CODEX, GEMINI_CLI
 from phoenix_protocol.integrations._install import MARKER, hook_command, install_claude_code, portable_command
+from phoenix_protocol.integrations._plugin import PLUGIN_DIR
 from phoenix_protocol.services._agent import Agent
 from phoenix_protocol.services._lanes import start_placed
 
 HERE = Path(__file__).resolve().parent
 BENCH_SESSION = "5f0c2a1e-8d3b-4c7a-9e21-6b4d8f3a7c10"  # Claude Code gives every session a UUID
 LANE_SESSION = "6a1d3b2f-9e4c-4d8b-8f32-7c5e9a4b8d21"  # a second session, beside the first (docs/lanes.md)
+CODEX_SESSION = BENCH_SESSION  # Codex's hook heartbeats the same session (its ids are UUIDv7s)
+CODEX_ROW = "(l) Codex PostToolUse hook (--client codex), via /bin/sh -c"
+GEMINI_FAST = "(m) Gemini AfterTool, fast command (--scope user), via bash -c"
+GEMINI_EXTENSION = "(n) Gemini AfterTool, the extension's command (phx from PATH), via bash -c"
 
 
 CPU: dict[str, list[float]] = {}
@@ -191,13 +209,32 @@ def main() -> int:
                 }
             ).encode()
 
-        def gemini_payload() -> bytes:
-            """The next AfterTool payload as Gemini CLI 0.61.0 gives it (tests/data/gemini-cli/)."""
+        def codex_payload(session: str = CODEX_SESSION) -> bytes:
+            """A Codex 0.171.0 PostToolUse payload: the shell tool as "Bash", its output as a string."""
+            n = next(calls)
+            return json.dumps(
+                {
+                    "session_id": session,
+                    "turn_id": "01a21f80-94ef-7cc3-8019-1e2b5863b00e",
+                    "transcript_path": os.path.join(work, "rollout.jsonl"),
+                    "cwd": project,
+                    "hook_event_name": "PostToolUse",
+                    "model": "gpt-5.5",
+                    "permission_mode": "default",
+                    "tool_name": "Bash",
+                    "tool_input": {"command": f"pytest -q tests/test_auth.py -k case_{n}"},
+                    "tool_response": f"{n % 40 + 1} passed in 0.8s\n",
+                    "tool_use_id": f"call_{n:06d}",
+                }
+            ).encode()
+
+        def gemini_payload(session: str = BENCH_SESSION) -> bytes:
+            """A Gemini CLI 0.61.0 AfterTool payload (tests/data/gemini-cli/): a shell command's result."""
             n = next(calls)
             output = f"{n % 40 + 1} passed in 0.8s"
             return json.dumps(
                 {
-                    "session_id": BENCH_SESSION,
+                    "session_id": session,
                     "transcript_path": os.path.join(work, "session.jsonl"),
                     "cwd": project,
                     "hook_event_name": "AfterTool",
@@ -221,8 +258,26 @@ def main() -> int:
         os.makedirs(standing)
         install_claude_code("local", project_dir=standing)
         aside_env = dict(path_env, CLAUDE_PROJECT_DIR=standing)
-        # Gemini CLI's hooks: its environment names the project; a HOME of their own (no user
-        # settings registering Phoenix, which the extension's command would stand aside for).
+        # (j), (k): the plugin's command, as Claude Code runs it (CLAUDE_PLUGIN_ROOT set); (k) in a
+        # project whose shared settings register Phoenix.
+        plugin = HERE.parent / PLUGIN_DIR
+        [plugin_group] = json.loads((plugin / "hooks" / "hooks.json").read_text())["hooks"]["PostToolUse"]
+        plugin_command = plugin_group["hooks"][0]["command"]
+        plugin_env = dict(path_env, CLAUDE_PLUGIN_ROOT=str(plugin))
+        shared = os.path.join(work, "shared-settings")
+        os.makedirs(shared)
+        install_claude_code("project", project_dir=shared)
+        plugin_aside_env = dict(plugin_env, CLAUDE_PROJECT_DIR=shared)
+        # The reference: a copy of the plugin whose hook runs a script of its own.
+        scripted = os.path.join(work, "plugin-with-script")
+        shutil.copytree(plugin, scripted)
+        script = os.path.join(scripted, "hooks", "phx-hook")
+        with open(script, "w", encoding="utf-8") as fh:
+            fh.write('#!/bin/sh\ncommand -v phx >/dev/null 2>&1 || exit 0\nexec phx hook "$@" --shared\n')
+        os.chmod(script, 0o755)  # noqa: S103 - a hook script: executable, as a plugin ships it
+        scripted_env = dict(path_env, CLAUDE_PLUGIN_ROOT=scripted)
+        # (m), (n): Gemini CLI's hooks; its environment names the project; a HOME of their own (no
+        # user settings registering Phoenix, which the extension's command would stand aside for).
         gemini_home = os.path.join(work, "gemini-home")
         os.makedirs(gemini_home)
         gemini_env = dict(env, HOME=gemini_home, GEMINI_PROJECT_DIR=project, GEMINI_CWD=project)
@@ -244,6 +299,18 @@ def main() -> int:
                 ["/bin/sh", "-c", portable_command("post-tool-use")],
                 aside_env,
             ),
+            "(j) plugin's command (Claude Code plugin), via /bin/sh -c": (
+                ["/bin/sh", "-c", plugin_command],
+                plugin_env,
+            ),
+            "(k) plugin's command standing aside for (g), via /bin/sh -c": (
+                ["/bin/sh", "-c", plugin_command],
+                plugin_aside_env,
+            ),
+            "(j) through a script in the plugin (reference)": (
+                ["/bin/sh", "-c", '"${CLAUDE_PLUGIN_ROOT}/hooks/phx-hook" post-tool-use'],
+                scripted_env,
+            ),
             # For reference, not targets: what -S saves a bare interpreter, and the hook run as
             # `phx install` wrote it before it used -S (python -P -c ...).
             "(a) python -S -c pass (reference)": ([sys.executable, "-S", "-c", "pass"], env),
@@ -252,18 +319,13 @@ def main() -> int:
                 env,
             ),
             "(i) phx PostToolUse hook, a session in a lane": (shlex.split(hook_command("post-tool-use")), env),
+            CODEX_ROW: (["/bin/sh", "-c", hook_command("post-tool-use", client=CODEX)], env),
             "(a) via bash -c": (["bash", "-c", f"{shlex.quote(sys.executable)} -c pass"], env),
-            "(m) Gemini AfterTool, fast command (--scope user), via bash -c": (
-                ["bash", "-c", hook_command("post-tool-use", client=GEMINI_CLI)],
-                gemini_env,
-            ),
-            "(n) Gemini AfterTool, the extension's command (phx from PATH), via bash -c": (
-                ["bash", "-c", portable_command("post-tool-use", client=GEMINI_CLI)],
-                gemini_path_env,
-            ),
+            GEMINI_FAST: (["bash", "-c", hook_command("post-tool-use", client=GEMINI_CLI)], gemini_env),
+            GEMINI_EXTENSION: (["bash", "-c", portable_command("post-tool-use", client=GEMINI_CLI)], gemini_path_env),
         }
         sessions = {"(i) phx PostToolUse hook, a session in a lane": LANE_SESSION}
-        payloads: dict[str, Callable[[], bytes]] = {name: gemini_payload for name in commands if "Gemini" in name}
+        payloads = {CODEX_ROW: codex_payload, GEMINI_FAST: gemini_payload, GEMINI_EXTENSION: gemini_payload}
         before: dict[str, Callable[[], None]] = {}
         after: dict[str, Callable[[], None]] = {}
         if args.pg:
@@ -278,18 +340,24 @@ def main() -> int:
             # it does not slow down whatever is timed next.
             after[due] = _waiter(pg_env["PHOENIX_STORE"])
         samples: dict[str, list[float]] = {name: [] for name in commands}
+        seq_before = agent.state.read().heartbeat_seq
         for name, (cmd, cmd_env) in commands.items():  # warm-up
             before.get(name, lambda: None)()
-            _time(cmd, _payload_for(name, payloads, payload, sessions), project, cmd_env)
+            _time(cmd, payloads.get(name, payload)(sessions.get(name, BENCH_SESSION)), project, cmd_env)
             after.get(name, lambda: None)()
         for _ in range(runs):
             for name, (cmd, cmd_env) in commands.items():
                 before.get(name, lambda: None)()
-                stdin = _payload_for(name, payloads, payload, sessions)
+                stdin = payloads.get(name, payload)(sessions.get(name, BENCH_SESSION))
                 samples[name].append(_time(cmd, stdin, project, cmd_env, name))
                 after.get(name, lambda: None)()
         state = agent.state.read()
-        assert state.heartbeat_seq >= 3 * runs, "the hooks did not record their heartbeats"
+        # Nine rows beat on the agent's state.json ((l) Codex's, (m) and (n) Gemini's too), (h) and
+        # (k) stand aside, (i) beats in its lane.
+        beats = state.heartbeat_seq - seq_before
+        assert beats == 9 * (runs + 1), (
+            f"{beats} heartbeats, not 9 a round: a hook did not beat, or did not stand aside"
+        )
         lane = agent.in_lane(LANE_SESSION).state.read()
         assert lane.heartbeat_seq >= runs, "the hook of the session in a lane did not record its heartbeats"
         drift = [e for e in agent.ops.tail(100_000)[0] if e.get("event") == "drift_detected"]
@@ -344,27 +412,37 @@ def main() -> int:
         f"(+{cpu_med[g] - cpu_med[c_sh]:.1f} ms CPU a heartbeat for the portable command); "
         f"(h), beside (c): {cpu_med[h]:.1f} ms CPU"
     )
+    j, k, j_script, a_sh = (
+        "(j) plugin's command (Claude Code plugin), via /bin/sh -c",
+        "(k) plugin's command standing aside for (g), via /bin/sh -c",
+        "(j) through a script in the plugin (reference)",
+        "(a) via /bin/sh -c",
+    )
+    print(
+        f"(j)/(a via sh) = {med[j] / med[a_sh]:.2f}; (j)/(g) = {med[j] / med[g]:.2f} wall, "
+        f"{cpu_med[j] / cpu_med[g]:.2f} CPU; (k), beside (g): {cpu_med[k]:.1f} ms CPU; "
+        f"a script in the plugin: +{med[j_script] - med[j]:.1f} ms wall, +{cpu_med[j_script] - cpu_med[j]:.1f} ms CPU"
+    )
     old_c = med["(c) without -S (the command before 2026-11-24, reference)"]
     print(f"(c)/(c without -S) = {c / old_c:.2f}; (c without -S)/(a) = {old_c / a:.2f} (reference)")
     i = med["(i) phx PostToolUse hook, a session in a lane"]
     print(f"(i)/(a) = {i / a:.2f} (target <= 1.5: {'met' if i <= 1.5 * a else 'MISSED'}); (i)/(c) = {i / c:.2f}")
-    a_bash = med["(a) via bash -c"]
-    for name in [n for n in commands if "Gemini" in n]:
+    codex, bare_sh = med[CODEX_ROW], med["(a) via /bin/sh -c"]
+    print(
+        f"(l)/(a via sh) = {codex / bare_sh:.2f} (target <= 1.5: {'met' if codex <= 1.5 * bare_sh else 'MISSED'}); "
+        f"(l)/(c via sh) = {codex / med[c_sh]:.2f}; CPU (l) {cpu_med[CODEX_ROW]:.1f} ms, (a via sh) "
+        f"{cpu_med['(a) via /bin/sh -c']:.1f} ms"
+    )
+    bare_bash = med["(a) via bash -c"]
+    for name in (GEMINI_FAST, GEMINI_EXTENSION):
         print(
-            f"{name[:3]}/(a via bash) = {med[name] / a_bash:.2f} wall, {cpu_med[name] / cpu_med['(a) via bash -c']:.2f} CPU"
+            f"{name[:3]}/(a via bash) = {med[name] / bare_bash:.2f} wall, "
+            f"{cpu_med[name] / cpu_med['(a) via bash -c']:.2f} CPU ({cpu_med[name]:.1f} ms)"
         )
     for name in [n for n in commands if n.startswith(("(d)", "(e)", "(f)"))]:
         ratio = med[name] / a
         print(f"{name[:3]}/(a) = {ratio:.2f} (target <= 1.5: {'met' if ratio <= 1.5 else 'MISSED'})")
     return 0
-
-
-def _payload_for(
-    name: str, payloads: dict[str, Callable[[], bytes]], payload: Callable[[str], bytes], sessions: dict[str, str]
-) -> bytes:
-    """The stdin of row ``name``'s next run: its own payload (Gemini's), else Claude Code's."""
-    own = payloads.get(name)
-    return own() if own is not None else payload(sessions.get(name, BENCH_SESSION))
 
 
 def _waiter(store: str) -> Callable[[], None]:

@@ -901,6 +901,7 @@ class StateStore:
         source: str = "startup",
         process: dict[str, Any] | None = None,
         lock_timeout: float | None = None,
+        client: str | None = None,
     ) -> tuple[AgentState, AgentState]:
         """Record a session start (SessionStart hook); returns ``(before, after)``.
 
@@ -909,7 +910,9 @@ class StateStore:
         session it brings back), begins a new session: status working, set by the hook, which
         also clears any verdict about the previous one. ``compact`` keeps the session as it is,
         except that it answers a forced refresh (the flag is cleared, the work clock starts over).
-        ``process`` is ``{"pid", "start_time", "host"}`` of the agent.
+        ``process`` is ``{"pid", "start_time", "host"}`` of the agent; ``client`` the agent CLI
+        whose hook reports the start (``codex``; the event's ``client``: ``phx doctor`` tells from
+        it which CLI's hooks ran).
         """
         from phoenix_protocol.core._ids import validate_session_id
 
@@ -927,6 +930,8 @@ class StateStore:
                 "previous_status": state.status,
                 "recovered": recovered,
             }
+            if client is not None:
+                meta["client"] = client
             if state.session_id and state.session_id != session_id:
                 meta["previous_session_id"] = state.session_id
             if process:

@@ -45,9 +45,10 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _stands_aside(args: list[str]) -> bool:
-    """``phx hook EVENT --shared``, the command of the shared settings (``_portable``): whether
-    this machine registers Phoenix's own fast command for the event in local or user scope, which
-    then does the work alone (Claude Code runs the hooks of every settings file). Then stdin is
+    """``phx hook EVENT [--client CLI] --shared``, the command of the shared settings and of the
+    Claude Code plugin (``_portable``): whether this machine registers Phoenix's own command for
+    the event elsewhere (the fast command in local or user scope; for the plugin's hook, any
+    settings file's), which then does the work alone (the CLIs run the hooks of every source). Then stdin is
     read to its end (Claude Code never sees the pipe break) and nothing else happens. Never
     raises: in doubt, the hook runs."""
     try:

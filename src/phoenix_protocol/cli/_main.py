@@ -664,7 +664,14 @@ def doctor_command(agent: Agent, out: Output, check_only: bool, all_agents: bool
     from phoenix_protocol.services._doctor import check_home
 
     def _hook_problems(project_dir: str | None) -> list[tuple[str, str, str]]:
-        return check_installed(project_dir=project_dir)
+        from phoenix_protocol.integrations._codex_check import check_codex
+        from phoenix_protocol.integrations._install import is_phoenix_hook
+
+        def events() -> list[list[dict[str, Any]]]:
+            home = agent.home
+            return [Agent(aid, home, config=agent.config).ops.tail(10_000)[0] for aid in home.agent_ids()]
+
+        return check_installed(project_dir=project_dir) + check_codex(project_dir, ours=is_phoenix_hook, events=events)
 
     agents = [agent]
     unchecked: list[str] = []
@@ -738,6 +745,9 @@ def _install_output(out: Output, result: Any, verb: str) -> None:
             write_stdout(dumps_output(result.settings) + "\n")
     if not result.changed:
         out.console.print(f"{path} ({escape(result.description)}): nothing to {verb}, already up to date")
+        _trust_output(out, result, verb)
+        for note in result.notes:
+            out.console.print(f"  [yellow]note[/]: {escape(note)}")
         return
     done = "would be " if result.dry_run else ""
     if result.removed:
@@ -759,8 +769,21 @@ def _install_output(out: Output, result: Any, verb: str) -> None:
             )
         else:
             out.console.print("  this machine's interpreter by absolute path; the shared hooks stand aside for it")
+    _trust_output(out, result, verb)
     for note in result.notes:
         out.console.print(f"  [yellow]note[/]: {escape(note)}")
+
+
+def _trust_output(out: Output, result: Any, verb: str) -> None:
+    """Codex's trust entries an install wrote (``--trust``) or an uninstall removed."""
+    trust = result.trust
+    if not trust or not trust["changed"]:
+        return
+    from rich.markup import escape
+
+    done = "would be " if result.dry_run else ""
+    what = "trusted" if verb == "install" else "forgot the trust of"
+    out.console.print(f"  {done}{what} {len(trust['keys'])} hook(s) in {escape(trust['path'])}")
 
 
 _TARGETS = click.Choice(list(CLIENTS))
@@ -778,20 +801,25 @@ _SCOPE_HELP = "Which settings: project (shared, commit it), local (this machine;
     help="Project whose .claude/, .gemini/ or .codex/ to use (default: the git work tree root).",
 )
 @click.option("--agent", "agent_id", metavar="ID", help="Bake this agent id into the hook commands.")
+@click.option(
+    "--trust",
+    is_flag=True,
+    help="Codex: trust Phoenix's hooks (their trusted_hash in ~/.codex/config.toml); Codex runs no untrusted hook.",
+)
 @click.option("--dry-run", is_flag=True, help="Show the result without writing it.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON document instead of text.")
 def install_command(
-    target: str, scope: str, project_dir: str | None, agent_id: str | None, dry_run: bool, as_json: bool
+    target: str, scope: str, project_dir: str | None, agent_id: str | None, trust: bool, dry_run: bool, as_json: bool
 ) -> None:
     """Install Phoenix's hooks into an agent CLI's settings (claude-code, gemini-cli, codex).
 
-    Example: phx install claude-code --scope local
+    Example: phx install claude-code --scope local; phx install codex --trust
     """
     from phoenix_protocol.integrations._install import install_hooks
 
     out = Output(as_json)
     try:
-        result = install_hooks(target, scope, project_dir=project_dir, agent=agent_id, dry_run=dry_run)
+        result = install_hooks(target, scope, project_dir=project_dir, agent=agent_id, dry_run=dry_run, trust=trust)
     except PhoenixError as exc:
         out.error(exc, _exit_code_for(exc))
         raise _Exit(_exit_code_for(exc)) from None

@@ -36,6 +36,7 @@ __all__ = [
     "DEFAULT_CLIENT",
     "EVENTS",
     "Client",
+    "adapt_output",
     "adapt_payload",
     "client_named",
 ]
@@ -73,11 +74,14 @@ class Client:
     (``pre_compact_interval_minutes``). ``stderr_shown``: the CLI shows the user a hook's stderr
     when its stdout is empty, every time (Gemini CLI 0.61.0, as a "Hook system message"): a hook
     that failed prints ``{}`` on stdout then, and tells the user once a session (``_hook_notice``).
+    ``entry_fields``: more fields of the hook entry of some of Phoenix's events (Codex's
+    ``additionalContextLimit`` for SessionStart).
     """
 
     __slots__ = (
         "config_dir_var",
         "config_folder",
+        "entry_fields",
         "entry_name",
         "file_tools",
         "home_var",
@@ -113,6 +117,7 @@ class Client:
         home_var: str | None = None,
         pre_compact_every_call: bool = False,
         stderr_shown: bool = False,
+        entry_fields: dict[str, dict[str, Any]] | None = None,
     ) -> None:
         self.name = name
         self.label = label
@@ -130,6 +135,7 @@ class Client:
         self.home_var = home_var
         self.pre_compact_every_call = pre_compact_every_call
         self.stderr_shown = stderr_shown
+        self.entry_fields = entry_fields or {}
 
     def __repr__(self) -> str:
         return f"Client({self.name!r})"
@@ -287,6 +293,9 @@ GEMINI_CLI = Client(
 CODEX = Client(
     "codex",
     "Codex CLI",
+    # Seen with Codex 0.171.0 (tests/e2e/test_codex.py): the shell tool reports itself as "Bash"
+    # ({"command": ...}), Codex's patch tool as "apply_patch" ({"command": <the patch>}); a
+    # PostToolUse matcher left out matches every tool; SessionEnd's timeout is clamped to 3 s.
     hooks=(
         ("SessionStart", "session-start", 10, None),
         ("PostToolUse", "post-tool-use", 5, None),
@@ -301,6 +310,9 @@ CODEX = Client(
     shell_tools=frozenset({"Bash", "shell", "exec_command"}),
     file_tools=frozenset({"apply_patch"}),
     own_tools=frozenset({"Bash", "shell", "exec_command", "apply_patch", "update_plan", "view_image"}),
+    # Codex keeps 2,500 tokens of a hook's additionalContext (it counts 4 bytes a token) and cuts the
+    # rest; the brief and the recovery context may take 10,000 characters, up to 4 bytes each.
+    entry_fields={"session-start": {"additionalContextLimit": 10_000}},
 )
 
 CLIENTS: dict[str, Client] = {c.name: c for c in (CLAUDE_CODE, GEMINI_CLI, CODEX)}
@@ -336,6 +348,8 @@ def adapt_payload(client: Client, payload: dict[str, Any]) -> dict[str, Any]:
         # Gemini's transcript (~/.gemini/tmp/<project>/chats/session-….jsonl) is not Claude Code's:
         # what a resumed conversation holds is told by Phoenix's own records (_context).
         payload.pop("transcript_path", None)
+    elif client is CODEX and payload.get("tool_name") == "apply_patch":
+        _codex_patch(payload)
     return payload
 
 
@@ -385,3 +399,49 @@ def _gemini_tool_error(response: dict[str, Any]) -> str | None:
         if found.get(section):
             return f"{section[:-2].lower()}: {found[section]}"
     return None
+
+
+
+_PATCH_HEADS = ("*** Add File: ", "*** Update File: ", "*** Delete File: ", "*** Move to: ")
+
+
+def _codex_patch(payload: dict[str, Any]) -> None:
+    """Codex's ``apply_patch`` call as the handlers read a file tool's: ``tool_input.file_path``
+    names the file the patch writes (the first, and how many more), and a response that starts
+    ``Exit code: N`` with N not 0 is a failure. (A patch that does not apply runs no PostToolUse
+    at all. A shell command's response is its output only, without its exit code: Phoenix cannot
+    tell a failed command from it, and records the call as done.)"""
+    tool_input = payload.get("tool_input")
+    patch = tool_input.get("command") if isinstance(tool_input, dict) else None
+    files: list[str] = []
+    for line in patch.splitlines() if isinstance(patch, str) else []:
+        for head in _PATCH_HEADS:
+            if line.startswith(head):
+                name = line[len(head) :].strip()
+                if name and name not in files:
+                    files.append(name)
+    if files and isinstance(tool_input, dict):
+        more = f" (+{len(files) - 1} more)" if len(files) > 1 else ""
+        tool_input["file_path"] = files[0] + more
+    response = payload.get("tool_response")
+    if isinstance(response, str) and response.startswith("Exit code: "):
+        code = response[len("Exit code: ") :].split("\n", 1)[0].strip()
+        if code != "0":
+            output = response.split("Output:\n", 1)[-1].strip().split("\n", 1)[0]
+            payload["tool_response"] = {"success": False, "error": f"apply_patch exited {code}: {output}"[:300]}
+
+
+def adapt_output(client: Client, event: str, out: str | None) -> str | None:
+    """A hook's output as ``client`` takes it. Codex refuses a SessionStart output without
+    ``hookSpecificOutput`` (a bare ``systemMessage``, say): one is added."""
+    if client is not CODEX or event != "session-start" or not out or '"hookSpecificOutput"' in out:
+        return out
+    from phoenix_protocol.core._jsonio import dumps_line, loads
+
+    try:
+        document = loads(out)
+    except ValueError:
+        return out
+    if not isinstance(document, dict):
+        return out
+    return dumps_line({**document, "hookSpecificOutput": {"hookEventName": "SessionStart"}})

@@ -51,7 +51,7 @@ from __future__ import annotations
 import os
 import sys
 
-from phoenix_protocol.integrations._clients import CLAUDE_CODE, adapt_payload, client_named
+from phoenix_protocol.integrations._clients import CLAUDE_CODE, adapt_output, adapt_payload, client_named
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -483,7 +483,7 @@ def run(argv: list[str], stdin: bytes) -> tuple[int, str, str]:
             message = _describe(_noted[0])
             notice = notice_once(event, payload, message, failed=False, client=client)
             if notice is not None:
-                out = with_system_message(out, notice)
+                out = adapt_output(client, event, with_system_message(out, notice))
             line = f"phoenix: {event} hook: {message[:300]} (the agent is unaffected)\n"
             return 0, (out + "\n") if out else _quiet(options), line
         return 0, (out + "\n") if out else "", ""
@@ -514,8 +514,9 @@ def _notice(event: str, payload: dict[str, Any], message: str, options: dict[str
     try:
         from phoenix_protocol.integrations._hook_notice import notice_once, with_system_message
 
-        notice = notice_once(event, payload, message, failed=True, client=_client(options))
-        return with_system_message(None, notice) if notice else None
+        client = _client(options)
+        notice = notice_once(event, payload, message, failed=True, client=client)
+        return adapt_output(client, event, with_system_message(None, notice)) if notice else None
     except Exception:  # noqa: BLE001 - the hook's own failure must not get worse
         return None
 

@@ -23,7 +23,7 @@ LANE_HEADER = "Phoenix Protocol: sessions side by side"
 
 
 def start_in_lane(
-    agent: Agent, session_id: str, *, source: str, process: dict[str, Any] | None
+    agent: Agent, session_id: str, *, source: str, process: dict[str, Any] | None, client: str | None = None
 ) -> tuple[Placement, list[RecoveredLane]]:
     """Start the session in its lane (``services._lanes.start_placed``), then claim the dead
     lanes of other sessions for it to recover (``settle_lanes``), and record the home in this
@@ -32,7 +32,7 @@ def start_in_lane(
     from phoenix_protocol.core._errors import PhoenixError
     from phoenix_protocol.services._lanes import settle_lanes, start_placed
 
-    placed = start_placed(agent, session_id, source=source, process=process)
+    placed = start_placed(agent, session_id, source=source, process=process, client=client)
     recovered: list[RecoveredLane] = []
     try:
         recovered = settle_lanes(agent, session_id)

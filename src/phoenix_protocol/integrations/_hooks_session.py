@@ -350,6 +350,7 @@ def _session_start(payload: dict[str, Any], options: dict[str, str], session_id:
         session_id,
         source=source,
         process={"pid": proc.pid, "start_time": proc.start_time, "host": proc.host} if proc else None,
+        client=_client(options).name,
     )
     before, after = placed.before, placed.after
     if placed.beside is not None:

@@ -53,8 +53,14 @@ from phoenix_protocol.core._errors import UsageError
 from phoenix_protocol.core._home import find_work_tree_root
 from phoenix_protocol.core._ids import validate_id
 from phoenix_protocol.core._jsonio import JSONError, loads
-from phoenix_protocol.integrations._clients import CLAUDE_CODE, CLIENTS, Client, client_named
-from phoenix_protocol.integrations._portable import LEGACY_MARKERS, MARKER, SHARED_FLAG, user_settings_path
+from phoenix_protocol.integrations._clients import CLAUDE_CODE, CLIENTS, CODEX, Client, client_named
+from phoenix_protocol.integrations._portable import (
+    LEGACY_MARKERS,
+    MARKER,
+    PORTABLE_GUARD,
+    SHARED_FLAG,
+    user_settings_path,
+)
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -71,6 +77,7 @@ __all__ = [
     "install_claude_code",
     "install_dir",
     "install_hooks",
+    "is_phoenix_hook",
     "portable_command",
     "settings_path",
     "uninstall_claude_code",
@@ -89,8 +96,6 @@ _DESCRIPTIONS = {
 HOOK_SPECS: list[tuple[str, str, int, str | None]] = list(CLAUDE_CODE.hooks)
 """Claude Code's registrations: (its event, Phoenix's event, timeout in seconds, matcher or None);
 every CLI's are in ``_clients``."""
-
-_PORTABLE_GUARD = "command -v phx >/dev/null 2>&1 || exit 0; exec phx hook "
 
 
 def _client_args(client: Client) -> list[str]:
@@ -127,7 +132,7 @@ def portable_command(event: str, *, agent: str | None = None, client: Client = C
     parts = [event, *_client_args(client)]
     if agent is not None:
         parts += ["--agent", shlex.quote(validate_id(agent, "agent id"))]
-    return _PORTABLE_GUARD + " ".join([*parts, SHARED_FLAG])
+    return PORTABLE_GUARD + " ".join([*parts, SHARED_FLAG])
 
 
 def install_dir() -> str:
@@ -190,6 +195,9 @@ class InstallResult:
         self.created = created
         self.removed = removed
         self.notes = notes or []
+        self.trust: dict[str, Any] | None = None
+        """Codex: ``config.toml``'s trust entries written (``--trust``) or removed (uninstall):
+        ``{"path", "keys", "changed"}``; ``None`` for the other CLIs."""
 
     @property
     def description(self) -> str:
@@ -219,6 +227,7 @@ class InstallResult:
             "actions": self.actions,
             "commands": self.commands,
             "notes": self.notes,
+            **({"trust": self.trust} if self.client is CODEX else {}),  # Codex's trust step
             "settings": self.settings,
         }
 
@@ -332,11 +341,16 @@ def _load(path: str, data: bytes | None) -> dict[str, Any]:
 
 
 def _is_portable(command: str) -> bool:
-    return command.startswith(_PORTABLE_GUARD) and command.endswith(" " + SHARED_FLAG)
+    return command.startswith(PORTABLE_GUARD) and command.endswith(" " + SHARED_FLAG)
 
 
 def _is_machine(command: str) -> bool:
     return MARKER in command or any(legacy in command for legacy in LEGACY_MARKERS)
+
+
+def is_phoenix_hook(entry: object) -> bool:
+    """Whether a hook entry of a settings file is one of Phoenix's (either command)."""
+    return _is_ours(entry)
 
 
 def _is_ours(entry: object) -> bool:
@@ -425,6 +439,7 @@ def _entry(client: Client, event: str, command: str, timeout: int) -> dict[str, 
     if client.entry_name:
         entry = {"name": f"phoenix-{event}", **entry}
     entry["timeout"] = timeout * 1000 if client.timeout_ms else timeout
+    entry.update(client.entry_fields.get(event, {}))
     return entry
 
 
@@ -438,10 +453,13 @@ def install_hooks(
     portable: bool | None = None,
     dry_run: bool = False,
     env: Mapping[str, str] | None = None,
+    trust: bool = False,
 ) -> InstallResult:
     """Merge Phoenix's hooks into ``client``'s settings file of ``scope``: the portable command in
     the shared (project) settings, this machine's fast command in local and user settings
-    (``portable`` chooses otherwise; ``python``: the fast command of another interpreter)."""
+    (``portable`` chooses otherwise; ``python``: the fast command of another interpreter).
+    Codex runs only hooks the user trusts: ``trust`` writes their ``trusted_hash`` into Codex's
+    ``config.toml``; without it the notes say how to trust them (``_codex_trust``)."""
     client = _as_client(client)
     path = settings_path(scope, project_dir=project_dir, env=env, client=client)
     use_portable = scope in client.shared_scopes if portable is None else portable
@@ -495,7 +513,9 @@ def install_hooks(
             f"git does not ignore {path}: it names this machine's paths, keep it out of commits "
             f"(add `{client.scopes['local']}` to .gitignore)"
         )
-    return InstallResult(
+    elif trust and client is not CODEX:
+        raise UsageError(f"--trust is for Codex, whose hooks run only once trusted; {client.label} has no such step.")
+    result = InstallResult(
         path,
         changed,
         settings,
@@ -508,6 +528,37 @@ def install_hooks(
         notes=notes,
         client=client,
     )
+    if client is CODEX:
+        _codex_trust_step(result, project_dir, env, trust=trust)
+    return result
+
+
+def _codex_trust_step(
+    result: InstallResult, project_dir: str | None, env: Mapping[str, str] | None, *, trust: bool
+) -> None:
+    """After a Codex install: trust Phoenix's hooks (``trust``), or say how, unless Codex trusts
+    them already; and for the project's file, whether Codex trusts the project."""
+    from phoenix_protocol.integrations._codex_trust import (
+        hook_trust,
+        project_trusted,
+        status_of,
+        trust_hooks,
+        trust_steps,
+        trusted_hashes,
+    )
+
+    hooks = hook_trust(result.path, result.settings, _is_ours)
+    project_root = os.path.dirname(os.path.dirname(result.path)) if result.scope == "project" else None
+    if trust:
+        done = trust_hooks(hooks, env=env, dry_run=result.dry_run)
+        result.trust = {"path": done.path, "keys": done.keys, "changed": done.changed}
+    elif any(status_of(hook, trusted_hashes(env)) != "trusted" for hook in hooks):
+        command = f"phx install codex --scope {result.scope} --trust"
+        steps = trust_steps(result.scope, result.path, project_root=project_root, command=command)
+        result.notes += steps[1:-1] if project_root is None else steps[:-1]
+        return
+    if project_root is not None and project_trusted(project_root, env) is not True:
+        result.notes.append(trust_steps("project", result.path, project_root=project_root)[0])
 
 
 def _as_client(client: Client | str) -> Client:
@@ -529,7 +580,9 @@ def check_installed(
     shared settings is one (it fails on every other machine); a fast command whose interpreter is
     another one than this is only checked for being there (it may be another environment's on
     purpose); the portable command for ``phx`` being on ``PATH``, unless this machine registers
-    the fast one it stands aside for. A settings file that does not read is named."""
+    the fast one it stands aside for, as is Phoenix's Claude Code plugin where a settings file
+    enables it (``_plugin``; its hooks stand aside for these, never run twice with them). A
+    settings file that does not read is named."""
     problems: list[tuple[str, str, str]] = []
     for client in CLIENTS.values():
         problems += _check_client(client, project_dir, env)
@@ -540,10 +593,13 @@ def _check_client(client: Client, project_dir: str | None, env: Mapping[str, str
     """``check_installed`` for one agent CLI."""
     import shutil
 
+    from phoenix_protocol.integrations._plugin import enabled_plugin
+
     problems: list[tuple[str, str, str]] = []
     events = {event for _, event, _, _ in client.hooks}
     machine: dict[str, dict[str, str]] = {}  # scope -> the CLI's event -> fast command
     portable_in: list[tuple[str, str]] = []
+    by_scope: dict[str, dict[str, Any]] = {}
     for scope in client.scopes:
         if scope != "user" and project_dir is None:
             continue
@@ -553,6 +609,7 @@ def _check_client(client: Client, project_dir: str | None, env: Mapping[str, str
         except UsageError as exc:
             problems.append((scope, path, str(exc)))
             continue
+        by_scope[scope] = settings
         seen: set[str] = set()
         hooks = settings.get("hooks")
         for claude_event, groups in hooks.items() if isinstance(hooks, dict) else []:
@@ -589,15 +646,20 @@ def _check_client(client: Client, project_dir: str | None, env: Mapping[str, str
             )
         )
     environ = os.environ if env is None else env
-    if portable_in and shutil.which("phx", path=environ.get("PATH")) is None:
+    runners = [(scope, path, "the shared hooks run") for scope, path in portable_in]
+    plugin = enabled_plugin(by_scope) if client is CLAUDE_CODE else None
+    if plugin is not None:  # its hooks run the shared command too (``_plugin``)
+        path = settings_path(plugin[0], project_dir=project_dir, env=env)
+        runners.append((plugin[0], path, f"the Claude Code plugin {plugin[1]} (enabled here) runs"))
+    if runners and shutil.which("phx", path=environ.get("PATH")) is None:
         fast = next(s for s in client.scopes if s not in client.shared_scopes)
-        for scope, path in portable_in:
+        for scope, path, which in runners:
             if not all(e in local or e in user for e, _, _, _ in client.hooks):
                 problems.append(
                     (
                         scope,
                         path,
-                        "the shared hooks run `phx` from PATH and this machine's PATH has none: here they "
+                        f"{which} `phx` from PATH and this machine's PATH has none: here they "
                         "do nothing. Put the bin/ folder Phoenix is installed in on PATH (pipx and "
                         f"`uv tool` use ~/.local/bin), or `phx install {client.name} --scope {fast}` (a command "
                         "for this machine, which the shared one stands aside for)",
@@ -618,7 +680,7 @@ def _portable_problem(command: str, events: set[str], client: Client = CLAUDE_CO
     """What is wrong with a portable hook command, if anything: only that it is not the one this
     Phoenix writes (an earlier one's, or edited)."""
     try:
-        argv = shlex.split(command[len(_PORTABLE_GUARD) :])
+        argv = shlex.split(command[len(PORTABLE_GUARD) :])
     except ValueError:
         argv = []
     event = argv[0] if argv and argv[0] in events else None
@@ -722,6 +784,11 @@ def uninstall_hooks(
     if before is None:
         return InstallResult(path, False, {}, [], dry_run, scope=scope, kind=kind, client=client)
     settings = _load(path, before)
+    ours = []
+    if client is CODEX:  # their trust entries, as installed (the keys name each one's place)
+        from phoenix_protocol.integrations._codex_trust import hook_trust
+
+        ours = hook_trust(path, settings, _is_ours)
     hooks = settings.get("hooks")
     actions: list[str] = []
     commands: dict[str, str] = {}
@@ -757,7 +824,7 @@ def uninstall_hooks(
             _remove(path)
         else:
             _save(path, before, settings)
-    return InstallResult(
+    result = InstallResult(
         path,
         changed,
         settings,
@@ -769,3 +836,9 @@ def uninstall_hooks(
         removed=removed,
         client=client,
     )
+    if ours:
+        from phoenix_protocol.integrations._codex_trust import forget_hooks
+
+        forgot = forget_hooks(ours, env=env, dry_run=dry_run)
+        result.trust = {"path": forgot.path, "keys": forgot.keys, "changed": forgot.changed}
+    return result

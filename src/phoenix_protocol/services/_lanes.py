@@ -117,18 +117,21 @@ def start_placed(
     source: str = "startup",
     process: dict[str, Any] | None = None,
     lock_timeout: float | None = None,
+    client: str | None = None,
 ) -> Placement:
     """Start session ``session_id`` (``StateStore.start_session``) in the lane it belongs to (see
     the module docstring). When ``agent`` already reads a lane (the session has one: a resume, a
     compaction) it starts there. Otherwise the primary lane is looked at and started in under its
     lock, so that of two sessions starting together one takes it and the other gets a lane; a
     new lane is logged in the primary lane's ops log (``lane_opened``), and ``agent`` becomes a
-    view of it (``Agent.use_lane``)."""
+    view of it (``Agent.use_lane``). ``client``: the agent CLI whose hook starts it (recorded)."""
     from phoenix_protocol.core._ids import lane_id_of, validate_session_id
 
     validate_session_id(session_id)
     if agent.lane is not None:
-        before, after = agent.state.start_session(session_id, source=source, process=process, lock_timeout=lock_timeout)
+        before, after = agent.state.start_session(
+            session_id, source=source, process=process, lock_timeout=lock_timeout, client=client
+        )
         return Placement(agent.lane, before, after, None)
     import psutil  # noqa: F401 - loaded before the lock is taken: the liveness check needs it
 
@@ -140,7 +143,9 @@ def start_placed(
             current = None  # start_session below refuses it, as it always did
         tolerance = agent.config.process_start_tolerance
         if current is None or not holder_of(current, session_id, process, tolerance=tolerance):
-            before, after = primary.start_session(session_id, source=source, process=process, lock_timeout=lock_timeout)
+            before, after = primary.start_session(
+                session_id, source=source, process=process, lock_timeout=lock_timeout, client=client
+            )
             return Placement(None, before, after, None)
         lane = lane_id_of(session_id)
         open_lane(agent.dir, lane)
@@ -158,7 +163,9 @@ def start_placed(
             trusted=True,  # ids and numbers
         )
     agent.use_lane(lane)
-    before, after = agent.state.start_session(session_id, source=source, process=process, lock_timeout=lock_timeout)
+    before, after = agent.state.start_session(
+        session_id, source=source, process=process, lock_timeout=lock_timeout, client=client
+    )
     return Placement(lane, before, after, current)
 
 

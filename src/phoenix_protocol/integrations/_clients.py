@@ -401,7 +401,6 @@ def _gemini_tool_error(response: dict[str, Any]) -> str | None:
     return None
 
 
-
 _PATCH_HEADS = ("*** Add File: ", "*** Update File: ", "*** Delete File: ", "*** Move to: ")
 
 

@@ -171,23 +171,30 @@ def test_automatic_pre_compress_is_throttled(project: Path, monkeypatch: pytest.
     t0 = 1_800_000_000_000
     minute = 60_000
     base = _start(project, monkeypatch, t0)
-    for i in range(1, 30):  # one model call every 10 s for 5 minutes: within 10 minutes of the start
+    for i in range(1, 61):  # one model call every 10 s for 10 minutes from the session's first
         _pre_compress(monkeypatch, base, t0 + i * 10_000)
     assert _pre_compact_checkpoints(project) == 0
-    _pre_compress(monkeypatch, base, t0 + 10 * minute)  # ten minutes on: one
+    _pre_compress(monkeypatch, base, t0 + 10 * minute + 10_000)  # ten minutes after the first: one
     assert _pre_compact_checkpoints(project) == 1
     for i in range(1, 30):
-        _pre_compress(monkeypatch, base, t0 + 10 * minute + i * 10_000)
+        _pre_compress(monkeypatch, base, t0 + 10 * minute + 10_000 + i * 10_000)
     assert _pre_compact_checkpoints(project) == 1
     _pre_compress(monkeypatch, base, t0 + 15 * minute, trigger="manual")  # /compress: always
     assert _pre_compact_checkpoints(project) == 2
     assert [e["meta"]["trigger"] for e in _events(project, "pre_compact")] == ["auto", "manual"]
     _pre_compress(monkeypatch, base, t0 + 24 * minute)  # within 10 minutes of the manual one's checkpoint
+    assert _pre_compact_checkpoints(project) == 2
     _pre_compress(monkeypatch, base, t0 + 26 * minute)
     assert _pre_compact_checkpoints(project) == 3
     # A clock set back (the mark in the future) does not stop them for good.
     _pre_compress(monkeypatch, base, t0 + 1 * minute)
     assert _pre_compact_checkpoints(project) == 4
+    # A new session's first PreCompress starts its interval again.
+    other = {**base, "session_id": "gem-2"}
+    _pre_compress(monkeypatch, other, t0 + 60 * minute)
+    assert _pre_compact_checkpoints(project) == 4
+    mark = (project / ".phoenix" / "agents" / "default" / ".pre-compact").read_text()
+    assert mark.startswith(str(t0 + 60 * minute) + " ") and "gem-2" not in mark  # a digest, not the id
 
 
 @pytest.mark.usefixtures("gemini_env")
@@ -199,7 +206,7 @@ def test_pre_compress_unthrottled_with_interval_zero_and_claude_codes_never(
     monkeypatch.setenv("PHOENIX_PRE_COMPACT_INTERVAL_MINUTES", "0")
     for i in range(1, 4):
         _pre_compress(monkeypatch, base, t0 + i * 1000)
-    assert _pre_compact_checkpoints(project) == 3
+    assert _pre_compact_checkpoints(project) == 3  # the session's first too
     monkeypatch.delenv("PHOENIX_PRE_COMPACT_INTERVAL_MINUTES")
     # Claude Code's PreCompact means a compaction: never throttled.
     monkeypatch.setenv("PHOENIX_NOW_MS", str(t0 + 5000))

@@ -16,7 +16,7 @@ post-tool-use      The heartbeat: ``last_active``, ``heartbeat_seq``, the sessio
                    below.
 pre-compact        Refreshes ``brief.md``, takes a routine checkpoint. Never blocks compaction. For a
                    CLI that fires it before every model call (Gemini's PreCompress), throttled
-                   (``_hooks_session._pre_compact_throttled``).
+                   (``_pre_compact``).
 stop               Heartbeat only; prints nothing (output there would keep the turn going).
 session-end        Status idle, ops event session_end, ``brief.md`` refreshed.
 =================  ==============================================================================
@@ -312,6 +312,11 @@ def handle(event: str, payload: dict[str, Any], options: dict[str, str]) -> str 
             _persona_check(agent, answer)
         return None  # Stop prints nothing: output there would keep the conversation going
     if event in ("session-start", "pre-compact", "session-end"):
+        if event == "pre-compact" and client.pre_compact_every_call:
+            from phoenix_protocol.integrations._pre_compact import throttled
+
+            if throttled(_open_agent(payload, options), payload):
+                return None  # Gemini's PreCompress before every model call (_pre_compact)
         from phoenix_protocol.integrations._hooks_session import handle_session_event
 
         return handle_session_event(event, payload, options, _session_id(payload))

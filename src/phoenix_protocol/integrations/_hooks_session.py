@@ -42,8 +42,6 @@ def handle_session_event(
         from phoenix_protocol.core._errors import PhoenixError
 
         agent = _open_agent(payload, options)
-        if _pre_compact_throttled(agent, payload, options):
-            return None
         failed: list[PhoenixError] = []  # the brief and the event must not cost the checkpoint
         try:
             agent.write_brief(git_timeout=_GIT_TIMEOUT)  # needs a state.json that reads
@@ -78,44 +76,6 @@ def handle_session_event(
     _sync_best_effort(agent)
     _files_written(agent)
     return None
-
-
-PRE_COMPACT_MARK = ".pre-compact"
-"""In the agent's (or lane's) directory: when a throttled pre-compaction hook last did its work (ms)."""
-
-
-def _pre_compact_throttled(agent: Agent, payload: dict[str, Any], options: dict[str, str]) -> bool:
-    """Whether this pre-compaction hook does nothing: an automatic one (``trigger`` not
-    ``manual``) of a CLI that fires it before every model call, whether or not it compacts
-    (Gemini CLI 0.61.0's PreCompress: ``_clients``), within ``pre_compact_interval_minutes`` of
-    the session's start, of the last checkpoint, or of the last time this did its work
-    (``PRE_COMPACT_MARK``). So a session's many model calls take a checkpoint now and then, and
-    the checkpoint before a real compaction is at most that old; a manual ``/compress`` always
-    takes one. Cheap: one state read and a small file, before every model call."""
-    if not _client(options).pre_compact_every_call or payload.get("trigger") == "manual":
-        return False
-    from phoenix_protocol.core._clock import ms_from_iso
-    from phoenix_protocol.core._durable import atomic_write, read_bytes
-
-    now = agent.clock.now_ms()
-    mark = os.path.join(agent.dir, PRE_COMPACT_MARK)
-    last = read_bytes(mark, limit=64)
-    reference = int(last) if last is not None and last.strip().isdigit() else 0
-    from phoenix_protocol.core._errors import PhoenixError
-
-    try:
-        state = agent.state.read_or_none()
-    except PhoenixError:
-        state = None  # the hook's own path reports it
-    if state is not None:
-        reference = max(reference, state.last_checkpoint_ms or 0)
-        with contextlib.suppress(ValueError, TypeError):
-            reference = max(reference, ms_from_iso(state.session_started_at or ""))
-    if 0 <= now - reference < int(agent.config.pre_compact_interval_minutes * 60_000):
-        return True
-    agent.ensure()
-    atomic_write(mark, str(now).encode("ascii"), durable=False)
-    return False
 
 
 def _files_written(agent: Agent) -> None:

@@ -274,7 +274,7 @@ def _agent_files(agent: Agent) -> list[tuple[str, int | None]]:
         (agent.identity.path, MAX_IDENTITY_BYTES),
         (agent.identity.digest_path, MAX_DIGEST_BYTES),
         (os.path.join(agent.dir, ".store-sync"), 64),  # integrations._hooks.SYNC_MARK
-        (os.path.join(agent.dir, ".pre-compact"), 64),  # integrations._hooks_session.PRE_COMPACT_MARK
+        (os.path.join(agent.dir, ".pre-compact"), 256),  # integrations._pre_compact.MARK
         (injections, 1 << 20),  # integrations._context: INJECTIONS, MAX_INJECTIONS_BYTES
     ]
     locks = [(path + ".lock", None) for path in (agent.state.path, log.path, agent.identity.path, injections)]

@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import os
 import shlex
+import subprocess
 import sys
 import threading
 from collections.abc import Iterator
@@ -240,6 +241,31 @@ def test_the_linked_extension_works_the_same_and_never_doubles_an_event(project:
         assert run.returncode == 0, run.describe()
         assert HOOK_FAILED not in run.stderr, run.stderr
         _ran_once(project, run.session_id, tools=1)
+
+
+@pytest.mark.e2e
+def test_the_extension_installs_from_a_clone_of_the_repository(project: GeminiProject) -> None:
+    """`gemini extensions install <git URL>` clones the repository and reads the extension from the
+    clone's root, as `install` of a local folder does from that folder (0.61.0: both through
+    `loadExtensionConfig(<root>)`): installed from a clone of this repository (what is committed),
+    the copy's hooks record a session."""
+    clone = os.path.join(project.root, "clone")
+    _git_clone(REPO_ROOT, clone)
+    installed = project.gemini_command("extensions", "install", clone, "--consent")
+    assert installed.returncode == 0, installed.stderr
+    copy = os.path.join(project.home, ".gemini", "extensions", "phoenix-protocol")
+    with open(os.path.join(copy, "gemini-extension.json"), encoding="utf-8") as fh:
+        assert json.load(fh)["name"] == "phoenix-protocol"
+    with FakeGemini([Turn.shell("echo from-the-extension"), Turn.say("Done.")]) as api:
+        run = project.run("work", api=api, env=CODE)
+    assert run.returncode == 0, run.describe()
+    _ran_once(project, run.session_id, tools=1)
+    assert "echo from-the-extension" in json.dumps(project.state()["recent_work"])
+
+
+def _git_clone(source: str, target: str) -> None:
+    env = {**os.environ, "GIT_CONFIG_GLOBAL": os.devnull, "GIT_CONFIG_NOSYSTEM": "1"}
+    subprocess.run(["git", "clone", "-q", source, target], check=True, capture_output=True, env=env, timeout=120)
 
 
 def _ran_once(project: GeminiProject, session_id: str, *, tools: int) -> None:

@@ -1,7 +1,8 @@
 """The Clinic against a plain retry loop with the same budget, on scripted failure scenarios.
 
-    .venv/bin/python bench/clinic_vs_retry.py        # prints Markdown, writes bench/results/clinic_vs_retry.md
+    .venv/bin/python bench/clinic_vs_retry.py        # prints Markdown (writes nothing)
     .venv/bin/python bench/clinic_vs_retry.py -v     # ... and every scenario's row
+    .venv/bin/python bench/clinic_vs_retry.py --out bench/results/clinic_vs_retry.md   # also write the full table
 
 Each scenario is a pydantic-ai agent whose model is a ``FunctionModel`` scripted to fail in one
 way (a root cause of seed 001) and to behave once the cause is removed, the way a model usually
@@ -12,10 +13,21 @@ that reads a request the wrong way answers the clarified one. Some scenarios can
 by anything (a bug in a tool, a prompt larger than the window), and some would be healed by a
 plain retry too (a one-off overload, a hallucination on the first run only).
 
-Three strategies, each with ``max_recoveries = 2`` (up to two reruns after the first failure):
+Strategies, each with ``max_recoveries = 2`` (up to two reruns after the first failure):
 
 * **plain retry**: run the same request again, immediately, up to twice (a ``try/except`` loop);
+* **retry + backoff**: the same, waiting ``min(30, 2ⁿ)`` s and never less than the provider's
+  ``Retry-After`` (what tenacity around ``agent.run`` gives);
+* **pydantic-ai retries=3, worker obeys feedback**: one ``agent.run(retries=3)``, the worker
+  following pydantic-ai's own retry feedback within the run (an unknown tool's list of the real
+  ones, a validation error, a validator's ``ModelRetry``), as a capable model does; extra calls
+  are counted from the first request that carried feedback;
+* **request retry**: a wrapper model that re-sends the *failed model request* (not the run) on a
+  transient error, with the same backoff (what pydantic-ai's retrying HTTP transport, or the
+  provider SDK's ``max_retries``, gives): it keeps the run's progress;
 * **Clinic, fast path only**: ``Clinic(consult=False)``: pydantic-ai's own errors, no Clinic agent;
+* **Clinic, worker obeys feedback**: the full Clinic with that worker (the Clinic on top of
+  pydantic-ai's own retries);
 * **Clinic**: the full pipeline; the Clinic agent's model is a ``FunctionModel`` too, scripted
   (``scripted_clinic``) to read the trauma context the way the seed's prompt asks: it is a
   stand-in for an LLM, so this measures the pipeline's mechanics and costs, not a model's judgement.
@@ -23,7 +35,15 @@ Three strategies, each with ``max_recoveries = 2`` (up to two reruns after the f
 Simulated time: each model request of the worker takes 0.2 s, and the Clinic's backoff sleeps are
 injected to advance the same clock (nothing really sleeps). *Extra model calls* are every model
 request after the first run failed: the worker's reruns, the Clinic agent's consultations, the
-Summarizer's calls.
+Summarizer's calls. *Tokens* are estimated from characters (4 per token) of every model request
+and response, in the same scenarios. *Repeated side effects*: tool calls made again with the same
+arguments after they had completed (the booking scenarios; goal 0).
+
+Scoring: the ``ambiguous_instruction`` scenarios and two ``logic_error`` ones (``KEYED``) are
+healed by the scripted Clinic agent's words, which know what each scenario's worker wants (an
+answer key); the totals are given with them and without them (the *scored* row).
+
+Not measured here: ``FallbackModel`` (it needs a second scripted model per scenario).
 """
 
 from __future__ import annotations
@@ -64,8 +84,11 @@ from pydantic_ai.exceptions import (
     ModelUnavailableError,
 )
 from pydantic_ai.models.function import AgentInfo, FunctionModel
+from pydantic_ai.models.wrapper import WrapperModel
 
-from phoenix_protocol.clinic import Clinic, ClinicEvent, ClinicGaveUp
+from phoenix_protocol.clinic import Backoff, Clinic, ClinicEvent, ClinicGaveUp
+from phoenix_protocol.clinic._diagnose import fast_diagnosis
+from phoenix_protocol.clinic._triage import Failure, Observer, triage
 
 HERE = Path(__file__).resolve().parent
 BUDGET = 2
@@ -85,15 +108,36 @@ class World:
     now: float = 0.0
     calls: dict[str, int] = field(default_factory=lambda: {"worker": 0, "clinic": 0, "summarizer": 0})
     waited: float = 0.0
+    chars: int = 0
+    effects: list[str] = field(default_factory=list)
+    """Every side effect a tool made (its name and arguments), in order."""
+    obeys_feedback: bool = False
+    """Whether the worker follows pydantic-ai's own retry feedback (a validation error, an unknown
+    tool, a validator's ModelRetry) within the run, as a capable model does."""
+    first_feedback: int | None = None
+    """Model calls made before the first request that carried retry feedback."""
 
     def model(self, role: str, respond: Respond) -> FunctionModel:
         def counted(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+            if role == "worker" and self.first_feedback is None and feedback(messages):
+                self.first_feedback = self.total
             self.calls[role] += 1
+            self.chars += len(text_of(messages)) + len(info.instructions or "")
             if role == "worker":
                 self.now += LATENCY
-            return respond(messages, info)
+            response = respond(messages, info)
+            self.chars += sum(len(str(getattr(p, "content", "") or getattr(p, "args", ""))) for p in response.parts)
+            return response
 
         return FunctionModel(counted)
+
+    @property
+    def tokens(self) -> int:
+        return self.chars // 4
+
+    @property
+    def repeated(self) -> int:
+        return len(self.effects) - len(set(self.effects))
 
     async def sleep(self, seconds: float) -> None:
         self.now += seconds
@@ -134,6 +178,28 @@ def text_of(messages: list[ModelMessage]) -> str:
             if isinstance(content, str):
                 out.append(content)
     return "\n".join(out)
+
+
+def feedback(messages: list[ModelMessage]) -> str:
+    """The retry feedback pydantic-ai put in the last request (unknown tool, validation errors, a
+    validator's ModelRetry), as text; "" when there is none."""
+    if not messages:
+        return ""
+    texts = []
+    for p in messages[-1].parts:
+        kind = getattr(p, "part_kind", "")
+        content = str(getattr(p, "content", "") or "")
+        if kind in ("retry-prompt", "retry-feedback") or (isinstance(p, ToolReturnPart) and p.outcome == "retried"):
+            texts.append(content or str(p))
+        elif kind == "user-prompt" and "<pyai:retry_feedback>" in content:
+            texts.append(content)  # how a FunctionModel is shown a RetryFeedbackPart
+    return "\n".join(texts)
+
+
+def obeyed(world: World, messages: list[ModelMessage], word: str = "") -> bool:
+    """Whether an obedient worker follows the last request's retry feedback (which mentions ``word``)."""
+    text = feedback(messages)
+    return world.obeys_feedback and bool(text) and word in text
 
 
 def tool_result(messages: list[ModelMessage]) -> str | None:
@@ -365,7 +431,9 @@ def hallucinates(
             if result is not None:
                 return ModelResponse(parts=[TextPart(result)])
             wanted = f"- {tools[0]}(" if tools else "You have no tools"
-            told = obeys and info.instructions is not None and wanted in info.instructions
+            told = obeys and (
+                (info.instructions is not None and wanted in info.instructions) or obeyed(world, messages)
+            )
             slip_over = until_run is not None and state["runs"] >= until_run
             if (told or slip_over) and tools:
                 return ModelResponse(parts=[ToolCallPart(tools[0], {"city": "Paris"})])
@@ -445,7 +513,9 @@ def bad_arguments(
             result = tool_result(messages)
             if result is not None:
                 return ModelResponse(parts=[TextPart(result)])
-            told = obeys and "JSON schema" in text_of(messages) and schema_word in text_of(messages)
+            told = obeys and (
+                ("JSON schema" in text_of(messages) and schema_word in text_of(messages)) or obeyed(world, messages)
+            )
             slip_over = first_run_only and state["calls"] > 2
             return ModelResponse(parts=[ToolCallPart("book", good if told or slip_over else bad)])
 
@@ -479,7 +549,7 @@ def bad_output(missing: str, *, obeys: bool = True) -> Callable[[World], Case]:
     def build(world: World) -> Case:
         def respond(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
             args = dict(GOOD)
-            told = obeys and "JSON schema" in text_of(messages)
+            told = obeys and ("JSON schema" in text_of(messages) or obeyed(world, messages))
             if not told:
                 del args[missing]
             return ModelResponse(parts=[ToolCallPart(info.output_tools[0].name, args)])
@@ -549,7 +619,7 @@ def several_answers(
         def respond(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
             state["calls"] += 1
             lucky = second_try_lucky and state["calls"] > 2
-            if constraint in text_of(messages[:1]) or lucky:
+            if constraint in text_of(messages[:1]) or lucky or obeyed(world, messages, constraint):
                 return ModelResponse(parts=[TextPart(answer)])
             return ModelResponse(parts=[TextPart(f"{answer}, or maybe something else, depending on what you mean")])
 
@@ -769,7 +839,58 @@ LOGIC = [
 
 TRANSIENT.append(Scenario("a tool's connection reset once", "transient_error", flaky_tool, healable_by_retry=True))
 
-SCENARIOS = TRANSIENT + CONTEXT + HALLUCINATED + INVALID + AMBIGUOUS + LOGIC
+# -- side effects: a booking, then a failure ----------------------------------------------------
+
+
+def booking(fail: str) -> Callable[[World], Case]:
+    """The worker books room A (a side effect), then its next model request fails once: ``503``
+    (transient) or ``overflow`` (the context window: the history must be summarized)."""
+
+    def build(world: World) -> Case:
+        state = {"failed": False}
+
+        def respond(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+            result = tool_result(messages)
+            if result is not None or "booked" in text_of(messages[-2:]):
+                if not state["failed"]:
+                    state["failed"] = True
+                    if fail == "503":
+                        raise ModelHTTPError(503, "worker", {"error": {"message": "overloaded"}})
+                    raise ModelHTTPError.for_category(
+                        ModelContextWindowExceededError,
+                        status_code=400,
+                        model_name="worker",
+                        body={"error": {"code": "context_length_exceeded"}},
+                    )
+                return ModelResponse(parts=[TextPart("Room A is booked.")])
+            return ModelResponse(parts=[ToolCallPart("book", {"room": "A"})])
+
+        agent: Agent[None, str] = Agent(world.model("worker", respond))
+
+        @agent.tool_plain
+        def book(room: str) -> str:
+            """Book a room (a side effect: do it once)."""
+            world.effects.append(f"book({room})")
+            return f"booked room {room}"
+
+        return Case(agent, "Book room A.", check=lambda o: "booked" in o)
+
+    return build
+
+
+BOOKING = [
+    Scenario("booked, then a 503", "transient_error", booking("503"), healable_by_retry=True),
+    Scenario("booked, then the context overflows", "context_length_exceeded", booking("overflow")),
+]
+
+
+SCENARIOS = TRANSIENT + CONTEXT + HALLUCINATED + INVALID + AMBIGUOUS + LOGIC + BOOKING
+KEYED = {"passes 'tomorrow' where YYYY-MM-DD is required", "passes kilograms where grams are required"}
+"""The logic_error scenarios whose worker is healed by the exact words the scripted Clinic writes."""
+SCORED_WITHOUT_KEY = [
+    i for i, s in enumerate(SCENARIOS) if s.root_cause != "ambiguous_instruction" and s.name not in KEYED
+]
+"""The scenarios the scripted Clinic agent holds no answer key for (the scored set)."""
 
 
 # -- the scripted Clinic and Summarizer ------------------------------------------------------
@@ -863,16 +984,42 @@ class Result:
     waited: float
     root_causes: list[str] = field(default_factory=list)
     error: str = ""
+    tokens: int = 0
+    repeated: int = 0
 
     @property
     def extra_calls(self) -> int:
         return self.total_calls - self.first_run_calls
 
 
-async def plain_retry(scenario: Scenario) -> Result:
+def _done(world: World, recovered: bool, first: int | None, **kw: Any) -> Result:
+    return Result(
+        recovered,
+        first if first is not None else world.total,
+        world.total,
+        world.waited,
+        tokens=world.tokens,
+        repeated=world.repeated,
+        **kw,
+    )
+
+
+def _transient_retry_after(exc: BaseException) -> tuple[bool, float | None]:
+    """Whether ``exc`` is transient (the Clinic's own fast-path reading), and its ``retry_after``."""
+    failure = triage(exc, original_prompt="", prompt_used="", attempt=0, messages=[], observer=Observer())
+    diagnosis = fast_diagnosis(Failure(exc, [], [], [], failure.trauma))
+    retry_after = getattr(exc, "retry_after", None)
+    return (
+        diagnosis is not None and diagnosis.root_cause == "transient_error",
+        retry_after if isinstance(retry_after, int | float) else None,
+    )
+
+
+async def plain_retry(scenario: Scenario, *, backoff: bool = False) -> Result:
     world = World()
     case = scenario.build(world)
     first: int | None = None
+    waits = Backoff()
     for attempt in range(BUDGET + 1):
         try:
             result = await case.agent.run(case.prompt, **case.kwargs)
@@ -880,14 +1027,62 @@ async def plain_retry(scenario: Scenario) -> Result:
             if first is None:
                 first = world.total
             if attempt == BUDGET:
-                return Result(False, first, world.total, world.waited, error=type(exc).__name__)
+                return _done(world, False, first, error=type(exc).__name__)
+            if backoff:
+                _, retry_after = _transient_retry_after(exc)
+                await world.sleep(max(min(waits.max_delay, 2.0**attempt), retry_after or 0.0))
             continue
-        return Result(case.check(result.output), first or world.total, world.total, world.waited)
+        return _done(world, case.check(result.output), first)
     raise AssertionError("unreachable")
 
 
-async def with_clinic(scenario: Scenario, *, consult: bool) -> Result:
+class RequestRetry(WrapperModel):
+    """Re-sends a failed model request on a transient error, with backoff (a retrying transport)."""
+
+    def __init__(self, wrapped: Any, world: World, first: list[int]) -> None:
+        super().__init__(wrapped)
+        self.world = world
+        self.first = first
+
+    async def request(self, *args: Any, **kwargs: Any) -> ModelResponse:
+        for attempt in range(BUDGET + 1):
+            try:
+                return await super().request(*args, **kwargs)
+            except Exception as exc:
+                if not self.first:
+                    self.first.append(self.world.total)
+                transient, retry_after = _transient_retry_after(exc)
+                if not transient or attempt == BUDGET:
+                    raise
+                await self.world.sleep(max(min(30.0, 2.0**attempt), retry_after or 0.0))
+        raise AssertionError("unreachable")
+
+
+async def builtin_retries(scenario: Scenario) -> Result:
+    """pydantic-ai's own ``retries`` (tools and output: 3), with a worker that obeys the feedback."""
+    world = World(obeys_feedback=True)
+    case = scenario.build(world)
+    try:
+        result = await case.agent.run(case.prompt, retries=BUDGET + 1, **case.kwargs)
+    except Exception as exc:  # noqa: BLE001 - the baseline has no recovery beyond the run
+        return _done(world, False, world.first_feedback, error=type(exc).__name__)
+    return _done(world, case.check(result.output), world.first_feedback)
+
+
+async def request_retry(scenario: Scenario) -> Result:
     world = World()
+    case = scenario.build(world)
+    first: list[int] = []
+    model = case.kwargs.pop("model", None) or case.agent.model
+    try:
+        result = await case.agent.run(case.prompt, model=RequestRetry(model, world, first), **case.kwargs)
+    except Exception as exc:  # noqa: BLE001 - the baseline gives up on anything else
+        return _done(world, False, first[0] if first else world.total, error=type(exc).__name__)
+    return _done(world, case.check(result.output), first[0] if first else None)
+
+
+async def with_clinic(scenario: Scenario, *, consult: bool, obeys_feedback: bool = False) -> Result:
+    world = World(obeys_feedback=obeys_feedback)
     case = scenario.build(world)
     first: list[int] = []
     causes: list[str] = []
@@ -907,17 +1102,21 @@ async def with_clinic(scenario: Scenario, *, consult: bool) -> Result:
     )
     try:
         result = await clinic.treat(case.agent, case.prompt, BUDGET, **case.kwargs)
-    except ClinicGaveUp as exc:
+    except (ClinicGaveUp, Exception) as exc:  # noqa: BLE001 - untreated errors propagate unchanged
         start = first[0] if first else world.total
-        return Result(False, start, world.total, world.waited, causes, type(exc.__cause__).__name__)
-    start = first[0] if first else world.total
-    return Result(case.check(result.output), start, world.total, world.waited, causes)
+        cause = exc.__cause__ if isinstance(exc, ClinicGaveUp) else exc
+        return _done(world, False, start, root_causes=causes, error=type(cause).__name__)
+    return _done(world, case.check(result.output), first[0] if first else None, root_causes=causes)
 
 
 STRATEGIES: dict[str, Callable[[Scenario], Any]] = {
     "plain retry": plain_retry,
+    "retry + backoff": lambda s: plain_retry(s, backoff=True),
+    "request retry": request_retry,
+    "pydantic-ai retries=3, worker obeys feedback": builtin_retries,
     "Clinic, fast path only": lambda s: with_clinic(s, consult=False),
     "Clinic": lambda s: with_clinic(s, consult=True),
+    "Clinic, worker obeys feedback": lambda s: with_clinic(s, consult=True, obeys_feedback=True),
 }
 
 
@@ -945,7 +1144,7 @@ def render(results: dict[str, list[Result]], elapsed: float, verbose: bool) -> s
     import pydantic_ai
 
     lines = [
-        "# The Clinic vs plain retry",
+        "# The Clinic vs retry baselines",
         "",
         f"{len(SCENARIOS)} scripted failure scenarios (FunctionModel), `max_recoveries = {BUDGET}` for every strategy; "
         f"{time.strftime('%Y-%m-%d')}, commit {commit or '?'}, Python {platform.python_version()}, "
@@ -964,6 +1163,13 @@ def render(results: dict[str, list[Result]], elapsed: float, verbose: bool) -> s
     lines.append(
         f"| **all** | **{total}** | "
         + " | ".join(f"**{_pct(sum(r.recovered for r in results[n]), total)}**" for n in names)
+        + " |"
+    )
+    keyless = SCORED_WITHOUT_KEY
+    lines.append(
+        f"| **scored** (without the scenarios the scripted Clinic holds the answer for) | "
+        f"**{len(keyless)}** | "
+        + " | ".join(f"**{_pct(sum(results[n][i].recovered for i in keyless), len(keyless))}**" for n in names)
         + " |"
     )
     lines += [
@@ -987,6 +1193,12 @@ def render(results: dict[str, list[Result]], elapsed: float, verbose: bool) -> s
         + " |",
         "| simulated waiting (backoff), s | "
         + " | ".join(f"{sum(r.waited for r in results[n]):.1f}" for n in names)
+        + " |",
+        "| tokens, every call (estimated: 4 characters a token) | "
+        + " | ".join(f"{sum(r.tokens for r in results[n]):,}" for n in names)
+        + " |",
+        "| tool side effects repeated (goal 0) | "
+        + " | ".join(str(sum(r.repeated for r in results[n])) for n in names)
         + " |",
     ]
     by_cause_calls = [
@@ -1030,15 +1242,18 @@ def render(results: dict[str, list[Result]], elapsed: float, verbose: bool) -> s
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="The Clinic vs plain retry on scripted failure scenarios.")
     parser.add_argument("-v", "--verbose", action="store_true", help="Also print every scenario's row.")
-    parser.add_argument("--out", default=str(HERE / "results" / "clinic_vs_retry.md"))
+    parser.add_argument(
+        "--out", default=None, help="Also write the full table (every scenario) to this file; default: write nothing."
+    )
     args = parser.parse_args(argv)
     started = time.perf_counter()
     results = run_all()
     elapsed = time.perf_counter() - started
     shown = render(results, elapsed, args.verbose)
     print(shown)
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(render(results, elapsed, True) + "\n", encoding="utf-8")
+    if args.out:
+        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.out).write_text(render(results, elapsed, True) + "\n", encoding="utf-8")
     return 0
 
 

@@ -43,15 +43,20 @@ def show(event: ClinicEvent) -> None:
     """Print each stage of the visit as it happens."""
     if event.stage == "trauma":
         t = event.trauma
-        print(f"[injured] attempt {t.attempt} failed: {t.error_type}: {t.error_message.split('. ')[0]}")
-        print(f"          cause: {t.cause_type}: {t.cause_message}")
+        run = "the first run" if t.attempt == 0 else f"rerun {t.attempt}"
+        print(f"[injured] {run} failed: {t.error_type}: {t.error_message.split('. ')[0]}")
+        if t.cause_message:
+            print(f"          because: {t.cause_message}")
         for call in t.tool_calls or []:
             answer = f"{call.outcome} ({call.retry_cause})" if call.outcome else "no answer: pydantic-ai gave up"
             print(f"          tool call: {call.tool_name}({call.args}) -> {answer}")
         print(f"          tools that exist: {', '.join(t.available_tools)}")
     elif event.stage == "diagnosis" and event.diagnosis is not None:
         d = event.diagnosis
-        print(f"[clinic]  diagnosis: {d.root_cause} (confidence {d.confidence:.2f}, by the {event.source})")
+        source = {"fast_path": "the fast path", "clinic": "the Clinic agent"}.get(event.source or "", event.source)
+        print(
+            f"[clinic]  visit {event.attempt}, diagnosis: {d.root_cause} (confidence {d.confidence:.2f}, by {source})"
+        )
         print(f"          {d.explanation}")
     elif event.stage == "prescription" and event.prescription is not None:
         p = event.prescription
@@ -72,7 +77,7 @@ def main() -> None:
 
     with tempfile.TemporaryDirectory() as tmp:
         phoenix = PhoenixAgent.open("travel-weather", home=Home(tmp))
-        clinic = Clinic(FunctionModel(no_clinic_model), on_event=show)
+        clinic = Clinic(FunctionModel(no_clinic_model), on_event=show)  # a Clinic model only when named
         prompt = "Teleport to Paris and tell me the weather there."
         print(f"[healthy] running the worker: {prompt!r}")
         result = recoverable_run_sync(worker, prompt, max_recoveries=2, clinic=clinic, phoenix=phoenix)

@@ -361,23 +361,28 @@ def test_ambiguous_instruction_is_diagnosed_by_the_clinic_agent() -> None:
     assert events[2].prescription.modified_prompt == "Name exactly one city: the capital of France."
 
 
-def test_a_run_that_loops_until_its_usage_limit_is_told_to_converge() -> None:
+def test_a_usage_limit_is_the_episodes_one_budget_and_is_not_spent_again() -> None:
+    """Issue 33, item 3: request_limit=3 with a looping model made 9 requests (a fresh budget per rerun)."""
+
     def respond(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
-        if _tool_succeeded(messages) and info.instructions and "at most once" in info.instructions:
-            return ModelResponse(parts=[TextPart("sunny")])
         return ModelResponse(parts=[ToolCallPart("get_weather", {"city": "Rome"})])
 
-    agent, _ = weather_agent(respond)
+    agent, patient = weather_agent(respond)
     events: list[ClinicEvent] = []
-    result = recoverable_run_sync(
-        agent,
-        "Weather in Rome?",
-        clinic=Clinic(FunctionModel(_never), on_event=events.append),
-        usage_limits=UsageLimits(request_limit=4),
-    )
-    assert result.output == "sunny"
+    with pytest.raises(ClinicGaveUp) as caught:
+        recoverable_run_sync(
+            agent,
+            "Weather in Rome?",
+            clinic=Clinic(FunctionModel(_never), on_event=events.append),
+            usage_limits=UsageLimits(request_limit=3),
+        )
+    assert patient.calls == 3  # one budget: no rerun gets a fresh one
     assert events[1].diagnosis is not None and events[1].diagnosis.root_cause == "logic_error"
+    assert "usage limit reached" in events[1].diagnosis.explanation
     assert events[1].source == "fast_path"
+    assert [v.prescription.action for v in caught.value.episode.visits] == ["abort"]
+    assert type(caught.value.__cause__).__name__ == "UsageLimitExceeded"
+    assert caught.value.episode.spent["patient"].requests == 3
 
 
 def test_a_logic_error_the_clinic_cannot_fix_is_aborted() -> None:
@@ -524,20 +529,11 @@ def _fast_path_cases() -> list[tuple[str, Callable[[], tuple[Agent[None, Any], d
 
         return Agent(FunctionModel(respond)), {}
 
-    def looping() -> tuple[Agent[None, Any], dict[str, Any]]:
-        def respond(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
-            if _tool_succeeded(messages) and info.instructions and "at most once" in info.instructions:
-                return ModelResponse(parts=[TextPart("ok")])
-            return ModelResponse(parts=[ToolCallPart("get_weather", {"city": "Rome"})])
-
-        return weather_agent(respond)[0], {"usage_limits": UsageLimits(request_limit=3)}
-
     return [
         ("hallucinated_tool", hallucinated),
         ("invalid_tool_arguments", invalid),
         ("context_length_exceeded", context),
         ("transient_error", transient),
-        ("logic_error", looping),
     ]
 
 
@@ -698,7 +694,7 @@ def test_test_model_patient_and_test_model_clinic() -> None:
     assert recoverable_run_sync(ok, "hi", clinic=Clinic(FunctionModel(_never))).output == "fine"
 
     report = {
-        "diagnosis": {"root_cause": "logic_error", "explanation": "a flaky cache", "confidence": 0.4},
+        "diagnosis": {"root_cause": "logic_error", "explanation": "a flaky cache", "confidence": 0.8},
         "prescription": {"action": "retry"},
     }
     agent: Agent[None, str] = Agent(FunctionModel(_odd_failure_once()))
@@ -787,7 +783,8 @@ def test_the_demo_prints_trauma_diagnosis_prescription_and_heals() -> None:
         [sys.executable, str(ROOT / "examples" / "clinic_demo.py")], capture_output=True, text=True, check=True
     )
     out = proc.stdout
-    assert "[injured]" in out and "Unknown tool name: 'teleport'" in out
+    assert "[injured] the first run failed" in out and "Unknown tool name: 'teleport'" in out
+    assert "attempt 0" not in out and "_UnknownTool" not in out  # issue 33, item 9
     assert "diagnosis: hallucinated_tool" in out
     assert "prescription: modify_prompt" in out and "- get_weather(city: string)" in out
     assert "the rerun healed" in out and "18 °C and sunny in Paris" in out
@@ -805,3 +802,25 @@ def test_the_benchmark_covers_every_root_cause_and_the_clinic_beats_plain_retry(
     extra = {name: sum(r.extra_calls for r in rs) for name, rs in results.items()}
     assert recovered["Clinic"] > recovered["Clinic, fast path only"] > recovered["plain retry"]
     assert extra["Clinic"] < extra["plain retry"]
+    repeated = {name: sum(r.repeated for r in rs) for name, rs in results.items()}
+    assert repeated["Clinic"] == repeated["Clinic, fast path only"] == 0  # issue 33: no tool side effect twice
+    assert repeated["plain retry"] > 0
+
+
+def test_the_benchmark_writes_no_file_unless_asked(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    sys.path.insert(0, str(ROOT / "bench"))
+    import clinic_vs_retry as bench
+
+    monkeypatch.setattr(bench, "SCENARIOS", bench.SCENARIOS[-2:])  # the booking scenarios: quick
+    monkeypatch.setattr(bench, "SCORED_WITHOUT_KEY", [0, 1])
+    tracked = ROOT / "bench" / "results" / "clinic_vs_retry.md"
+    before = tracked.read_bytes()
+    monkeypatch.chdir(tmp_path)
+    assert bench.main([]) == 0
+    assert tracked.read_bytes() == before and list(tmp_path.iterdir()) == []
+    assert "# The Clinic vs retry baselines" in capsys.readouterr().out
+    assert bench.main(["--out", str(tmp_path / "table.md")]) == 0
+    assert "booked, then a 503" in (tmp_path / "table.md").read_text(encoding="utf-8")
+    assert tracked.read_bytes() == before

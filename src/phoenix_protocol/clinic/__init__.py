@@ -40,17 +40,29 @@ from phoenix_protocol.clinic._models import (
     Episode,
     Prescription,
     RootCause,
+    Spent,
     ToolCall,
     TraumaContext,
     Visit,
 )
 from phoenix_protocol.clinic._prescribe import SUMMARIZER_PROMPT, Backoff
-from phoenix_protocol.clinic._run import Clinic, ClinicEvent, recoverable_run, recoverable_run_sync
+from phoenix_protocol.clinic._progress import IDEMPOTENT_KEY, resumable
+from phoenix_protocol.clinic._run import (
+    Clinic,
+    ClinicEvent,
+    Diagnoser,
+    Remedy,
+    clinic_episode,
+    provider_retries,
+    recoverable_run,
+    recoverable_run_sync,
+)
 
 __all__ = [
     "ACTIONS",
     "CLINIC_GUIDE",
     "CLINIC_SYSTEM_PROMPT",
+    "IDEMPOTENT_KEY",
     "ROOT_CAUSES",
     "SUMMARIZER_PROMPT",
     "Action",
@@ -59,13 +71,19 @@ __all__ = [
     "ClinicEvent",
     "ClinicGaveUp",
     "ClinicReport",
+    "Diagnoser",
     "Diagnosis",
     "Episode",
     "Prescription",
+    "Remedy",
     "RootCause",
+    "Spent",
     "ToolCall",
     "TraumaContext",
     "Visit",
+    "clinic_episode",
+    "provider_retries",
     "recoverable_run",
     "recoverable_run_sync",
+    "resumable",
 ]

@@ -6,8 +6,8 @@ The fast path reads pydantic-ai's own errors and what they carry; it never calls
 signal                                                                 root cause
 =====================================================================  =========================
 ``ModelContextWindowExceededError``; ``ModelHTTPError`` 400/413 whose  context_length_exceeded
-code, type, body or message names the context length; a usage limit
-on input or total tokens
+code, type, body or message names the context length; the
+per-request input token limit
 ``UnexpectedModelBehavior`` (a tool's or the output's retries ran      hallucinated_tool
 out) whose last retry has ``retry.cause`` ``unknown_tool`` or
 ``unavailable_tool``, or whose ``__cause__`` says "Unknown tool name"
@@ -18,12 +18,17 @@ the same, with ``retry.cause == "validation_error"`` or a pydantic     invalid_t
 ``ModelRequestTimeout``, ``RunTimedOut``, ``ModelHTTPError``
 408/409/425/429/5xx, ``TimeoutError``, ``ConnectionError``, a
 ``FallbackExceptionGroup`` of only these
-``UsageLimitExceeded`` on requests, tool calls, output tokens or cost  logic_error
+``UsageLimitExceeded`` on requests, tool calls, tokens or cost (the   logic_error (abort)
+episode's one budget is spent)
 =====================================================================  =========================
+
+A ``FallbackExceptionGroup`` where one model's context overflowed and the others failed
+transiently is a context overflow (the summary helps the model that overflowed).
 
 Anything else goes to the Clinic agent. ``untreatable`` lists what the Clinic does not treat at
 all (it propagates unchanged): credentials, an unknown model, an exhausted quota, a usage mistake
-(``UserError``), a cancellation.
+(``UserError``), a cancellation, and a deterministic client error (an HTTP 4xx other than 408,
+409, 425, 429 or a context overflow: the same request would get it again).
 """
 
 from __future__ import annotations
@@ -99,7 +104,7 @@ _CONTEXT_WORDS = re.compile(
     re.IGNORECASE,
 )
 _TRANSIENT_STATUS = frozenset({408, 409, 425, 429, 500, 502, 503, 504, 529})
-_TOKEN_LIMITS = ("input_tokens_limit", "total_tokens_limit", "per_request_input_tokens_limit")
+_REQUEST_SIZE_LIMITS = ("per_request_input_tokens_limit",)
 
 
 def untreatable(error: BaseException) -> bool:
@@ -109,7 +114,22 @@ def untreatable(error: BaseException) -> bool:
         return True  # KeyboardInterrupt, asyncio.CancelledError, SystemExit
     if isinstance(error, RunCancelled) and not isinstance(error, RunTimedOut):
         return True
+    if isinstance(error, FallbackExceptionGroup) and error.exceptions:
+        return all(untreatable(e) for e in error.exceptions)
+    if deterministic_client_error(error):
+        return True
     return isinstance(error, UserError | ModelAuthenticationError | ModelNotFoundError | ModelQuotaExceededError)
+
+
+def deterministic_client_error(error: BaseException) -> bool:
+    """Whether ``error`` is an HTTP 4xx that the same request would get again: not a timeout, a
+    conflict, a rate limit (408, 409, 425, 429), nor a context overflow (which a summary fixes)."""
+    return (
+        isinstance(error, ModelHTTPError)
+        and 400 <= error.status_code < 500
+        and error.status_code not in _TRANSIENT_STATUS
+        and _context_overflow(error) is None
+    )
 
 
 def _context_overflow(error: BaseException) -> str | None:
@@ -123,8 +143,13 @@ def _context_overflow(error: BaseException) -> str | None:
         match = _CONTEXT_WORDS.search(words)
         if match:
             return f"HTTP {error.status_code} naming the context length ({match.group(0)!r})"
-    if isinstance(error, UsageLimitExceeded) and any(limit in error.message for limit in _TOKEN_LIMITS):
-        return "the run's input grew past its token limit"
+    if isinstance(error, UsageLimitExceeded) and any(limit in error.message for limit in _REQUEST_SIZE_LIMITS):
+        return "a request's input grew past the per-request token limit"
+    if isinstance(error, FallbackExceptionGroup) and error.exceptions:
+        overflows = [_context_overflow(e) for e in error.exceptions]
+        if any(overflows) and all(o or _transient(e) for o, e in zip(overflows, error.exceptions, strict=True)):
+            reason = next(o for o in overflows if o)
+            return f"a fallback model's context overflowed ({reason}; the others failed transiently)"
     return None
 
 
@@ -193,8 +218,9 @@ def fast_diagnosis(failure: Failure) -> Diagnosis | None:
     if isinstance(error, UsageLimitExceeded):
         return Diagnosis(
             root_cause="logic_error",
-            explanation=f"the run did not converge within its usage limits ({clip(error.message, 160)}).",
-            confidence=0.7,
+            explanation=f"usage limit reached ({clip(error.message, 160)}): the episode's one budget, shared by "
+            "every run, the Clinic and the Summarizer, is spent; no rerun can be paid for.",
+            confidence=1.0,
         )
     if isinstance(error, UnexpectedModelBehavior) and not isinstance(
         error, ContentFilterError | OutputTokenLimitExceeded

@@ -6,6 +6,8 @@ mistake, a cancellation) are not wrapped: they propagate unchanged, as pydantic-
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from phoenix_protocol.clinic._models import Diagnosis, Episode, Prescription, TraumaContext
 from phoenix_protocol.core._errors import OperationError
 
@@ -20,9 +22,16 @@ class ClinicGaveUp(OperationError):
     chained as ``__cause__``.
     """
 
-    def __init__(self, episode: Episode) -> None:
+    def __init__(self, episode: Episode, *, errors: Sequence[BaseException] = ()) -> None:
         self.episode = episode
+        self.errors: list[BaseException] = list(errors)
+        """Every failure, as raised (the first is the original error, the last is ``__cause__``)."""
         super().__init__(_message(episode))
+
+    @property
+    def original_error(self) -> BaseException | None:
+        """The failure that started the episode, as raised."""
+        return self.errors[0] if self.errors else None
 
     @property
     def traumas(self) -> list[TraumaContext]:
@@ -54,8 +63,12 @@ def _message(episode: Episode) -> str:
         f"{v.attempt}: {v.diagnosis.root_cause} -> {v.prescription.action} ({v.outcome or 'pending'})" for v in visits
     )
     error = ""
+    first = episode.traumas[0] if episode.traumas else None
+    if first is not None and last is not None and first is not last:
+        text = " ".join(first.error_message.split())
+        error += f"; first error {first.error_type}: {text[:200]}"
     if last is not None:
         text = " ".join(last.error_message.split())
-        error = f"; last error {last.error_type}: {text[:300]}"
+        error += f"; last error {last.error_type}: {text[:300]}"
     tail = " (see .traumas, .diagnoses and .prescriptions)"
     return head + (f" [{steps}]" if steps else "") + error + tail

@@ -25,6 +25,7 @@ __all__ = [
     "Episode",
     "Prescription",
     "RootCause",
+    "Spent",
     "ToolCall",
     "TraumaContext",
     "Visit",
@@ -157,6 +158,24 @@ class ClinicReport(BaseModel):
     """How to run it again (or abort)."""
 
 
+class Spent(BaseModel):
+    """What one consumer of the episode's budget used: model requests and tokens."""
+
+    model_config = _CONFIG
+
+    requests: int = 0
+    """Model requests."""
+    input_tokens: int = 0
+    """Input tokens, as the models reported them."""
+    output_tokens: int = 0
+    """Output tokens, as the models reported them."""
+
+    @property
+    def total_tokens(self) -> int:
+        """Input plus output tokens."""
+        return self.input_tokens + self.output_tokens
+
+
 class Visit(BaseModel):
     """One recovery attempt: the trauma, its diagnosis, the prescription, and how the rerun went."""
 
@@ -170,9 +189,10 @@ class Visit(BaseModel):
     """What the Clinic found."""
     prescription: Prescription
     """What the Clinic prescribed."""
-    source: Literal["fast_path", "clinic", "fallback"]
-    """Who diagnosed: the deterministic fast path (pydantic-ai's own errors), the Clinic agent, or the
-    fallback when the Clinic agent itself failed (then the prescription is a plain retry)."""
+    source: Literal["fast_path", "clinic", "fallback", "custom"]
+    """Who diagnosed: the deterministic fast path (pydantic-ai's own errors), the Clinic agent, a
+    registered custom diagnoser, or the fallback (no Clinic model, a Clinic agent that failed or was
+    not confident enough: then the safe default, one plain retry, else abort)."""
     outcome: Literal["healed", "relapsed", "aborted"] | None = None
     """healed (the rerun succeeded), relapsed (it failed again), aborted (no rerun); ``None`` until known."""
 
@@ -200,6 +220,14 @@ class Episode(BaseModel):
     """The failure of the last rerun, when the budget was spent (not diagnosed: no budget left)."""
     outcome: Literal["in_progress", "healed", "gave_up"] = "in_progress"
     """How the episode ended."""
+    spent: dict[str, Spent] = Field(default_factory=dict)
+    """The one budget, by consumer: ``patient`` (every run of the agent, the first included),
+    ``clinic`` (the Clinic agent's consultations) and ``summarizer``. They share one
+    ``RunUsage`` and the caller's ``usage_limits``."""
+    tools_run: list[str] = Field(default_factory=list)
+    """The tool calls that really ran, in every run of the episode, in order (names)."""
+    tools_replayed: list[str] = Field(default_factory=list)
+    """The tool calls of reruns answered from the ledger instead of running the tool again (names)."""
 
     @property
     def traumas(self) -> list[TraumaContext]:

@@ -7,8 +7,11 @@ The remedies of seed 001, section 4.3, one per root cause:
 * hallucinated_tool: instructions that list the tools that really exist;
 * invalid_tool_arguments: a prompt that states the required format (the JSON schema);
 * ambiguous_instruction: a clarified prompt (the Clinic agent's, else a generic clarification);
-* logic_error: the Clinic agent's prescription; a run that looped until its usage limit gets an
-  instruction to converge; a spent cost budget is not spent again (abort).
+* logic_error: the Clinic agent's prescription; a usage limit (the episode's one budget, spent) is
+  not spent again: abort.
+
+``apply`` turns a prescription into the rerun's ``Plan``: it continues from the failed run's
+messages (``_progress.resume_point``) unless the history itself must change (a summary).
 """
 
 from __future__ import annotations
@@ -20,9 +23,11 @@ from typing import Any
 
 from pydantic_ai import Agent, ModelMessage, ModelRequest, UsageLimitExceeded
 from pydantic_ai.models import KnownModelName, Model
+from pydantic_ai.usage import RunUsage, UsageLimits
 
 from phoenix_protocol.clinic._diagnose import is_output_tool, last_retry
 from phoenix_protocol.clinic._models import Diagnosis, Prescription
+from phoenix_protocol.clinic._progress import Prompt, prompt_text, replace_prompt, with_text
 from phoenix_protocol.clinic._triage import Failure, clip, render_messages
 
 __all__ = [
@@ -44,10 +49,6 @@ SUMMARIZER_PROMPT = (
 
 SUMMARY_PREFIX = "Summary of the conversation so far (compacted after the model's context window overflowed):\n"
 
-_CONVERGE = (
-    "Work efficiently: call each tool at most once with the same arguments, and give your final answer as soon "
-    "as you have what you need."
-)
 _CLARIFY = (
     "If the request can be read in more than one way, choose the most likely reading, state it in one "
     "sentence, and answer it."
@@ -81,26 +82,51 @@ class Backoff:
 
 @dataclass
 class Plan:
-    """How the next run goes: its prompt, instructions added to the agent's, and message history."""
+    """How the next run goes: its prompt, instructions added to the agent's, the message history,
+    and, when it continues a failed run, the messages it continues from."""
 
-    prompt: str
+    prompt: Prompt
+    """The request's prompt as prescribed (the caller's, or a modified one)."""
     instructions: list[str] = field(default_factory=list)
+    """Instructions the Clinic adds to the agent's, in order."""
     history: list[ModelMessage] | None = None
+    """The history a fresh run starts from: the caller's, or a summary."""
+    base: int = 0
+    """The length of ``history``: a resume point never cuts into it."""
+    resume: list[ModelMessage] | None = None
+    """The failed run's messages to continue from (the run's prompt is then ``None``)."""
+    delay: float = 0.0
+    """Seconds to wait before the run (a transient error's backoff)."""
 
 
-def apply(prescription: Prescription, plan: Plan) -> Plan:
-    """The plan of the rerun once ``prescription`` is applied to ``plan``."""
+RESTATED = "The request, restated precisely:\n"
+
+
+def apply(prescription: Prescription, plan: Plan, kept: list[ModelMessage] | None = None) -> Plan:
+    """The plan of the rerun once ``prescription`` is applied to ``plan``. ``kept`` is what the failed
+    run achieved (``resume_point``): the rerun continues from it, with the prescription applied in
+    it, unless the history must be replaced (a summary: the run starts again from it)."""
+    delay = prescription.delay_seconds or 0.0
+    if prescription.action == "summarize_history" and prescription.summary is not None:
+        summary: list[ModelMessage] = [ModelRequest.user_text_prompt(SUMMARY_PREFIX + prescription.summary)]
+        return Plan(plan.prompt, list(plan.instructions), summary, base=1, delay=delay)
+    instructions = list(plan.instructions)
+    prompt = plan.prompt
+    resume = kept
     if prescription.action == "modify_prompt":
-        instructions = list(plan.instructions)
         extra = prescription.modified_instructions
         if extra and extra not in instructions:
             instructions.append(extra)
-        return Plan(prescription.modified_prompt or plan.prompt, instructions, plan.history)
-    if prescription.action == "summarize_history" and prescription.summary is not None:
-        return Plan(
-            plan.prompt, list(plan.instructions), [ModelRequest.user_text_prompt(SUMMARY_PREFIX + prescription.summary)]
-        )
-    return plan
+        text = prescription.modified_prompt
+        if text and text != prompt_text(plan.prompt, placeholders=False):
+            if plan.prompt is None:
+                restated = RESTATED + text
+                if restated not in instructions:
+                    instructions.append(restated)  # no prompt of this run to rewrite: say it as an instruction
+            else:
+                prompt = with_text(plan.prompt, text)
+                resume = replace_prompt(kept, plan.prompt, prompt) if kept is not None else None
+    return Plan(prompt, instructions, plan.history, base=plan.base, resume=resume, delay=delay)
 
 
 def _signature(schema: dict[str, Any]) -> str:
@@ -174,15 +200,23 @@ def remedy(
         return Prescription(action="modify_prompt", modified_instructions=_tools_note(failure, bad))
     if cause == "invalid_tool_arguments":
         _, tool = last_retry(failure)
-        note = _format_note(failure, tool)
-        return Prescription(action="modify_prompt", modified_prompt=f"{plan.prompt}\n\n{note}")
+        return _amended(plan, _format_note(failure, tool))
     if cause == "ambiguous_instruction":
-        return Prescription(action="modify_prompt", modified_prompt=f"{plan.prompt}\n\n{_CLARIFY}")
-    if isinstance(failure.error, UsageLimitExceeded) and "cost_limit" in failure.error.message:
-        return Prescription(action="abort")
+        return _amended(plan, _CLARIFY)
     if isinstance(failure.error, UsageLimitExceeded):
-        return Prescription(action="modify_prompt", modified_instructions=_CONVERGE)
+        return Prescription(action="abort")  # the episode's one budget is spent: nothing left for a rerun
     return Prescription(action="retry")
+
+
+def _amended(plan: Plan, note: str) -> Prescription:
+    """``modify_prompt`` adding ``note`` to the prompt (once: a relapse does not add it again); as an
+    instruction when the run has no prompt of its own (``None``: it continues a history)."""
+    if plan.prompt is None:
+        return Prescription(action="modify_prompt", modified_instructions=note)
+    text = prompt_text(plan.prompt, placeholders=False)
+    if note in text:
+        return Prescription(action="modify_prompt", modified_prompt=text)
+    return Prescription(action="modify_prompt", modified_prompt=f"{text}\n\n{note}" if text else note)
 
 
 def merge(
@@ -211,7 +245,9 @@ def merge(
         return standard
     extra = [x for x in (clinic.modified_instructions, standard.modified_instructions) if x]
     if cause == "invalid_tool_arguments" and standard.modified_prompt and clinic.modified_prompt:
-        extra.append(standard.modified_prompt[len(plan.prompt) :].strip())
+        note = standard.modified_prompt[len(prompt_text(plan.prompt, placeholders=False)) :].strip()
+        if note and note not in clinic.modified_prompt:
+            extra.append(note)
     return Prescription(
         action="modify_prompt",
         modified_prompt=clinic.modified_prompt or standard.modified_prompt,
@@ -226,6 +262,8 @@ async def summarize(
     part_limit: int = 2_000,
     input_limit: int = 24_000,
     output_limit: int = 4_000,
+    usage: RunUsage | None = None,
+    usage_limits: UsageLimits | None = None,
 ) -> tuple[str, bool]:
     """The Summarizer: one model call that compresses ``messages``. Returns ``(summary, by_model)``;
     when the call fails, the summary is the conversation clipped to ``output_limit`` characters
@@ -233,7 +271,9 @@ async def summarize(
     text = render_messages(messages, part_limit=part_limit, total_limit=input_limit)
     summarizer: Agent[None, str] = Agent(instructions=SUMMARIZER_PROMPT, name="phoenix-clinic-summarizer")
     try:
-        result = await summarizer.run(f"Conversation to summarize:\n{text}", model=model)
+        result = await summarizer.run(
+            f"Conversation to summarize:\n{text}", model=model, usage=usage, usage_limits=usage_limits
+        )
     except Exception:  # noqa: BLE001 - any failure of the Summarizer falls back to clipping
         return render_messages(messages, part_limit=400, total_limit=output_limit), False
     return clip(result.output.strip(), output_limit), True

@@ -17,6 +17,12 @@ Compares, interleaved round-robin so that machine noise hits all three alike:
 (``--client codex``), through ``/bin/sh -c`` as Codex runs it, with the payload Codex 0.171.0 sends
 (a string ``tool_response``, no timestamp), to compare with (a) via ``/bin/sh -c``.
 
+(m) and (n) are Gemini CLI's AfterTool heartbeat (issue 31), with the payload Gemini CLI 0.61.0
+sends (``run_shell_command``, ``tool_response: {llmContent, returnDisplay}``), through ``bash -c``
+as Gemini CLI runs its hooks, to compare with ``(a) via bash -c``: (m) the fast command ``phx
+install gemini-cli --scope user`` writes, (n) the command of the extension's ``hooks/hooks.json``
+(the portable one, ``phx`` from ``PATH``; no user-scope registration, so it does the work).
+
 (a) and (c) are executed directly (the argv of the installed command), so the ratio compares
 the processes themselves; two extra rows run them through ``/bin/sh -c`` as Claude Code does
 (the shell costs every hook the same).
@@ -68,7 +74,7 @@ from pathlib import Path
 import phoenix_protocol
 from phoenix_protocol.core._home import Home
 from phoenix_protocol.core._process import hostname, identity_of
-from phoenix_protocol.integrations._clients import CODEX
+from phoenix_protocol.integrations._clients import CODEX, GEMINI_CLI
 from phoenix_protocol.integrations._install import MARKER, hook_command, install_claude_code, portable_command
 from phoenix_protocol.integrations._plugin import PLUGIN_DIR
 from phoenix_protocol.services._agent import Agent
@@ -79,6 +85,8 @@ BENCH_SESSION = "5f0c2a1e-8d3b-4c7a-9e21-6b4d8f3a7c10"  # Claude Code gives ever
 LANE_SESSION = "6a1d3b2f-9e4c-4d8b-8f32-7c5e9a4b8d21"  # a second session, beside the first (docs/lanes.md)
 CODEX_SESSION = BENCH_SESSION  # Codex's hook heartbeats the same session (its ids are UUIDv7s)
 CODEX_ROW = "(l) Codex PostToolUse hook (--client codex), via /bin/sh -c"
+GEMINI_FAST = "(m) Gemini AfterTool, fast command (--scope user), via bash -c"
+GEMINI_EXTENSION = "(n) Gemini AfterTool, the extension's command (phx from PATH), via bash -c"
 
 
 CPU: dict[str, list[float]] = {}
@@ -220,6 +228,27 @@ def main() -> int:
                 }
             ).encode()
 
+        def gemini_payload(session: str = BENCH_SESSION) -> bytes:
+            """A Gemini CLI 0.61.0 AfterTool payload (tests/data/gemini-cli/): a shell command's result."""
+            n = next(calls)
+            output = f"{n % 40 + 1} passed in 0.8s"
+            return json.dumps(
+                {
+                    "session_id": session,
+                    "transcript_path": os.path.join(work, "session.jsonl"),
+                    "cwd": project,
+                    "hook_event_name": "AfterTool",
+                    "timestamp": "2026-11-28T00:14:30.460Z",
+                    "tool_name": "run_shell_command",
+                    "tool_input": {"command": f"pytest -q tests/test_auth.py -k case_{n}"},
+                    "tool_response": {
+                        "llmContent": f"<untrusted_context>\nOutput: {output}\nProcess Group PGID: {4000 + n}\n"
+                        "</untrusted_context>",
+                        "returnDisplay": output,
+                    },
+                }
+            ).encode()
+
         bindir = os.path.dirname(sys.executable)
         if not os.path.isfile(os.path.join(bindir, "phx")):
             raise SystemExit(f"no phx beside {sys.executable}: install Phoenix in this venv (pip install -e .)")
@@ -247,6 +276,12 @@ def main() -> int:
             fh.write('#!/bin/sh\ncommand -v phx >/dev/null 2>&1 || exit 0\nexec phx hook "$@" --shared\n')
         os.chmod(script, 0o755)  # noqa: S103 - a hook script: executable, as a plugin ships it
         scripted_env = dict(path_env, CLAUDE_PLUGIN_ROOT=scripted)
+        # (m), (n): Gemini CLI's hooks; its environment names the project; a HOME of their own (no
+        # user settings registering Phoenix, which the extension's command would stand aside for).
+        gemini_home = os.path.join(work, "gemini-home")
+        os.makedirs(gemini_home)
+        gemini_env = dict(env, HOME=gemini_home, GEMINI_PROJECT_DIR=project, GEMINI_CWD=project)
+        gemini_path_env = dict(gemini_env, PATH=path_env["PATH"])
         seed_dir = os.path.join(work, "seed")
         os.makedirs(seed_dir)
         seed_env = dict(env, PHOENIX_STATE_DIR=seed_dir)
@@ -285,9 +320,12 @@ def main() -> int:
             ),
             "(i) phx PostToolUse hook, a session in a lane": (shlex.split(hook_command("post-tool-use")), env),
             CODEX_ROW: (["/bin/sh", "-c", hook_command("post-tool-use", client=CODEX)], env),
+            "(a) via bash -c": (["bash", "-c", f"{shlex.quote(sys.executable)} -c pass"], env),
+            GEMINI_FAST: (["bash", "-c", hook_command("post-tool-use", client=GEMINI_CLI)], gemini_env),
+            GEMINI_EXTENSION: (["bash", "-c", portable_command("post-tool-use", client=GEMINI_CLI)], gemini_path_env),
         }
         sessions = {"(i) phx PostToolUse hook, a session in a lane": LANE_SESSION}
-        payloads = {CODEX_ROW: codex_payload}
+        payloads = {CODEX_ROW: codex_payload, GEMINI_FAST: gemini_payload, GEMINI_EXTENSION: gemini_payload}
         before: dict[str, Callable[[], None]] = {}
         after: dict[str, Callable[[], None]] = {}
         if args.pg:
@@ -314,10 +352,11 @@ def main() -> int:
                 samples[name].append(_time(cmd, stdin, project, cmd_env, name))
                 after.get(name, lambda: None)()
         state = agent.state.read()
-        # Seven rows beat on the agent's state.json ((l) Codex's too), (h) and (k) stand aside, (i) beats in its lane.
+        # Nine rows beat on the agent's state.json ((l) Codex's, (m) and (n) Gemini's too), (h) and
+        # (k) stand aside, (i) beats in its lane.
         beats = state.heartbeat_seq - seq_before
-        assert beats == 7 * (runs + 1), (
-            f"{beats} heartbeats, not 7 a round: a hook did not beat, or did not stand aside"
+        assert beats == 9 * (runs + 1), (
+            f"{beats} heartbeats, not 9 a round: a hook did not beat, or did not stand aside"
         )
         lane = agent.in_lane(LANE_SESSION).state.read()
         assert lane.heartbeat_seq >= runs, "the hook of the session in a lane did not record its heartbeats"
@@ -394,6 +433,12 @@ def main() -> int:
         f"(l)/(c via sh) = {codex / med[c_sh]:.2f}; CPU (l) {cpu_med[CODEX_ROW]:.1f} ms, (a via sh) "
         f"{cpu_med['(a) via /bin/sh -c']:.1f} ms"
     )
+    bare_bash = med["(a) via bash -c"]
+    for name in (GEMINI_FAST, GEMINI_EXTENSION):
+        print(
+            f"{name[:3]}/(a via bash) = {med[name] / bare_bash:.2f} wall, "
+            f"{cpu_med[name] / cpu_med['(a) via bash -c']:.2f} CPU ({cpu_med[name]:.1f} ms)"
+        )
     for name in [n for n in commands if n.startswith(("(d)", "(e)", "(f)"))]:
         ratio = med[name] / a
         print(f"{name[:3]}/(a) = {ratio:.2f} (target <= 1.5: {'met' if ratio <= 1.5 else 'MISSED'})")

@@ -1,4 +1,4 @@
-"""Shared fixtures. Every test runs with a temporary HOME and no PHOENIX_* / CLAUDE_* variables,
+"""Shared fixtures. Every test runs with a temporary HOME and no PHOENIX_* / CLAUDE_* / GEMINI_* variables,
 so nothing touches the real ~/.claude, ~/.gemini, ~/.codex or the user's git configuration."""
 
 from __future__ import annotations
@@ -50,7 +50,7 @@ def _isolated_env(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.
     # This user's list of homes (phx status --all) is the test's own.
     monkeypatch.setenv("XDG_STATE_HOME", str(fake_home / ".local" / "state"))
     for name in list(os.environ):
-        if name.startswith(("PHOENIX_", "CLAUDE")):
+        if name.startswith(("PHOENIX_", "CLAUDE", "GEMINI_", "CODEX_HOME")):  # an outer agent CLI's too
             monkeypatch.delenv(name, raising=False)
     for key, value in GIT_ENV.items():
         monkeypatch.setenv(key, value)

@@ -101,6 +101,14 @@ SETTINGS: dict[str, tuple[type, Any, float | None, float | None, str]] = {
         _YEAR_MIN,
         "Minutes of continuous work after which a recovery checkpoint and a forced refresh are taken (0: never).",
     ),
+    "pre_compact_interval_minutes": (
+        float,
+        10.0,
+        0.0,
+        _YEAR_MIN,
+        "Least minutes between the checkpoints of an automatic pre-compaction hook that its CLI fires before "
+        "every model call (Gemini CLI's PreCompress); a manual compaction always takes one (0: every time).",
+    ),
     "keep_routine": (int, 3, 1, _MANY, "Routine checkpoints kept per agent."),
     "checkpoint_files_delay": (
         float,
@@ -263,6 +271,7 @@ class Config:
     restore_on_start: bool
     checkpoint_interval_minutes: float
     refresh_after_minutes: float
+    pre_compact_interval_minutes: float
     keep_routine: int
     checkpoint_files_delay: float
     recovery_retention_days: float

@@ -69,6 +69,13 @@ class Client:
     ``cwd``). ``shell_tools`` / ``file_tools``: the tools that run a command (``{"command": …}``)
     or write a file (``{"file_path": …}``), for the brief's recent work and drift's progress.
     ``own_tools``: the CLI's built-in tool names, which the heartbeat records without the redactor.
+    ``home_var``: a variable that stands for ``HOME`` when the CLI looks for ``config_folder``
+    (Gemini CLI's ``$GEMINI_CLI_HOME``). ``pre_compact_every_call``: the CLI fires its
+    pre-compaction hook before every model call, whether it compacts or not (Gemini CLI 0.61.0's
+    PreCompress, trigger ``auto``): Phoenix throttles its automatic ones
+    (``pre_compact_interval_minutes``). ``stderr_shown``: the CLI shows the user a hook's stderr
+    when its stdout is empty, every time (Gemini CLI 0.61.0, as a "Hook system message"): a hook
+    that failed prints ``{}`` on stdout then, and tells the user once a session (``_hook_notice``).
     ``entry_fields``: more fields of the hook entry of some of Phoenix's events (Codex's
     ``additionalContextLimit`` for SessionStart).
     """
@@ -79,14 +86,17 @@ class Client:
         "entry_fields",
         "entry_name",
         "file_tools",
+        "home_var",
         "hooks",
         "label",
         "name",
         "own_tools",
+        "pre_compact_every_call",
         "project_vars",
         "scopes",
         "shared_scopes",
         "shell_tools",
+        "stderr_shown",
         "timeout_ms",
     )
 
@@ -106,6 +116,9 @@ class Client:
         shell_tools: frozenset[str] = frozenset(),
         file_tools: frozenset[str] = frozenset(),
         own_tools: frozenset[str] = frozenset(),
+        home_var: str | None = None,
+        pre_compact_every_call: bool = False,
+        stderr_shown: bool = False,
         entry_fields: dict[str, dict[str, Any]] | None = None,
     ) -> None:
         self.name = name
@@ -121,6 +134,9 @@ class Client:
         self.shell_tools = shell_tools
         self.file_tools = file_tools
         self.own_tools = own_tools
+        self.home_var = home_var
+        self.pre_compact_every_call = pre_compact_every_call
+        self.stderr_shown = stderr_shown
         self.entry_fields = entry_fields or {}
 
     def __repr__(self) -> str:
@@ -142,12 +158,12 @@ class Client:
 
     def user_config_dir(self, env: Mapping[str, str] | None = None) -> str:
         """The CLI's folder of user settings (``$CLAUDE_CONFIG_DIR``, ``$CODEX_HOME``, else
-        ``~/.claude``, ``~/.gemini``, ``~/.codex``)."""
+        ``~/.claude``, ``~/.gemini`` (``$GEMINI_CLI_HOME/.gemini``), ``~/.codex``)."""
         environ = os.environ if env is None else env
         configured = environ.get(self.config_dir_var) if self.config_dir_var else None
         if configured:
             return os.path.expanduser(configured)
-        home = environ.get("HOME") or os.path.expanduser("~")
+        home = (environ.get(self.home_var) if self.home_var else None) or environ.get("HOME") or os.path.expanduser("~")
         return os.path.join(home, self.config_folder)
 
     def project_dir(self, payload: dict[str, Any], env: Mapping[str, str] | None = None) -> str | None:
@@ -204,18 +220,28 @@ _CLAUDE_CODE_TOOLS = frozenset(
 )  # fmt: skip
 _GEMINI_CLI_TOOLS = frozenset(
     {
+        # Offered to the model by 0.61.0 (its requests' functionDeclarations, seen 2026-11-28):
+        "activate_skill",
+        "enter_plan_mode",
+        "exit_plan_mode",
         "glob",
         "google_web_search",
+        "grep_search",
+        "invoke_agent",
+        "list_background_processes",
         "list_directory",
+        "read_background_output",
         "read_file",
-        "read_many_files",
         "replace",
         "run_shell_command",
-        "save_memory",
-        "search_file_content",
+        "update_topic",
         "web_fetch",
         "write_file",
         "write_todos",
+        # Earlier releases' names:
+        "read_many_files",
+        "save_memory",
+        "search_file_content",
     }
 )  # fmt: skip
 
@@ -263,6 +289,9 @@ GEMINI_CLI = Client(
     shell_tools=frozenset({"run_shell_command"}),
     file_tools=frozenset({"write_file", "replace"}),
     own_tools=_GEMINI_CLI_TOOLS,
+    home_var="GEMINI_CLI_HOME",
+    pre_compact_every_call=True,
+    stderr_shown=True,
 )
 
 CODEX = Client(
@@ -315,9 +344,66 @@ def adapt_payload(client: Client, payload: dict[str, Any]) -> dict[str, Any]:
         answer = payload.get("prompt_response")
         if isinstance(answer, str) and "last_assistant_message" not in payload:
             payload["last_assistant_message"] = answer
+        # AfterTool: a failed call is told in the response, not by another event.
+        response = payload.get("tool_response")
+        if isinstance(response, dict) and "is_error" not in response:
+            error = _gemini_tool_error(response)
+            if error is not None:
+                payload["tool_response"] = {**response, "is_error": True, "error": error}
+        # Gemini's transcript (~/.gemini/tmp/<project>/chats/session-….jsonl) is not Claude Code's:
+        # what a resumed conversation holds is told by Phoenix's own records (_context).
+        payload.pop("transcript_path", None)
     elif client is CODEX and payload.get("tool_name") == "apply_patch":
         _codex_patch(payload)
     return payload
+
+
+_SHELL_SECTIONS = ("Exit Code: ", "Error: ", "Signal: ", "Background PIDs: ", "Process Group PGID: ")
+"""What follows the output in the result Gemini CLI's shell tool gives the model (0.61.0:
+``Output: …``, then a line each: ``Error`` for a process-level error, ``Exit Code`` when it is not
+0, ``Signal`` when a signal ended it, ``Background PIDs``, ``Process Group PGID``), wrapped in
+``<untrusted_context>`` (which escapes that closing tag inside the output)."""
+_WRAPPER = ("<untrusted_context>\n", "\n</untrusted_context>")
+_SECTIONS_SCAN = 4096
+
+
+def _gemini_tool_error(response: dict[str, Any]) -> str | None:
+    """Why a Gemini CLI tool call failed, from its ``tool_response`` (``{llmContent,
+    returnDisplay}``, plus ``error: {message, type}`` from most tools), or ``None`` when it did
+    not. A shell command that exited non-zero, failed to start or was killed by a signal has no
+    ``error``: its ``llmContent`` ends with ``Exit Code: 2`` (``Error: …``, ``Signal: …``) lines
+    after the output. Those are told from the output by ``returnDisplay``, which is the output
+    itself (so an output whose last line reads ``Exit Code: 3`` is not taken for one); where it is
+    not (colours, an escaped tag), the lines are read from the end."""
+    error = response.get("error")
+    if isinstance(error, dict):
+        message = error.get("message")
+        return message if isinstance(message, str) and message else "tool reported an error"
+    if isinstance(error, str) and error:
+        return error
+    content = response.get("llmContent")
+    if not isinstance(content, str) or "\n" not in content:
+        return None
+    if content.startswith(_WRAPPER[0]) and content.endswith(_WRAPPER[1]):
+        content = content[len(_WRAPPER[0]) : -len(_WRAPPER[1])]
+    if not content.startswith("Output: "):
+        return None
+    display = response.get("returnDisplay")
+    if isinstance(display, str) and display and content.startswith("Output: " + display + "\n"):
+        content = content[len("Output: " + display) :]  # the lines after the output, exactly
+    found: dict[str, str] = {}
+    for line in reversed(content[-_SECTIONS_SCAN:].split("\n")):  # the lines at the end, last first
+        section = next((s for s in _SHELL_SECTIONS if line.startswith(s)), None)
+        if section is None:
+            break
+        found[section] = line[len(section) :].strip()
+    code = found.get("Exit Code: ")
+    if code is not None and code != "0":
+        return f"exit code {code}"
+    for section in ("Error: ", "Signal: "):
+        if found.get(section):
+            return f"{section[:-2].lower()}: {found[section]}"
+    return None
 
 
 _PATCH_HEADS = ("*** Add File: ", "*** Update File: ", "*** Delete File: ", "*** Move to: ")

@@ -14,7 +14,9 @@ post-tool-use      The heartbeat: ``last_active``, ``heartbeat_seq``, the sessio
                    the last tool and whether it failed, what it did (a command run, a file
                    written: ``_work``) (also registered for PostToolUseFailure). Hot path: see
                    below.
-pre-compact        Refreshes ``brief.md``. Never blocks compaction.
+pre-compact        Refreshes ``brief.md``, takes a routine checkpoint. Never blocks compaction. For a
+                   CLI that fires it before every model call (Gemini's PreCompress), throttled
+                   (``_pre_compact``).
 stop               Heartbeat; the turn ends (``turn: idle``: the agent waits at its prompt).
                    Prints nothing (output there would keep the turn going).
 user-prompt        A prompt was submitted (UserPromptSubmit): heartbeat, ``turn: busy`` until
@@ -135,12 +137,15 @@ def _session_id(payload: dict[str, Any], state: AgentState | None = None) -> str
     return session_id_of(raw)
 
 
-_COSMETIC_KEYS = frozenset({"description", "timeout", "run_in_background"})
+_COSMETIC_KEYS = frozenset({"description", "timeout", "run_in_background", "is_background", "instruction"})
+"""Claude Code's Bash ``description``, ``timeout``, ``run_in_background``; Gemini CLI's
+``run_shell_command`` ``description``, ``is_background`` and ``replace``'s ``instruction`` (what the
+model says the edit is for)."""
 
 
 def _normalized(value: object) -> object:
     """A tool input without what does not change the action taken: whitespace runs inside
-    strings collapse, and cosmetic keys (the Bash tool's ``description``, ``timeout``) go."""
+    strings collapse, and cosmetic keys (``_COSMETIC_KEYS``) go."""
     if isinstance(value, str):
         return " ".join(value.split())
     if isinstance(value, dict):
@@ -330,6 +335,11 @@ def handle(event: str, payload: dict[str, Any], options: dict[str, str]) -> str 
             _persona_check(agent, answer)
         return None  # Stop prints nothing: output there would keep the conversation going
     if event in ("session-start", "pre-compact", "session-end"):
+        if event == "pre-compact" and client.pre_compact_every_call:
+            from phoenix_protocol.integrations._pre_compact import throttled
+
+            if throttled(_open_agent(payload, options), payload):
+                return None  # Gemini's PreCompress before every model call (_pre_compact)
         from phoenix_protocol.integrations._hooks_session import handle_session_event
 
         return handle_session_event(event, payload, options, _session_id(payload))
@@ -502,14 +512,25 @@ def run(argv: list[str], stdin: bytes) -> tuple[int, str, str]:
             notice = notice_once(event, payload, message, failed=False, client=client)
             if notice is not None:
                 out = adapt_output(client, event, with_system_message(out, notice))
-            return 0, (out + "\n") if out else "", f"phoenix: {event} hook: {message[:300]} (the agent is unaffected)\n"
+            line = f"phoenix: {event} hook: {message[:300]} (the agent is unaffected)\n"
+            return 0, (out + "\n") if out else _quiet(options), line
         return 0, (out + "\n") if out else "", ""
     except BaseException as exc:  # noqa: BLE001 - a hook must never break the agent
         message = "interrupted" if isinstance(exc, KeyboardInterrupt) else _describe(exc)
         line = f"phoenix: {event} hook: {message[:300]} (the agent is unaffected)"
         _log_best_effort("hook_failed", "error", event, payload, options, {"error": message[:500]})
         notice = None if isinstance(exc, KeyboardInterrupt) else _notice(event, payload, message, options)
-        return 0, notice + "\n" if notice else "", line + "\n"
+        return 0, notice + "\n" if notice else _quiet(options), line + "\n"
+
+
+def _quiet(options: dict[str, str]) -> str:
+    """What a hook that has a line for stderr but nothing to say prints on stdout: ``{}`` (no
+    output) for a CLI that shows the user the stderr of a hook whose stdout is empty (Gemini CLI:
+    every time, where the ``systemMessage`` notice tells once a session), else nothing."""
+    try:
+        return "{}\n" if _client(options).stderr_shown else ""
+    except ValueError:  # an unknown --client: what runs the hook is not known
+        return ""
 
 
 _noted: list[BaseException] = []

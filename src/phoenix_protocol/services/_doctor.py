@@ -274,6 +274,7 @@ def _agent_files(agent: Agent) -> list[tuple[str, int | None]]:
         (agent.identity.path, MAX_IDENTITY_BYTES),
         (agent.identity.digest_path, MAX_DIGEST_BYTES),
         (os.path.join(agent.dir, ".store-sync"), 64),  # integrations._hooks.SYNC_MARK
+        (os.path.join(agent.dir, ".pre-compact"), 256),  # integrations._pre_compact.MARK
         (injections, 1 << 20),  # integrations._context: INJECTIONS, MAX_INJECTIONS_BYTES
     ]
     locks = [(path + ".lock", None) for path in (agent.state.path, log.path, agent.identity.path, injections)]
@@ -339,7 +340,12 @@ def _check_entries(agent: Agent, repair: bool) -> tuple[list[Finding], set[str],
             agent.state.path: "; the state is rebuilt from the ops log below",
             agent.identity.path: "; the identity is restored from a checkpoint below",
             agent.brief_path: "; the next session start writes a new one",
-        }.get(path, "; Phoenix writes a new one when it needs it" if path.endswith((".lock", ".store-sync")) else "")
+        }.get(
+            path,
+            "; Phoenix writes a new one when it needs it"
+            if path.endswith((".lock", ".store-sync", ".pre-compact"))
+            else "",
+        )
         if path == agent.ops.path or path.startswith(agent.ops.path + "."):
             rebuilt = "; its events are not read any more (the log goes on without them)"
         findings.append(

@@ -14,7 +14,7 @@ redacted): a header, then one record per thing, each with a ``type``:
   (``identity.yaml``, ``identity.digest``): on PostgreSQL they are rows, exported as the files
   they would be (the ops log as one ``ops.jsonl``: every machine's events in seq order) and
   imported as rows. A machine's bookkeeping for its copy of an agent (``store-link.json``,
-  ``.store-rev``, ``.store-sync``, ``.identity-copy``) is not exported. The checkpoint catalogue
+  ``.store-rev``, ``.store-sync``, ``.pre-compact``, ``.identity-copy``) is not exported. The checkpoint catalogue
   (``index.json``, ``index.log``) is not exported: it is rebuilt from the checkpoints.
 - ``team``: a team's metadata (with its tasks) and roster; then its ``message`` records (in
   sequence order, with their timestamps, ids and acknowledgements), ``cursor`` records,
@@ -58,7 +58,7 @@ _SKIP_SUFFIXES = (".lock", ".tmp")
 _CATALOGUE = ("index.json", "index.log")
 _ROWS = ("checkpoints", "sessions")
 """What an agent keeps as rows of the database on every store (``_store_file``'s kinds)."""
-_LOCAL = ("store-link.json", ".store-rev", ".store-sync", ".identity-copy")
+_LOCAL = ("store-link.json", ".store-rev", ".store-sync", ".pre-compact", ".identity-copy")
 """A machine's bookkeeping for its copy of an agent on the PostgreSQL store (``_state_pg``)."""
 
 Progress = Callable[[str], None]

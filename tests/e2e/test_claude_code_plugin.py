@@ -146,7 +146,7 @@ def plugin_runs(project: ClaudeProject) -> list[tuple[str, int]]:
 @pytest.mark.e2e
 def test_claude_code_validates_the_marketplace_and_the_plugin(project: ClaudeProject) -> None:
     """``claude plugin validate --strict`` (warnings are errors) passes the plugin, and names every
-    event's hook; the marketplace passes but for one warning per Gemini CLI event of the Gemini CLI
+    event's hook; the marketplace passes but for one warning per Gemini CLI-only event of the Gemini CLI
     extension's ``hooks/hooks.json``, which shares the repository's root with the marketplace
     (Gemini installs an extension from the root of a repository; Claude Code ignores a hooks file
     at the marketplace's root at runtime: no plugin's source is the root)."""
@@ -161,7 +161,7 @@ def test_claude_code_validates_the_marketplace_and_the_plugin(project: ClaudePro
     warned = sorted(w["message"] for c in root["contents"] for w in c["warnings"])
     assert warned == [
         f"hooks.{event}: unknown hook event; entry ignored at runtime"
-        for event in ("AfterAgent", "AfterTool", "PreCompress")
+        for event in ("AfterAgent", "AfterTool", "BeforeAgent", "PreCompress")
     ], root
     report = json.loads(project.run(["plugin", "validate", "--json", os.path.join(REPO_ROOT, PLUGIN_DIR)]).stdout)
     assert report["success"] is True and report["manifest"]["errors"] == [], report

@@ -160,6 +160,10 @@ def test_two_agents_in_one_tree_and_the_configured_names(
     shell = subprocess.Popen(["sh", "-c", f"{claude} 600 & {other} 600 & wait"])
     started.append(shell)
     _wait_for(shell.pid, 2)
+    deadline = time.monotonic() + 20  # forked is not yet exec'd: until both children bear their names
+    while {c.name() for c in psutil.Process(shell.pid).children()} != {"claude", "aider"}:
+        assert time.monotonic() < deadline, "the children never exec'd"
+        time.sleep(0.05)
     assert [a.name for a in agents_in_tree(shell.pid)] == ["claude"]
     found = agents_in_tree(shell.pid, extra_names={"aider"})
     assert sorted((a.cli.name if a.cli else "-", a.name) for a in found) == [("-", "aider"), ("claude-code", "claude")]

@@ -113,7 +113,7 @@ def test_project_install_records_a_session_with_its_tool_calls(project: GeminiPr
     state = project.state()
     assert state["session_id"] == run.session_id
     assert state["status"] == "idle" and state["status_event"] == "session_end"  # SessionEnd closed it
-    assert (state["tool_calls"], state["heartbeat_seq"]) == (3, 4)  # each AfterTool once, and AfterAgent
+    assert (state["tool_calls"], state["heartbeat_seq"]) == (3, 5)  # each AfterTool once, BeforeAgent, AfterAgent
     assert state["last_tool"]["name"] == "run_shell_command" and state["last_tool"]["ok"] is False
     work = json.dumps(state["recent_work"])
     assert "echo migrating-invoices" in work and "notes.txt" in work and project.dir not in work

@@ -25,6 +25,13 @@ Strategies, each with ``max_recoveries = 2`` (up to two reruns after the first f
 * **request retry**: a wrapper model that re-sends the *failed model request* (not the run) on a
   transient error, with the same backoff (what pydantic-ai's retrying HTTP transport, or the
   provider SDK's ``max_retries``, gives): it keeps the run's progress;
+* **FallbackModel (a second, healthy provider)**: pydantic-ai's ``FallbackModel`` with the
+  patient's model first and, as the fallback, the same scripted model served through another
+  model instance that stands for a second provider of the same model (OpenAI and Azure OpenAI,
+  say), healthy: the provider-side failures (429, 5xx, 529, timeouts) do not happen there, but
+  the model behaves the same and has the same context window (a context overflow, a hallucinated
+  tool, wrong arguments recur). Default ``fallback_on`` (``ModelAPIError``), no backoff. It is
+  the only strategy given a second provider; its best case (an outage that spares the fallback);
 * **Clinic, fast path only**: ``Clinic(consult=False)``: pydantic-ai's own errors, no Clinic agent;
 * **Clinic, worker obeys feedback**: the full Clinic with that worker (the Clinic on top of
   pydantic-ai's own retries);
@@ -42,8 +49,6 @@ arguments after they had completed (the booking scenarios; goal 0).
 Scoring: the ``ambiguous_instruction`` scenarios and two ``logic_error`` ones (``KEYED``) are
 healed by the scripted Clinic agent's words, which know what each scenario's worker wants (an
 answer key); the totals are given with them and without them (the *scored* row).
-
-Not measured here: ``FallbackModel`` (it needs a second scripted model per scenario).
 """
 
 from __future__ import annotations
@@ -83,6 +88,7 @@ from pydantic_ai.exceptions import (
     ModelTimeoutError,
     ModelUnavailableError,
 )
+from pydantic_ai.models.fallback import FallbackModel
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 from pydantic_ai.models.wrapper import WrapperModel
 
@@ -106,7 +112,7 @@ class World:
     """Simulated time and model-call counts of one scenario run."""
 
     now: float = 0.0
-    calls: dict[str, int] = field(default_factory=lambda: {"worker": 0, "clinic": 0, "summarizer": 0})
+    calls: dict[str, int] = field(default_factory=lambda: {"worker": 0, "fallback": 0, "clinic": 0, "summarizer": 0})
     waited: float = 0.0
     chars: int = 0
     effects: list[str] = field(default_factory=list)
@@ -116,20 +122,42 @@ class World:
     tool, a validator's ModelRetry) within the run, as a capable model does."""
     first_feedback: int | None = None
     """Model calls made before the first request that carried retry feedback."""
+    first_failure: int | None = None
+    """Model calls made up to and including the worker's first failed model request."""
+    worker: Respond | None = None
+    """The scenario's scripted worker (its ``respond``), to serve it again through a fallback model."""
+    serving: str = "worker"
+    """Who answers the current model request: ``worker`` (the patient's provider) or ``fallback``
+    (the same scripted model at a second, healthy provider: it has no provider-side failures)."""
 
     def model(self, role: str, respond: Respond) -> FunctionModel:
+        if role == "worker":
+            self.worker = respond
+
         def counted(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
             if role == "worker" and self.first_feedback is None and feedback(messages):
                 self.first_feedback = self.total
             self.calls[role] += 1
             self.chars += len(text_of(messages)) + len(info.instructions or "")
-            if role == "worker":
+            if role in ("worker", "fallback"):
                 self.now += LATENCY
-            response = respond(messages, info)
+                self.serving = role
+            try:
+                response = respond(messages, info)
+            except Exception:
+                if role in ("worker", "fallback") and self.first_failure is None:
+                    self.first_failure = self.total
+                raise
             self.chars += sum(len(str(getattr(p, "content", "") or getattr(p, "args", ""))) for p in response.parts)
             return response
 
         return FunctionModel(counted)
+
+    @property
+    def provider_down(self) -> bool:
+        """Whether provider-side failures (429, 5xx, timeouts) can hit this request: only at the
+        patient's provider, never at the fallback's (a healthy alternative provider)."""
+        return self.serving == "worker"
 
     @property
     def tokens(self) -> int:
@@ -244,7 +272,7 @@ def rate_limited(retry_after: float, window: float | None = None) -> Callable[[W
         until = window if window is not None else retry_after
 
         def respond(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
-            if world.now < until + LATENCY:
+            if world.provider_down and world.now < until + LATENCY:
                 raise ModelHTTPError.for_category(
                     ModelRateLimitError, status_code=429, model_name="worker", retry_after=retry_after
                 )
@@ -260,7 +288,7 @@ def failing_n_times(n: int, make: Callable[[], Exception]) -> Callable[[World], 
         state = {"left": n}
 
         def respond(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
-            if state["left"] > 0:
+            if world.provider_down and state["left"] > 0:
                 state["left"] -= 1
                 raise make()
             return ModelResponse(parts=[TextPart("42")])
@@ -273,7 +301,7 @@ def failing_n_times(n: int, make: Callable[[], Exception]) -> Callable[[World], 
 def down_for(seconds: float, make: Callable[[], Exception]) -> Callable[[World], Case]:
     def build(world: World) -> Case:
         def respond(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
-            if world.now < seconds + LATENCY:
+            if world.provider_down and world.now < seconds + LATENCY:
                 raise make()
             return ModelResponse(parts=[TextPart("42")])
 
@@ -852,7 +880,10 @@ def booking(fail: str) -> Callable[[World], Case]:
         def respond(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
             result = tool_result(messages)
             if result is not None or "booked" in text_of(messages[-2:]):
-                if not state["failed"]:
+                # the 503 is the patient's provider's; the overflow is the model's window, which the
+                # same model at the fallback provider has too (the same messages overflow it again)
+                overflows = fail == "overflow" and (not state["failed"] or world.serving == "fallback")
+                if overflows or (fail == "503" and not state["failed"] and world.provider_down):
                     state["failed"] = True
                     if fail == "503":
                         raise ModelHTTPError(503, "worker", {"error": {"message": "overloaded"}})
@@ -1081,6 +1112,23 @@ async def request_retry(scenario: Scenario) -> Result:
     return _done(world, case.check(result.output), first[0] if first else None)
 
 
+async def fallback_model(scenario: Scenario) -> Result:
+    """pydantic-ai's ``FallbackModel(patient's model, fallback)``, default ``fallback_on``
+    (``ModelAPIError``): the fallback is the same scripted model served by a second, healthy
+    provider (no provider-side failures; the same behaviour and context window)."""
+    world = World()
+    case = scenario.build(world)
+    primary = case.kwargs.pop("model", None) or case.agent.model
+    assert isinstance(primary, FunctionModel) and world.worker is not None
+    model = FallbackModel(primary, world.model("fallback", world.worker))
+    try:
+        result = await case.agent.run(case.prompt, model=model, **case.kwargs)
+    except Exception as exc:  # noqa: BLE001 - the baseline has no recovery beyond the fallback
+        first = world.first_failure if world.first_failure is not None else world.total
+        return _done(world, False, first, error=type(exc).__name__)
+    return _done(world, case.check(result.output), world.first_failure)
+
+
 async def with_clinic(scenario: Scenario, *, consult: bool, obeys_feedback: bool = False) -> Result:
     world = World(obeys_feedback=obeys_feedback)
     case = scenario.build(world)
@@ -1109,10 +1157,12 @@ async def with_clinic(scenario: Scenario, *, consult: bool, obeys_feedback: bool
     return _done(world, case.check(result.output), first[0] if first else None, root_causes=causes)
 
 
+FALLBACK = "FallbackModel (a second, healthy provider)"
 STRATEGIES: dict[str, Callable[[Scenario], Any]] = {
     "plain retry": plain_retry,
     "retry + backoff": lambda s: plain_retry(s, backoff=True),
     "request retry": request_retry,
+    FALLBACK: fallback_model,
     "pydantic-ai retries=3, worker obeys feedback": builtin_retries,
     "Clinic, fast path only": lambda s: with_clinic(s, consult=False),
     "Clinic": lambda s: with_clinic(s, consult=True),

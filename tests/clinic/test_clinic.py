@@ -805,6 +805,16 @@ def test_the_benchmark_covers_every_root_cause_and_the_clinic_beats_plain_retry(
     repeated = {name: sum(r.repeated for r in rs) for name, rs in results.items()}
     assert repeated["Clinic"] == repeated["Clinic, fast path only"] == 0  # issue 33: no tool side effect twice
     assert repeated["plain retry"] > 0
+    # FallbackModel: the same scripted model at a second, healthy provider (its best case)
+    from clinic_vs_retry import FALLBACK
+
+    fallback = {s.name: r for s, r in zip(SCENARIOS, results[FALLBACK], strict=True)}
+    assert fallback["500 for an hour (outage)"].recovered  # the other provider is up
+    assert not results["request retry"][[s.name for s in SCENARIOS].index("500 for an hour (outage)")].recovered
+    overflow = fallback["history of 20 turns, window 5k chars"]
+    assert not overflow.recovered and overflow.extra_calls == 1  # the same window overflows at the fallback too
+    assert not fallback["calls search_web; only get_weather exists"].recovered  # not a provider failure
+    assert repeated[FALLBACK] == 0 and recovered[FALLBACK] < recovered["Clinic"]
 
 
 def test_the_benchmark_writes_no_file_unless_asked(

@@ -591,3 +591,61 @@ def test_a_failed_stream_continues_through_the_clinic_without_repeating_tools() 
     assert asyncio.run(main()) == "Room A is booked."
     assert booked["n"] == 1 and calls["n"] == 3
     assert "PartStartEvent" in events
+
+
+def _503s_after_booking(n: int) -> Callable[[list[ModelMessage], AgentInfo], ModelResponse]:
+    """Books, then the next ``n`` model requests get a 503, then answers."""
+    state = {"left": n}
+
+    def respond(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        if _returned(messages, "book"):
+            if state["left"] > 0:
+                state["left"] -= 1
+                raise ModelHTTPError(503, "patient", {"error": {"message": "overloaded"}})
+            return ModelResponse(parts=[TextPart("Room A is booked.")])
+        return ModelResponse(parts=[ToolCallPart("book", {"room": "A"})])
+
+    return respond
+
+
+@pytest.mark.parametrize("failures", [1, 2])
+def test_a_failed_iter_continues_through_the_clinic_without_repeating_tools(failures: int) -> None:
+    """docs/clinic.md's way for ``agent.iter``: capture the failed run's messages, continue from
+    ``resumable(captured)`` through the Clinic; the booking made inside the ``iter`` is not made
+    again, whether the continuation runs healthy (1 failure) or the Clinic heals it (2)."""
+    import asyncio
+
+    from pydantic_ai import capture_run_messages
+
+    from phoenix_protocol.clinic import resumable
+
+    agent, patient, booked = booking_agent(_503s_after_booking(failures))
+    nodes: list[str] = []
+    sleeper = Sleeper()
+
+    async def main() -> str:
+        with capture_run_messages() as captured:
+            try:
+                async with agent.iter("Book room A.") as run:
+                    async for node in run:
+                        nodes.append(type(node).__name__)
+                    assert run.result is not None
+                    return str(run.result.output)
+            except ModelHTTPError:
+                pass
+        assert booked["n"] == 1 and patient.calls == 2  # the iter booked, then its next request failed
+        continued = resumable(captured)
+        assert [m.parts[-1].part_kind for m in continued] == ["user-prompt", "tool-call", "tool-return"]
+        result = await recoverable_run(agent, None, message_history=continued, clinic=Clinic(sleep=sleeper))
+        episode = clinic_episode(result)
+        if failures == 1:
+            assert episode is None  # the continuation ran healthy: no visit needed
+        else:
+            assert episode is not None and episode.outcome == "healed" and episode.tools_replayed == []
+        return str(result.output)
+
+    assert asyncio.run(main()) == "Room A is booked."
+    assert booked["n"] == 1  # never booked again
+    assert patient.calls == 2 + failures  # the iter's 2, then one request per remaining failure and the answer
+    assert sleeper.delays == [1.0] * (failures - 1)
+    assert "CallToolsNode" in nodes  # the iter really walked its graph up to the tool call

@@ -28,19 +28,16 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
-from fake_models import CLAUDE_MODEL as MODEL
-from fake_models import HOLD_TIMEOUT, FakeAnthropic, Turn
 from fake_models import AnthropicRequest as RecordedRequest
+from fake_models import FakeAnthropic, Turn
 from npm_clis import CLAUDE_CODE, ensure_npm_cli
 from sandbox import CliRun, PhoenixFiles, base_env, finish, git, home_env, init_project, start_cli, temp_root
 
 from phoenix_protocol.integrations._install import InstallResult, install_claude_code
 
-__all__ = ["HOLD_TIMEOUT", "MODEL", "FakeAnthropic", "RecordedRequest", "Turn"]
+__all__ = ["FakeAnthropic", "RecordedRequest", "Turn"]
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-CLAUDE_CODE_VERSION = CLAUDE_CODE.version
-CLAUDE_CODE_PACKAGE = CLAUDE_CODE.package
 RUN_TIMEOUT = 120.0
 
 # A test-only hook (registered in settings.local.json, never in Phoenix's settings.json) that
@@ -72,7 +69,7 @@ with open(os.path.join(out_dir, "%s-%d.json" % (event, os.getpid())), "w") as fh
 
 
 def ensure_claude_code() -> list[str]:
-    """The argv prefix that runs Claude Code ``CLAUDE_CODE_VERSION``: ``["node", ".../cli-wrapper.cjs"]``.
+    """The argv prefix that runs the pinned Claude Code (``npm_clis.CLAUDE_CODE``): ``["node", ".../cli-wrapper.cjs"]``.
 
     Installed on first use by ``npm_clis.ensure_npm_cli`` into ``<cache>/claude-code-<version>``.
     npm blocks the package's postinstall script, so ``node_modules/.bin/claude`` is a placeholder;

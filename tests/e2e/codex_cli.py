@@ -37,8 +37,6 @@ import phoenix_protocol
 
 __all__ = ["FakeResponses", "RecordedRequest", "Turn"]
 
-CODEX_VERSION = CODEX.version
-CODEX_PACKAGE = CODEX.package
 RUN_TIMEOUT = 120.0
 MODEL = "fake-model"
 SRC = os.path.dirname(os.path.dirname(os.path.abspath(phoenix_protocol.__file__)))
@@ -63,7 +61,7 @@ def native_codex() -> str:
 
 
 def ensure_codex() -> list[str]:
-    """The argv prefix that runs Codex ``CODEX_VERSION``: ``["node", ".../bin/codex.js"]``.
+    """The argv prefix that runs the pinned Codex (``npm_clis.CODEX``): ``["node", ".../bin/codex.js"]``.
 
     Installed on first use (about 420 MB: the package ships the platform binary) by
     ``npm_clis.ensure_npm_cli`` into ``<cache>/codex-<version>``; ready only with that binary

@@ -45,8 +45,6 @@ from sandbox import (
 
 __all__ = ["FakeGemini", "RecordedRequest", "Turn", "kill_group", "wait_for_requests"]
 
-GEMINI_CLI_VERSION = GEMINI_CLI.version
-GEMINI_CLI_PACKAGE = GEMINI_CLI.package
 MODEL = "gemini-2.5-flash"
 RUN_TIMEOUT = 120.0
 AUTH_SETTINGS: dict[str, Any] = {"security": {"auth": {"selectedType": "gemini-api-key"}}}
@@ -58,7 +56,7 @@ resolves to a "gateway" auth and the run exits 41."""
 
 
 def ensure_gemini_cli() -> list[str]:
-    """The argv prefix that runs Gemini CLI ``GEMINI_CLI_VERSION``: ``["node", ".../bundle/gemini.js"]``.
+    """The argv prefix that runs the pinned Gemini CLI (``npm_clis.GEMINI_CLI``): ``["node", ".../bundle/gemini.js"]``.
 
     Installed on first use (about 100 MB) by ``npm_clis.ensure_npm_cli`` into
     ``<cache>/gemini-cli-<version>``. Raises (never skips) when node or npm is missing or the

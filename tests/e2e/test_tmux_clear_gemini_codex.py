@@ -4,7 +4,7 @@
 Their hooks are written in the temporary HOME's settings as ``_clients`` lists them (the
 prompt: Gemini ``BeforeAgent``, Codex ``UserPromptSubmit``, as ``phx hook user-prompt``; the end
 of the turn: Gemini ``AfterAgent``, Codex ``Stop``, as ``phx hook stop``). Each CLI talks to a scripted local model
-(``fake_models``) whose second answer is held: mid-turn, the watchdog types nothing; once the
+(``fake_models``, the fakes the other e2e tests use) whose answer is held: mid-turn, the watchdog types nothing; once the
 turn has ended it takes a recovery checkpoint and types ``/clear``; the CLI starts a new
 conversation (SessionStart, source ``clear``), whose first model request carries the fresh brief.
 """
@@ -14,18 +14,18 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import subprocess
 import tempfile
 import threading
 import time
 from collections.abc import Iterator
 from typing import Any
 
+import npm_clis
 import psutil
 import pytest
-from claude_code import _base_env
-from fake_models import Answer, FakeGemini, FakeOpenAI
-from npm_clis import CODEX, GEMINI_CLI_PACKAGE, NpmCliUnavailable, ensure_npm_cli
+from fake_models import FakeGemini, FakeResponses, Turn
+from npm_clis import NpmCli, NpmCliUnavailable, ensure_npm_cli
+from sandbox import git, home_env
 from tmux import TmuxServer
 
 from phoenix_protocol.core._clock import ManualClock
@@ -42,21 +42,21 @@ TASK = "Port the parser to the new grammar"
 pytestmark = pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux is not installed")
 
 
-def _cli(spec: tuple[str, str, str, str]) -> str:
+def _cli(cli: NpmCli) -> list[str]:
     try:
-        return ensure_npm_cli(spec)
+        return ensure_npm_cli(cli)
     except NpmCliUnavailable as exc:
         pytest.skip(str(exc))
 
 
 @pytest.fixture(scope="module")
-def gemini() -> str:
-    return _cli(GEMINI_CLI_PACKAGE)
+def gemini() -> list[str]:
+    return _cli(npm_clis.GEMINI_CLI)
 
 
 @pytest.fixture(scope="module")
-def codex() -> str:
-    return _cli(CODEX)
+def codex() -> list[str]:
+    return _cli(npm_clis.CODEX)
 
 
 class Sandbox:
@@ -68,26 +68,12 @@ class Sandbox:
         self.home = os.path.join(root, "home")
         os.makedirs(self.project)
         os.makedirs(self.home)
-        git = {**_base_env(), "GIT_CONFIG_GLOBAL": os.devnull, "GIT_CONFIG_NOSYSTEM": "1"}
-        subprocess.run(["git", "init", "-q", self.project], check=True, env=git, capture_output=True)
+        git(self.project, "init", "-q")
         self.server = TmuxServer(os.path.join(root, "tmux.sock"))
         self.agent = Agent.open("default", home=Home(os.path.join(self.project, ".phoenix")))
 
     def env(self, **extra: str) -> dict[str, str]:
-        env = _base_env()
-        env.update(
-            HOME=self.home,
-            USER=env.get("USER", "root"),
-            XDG_CONFIG_HOME=os.path.join(self.home, ".config"),
-            XDG_CACHE_HOME=os.path.join(self.home, ".cache"),
-            XDG_DATA_HOME=os.path.join(self.home, ".local", "share"),
-            XDG_STATE_HOME=os.path.join(self.home, ".local", "state"),
-            GIT_CONFIG_GLOBAL=os.devnull,
-            GIT_CONFIG_NOSYSTEM="1",
-            NO_COLOR="1",
-            **extra,
-        )
-        return env
+        return home_env(self.home, **extra)
 
     def write(self, relative: str, text: str) -> None:
         path = os.path.join(self.home, relative)
@@ -148,11 +134,13 @@ def _hooks(client: Client) -> dict[str, Any]:
     return {"hooks": hooks}
 
 
-def _refresh_flow(box: Sandbox, pane: str, api: Any, release: threading.Event, *, marker: str) -> str:
+def _refresh_flow(
+    box: Sandbox, pane: str, api: FakeGemini | FakeResponses, release: threading.Event, *, marker: str
+) -> str:
     """The part both CLIs share, from a submitted prompt whose answer is held to the clear command
     typed; returns the session id the refresh ended."""
     agent, server = box.agent, box.server
-    server.wait_for(lambda: len(api.requests) >= 1 and agent.state.exists(), "the held model request", pane)
+    server.wait_for(lambda: len(api.main_requests()) >= 1 and agent.state.exists(), "the held model request", pane)
     server.wait_for(lambda: agent.state.read().turn == "busy", "the turn begun (prompt hook)", pane)
     server.wait_for(lambda: marker in server.screen(pane).lower(), f"the screen busy ({marker!r})", pane)
     state = agent.state.read()
@@ -175,14 +163,14 @@ def _refresh_flow(box: Sandbox, pane: str, api: Any, release: threading.Event, *
 
 
 @pytest.mark.e2e
-def test_watchdog_refreshes_an_idle_gemini_cli_in_its_tmux_pane(gemini: str, sandbox: Sandbox) -> None:
+def test_watchdog_refreshes_an_idle_gemini_cli_in_its_tmux_pane(gemini: list[str], sandbox: Sandbox) -> None:
     hooks = _hooks(GEMINI_CLI)
     settings = {"security": {"auth": {"selectedType": "gemini-api-key"}}, **hooks}
     sandbox.write(".gemini/settings.json", json.dumps(settings))
     release = threading.Event()
-    with FakeGemini([Answer("Parser half ported.", hold=release)]) as api:
+    with FakeGemini([Turn.held(release, "Parser half ported.")]) as api:
         env = sandbox.env(GEMINI_CLI_TRUST_WORKSPACE="true", GEMINI_API_KEY="fake", GOOGLE_GEMINI_BASE_URL=api.url)
-        pane, _ = sandbox.server.start("agent", [gemini, "-m", "gemini-2.5-flash"], cwd=sandbox.project, env=env)
+        pane, _ = sandbox.server.start("agent", [*gemini, "-m", "gemini-2.5-flash"], cwd=sandbox.project, env=env)
         agent, server = sandbox.agent, sandbox.server
         server.wait_for(lambda: agent.state.exists() and agent.state.read().turn == "idle", "SessionStart", pane)
         first = agent.state.read()
@@ -199,30 +187,30 @@ def test_watchdog_refreshes_an_idle_gemini_cli_in_its_tmux_pane(gemini: str, san
         server.wait_for(lambda: agent.state.read().session_id != ended, "a new session", pane)
         assert [e for e in sandbox.events() if e["event"] == "session_start"][-1]["meta"]["source"] == "clear"
         assert agent.state.read().refresh_requested is None
-        asked = len(api.requests)
+        asked = len(api.main_requests())
         server.wait_for(lambda: "type your message" in server.screen(pane).lower(), "the prompt", pane)
         server.type(pane, "Carry on")
-        server.wait_for(lambda: len(api.requests) > asked, "the next model request", pane)
-        request = api.requests[asked].text
+        server.wait_for(lambda: len(api.main_requests()) > asked, "the next model request", pane)
+        request = api.main_requests()[asked].text
         assert REFRESH_BANNER in request and TASK in request, request[request.find("Phoenix") - 500 :][:3000]
         assert "Port the parser, please" not in request
 
 
 @pytest.mark.e2e
-def test_watchdog_refreshes_an_idle_codex_in_its_tmux_pane(codex: str, sandbox: Sandbox) -> None:
+def test_watchdog_refreshes_an_idle_codex_in_its_tmux_pane(codex: list[str], sandbox: Sandbox) -> None:
     hooks = _hooks(CODEX_CLIENT)
     sandbox.write(".codex/hooks.json", json.dumps(hooks))
     release = threading.Event()
-    with FakeOpenAI([Answer("Parser half ported.", hold=release)]) as api:
+    with FakeResponses([Turn.held(release, "Parser half ported.")]) as api:
         sandbox.write(
             ".codex/config.toml",
             'model = "fake-model"\nmodel_provider = "fake"\n'
-            f'[model_providers.fake]\nname = "Fake local"\nbase_url = "{api.url}/v1"\n'
+            f'[model_providers.fake]\nname = "Fake local"\nbase_url = "{api.url}"\n'
             'env_key = "FAKE_OPENAI_KEY"\nwire_api = "responses"\n'
             f'[projects."{sandbox.project}"]\ntrust_level = "trusted"\n',
         )
         env = sandbox.env(FAKE_OPENAI_KEY="x")
-        argv = [codex, "--dangerously-bypass-hook-trust"]
+        argv = [*codex, "--dangerously-bypass-hook-trust"]
         pane, _ = sandbox.server.start("agent", argv, cwd=sandbox.project, env=env)
         agent, server = sandbox.agent, sandbox.server
         server.wait_for(lambda: "›" in server.screen(pane), "the prompt", pane)
@@ -235,13 +223,13 @@ def test_watchdog_refreshes_an_idle_codex_in_its_tmux_pane(codex: str, sandbox: 
         parent = proc.parent()  # the native binary, below its launcher
         assert proc.name() == "codex" and parent is not None and parent.name() == "node"
         ended = _refresh_flow(sandbox, pane, api, release, marker="esc to interrupt")
-        asked = len(api.requests)
+        asked = len(api.main_requests())
         server.wait_for(lambda: "›" in server.screen(pane), "the prompt", pane)
         server.type(pane, "Carry on")
         # Codex starts the new conversation's session with its first prompt: source clear.
         server.wait_for(lambda: agent.state.read().session_id != ended, "a new session", pane)
         assert [e for e in sandbox.events() if e["event"] == "session_start"][-1]["meta"]["source"] == "clear"
-        server.wait_for(lambda: len(api.requests) > asked, "the next model request", pane)
-        request = api.requests[asked].text
+        server.wait_for(lambda: len(api.main_requests()) > asked, "the next model request", pane)
+        request = api.main_requests()[asked].text
         assert REFRESH_BANNER in request and TASK in request, request[request.find("Phoenix") - 500 :][:3000]
         assert "Port the parser, please" not in request

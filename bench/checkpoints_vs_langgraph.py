@@ -54,7 +54,7 @@ from typing import Any
 from langchain_core.runnables import RunnableConfig  # type: ignore[import-not-found, unused-ignore]
 from langgraph.checkpoint.base import ChannelVersions, Checkpoint, CheckpointMetadata  # type: ignore[import-not-found, unused-ignore]
 from langgraph.checkpoint.base.id import uuid6  # type: ignore[import-not-found, unused-ignore]
-from langgraph.checkpoint.sqlite import SqliteSaver  # type: ignore[import-not-found, unused-ignore]
+from langgraph.checkpoint.sqlite import SqliteSaver  # type: ignore[import-not-found, import-untyped, unused-ignore]
 
 import phoenix_protocol.core._redact as redact_mod
 from phoenix_protocol import Agent, Home

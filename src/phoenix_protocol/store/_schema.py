@@ -560,6 +560,45 @@ MIGRATIONS.append(
     )
 )
 
+_LANGGRAPH = """
+CREATE TABLE phx_lg_checkpoints (
+    thread_id             TEXT NOT NULL,
+    checkpoint_ns         TEXT NOT NULL,
+    checkpoint_id         TEXT NOT NULL,
+    parent_checkpoint_id  TEXT,
+    run_id                TEXT,
+    checkpoint_type       TEXT NOT NULL,
+    checkpoint            BLOB NOT NULL,
+    metadata_type         TEXT NOT NULL,
+    metadata              BLOB NOT NULL,
+    PRIMARY KEY (thread_id, checkpoint_ns, checkpoint_id)
+);
+CREATE INDEX phx_lg_checkpoints_by_run ON phx_lg_checkpoints (run_id);
+CREATE TABLE phx_lg_writes (
+    thread_id      TEXT NOT NULL,
+    checkpoint_ns  TEXT NOT NULL,
+    checkpoint_id  TEXT NOT NULL,
+    task_id        TEXT NOT NULL,
+    idx            INTEGER NOT NULL,
+    channel        TEXT NOT NULL,
+    value_type     TEXT NOT NULL,
+    value          BLOB NOT NULL,
+    task_path      TEXT NOT NULL,
+    PRIMARY KEY (thread_id, checkpoint_ns, checkpoint_id, task_id, idx)
+);
+"""
+"""The LangGraph checkpointer's tables (``integrations.langgraph``), written once: ``BLOB`` is
+``bytea`` on PostgreSQL, every other type the same on both engines."""
+
+MIGRATIONS.append(
+    Migration(
+        12,
+        "the LangGraph checkpointer's checkpoints and pending writes",
+        postgresql=_LANGGRAPH.replace("BLOB", "bytea"),
+        sqlite=_LANGGRAPH,
+    )
+)
+
 MIGRATIONS.sort(key=lambda m: m.version)  # in order however the numbered steps were appended
 LATEST = MIGRATIONS[-1].version
 

@@ -1,6 +1,6 @@
 """LangGraph's checkpointer on Phoenix's SQL store (``phoenix_protocol.integrations.langgraph``).
 
-``PhoenixSaver(db)`` is a ``BaseCheckpointSaver`` on a home's database (``store._db.open_database``:
+``PhoenixSaver.from_home(home)`` (or ``PhoenixSaver(db)``) is a ``BaseCheckpointSaver`` on a home's database (``store._db.open_database``:
 ``phoenix.db`` on SQLite, or the PostgreSQL server ``store`` names), in the tables of migration 12
 (``phx_lg_checkpoints``, ``phx_lg_writes``). Every method has its async twin (the conformance suite
 finds a capability only from the async method): the same SQL, run in a worker thread
@@ -43,6 +43,7 @@ except ImportError as exc:  # pragma: no cover - the extra's absence is tested i
 from phoenix_protocol.core._errors import UsageError
 
 if TYPE_CHECKING:
+    from phoenix_protocol.core._home import Home
     from phoenix_protocol.store._db import Database, Row, Tx
 
 __all__ = ["DEFAULT_KEEP", "PhoenixSaver"]
@@ -72,6 +73,15 @@ class PhoenixSaver(BaseCheckpointSaver[str]):
             raise UsageError(f"keep must be at least 1 (or None to keep every checkpoint), not {keep}.")
         self.db = db
         self.keep = keep
+
+    @classmethod
+    def from_home(cls, home: Home | str, *, keep: int | None = DEFAULT_KEEP) -> PhoenixSaver:
+        """A saver on ``home``'s database: the store its configuration names (``phoenix.db`` in the
+        home, or ``PHOENIX_STORE``'s PostgreSQL server), read once here."""
+        from phoenix_protocol.core._home import Home
+        from phoenix_protocol.store._db import open_database
+
+        return cls(open_database(home if isinstance(home, Home) else Home(str(home))), keep=keep)
 
     # -- reading -----------------------------------------------------------------------------
 

@@ -212,7 +212,22 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 _PG_NOTE = pytest.StashKey[str]()
 
 
+SUMMARY = "summary"
+"""A test's ``user_properties`` entry ``(SUMMARY, line)`` is printed at the end of the run (the
+LangGraph conformance report, say); under xdist the workers' reports carry it to the controller."""
+
+
 def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
+    lines = {
+        str(value)
+        for reports in terminalreporter.stats.values()
+        for report in reports
+        if getattr(report, "when", None) == "call"
+        for key, value in getattr(report, "user_properties", ())
+        if key == SUMMARY
+    }
+    for line in sorted(lines):
+        terminalreporter.write_line(line)
     note = config.stash.get(_PG_NOTE, None)
     if note:
         terminalreporter.write_line(note, yellow=True)

@@ -34,7 +34,7 @@ def _checkpoint(step: int) -> Any:
     return checkpoint
 
 
-def test_conformance_base_and_extended(db: Database, backend: str) -> None:
+def test_conformance_base_and_extended(db: Database, backend: str, request: pytest.FixtureRequest) -> None:
     @checkpointer_test(name=f"PhoenixSaver ({backend})")  # type: ignore[untyped-decorator]
     async def factory() -> AsyncIterator[PhoenixSaver]:
         yield PhoenixSaver(db)
@@ -42,7 +42,13 @@ def test_conformance_base_and_extended(db: Database, backend: str) -> None:
     report = asyncio.run(validate(factory))
     report.print_report()  # the level and counts, in the test's output
     counts = {name: (result.tests_passed, result.tests_failed) for name, result in report.results.items()}
-    print(f"conformance {backend}: {report.conformance_level()} {counts}")
+    passed = sum(p for p, _ in counts.values())
+    total = sum(p + f for p, f in counts.values())
+    line = f"LangGraph conformance, PhoenixSaver on {backend}: {report.conformance_level()}, {passed}/{total} checks passed"
+    print(line, counts)
+    request.node.user_properties.append(
+        ("summary", f"{line} ({', '.join(f'{k} {p}/{p + f}' for k, (p, f) in counts.items())})")
+    )
     failures = {name: result.failures for name, result in report.results.items() if not result.passed}
     assert report.passed_all_base(), failures
     assert report.passed_all(), failures

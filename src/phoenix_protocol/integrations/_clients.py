@@ -166,6 +166,10 @@ class Client:
         home = (environ.get(self.home_var) if self.home_var else None) or environ.get("HOME") or os.path.expanduser("~")
         return os.path.join(home, self.config_folder)
 
+    def user_settings(self, env: Mapping[str, str] | None = None) -> str:
+        """The file of the CLI's user-scope hooks, in ``user_config_dir``."""
+        return os.path.join(self.user_config_dir(env), self.scopes["user"])
+
     def project_dir(self, payload: dict[str, Any], env: Mapping[str, str] | None = None) -> str | None:
         """The project the CLI was started in, as it tells its hooks (a ``cd`` in the session does
         not change it), else the payload's ``cwd``; ``None`` when neither names a directory."""

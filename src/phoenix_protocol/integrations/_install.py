@@ -59,7 +59,6 @@ from phoenix_protocol.integrations._portable import (
     MARKER,
     PORTABLE_GUARD,
     SHARED_FLAG,
-    user_settings_path,
 )
 
 TYPE_CHECKING = False
@@ -154,9 +153,7 @@ def settings_path(
     if scope not in client.scopes:
         raise UsageError(f"{client.label}: scope must be one of {', '.join(client.scopes)}, not {scope!r}.")
     if scope == "user":
-        if client is CLAUDE_CODE:
-            return user_settings_path(env)
-        return os.path.join(client.user_config_dir(env), client.scopes[scope])
+        return client.user_settings(env)
     base = os.path.abspath(project_dir or os.getcwd())
     root = find_work_tree_root(base) if project_dir is None else base
     return os.path.join(root or base, *client.scopes[scope].split("/"))

@@ -27,6 +27,8 @@ from __future__ import annotations
 
 import os
 
+from phoenix_protocol.integrations._clients import CLAUDE_CODE
+
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Mapping
@@ -61,12 +63,7 @@ _MAX_PLUGIN_HOOKS = 64 * 1024
 def user_settings_path(env: Mapping[str, str] | None = None) -> str:
     """Claude Code's user settings: ``$CLAUDE_CONFIG_DIR/settings.json`` when that is set (Claude
     Code 2.1.330 then reads no ``~/.claude/settings.json``), else ``~/.claude/settings.json``."""
-    environ = os.environ if env is None else env
-    config_dir = environ.get("CLAUDE_CONFIG_DIR")
-    if config_dir:
-        return os.path.join(os.path.expanduser(config_dir), "settings.json")
-    home = environ.get("HOME") or os.path.expanduser("~")
-    return os.path.join(home, ".claude", "settings.json")
+    return CLAUDE_CODE.user_settings(env)
 
 
 def plugin_root(env: Mapping[str, str] | None = None) -> str | None:
@@ -102,8 +99,6 @@ def machine_registration(
     For the Claude Code plugin's hook (``plugin_root``) any Phoenix command counts, the shared one
     too, and the project's shared settings are read first: the file whose command the plugin
     stands aside for."""
-    from phoenix_protocol.integrations._clients import CLAUDE_CODE
-
     client = CLAUDE_CODE if client is None else client
     environ = os.environ if env is None else env
     project = client.project_dir({"cwd": cwd}, environ) or cwd or os.getcwd()
@@ -112,12 +107,7 @@ def machine_registration(
     for scope, relative in client.scopes.items():
         if scope in client.shared_scopes:
             continue
-        if scope != "user":
-            paths.append(os.path.join(project, *relative.split("/")))
-        elif client is CLAUDE_CODE:
-            paths.append(user_settings_path(environ))
-        else:
-            paths.append(os.path.join(client.user_config_dir(environ), relative))
+        paths.append(client.user_settings(environ) if scope == "user" else os.path.join(project, *relative.split("/")))
     if client is CLAUDE_CODE and plugin_root(environ) is not None:
         markers = (*markers, PORTABLE_GUARD)
         paths.insert(0, os.path.join(project, *client.scopes["project"].split("/")))

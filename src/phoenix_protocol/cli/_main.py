@@ -790,16 +790,25 @@ _TARGETS = click.Choice(list(CLIENTS))
 _SCOPE_HELP = "Which settings: project (shared, commit it), local (this machine; Claude Code only) or user."
 
 
+def _settings_options(command: Callable[..., None]) -> Callable[..., None]:
+    """``--scope`` and ``--project-dir``, which ``phx install`` and ``phx uninstall`` share."""
+    command = click.option(
+        "--project-dir",
+        metavar="DIR",
+        help="Project whose .claude/, .gemini/ or .codex/ to use (default: the git work tree root).",
+    )(command)
+    return click.option(
+        "--scope",
+        type=click.Choice(["project", "local", "user"]),
+        default="project",
+        show_default=True,
+        help=_SCOPE_HELP,
+    )(command)
+
+
 @main_group.command("install")
 @click.argument("target", type=_TARGETS)
-@click.option(
-    "--scope", type=click.Choice(["project", "local", "user"]), default="project", show_default=True, help=_SCOPE_HELP
-)
-@click.option(
-    "--project-dir",
-    metavar="DIR",
-    help="Project whose .claude/, .gemini/ or .codex/ to use (default: the git work tree root).",
-)
+@_settings_options
 @click.option("--agent", "agent_id", metavar="ID", help="Bake this agent id into the hook commands.")
 @click.option(
     "--trust",
@@ -828,14 +837,7 @@ def install_command(
 
 @main_group.command("uninstall")
 @click.argument("target", type=_TARGETS)
-@click.option(
-    "--scope", type=click.Choice(["project", "local", "user"]), default="project", show_default=True, help=_SCOPE_HELP
-)
-@click.option(
-    "--project-dir",
-    metavar="DIR",
-    help="Project whose .claude/, .gemini/ or .codex/ to use (default: the git work tree root).",
-)
+@_settings_options
 @click.option("--dry-run", is_flag=True, help="Show the result without writing it.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON document instead of text.")
 def uninstall_command(target: str, scope: str, project_dir: str | None, dry_run: bool, as_json: bool) -> None:

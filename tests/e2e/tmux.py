@@ -36,7 +36,10 @@ class TmuxServer:
 
         env = {k: v for k, v in env.items() if k not in ("TMUX", "TMUX_PANE")}
         command = " ".join(shlex.quote(a) for a in argv)
+        # remain-on-exit: a pane whose program dies keeps its last screen, so a failing test can
+        # show what the CLI printed before it went (``screen`` says it died, and how).
         out = self.tmux(
+            "start-server", ";", "set-option", "-g", "remain-on-exit", "on", ";",
             "new-session", "-d", "-P", "-F", "#{pane_id} #{pane_pid}", "-s", name, "-x", "160", "-y", "45",
             "-c", cwd, command, env=env,
         )  # fmt: skip
@@ -44,7 +47,12 @@ class TmuxServer:
         return pane_id, int(pane_pid)
 
     def screen(self, pane: str) -> str:
-        return self.tmux("capture-pane", "-p", "-t", pane)
+        """The pane's screen; an AssertionError with its last screen if its program has died."""
+        text = self.tmux("capture-pane", "-p", "-t", pane)
+        dead, status = self.tmux("display-message", "-p", "-t", pane, "#{pane_dead} #{pane_dead_status}").split(" ", 1)
+        if dead == "1":
+            raise AssertionError(f"the program in pane {pane} died (exit status {status.strip()!r}); its screen:\n{text}")
+        return text
 
     def type(self, pane: str, text: str) -> None:
         """Type ``text``, then Enter a moment later (a TUI may take text and Enter arriving

@@ -51,7 +51,9 @@ class TmuxServer:
         text = self.tmux("capture-pane", "-p", "-t", pane)
         dead, status = self.tmux("display-message", "-p", "-t", pane, "#{pane_dead} #{pane_dead_status}").split(" ", 1)
         if dead == "1":
-            raise AssertionError(f"the program in pane {pane} died (exit status {status.strip()!r}); its screen:\n{text}")
+            raise AssertionError(
+                f"the program in pane {pane} died (exit status {status.strip()!r}); its screen:\n{text}"
+            )
         return text
 
     def type(self, pane: str, text: str) -> None:

@@ -9,7 +9,7 @@ describe the wire formats seen):
 * ``FakeAnthropic``: the Anthropic Messages API (Claude Code, ``ANTHROPIC_BASE_URL``).
 * ``FakeGemini``: the Gemini API, ``:streamGenerateContent`` (Gemini CLI, ``GOOGLE_GEMINI_BASE_URL``).
 * ``FakeResponses``: the OpenAI Responses API, ``POST /v1/responses`` (a Codex ``model_providers``
-  entry's ``base_url``).
+  entry's ``base_url``; the OpenAI Agents SDK's ``AsyncOpenAI(base_url=...)``).
 
 A request that offers tools is the agent's own turn (``kind == "main"``): it takes the next
 scripted turn, or ``fallback_text`` when the script has run out. Other model calls (titles,
@@ -454,8 +454,10 @@ class FakeResponses(FakeModel[ResponsesRequest]):
 
     ``POST /v1/responses`` requests that offer tools are the agent's turns: each one takes the
     next scripted ``Turn`` (a ``command`` is an ``exec_command`` call, a ``patch`` an
-    ``apply_patch`` call). One without tools (Codex's compaction asks for a summary) gets
-    ``summary``. Anything else gets a 404."""
+    ``apply_patch`` call, a ``tool`` a call of that function with ``args``). One without tools
+    (Codex's compaction asks for a summary) gets ``summary``. Anything else gets a 404. A request
+    with ``stream: true`` (Codex) is answered with SSE events, one without (the OpenAI Agents
+    SDK's ``Runner.run``) with a whole ``Response`` object as JSON."""
 
     request_class = ResponsesRequest
     url_path = "/v1"
@@ -470,21 +472,62 @@ class FakeResponses(FakeModel[ResponsesRequest]):
             return 404, "application/json", b'{"error": "not found"}'
         body = request.body if isinstance(request.body, dict) else {}
         turn = self._take(request, main=bool(body.get("tools")), kind="compact", otherwise=self.summary)
+        if not body.get("stream"):
+            return 200, "application/json", self._json(turn, str(body.get("model") or "fake"))
         return 200, "text/event-stream", self._stream(turn)
 
-    def _stream(self, turn: Turn) -> bytes:
-        rid = f"resp_{next(self._ids)}"
+    def _output(self, turn: Turn, rid: str) -> dict[str, Any]:
+        """The one output item of ``turn``'s answer (``rid``: the response's id)."""
         item: dict[str, Any]
         if turn.command is not None:
             arguments = json.dumps({"cmd": turn.command})
             item = {"type": "function_call", "id": f"fc_{rid}", "call_id": f"call_{rid}", "name": "exec_command"}
             item["arguments"] = arguments
+        elif turn.tool is not None:
+            item = {"type": "function_call", "id": f"fc_{rid}", "call_id": f"call_{rid}", "name": turn.tool}
+            item["arguments"] = json.dumps(dict(turn.args))
         elif turn.patch is not None:
             item = {"type": "custom_tool_call", "id": f"ctc_{rid}", "call_id": f"call_{rid}", "name": "apply_patch"}
             item.update(input=turn.patch, status="completed")
         else:
             content = [{"type": "output_text", "text": turn.text or ""}]
             item = {"type": "message", "role": "assistant", "id": f"msg_{rid}", "content": content}
+        return item
+
+    def _json(self, turn: Turn, model: str) -> bytes:
+        """A whole ``Response`` object: the answer to a request without ``stream`` (the OpenAI
+        Agents SDK's ``Runner.run``)."""
+        rid = f"resp_{next(self._ids)}"
+        item = self._output(turn, rid)
+        if item["type"] == "message":
+            item.update(status="completed")
+            item["content"][0]["annotations"] = []
+        else:
+            item.setdefault("status", "completed")
+        usage = {
+            "input_tokens": turn.tokens,
+            "input_tokens_details": {"cached_tokens": 0},
+            "output_tokens": 5,
+            "output_tokens_details": {"reasoning_tokens": 0},
+            "total_tokens": turn.tokens + 5,
+        }
+        response = {
+            "id": rid,
+            "object": "response",
+            "created_at": int(time.time()),
+            "status": "completed",
+            "model": model,
+            "output": [item],
+            "parallel_tool_calls": True,
+            "tool_choice": "auto",
+            "tools": [],
+            "usage": usage,
+        }
+        return json.dumps(response).encode()
+
+    def _stream(self, turn: Turn) -> bytes:
+        rid = f"resp_{next(self._ids)}"
+        item = self._output(turn, rid)
         usage = {"input_tokens": turn.tokens, "output_tokens": 5, "total_tokens": turn.tokens + 5}
         return b"".join(
             [

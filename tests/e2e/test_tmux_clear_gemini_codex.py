@@ -19,6 +19,7 @@ import threading
 import time
 import warnings
 from collections.abc import Iterator
+from functools import partial
 from typing import Any
 
 import npm_clis
@@ -163,6 +164,10 @@ def _refresh_flow(
     return str(state.session_id)
 
 
+def _prompt_shown(server: TmuxServer, pane: str) -> bool:
+    return "type your message" in server.screen(pane).lower()
+
+
 def _start_gemini(box: Sandbox, argv: list[str], env: dict[str, str]) -> str:
     """Gemini CLI started in a pane, up to its SessionStart hook and its prompt on screen; returns
     the pane. Once (a CI run, under load) the CLI's process ended between its SessionStart hook and
@@ -173,7 +178,7 @@ def _start_gemini(box: Sandbox, argv: list[str], env: dict[str, str]) -> str:
         pane, _ = server.start(f"agent{attempt}", argv, cwd=box.project, env=env)
         try:
             server.wait_for(lambda: agent.state.exists() and agent.state.read().turn == "idle", "SessionStart", pane)
-            server.wait_for(lambda p=pane: "type your message" in server.screen(p).lower(), "the prompt", pane)
+            server.wait_for(partial(_prompt_shown, server, pane), "the prompt", pane)
             return pane
         except AssertionError as exc:
             if attempt == 2 or "died" not in str(exc):

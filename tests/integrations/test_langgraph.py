@@ -35,7 +35,7 @@ def _checkpoint(step: int) -> Any:
 
 
 def test_conformance_base_and_extended(db: Database, backend: str, request: pytest.FixtureRequest) -> None:
-    @checkpointer_test(name=f"PhoenixSaver ({backend})")  # type: ignore[untyped-decorator]
+    @checkpointer_test(name=f"PhoenixSaver ({backend})")  # type: ignore[untyped-decorator, unused-ignore]
     async def factory() -> AsyncIterator[PhoenixSaver]:
         yield PhoenixSaver(db)
 

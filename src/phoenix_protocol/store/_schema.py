@@ -599,6 +599,33 @@ MIGRATIONS.append(
     )
 )
 
+_OPENAI_AGENTS = """
+CREATE TABLE phx_oa_sessions (
+    session_id  TEXT PRIMARY KEY,
+    last_seq    BIGINT NOT NULL,
+    created_ms  BIGINT NOT NULL,
+    updated_ms  BIGINT NOT NULL
+);
+CREATE TABLE phx_oa_items (
+    session_id      TEXT NOT NULL,
+    seq             BIGINT NOT NULL,
+    schema_version  INTEGER NOT NULL,
+    item            TEXT NOT NULL,
+    PRIMARY KEY (session_id, seq)
+);
+"""
+"""The OpenAI Agents SDK session's tables (``integrations.openai_agents``), the same on both engines:
+a session's counter of items (``last_seq``) and its items, each a JSON document in order of ``seq``."""
+
+MIGRATIONS.append(
+    Migration(
+        13,
+        "the OpenAI Agents SDK session's sessions and items",
+        postgresql=_OPENAI_AGENTS,
+        sqlite=_OPENAI_AGENTS,
+    )
+)
+
 MIGRATIONS.sort(key=lambda m: m.version)  # in order however the numbered steps were appended
 LATEST = MIGRATIONS[-1].version
 

@@ -93,7 +93,7 @@ def test_install_lines_install_from_the_repository() -> None:
     assert any(name == "README.md" and line == "pip install ." for name, line in lines), lines
     for name, line in lines:
         target = line.split()[-1].strip("'\"")
-        match = re.fullmatch(r"\.(?:\[([a-z,]+)\])?", target)
+        match = re.fullmatch(r"\.(?:\[([a-z,-]+)\])?", target)
         assert match, f"{name}: {line!r} does not install this repository"
         assert set((match.group(1) or "").split(",")) - {""} <= extras, f"{name}: {line!r} names an unknown extra"
 

@@ -55,6 +55,8 @@ _CHECKPOINT_COLUMNS = (
     "thread_id, checkpoint_ns, checkpoint_id, parent_checkpoint_id, run_id, "
     "checkpoint_type, checkpoint, metadata_type, metadata"
 )
+_WRITES_BATCH = 500
+"""How many checkpoints' pending writes one query of ``list`` reads."""
 _WRITE_COLUMNS = "thread_id, checkpoint_ns, checkpoint_id, task_id, idx, channel, value_type, value, task_path"
 
 
@@ -86,12 +88,29 @@ class PhoenixSaver(BaseCheckpointSaver[str]):
     # -- reading -----------------------------------------------------------------------------
 
     def _tuple(self, tx: Tx, row: Row) -> CheckpointTuple:
+        return self._tuples(tx, [row])[0]
+
+    def _tuples(self, tx: Tx, rows: Sequence[Row]) -> list[CheckpointTuple]:
+        """``rows`` (of ``_CHECKPOINT_COLUMNS``) as tuples with their pending writes, read with one
+        query per thread and namespace (and ``_WRITES_BATCH`` checkpoints), not one per checkpoint."""
+        ids: dict[tuple[str, str], list[str]] = {}
+        for row in rows:
+            ids.setdefault((row[0], row[1]), []).append(row[2])
+        writes: dict[tuple[str, str, str], list[Row]] = {}
+        for (thread_id, ns), checkpoint_ids in ids.items():
+            for start in range(0, len(checkpoint_ids), _WRITES_BATCH):
+                batch = checkpoint_ids[start : start + _WRITES_BATCH]
+                found = tx.all(
+                    "SELECT checkpoint_id, task_id, idx, channel, value_type, value, task_path FROM phx_lg_writes "  # noqa: S608 - only '?'
+                    f"WHERE thread_id = ? AND checkpoint_ns = ? AND checkpoint_id IN ({tx.dialect.placeholders(len(batch))})",
+                    (thread_id, ns, *batch),
+                )
+                for w in found:
+                    writes.setdefault((thread_id, ns, w[0]), []).append(w[1:])
+        return [self._tuple_of(row, writes.get((row[0], row[1], row[2]), [])) for row in rows]
+
+    def _tuple_of(self, row: Row, writes: list[Row]) -> CheckpointTuple:
         thread_id, ns, checkpoint_id, parent_id, _run, ctype, cblob, mtype, mblob = row
-        writes = tx.all(
-            "SELECT task_id, idx, channel, value_type, value, task_path FROM phx_lg_writes "
-            "WHERE thread_id = ? AND checkpoint_ns = ? AND checkpoint_id = ?",
-            (thread_id, ns, checkpoint_id),
-        )
         writes.sort(key=lambda w: writes_sort_key(w[5], w[0], w[1]))
         return CheckpointTuple(
             config=_config(thread_id, ns, checkpoint_id),
@@ -155,7 +174,7 @@ class PhoenixSaver(BaseCheckpointSaver[str]):
             sql += f" LIMIT {max(int(limit), 0)}"
 
         def work(tx: Tx) -> list[CheckpointTuple]:
-            found: list[CheckpointTuple] = []
+            found: list[Row] = []
             for row in tx.all(sql, params):
                 if limit is not None and len(found) >= limit:
                     break
@@ -163,8 +182,8 @@ class PhoenixSaver(BaseCheckpointSaver[str]):
                     metadata = self.serde.loads_typed((row[7], bytes(row[8])))
                     if not all(metadata.get(k) == v for k, v in filter.items()):
                         continue
-                found.append(self._tuple(tx, row))
-            return found
+                found.append(row)
+            return self._tuples(tx, found)
 
         return self.db.read(work)
 

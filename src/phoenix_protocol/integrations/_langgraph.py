@@ -88,11 +88,13 @@ class PhoenixSaver(BaseCheckpointSaver[str]):
     # -- reading -----------------------------------------------------------------------------
 
     def _tuple(self, tx: Tx, row: Row) -> CheckpointTuple:
-        return self._tuples(tx, [row])[0]
+        writes = self._writes(tx, [row])
+        return self._tuple_of(row, writes.get((row[0], row[1], row[2]), []))
 
-    def _tuples(self, tx: Tx, rows: Sequence[Row]) -> list[CheckpointTuple]:
-        """``rows`` (of ``_CHECKPOINT_COLUMNS``) as tuples with their pending writes, read with one
-        query per thread and namespace (and ``_WRITES_BATCH`` checkpoints), not one per checkpoint."""
+    def _writes(self, tx: Tx, rows: Sequence[Row]) -> dict[tuple[str, str, str], list[Row]]:
+        """The pending writes of ``rows`` (of ``_CHECKPOINT_COLUMNS``) by thread, namespace and
+        checkpoint id, read with one query per thread and namespace (and ``_WRITES_BATCH``
+        checkpoints), not one per checkpoint."""
         ids: dict[tuple[str, str], list[str]] = {}
         for row in rows:
             ids.setdefault((row[0], row[1]), []).append(row[2])
@@ -107,7 +109,7 @@ class PhoenixSaver(BaseCheckpointSaver[str]):
                 )
                 for w in found:
                     writes.setdefault((thread_id, ns, w[0]), []).append(w[1:])
-        return [self._tuple_of(row, writes.get((row[0], row[1], row[2]), [])) for row in rows]
+        return writes
 
     def _tuple_of(self, row: Row, writes: list[Row]) -> CheckpointTuple:
         thread_id, ns, checkpoint_id, parent_id, _run, ctype, cblob, mtype, mblob = row
@@ -150,7 +152,20 @@ class PhoenixSaver(BaseCheckpointSaver[str]):
         filter: dict[str, Any] | None,
         before: RunnableConfig | None,
         limit: int | None,
-    ) -> list[CheckpointTuple]:
+    ) -> Iterator[CheckpointTuple]:
+        """The rows and their writes read in one transaction, then each tuple decoded as it is
+        taken (a long history is never held decoded whole)."""
+        rows, writes = self._rows(config, filter, before, limit)
+        for row in rows:
+            yield self._tuple_of(row, writes.get((row[0], row[1], row[2]), []))
+
+    def _rows(
+        self,
+        config: RunnableConfig | None,
+        filter: dict[str, Any] | None,
+        before: RunnableConfig | None,
+        limit: int | None,
+    ) -> tuple[list[Row], dict[tuple[str, str, str], list[Row]]]:
         where: list[str] = []
         params: list[Any] = []
         if config is not None:
@@ -173,7 +188,7 @@ class PhoenixSaver(BaseCheckpointSaver[str]):
         if limit is not None and not filter:
             sql += f" LIMIT {max(int(limit), 0)}"
 
-        def work(tx: Tx) -> list[CheckpointTuple]:
+        def work(tx: Tx) -> tuple[list[Row], dict[tuple[str, str, str], list[Row]]]:
             found: list[Row] = []
             for row in tx.all(sql, params):
                 if limit is not None and len(found) >= limit:
@@ -183,7 +198,7 @@ class PhoenixSaver(BaseCheckpointSaver[str]):
                     if not all(metadata.get(k) == v for k, v in filter.items()):
                         continue
                 found.append(row)
-            return self._tuples(tx, found)
+            return found, self._writes(tx, found)
 
         return self.db.read(work)
 
@@ -244,18 +259,15 @@ class PhoenixSaver(BaseCheckpointSaver[str]):
         return _config(thread_id, ns, checkpoint["id"])
 
     def _retain(self, tx: Tx, thread_id: str, ns: str, keep: int) -> None:
-        """Delete all but the newest ``keep`` checkpoints of ``thread_id``/``ns``, with their writes."""
-        cut = tx.one(
-            "SELECT checkpoint_id FROM phx_lg_checkpoints WHERE thread_id = ? AND checkpoint_ns = ? "
-            "ORDER BY checkpoint_id DESC LIMIT 1 OFFSET ?",
-            (thread_id, ns, keep - 1),
-        )
-        if cut is None:
-            return
+        """Delete all but the newest ``keep`` checkpoints of ``thread_id``/``ns``, with their writes
+        (two statements, the cut found by each: nothing older than the ``keep``-th newest; nothing
+        at all while there are fewer, the cut being NULL)."""
         for table in ("phx_lg_writes", "phx_lg_checkpoints"):
             tx.execute(
-                f"DELETE FROM {table} WHERE thread_id = ? AND checkpoint_ns = ? AND checkpoint_id < ?",  # noqa: S608
-                (thread_id, ns, cut[0]),
+                f"DELETE FROM {table} WHERE thread_id = ? AND checkpoint_ns = ? AND checkpoint_id < ("  # noqa: S608
+                "SELECT checkpoint_id FROM phx_lg_checkpoints WHERE thread_id = ? AND checkpoint_ns = ? "
+                "ORDER BY checkpoint_id DESC LIMIT 1 OFFSET ?)",
+                (thread_id, ns, thread_id, ns, keep - 1),
             )
 
     def put_writes(
@@ -387,8 +399,8 @@ class PhoenixSaver(BaseCheckpointSaver[str]):
         before: RunnableConfig | None = None,
         limit: int | None = None,
     ) -> AsyncIterator[CheckpointTuple]:
-        """``list`` in a worker thread."""
-        for item in await asyncio.to_thread(self._list, config, filter, before, limit):
+        """``list`` in a worker thread (the tuples decoded there too)."""
+        for item in await asyncio.to_thread(lambda: list(self._list(config, filter, before, limit))):
             yield item
 
     async def aput(

@@ -37,8 +37,8 @@ CLAUDE_MODEL = "claude-opus-5-5"  # what Claude Code 2.1.330 asks for when no mo
 @dataclass(frozen=True)
 class Turn:
     """One scripted model answer: a shell command (Claude Code's ``Bash``, Gemini CLI's
-    ``run_shell_command``, Codex's ``exec_command``), another tool call (Gemini: ``tool`` with
-    ``args``), a patch (Codex's freeform ``apply_patch``) or plain ``text``. ``tokens``: the input
+    ``run_shell_command``, Codex's ``exec_command``), another tool call (Gemini, the Responses
+    API: ``tool`` with ``args``), a patch (Codex's freeform ``apply_patch``) or plain ``text``. ``tokens``: the input
     usage it reports (Codex: a large one makes it compact its context before the next request).
     With ``hold``, the answer waits until that event is set (a model that is still thinking: the
     session stays alive, its request open, until the test releases it or kills the session)."""

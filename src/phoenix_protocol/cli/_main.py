@@ -372,8 +372,33 @@ class _Group(click.Group):
             formatter.write_dl([(str(k), v) for k, v in EXIT_CODES.items()])
 
 
+def version_line() -> str:
+    """``phx --version``'s answer: the version (``phoenix_protocol._version``, the one place it is
+    written; the wheel's metadata is built from it), and the commit when Phoenix runs from a clone
+    (an editable install, ``make demo``): ``phx, version 0.2.0.dev0 (git a55e476-dirty)``."""
+    from phoenix_protocol import __version__
+    from phoenix_protocol.core._git import checkout_revision
+    from phoenix_protocol.integrations._install import install_dir
+
+    revision = checkout_revision(install_dir())
+    return f"phx, version {__version__}" + (f" (git {revision})" if revision else "")
+
+
+def _print_version(ctx: click.Context, _param: click.Parameter, value: bool) -> None:
+    if value and not ctx.resilient_parsing:
+        click.echo(version_line())
+        ctx.exit()
+
+
 @click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
-@click.version_option(package_name="phoenix-protocol", prog_name="phx")
+@click.option(
+    "--version",
+    is_flag=True,
+    expose_value=False,
+    is_eager=True,
+    callback=_print_version,
+    help="Show the version (and the commit, run from a clone) and exit.",
+)
 def main_group() -> None:
     """Phoenix Protocol: AI-agent sessions are disposable, their state is not.
 

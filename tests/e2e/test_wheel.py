@@ -281,7 +281,7 @@ def readme_install_lines() -> list[str]:
     lines = []
     for block in re.findall(r"```sh\n(.*?)```", text, flags=re.DOTALL):
         for line in block.splitlines():
-            command = line.split("  #", 1)[0].strip()
+            command = re.split(r"\s#", line, maxsplit=1)[0].strip()
             if re.match(r"(pipx|uv tool|pip|python3? -m pip) install ", command):
                 lines.append(command)
     return lines

@@ -679,12 +679,21 @@ def _print_events(out: Output, events: list[dict[str, Any]]) -> None:
 @main_group.command("doctor")
 @click.option("--check", "check_only", is_flag=True, help="Report only; repair nothing.")
 @click.option("--all-agents", is_flag=True, help="Check every agent in the home, not just --agent.")
+@click.option(
+    "--env",
+    "describe_env",
+    is_flag=True,
+    help="Describe the environment instead (Python, SQLite, psycopg, agent CLIs, hooks, store); changes nothing.",
+)
 @common
-def doctor_command(agent: Agent, out: Output, check_only: bool, all_agents: bool) -> None:
+def doctor_command(agent: Agent, out: Output, check_only: bool, all_agents: bool, describe_env: bool) -> None:
     """Check the home and repair what can be repaired (state rebuilt from the ops log).
 
-    Exit code 3 when a problem remains. Example: phx doctor --all-agents
+    Exit code 3 when a problem remains. Example: phx doctor --all-agents; phx doctor --env
     """
+    if describe_env:
+        _doctor_env(agent, out)
+        return
     from phoenix_protocol.integrations._install import check_installed
     from phoenix_protocol.services._doctor import check_home
 
@@ -747,6 +756,60 @@ def doctor_command(agent: Agent, out: Output, check_only: bool, all_agents: bool
         out.console.print("[green]healthy[/]" if not remaining else f"[red]{len(remaining)} problem(s) remain[/]")
     if remaining:
         raise _Exit(EXIT_DATA)
+
+
+def _doctor_env(agent: Agent, out: Output) -> None:
+    """``phx doctor --env``: ``describe_environment`` as a table (``--json``: the document)."""
+    from phoenix_protocol.integrations._environment import describe_environment
+
+    def events() -> list[dict[str, Any]]:
+        home = agent.home
+        found: list[dict[str, Any]] = []
+        for aid in home.agent_ids():
+            tail = Agent(aid, home, config=agent.config).ops.tail(2_000)[0]
+            found += [{**event, "agent": aid} for event in tail if event.get("event") == "session_start"]
+        return found
+
+    doc = describe_environment(
+        agent.home, config=agent.config, project_dir=agent.home.project_root, events=events
+    )
+    if out.as_json:
+        out.json(doc)
+        return
+    from rich.markup import escape
+    from rich.table import Table
+
+    table = Table(show_header=False, box=None, pad_edge=False)
+    table.add_column(style="bold", no_wrap=True)
+    table.add_column(overflow="fold")
+    phoenix = doc["phoenix"]
+    commit = f" (git {phoenix['commit']})" if phoenix["commit"] else ""
+    table.add_row("phoenix", f"{phoenix['version']}{commit} in {escape(phoenix['installed_in'])}")
+    table.add_row("python", f"{doc['python']['version']} ({escape(phoenix['executable'])})")
+    table.add_row("sqlite", doc["sqlite"]["version"])
+    psycopg = doc["psycopg"]["version"]
+    table.add_row("psycopg", psycopg or "not installed (the [postgres] extra)")
+    for cli in doc["clis"]:
+        if cli["path"] is None:
+            state = f"not installed (no `{cli['command']}` on PATH)"
+        else:
+            state = f"{escape(cli['version'] or cli['problem'] or '?')} ({escape(cli['path'])})"
+        table.add_row(cli["label"], state)
+    for hook in doc["hooks"]:
+        name = f"{hook['client']} {hook['scope']}"
+        if hook["problem"]:
+            text = f"[red]{escape(hook['problem'])}[/]"
+        elif not hook["installed"]:
+            text = f"no Phoenix hooks in {escape(hook['path'])}"
+        else:
+            ran = hook["last_session_start"]
+            when = f"SessionStart last ran {ran['at']}" if ran else "SessionStart has not run in this home"
+            text = f"{hook['kind']} command in {escape(hook['path'])} ({len(hook['events'])} events); {when}"
+        table.add_row(f"hooks {name}", text)
+    store = doc["store"]
+    table.add_row("store", f"{store['engine']}: {escape(store['where'])}")
+    table.add_row("home", escape(store["home"]))
+    out.console.print(table)
 
 
 # -- phx install / uninstall ----------------------------------------------------------------

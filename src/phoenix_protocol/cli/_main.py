@@ -770,9 +770,7 @@ def _doctor_env(agent: Agent, out: Output) -> None:
             found += [{**event, "agent": aid} for event in tail if event.get("event") == "session_start"]
         return found
 
-    doc = describe_environment(
-        agent.home, config=agent.config, project_dir=agent.home.project_root, events=events
-    )
+    doc = describe_environment(agent.home, config=agent.config, project_dir=agent.home.project_root, events=events)
     if out.as_json:
         out.json(doc)
         return

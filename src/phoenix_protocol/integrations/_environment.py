@@ -225,8 +225,10 @@ def last_hook_runs(events: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
     for event in events:
         if event.get("event") != "session_start" or not isinstance(event.get("ts"), str):
             continue
-        meta = event.get("meta") if isinstance(event.get("meta"), dict) else {}
-        client = meta.get("client") if isinstance(meta.get("client"), str) else "claude-code"
+        found = event.get("meta")
+        meta: dict[str, Any] = found if isinstance(found, dict) else {}
+        named = meta.get("client")
+        client = named if isinstance(named, str) else "claude-code"
         if client not in runs or event["ts"] >= runs[client]["at"]:
             runs[client] = {"at": event["ts"], "session_id": meta.get("session_id"), "agent": event.get("agent")}
     return runs

@@ -243,13 +243,23 @@ EXTRA_IMPORTS = {
     "clinic": "import pydantic_ai; import phoenix_protocol.clinic",
     "langgraph": "from phoenix_protocol.integrations.langgraph import PhoenixSaver; PhoenixSaver",
 }
+PERSONA = """
+from phoenix_protocol.services._persona import EmbeddingScorer
+core = {"name": "Ada", "role": "backend engineer", "about": "builds and reviews the payments API in Python"}
+scorer = EmbeddingScorer()
+on = scorer.score(core, ["I reviewed the payments API handler and added a test for the refund path."])
+off = scorer.score(core, ["Here is a poem about the moon over the sea, and my favourite cake recipe."])
+assert on > off, (on, off)  # 1 aligned with the core, 0 drifted
+"""
+"""The ``[persona]`` extra's model from the wheel's vocabulary (package data) and the model
+package: an on-persona text scores as more aligned with the core than an off-persona one."""
 
 
-def test_light_extras_install_and_import_from_the_wheel(dist: Dist, tmp_path: Path, user: dict[str, str]) -> None:
-    """``[server]``, ``[postgres]``, ``[clinic]`` and ``[langgraph]`` from the wheel, in one fresh
-    virtualenv, each importing what it is for. (``[persona]``, about 220 MB with its model, is
-    installed by ``make test`` and tested by tests/services/test_persona.py; the wheel carries
-    its vocabulary, checked above.)"""
+def test_extras_install_and_import_from_the_wheel(dist: Dist, tmp_path: Path, user: dict[str, str]) -> None:
+    """``[server]``, ``[postgres]``, ``[clinic]`` and ``[langgraph]`` from the wheel with pip, in one
+    fresh virtualenv, each importing what it is for; ``[persona]`` (about 120 MB: onnxruntime and
+    the model's package) with ``uv pip`` (its download cached between runs) into another, scoring
+    two texts with the model."""
     assert set(EXTRA_IMPORTS) | {"persona", "test", "bench"} == set(PROJECT["optional-dependencies"])
     venv = tmp_path / "venv"
     python = str(venv / "bin" / "python")
@@ -261,12 +271,21 @@ def test_light_extras_install_and_import_from_the_wheel(dist: Dist, tmp_path: Pa
             [python, "-c", code], cwd=tmp_path, env=user, capture_output=True, text=True, timeout=120, check=False
         )
         assert done.returncode == 0, f"[{extra}]: {done.stderr[-2000:]}"
-        assert (
-            REPO_ROOT
-            not in _run(
-                [python, "-c", "import phoenix_protocol; print(phoenix_protocol.__file__)"], cwd=tmp_path, env=user
-            ).stdout
-        )
+    where = _run([python, "-c", "import phoenix_protocol; print(phoenix_protocol.__file__)"], cwd=tmp_path, env=user)
+    assert where.stdout.startswith(str(venv)), where.stdout
+
+    tools = _tools(user)
+    persona = tmp_path / "persona"
+    _run([sys.executable, "-m", "venv", str(persona)], cwd=tmp_path, env=user)
+    python = str(persona / "bin" / "python")
+    uv = os.path.join(tools, "uv")
+    _run(
+        [uv, "pip", "install", "--quiet", "--python", python, f"{dist.wheel}[persona]"],
+        cwd=tmp_path,
+        env=user,
+        timeout=RUN_TIMEOUT,
+    )
+    _run([python, "-c", PERSONA], cwd=tmp_path, env=user, timeout=RUN_TIMEOUT)
 
 
 # -- the README's install lines ----------------------------------------------------------------

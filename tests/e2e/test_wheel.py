@@ -155,6 +155,16 @@ def _check_installed(phx: str, tmp_path: Path, env: dict[str, str], *, venv_mark
     stood_aside = _run(["/bin/sh", "-c", shared_command], cwd=project, env=env, stdin="{}")
     assert stood_aside.stdout == "" and stood_aside.stderr == ""
 
+    # phx doctor --env sees the installed Phoenix (no commit), both files and the last SessionStart.
+    described = json.loads(_run([phx, "doctor", "--env", "--json"], cwd=project, env=env, timeout=60).stdout)
+    assert described["phoenix"]["version"] == __version__ and described["phoenix"]["commit"] is None
+    assert described["phoenix"]["installed_in"].startswith(venv_marker)
+    hooks = {(h["client"], h["scope"]): h for h in described["hooks"]}
+    assert hooks[("claude-code", "project")]["kind"] == "portable"
+    assert hooks[("claude-code", "local")]["kind"] == "machine"
+    assert hooks[("claude-code", "local")]["last_session_start"]["session_id"] == "wheel-2"
+    assert described["store"]["engine"] == "sqlite" and described["store"]["exists"] is True
+
 
 # -- what the build makes --------------------------------------------------------------------
 

@@ -47,7 +47,10 @@ class Dist:
     wheel: Path
 
 
-def _run(argv: list[str], *, cwd: Path | str, env: dict[str, str], stdin: str | None = None, timeout: float = 120):  # type: ignore[no-untyped-def]
+def _run(
+    argv: list[str], *, cwd: Path | str, env: dict[str, str], stdin: str | None = None, timeout: float = 120
+) -> subprocess.CompletedProcess[str]:
+    """``argv`` run to its end; it must exit 0 (else its output is in the failure)."""
     done = subprocess.run(
         argv, cwd=cwd, env=env, input=stdin, capture_output=True, text=True, timeout=timeout, check=False
     )

@@ -93,6 +93,7 @@ def test_doctor_env_describes_versions_clis_hooks_and_store(
     assert shared["last_session_start"]["session_id"] == "env-1"
     assert shared["last_session_start"]["agent"] == "default"
     assert hooks[("claude-code", "local")]["installed"] is False
+    assert all(h["plugin"] is None for h in doc["hooks"])
     assert hooks[("gemini-cli", "project")]["installed"] is False
     assert hooks[("gemini-cli", "project")]["last_session_start"] is None
     assert hooks[("codex", "user")]["path"] == str(Path.home() / ".codex" / "hooks.json")
@@ -104,6 +105,14 @@ def test_doctor_env_describes_versions_clis_hooks_and_store(
         "home": str(project / ".phoenix"),
     }
 
+    # Phoenix's Claude Code plugin enabled in the local settings.
+    (project / ".claude" / "settings.local.json").write_text('{"enabledPlugins": {"phoenix@phoenix-protocol": true}}')
+    assert cli(["doctor", "--env", "--json"]) == 0
+    hooks = {(h["client"], h["scope"]): h for h in json.loads(capsys.readouterr().out)["hooks"]}
+    assert hooks[("claude-code", "local")]["plugin"] == "phoenix@phoenix-protocol"
+    assert hooks[("claude-code", "local")]["installed"] is False
+    assert hooks[("claude-code", "project")]["plugin"] is None
+
     # The same as text, and a settings file that is not JSON named, not fatal.
     (project / ".gemini").mkdir()
     (project / ".gemini" / "settings.json").write_text("{not json")
@@ -111,6 +120,7 @@ def test_doctor_env_describes_versions_clis_hooks_and_store(
     text = capsys.readouterr().out
     assert "2.1.330 (Claude Code)" in text and "not installed (no `codex` on PATH)" in text
     assert "is not valid JSON" in " ".join(text.split())
+    assert "plugin phoenix@phoenix-protocol enabled" in " ".join(text.split())
 
 
 def test_doctor_env_with_a_postgres_store_names_the_server_never_the_password(

@@ -797,6 +797,8 @@ def _doctor_env(agent: Agent, out: Output) -> None:
         name = f"{hook['client']} {hook['scope']}"
         if hook["problem"]:
             text = f"[red]{escape(hook['problem'])}[/]"
+        elif not hook["installed"] and hook["plugin"]:
+            text = f"Phoenix's plugin {escape(hook['plugin'])} enabled in {escape(hook['path'])}"
         elif not hook["installed"]:
             text = f"no Phoenix hooks in {escape(hook['path'])}"
         else:

@@ -177,11 +177,16 @@ def _kill(proc: subprocess.Popen[bytes]) -> None:
 
 def hook_registrations(project_dir: str | None, env: Mapping[str, str] | None = None) -> list[dict[str, Any]]:
     """Each CLI's settings file of each scope (the project's only with ``project_dir``):
-    ``{"client", "scope", "path", "installed", "kind", "events", "problem"}``; ``kind`` is
-    ``portable``, ``machine`` or ``mixed`` where Phoenix's hooks are, ``events`` the CLI's
-    events they are registered for."""
+    ``{"client", "scope", "path", "installed", "kind", "events", "problem", "plugin"}``; ``kind``
+    is ``portable``, ``machine`` or ``mixed`` where Phoenix's hooks are, ``events`` the CLI's
+    events they are registered for, ``plugin`` the id of Phoenix's Claude Code plugin where this
+    file enables it (``phoenix@phoenix-protocol``; the plugin's hooks run ``phx`` from ``PATH``)."""
+    from phoenix_protocol.integrations._plugin import enabled_plugin
+
     found: list[dict[str, Any]] = []
     for client in CLIENTS.values():
+        by_scope: dict[str, dict[str, Any]] = {}
+        entries_of_client: list[dict[str, Any]] = []
         for scope in client.scopes:
             if scope != "user" and project_dir is None:
                 continue
@@ -194,13 +199,16 @@ def hook_registrations(project_dir: str | None, env: Mapping[str, str] | None = 
                 "kind": None,
                 "events": [],
                 "problem": None,
+                "plugin": None,
             }
             found.append(entry)
+            entries_of_client.append(entry)
             try:
                 settings = read_settings(path)
             except PhoenixError as exc:
                 entry["problem"] = str(exc)
                 continue
+            by_scope[scope] = settings
             kinds: set[str] = set()
             hooks = settings.get("hooks")
             for event, groups in hooks.items() if isinstance(hooks, dict) else []:
@@ -215,6 +223,10 @@ def hook_registrations(project_dir: str | None, env: Mapping[str, str] | None = 
             if kinds:
                 entry["installed"] = True
                 entry["kind"] = kinds.pop() if len(kinds) == 1 else "mixed"
+        plugin = enabled_plugin(by_scope) if client.name == "claude-code" else None
+        for entry in entries_of_client:
+            if plugin is not None and entry["scope"] == plugin[0]:
+                entry["plugin"] = plugin[1]
     return found
 
 

@@ -1,16 +1,18 @@
 """``phx doctor --env`` with the real agent CLIs (the pinned npm packages of ``npm_clis``) on
 ``PATH`` as a user's installs put them (``claude``, ``gemini``, ``codex`` commands): each one's
-``--version`` answer, within the deadline, all three asked at once."""
+``--version`` answer, within the deadline, all three asked at once; and Phoenix's Gemini CLI
+extension as ``gemini extensions link`` leaves it."""
 
 from __future__ import annotations
 
 import json
 import os
 import shlex
+import subprocess
 from pathlib import Path
 
 import pytest
-from claude_code import ensure_claude_code
+from claude_code import REPO_ROOT, ensure_claude_code
 from codex_cli import ensure_codex
 from gemini_cli import ensure_gemini_cli
 from npm_clis import CLAUDE_CODE, CODEX, GEMINI_CLI
@@ -40,3 +42,15 @@ def test_doctor_env_reports_the_installed_agent_clis_and_their_versions(
     assert clis["codex"]["version"] == f"codex-cli {CODEX.version}", clis["codex"]
     for name in ("claude", "gemini", "codex"):
         assert any(c["path"] == str(bindir / name) for c in clis.values())
+
+    linked = subprocess.run(
+        [str(bindir / "gemini"), "extensions", "link", REPO_ROOT, "--consent"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert linked.returncode == 0, linked.stderr
+    assert cli(["doctor", "--env", "--json"]) == 0
+    hooks = {(h["client"], h["scope"]): h for h in json.loads(capsys.readouterr().out)["hooks"]}
+    assert hooks[("gemini-cli", "user")]["plugin"] == "phoenix-protocol"

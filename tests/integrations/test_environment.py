@@ -112,6 +112,12 @@ def test_doctor_env_describes_versions_clis_hooks_and_store(
     assert hooks[("claude-code", "local")]["plugin"] == "phoenix@phoenix-protocol"
     assert hooks[("claude-code", "local")]["installed"] is False
     assert hooks[("claude-code", "project")]["plugin"] is None
+    # ... and Gemini CLI's extension, installed (a folder in the user's extensions).
+    assert hooks[("gemini-cli", "user")]["plugin"] is None
+    (Path.home() / ".gemini" / "extensions" / "phoenix-protocol").mkdir(parents=True)
+    assert cli(["doctor", "--env", "--json"]) == 0
+    hooks = {(h["client"], h["scope"]): h for h in json.loads(capsys.readouterr().out)["hooks"]}
+    assert hooks[("gemini-cli", "user")]["plugin"] == "phoenix-protocol"
 
     # The same as text, and a settings file that is not JSON named, not fatal.
     (project / ".gemini").mkdir()
@@ -121,6 +127,7 @@ def test_doctor_env_describes_versions_clis_hooks_and_store(
     assert "2.1.330 (Claude Code)" in text and "not installed (no `codex` on PATH)" in text
     assert "is not valid JSON" in " ".join(text.split())
     assert "plugin phoenix@phoenix-protocol enabled" in " ".join(text.split())
+    assert "extension phoenix-protocol enabled" in " ".join(text.split())
 
 
 def test_doctor_env_with_a_postgres_store_names_the_server_never_the_password(

@@ -798,7 +798,8 @@ def _doctor_env(agent: Agent, out: Output) -> None:
         if hook["problem"]:
             text = f"[red]{escape(hook['problem'])}[/]"
         elif not hook["installed"] and hook["plugin"]:
-            text = f"Phoenix's plugin {escape(hook['plugin'])} enabled in {escape(hook['path'])}"
+            what = "extension" if hook["client"] == "gemini-cli" else "plugin"
+            text = f"Phoenix's {what} {escape(hook['plugin'])} enabled for {escape(hook['path'])}"
         elif not hook["installed"]:
             text = f"no Phoenix hooks in {escape(hook['path'])}"
         else:

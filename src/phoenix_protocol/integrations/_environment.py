@@ -47,6 +47,8 @@ VERSION_TIMEOUT = 10.0
 """Seconds the agent CLIs have, all together, to answer ``--version`` (Gemini CLI 0.61.0 takes
 4 to 8 s on a busy two-core machine: it starts itself a second time)."""
 _MAX_VERSION = 200
+EXTENSION_NAME = "phoenix-protocol"
+"""The Gemini CLI extension's name (``gemini-extension.json``): its folder in ``~/.gemini/extensions/``."""
 
 
 def describe_environment(
@@ -179,8 +181,10 @@ def hook_registrations(project_dir: str | None, env: Mapping[str, str] | None = 
     """Each CLI's settings file of each scope (the project's only with ``project_dir``):
     ``{"client", "scope", "path", "installed", "kind", "events", "problem", "plugin"}``; ``kind``
     is ``portable``, ``machine`` or ``mixed`` where Phoenix's hooks are, ``events`` the CLI's
-    events they are registered for, ``plugin`` the id of Phoenix's Claude Code plugin where this
-    file enables it (``phoenix@phoenix-protocol``; the plugin's hooks run ``phx`` from ``PATH``)."""
+    events they are registered for, ``plugin`` Phoenix's Claude Code plugin where this file
+    enables it (its id, ``phoenix@phoenix-protocol``) or, on Gemini CLI's user entry, Phoenix's
+    extension when it is installed or linked (``phoenix-protocol``); their hooks run ``phx`` from
+    ``PATH``."""
     from phoenix_protocol.integrations._plugin import enabled_plugin
 
     found: list[dict[str, Any]] = []
@@ -224,6 +228,9 @@ def hook_registrations(project_dir: str | None, env: Mapping[str, str] | None = 
                 entry["installed"] = True
                 entry["kind"] = kinds.pop() if len(kinds) == 1 else "mixed"
         plugin = enabled_plugin(by_scope) if client.name == "claude-code" else None
+        if client.name == "gemini-cli":  # the extension (gemini extensions install|link): the user's
+            folder = os.path.join(os.path.dirname(client.user_settings(env)), "extensions", EXTENSION_NAME)
+            plugin = ("user", EXTENSION_NAME) if os.path.isdir(folder) else None
         for entry in entries_of_client:
             if plugin is not None and entry["scope"] == plugin[0]:
                 entry["plugin"] = plugin[1]

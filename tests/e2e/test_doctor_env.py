@@ -18,6 +18,7 @@ from gemini_cli import ensure_gemini_cli
 from npm_clis import CLAUDE_CODE, CODEX, GEMINI_CLI
 
 from phoenix_protocol.cli._main import cli
+from phoenix_protocol.integrations import _environment
 
 pytestmark = pytest.mark.e2e
 
@@ -35,6 +36,7 @@ def test_doctor_env_reports_the_installed_agent_clis_and_their_versions(
     monkeypatch.setenv("DISABLE_AUTOUPDATER", "1")
     monkeypatch.setenv("CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC", "1")
     monkeypatch.chdir(project)
+    monkeypatch.setattr(_environment, "VERSION_TIMEOUT", 60.0)  # the versions, not the deadline, on a busy machine
     assert cli(["doctor", "--env", "--json"]) == 0
     clis = {c["client"]: c for c in json.loads(capsys.readouterr().out)["clis"]}
     assert clis["claude-code"]["version"] == f"{CLAUDE_CODE.version} (Claude Code)", clis["claude-code"]

@@ -47,7 +47,7 @@ from typing_extensions import TypedDict  # pydantic needs it before Python 3.12
 
 from phoenix_protocol._version import __version__
 from phoenix_protocol.core._clock import Clock, system_clock
-from phoenix_protocol.core._errors import PhoenixError, UsageError
+from phoenix_protocol.core._errors import NotFoundError, PhoenixError, UsageError
 from phoenix_protocol.server._common import AUTH_SCOPE_KEY
 from phoenix_protocol.services import _bridge
 from phoenix_protocol.store._tokens import TokenInfo, agent_namespace, team_namespace
@@ -394,8 +394,8 @@ def _agent_tools(tools: _Tools, seat: McpSeat) -> None:
     @tools.add(_READ)
     def brief(ctx: Context) -> BriefResult:
         """The agent's status, task, open loops, next actions and brief (read this first)."""
-        seat.authorize(ctx, agent_ns, "checkpoint:read")
         with _tool_errors(home):
+            seat.authorize(ctx, agent_ns, "checkpoint:read")
             agent = seat.agent()
             state = agent.state.read()
             return BriefResult(
@@ -414,8 +414,8 @@ def _agent_tools(tools: _Tools, seat: McpSeat) -> None:
         text: Annotated[str | None, Field(description="working: the task; idle: a summary; error: the error")] = None,
     ) -> StatusResult:
         """Set the task status."""
-        seat.authorize(ctx, agent_ns, "checkpoint:write")
         with _tool_errors(home):
+            seat.authorize(ctx, agent_ns, "checkpoint:write")
             agent = seat.agent()
             session = os.environ.get("PHOENIX_SESSION_ID") or None
             event = "state_idle" if status == "idle" and text is None else None
@@ -430,8 +430,8 @@ def _agent_tools(tools: _Tools, seat: McpSeat) -> None:
         resolve: Annotated[int | None, Field(description="a note's id to resolve instead")] = None,
     ) -> NoteResult:
         """Add an open loop or next action for the next session, or resolve one by id."""
-        seat.authorize(ctx, agent_ns, "checkpoint:write")
         with _tool_errors(home):
+            seat.authorize(ctx, agent_ns, "checkpoint:write")
             agent = seat.agent()
             if resolve is not None:
                 if text is not None:
@@ -453,8 +453,8 @@ def _agent_tools(tools: _Tools, seat: McpSeat) -> None:
         limit: Annotated[int, Field(ge=1, le=100)] = 10,
     ) -> CheckpointResult:
         """Create a checkpoint (with a summary), list them (newest first) or show one."""
-        seat.authorize(ctx, agent_ns, "checkpoint:write" if action == "create" else "checkpoint:read")
         with _tool_errors(home):
+            seat.authorize(ctx, agent_ns, "checkpoint:write" if action == "create" else "checkpoint:read")
             agent = seat.agent()
             store = agent.checkpoints
             if action == "create":
@@ -465,6 +465,8 @@ def _agent_tools(tools: _Tools, seat: McpSeat) -> None:
                 infos = [_entry(i.as_dict()) for i in store.entries(limit=limit)]
                 return CheckpointResult(checkpoints=infos, checkpoint=None)
             if ref is None:
+                if not agent.exists():
+                    raise NotFoundError(f"agent {agent.id!r} has no valid checkpoint.")
                 data = _bridge.latest_checkpoint(agent)
                 return CheckpointResult(checkpoints=[], checkpoint=data["checkpoint"])
             return CheckpointResult(checkpoints=[], checkpoint=store.read(ref).data)
@@ -477,8 +479,8 @@ def _agent_tools(tools: _Tools, seat: McpSeat) -> None:
         tags: list[str] | None = None,
     ) -> MemoryHits:
         """Search the agent's memories: short hits; fetch the ones you need with memory_get."""
-        seat.authorize(ctx, agent_ns, "memory:read")
         with _tool_errors(home):
+            seat.authorize(ctx, agent_ns, "memory:read")
             agent = seat.agent()
             try:
                 found = _bridge.memory_recall(seat.memory, agent, query, k=k, tags=tags)
@@ -499,8 +501,8 @@ def _agent_tools(tools: _Tools, seat: McpSeat) -> None:
     @tools.add(_READ)
     def memory_get(ctx: Context, ids: Annotated[list[str], Field(min_length=1, max_length=20)]) -> MemoryRecords:
         """Full memory records by id (from memory_search)."""
-        seat.authorize(ctx, agent_ns, "memory:read")
         with _tool_errors(home):
+            seat.authorize(ctx, agent_ns, "memory:read")
             agent = seat.agent()
             records: list[MemoryRecordOut] = []
             missing: list[str] = []
@@ -539,8 +541,8 @@ def _team_tools(tools: _Tools, seat: McpSeat, team_id: str) -> None:
         limit: Annotated[int, Field(ge=1, le=100)] = 20,
     ) -> InboxResult:
         """Team messages you have not read yet (then marked read); optionally acknowledge some first."""
-        seat.authorize(ctx, team_ns, "team:write")
         with _tool_errors(home):
+            seat.authorize(ctx, team_ns, "team:write")
             team, me = seat.team()
             acked = [int(_bridge.team_ack(team, seq, me)["seq"]) for seq in dict.fromkeys(ack or [])]
             got = _bridge.team_inbox(team, me, limit=limit)
@@ -558,8 +560,8 @@ def _team_tools(tools: _Tools, seat: McpSeat, team_id: str) -> None:
         msg_id: Annotated[str | None, Field(description="idempotency key")] = None,
     ) -> SendResult:
         """Send a team message."""
-        seat.authorize(ctx, team_ns, "team:write")
         with _tool_errors(home):
+            seat.authorize(ctx, team_ns, "team:write")
             team, me = seat.team()
             sent = _bridge.team_send(team, me, to, type=type, subject=subject, body=body, msg_id=msg_id)
             message = sent["message"]
@@ -571,8 +573,8 @@ def _team_tools(tools: _Tools, seat: McpSeat, team_id: str) -> None:
         claim: Annotated[str | None, Field(description="a task id, or 'next': claim it for yourself")] = None,
     ) -> TasksResult:
         """The team's ready tasks; with claim, take one (one claimer wins)."""
-        seat.authorize(ctx, team_ns, "team:read" if claim is None else "team:write")
         with _tool_errors(home):
+            seat.authorize(ctx, team_ns, "team:read" if claim is None else "team:write")
             team, me = seat.team()
             claimed = None
             if claim == "next":

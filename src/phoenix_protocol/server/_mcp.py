@@ -323,22 +323,25 @@ class _Tools:
     """The tools of one server, their input schemas compacted (``compact_schema``) before the
     server lists them."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, compact: bool = True) -> None:
         self.tools: list[Tool] = []
+        self.compact = compact
 
     def add(self, annotations: ToolAnnotations) -> Callable[[F], F]:
         def register(fn: F) -> F:
             tool = Tool.from_function(fn, annotations=annotations)
-            tool.parameters = compact_schema(tool.parameters)
+            if self.compact:
+                tool.parameters = compact_schema(tool.parameters)
             self.tools.append(tool)
             return fn
 
         return register
 
 
-def create_mcp_server(seat: McpSeat) -> MCPServer:
-    """The MCP server for ``seat``: its tools, resources and prompt (see the module's docstring)."""
-    tools = _Tools()
+def create_mcp_server(seat: McpSeat, *, compact: bool = True) -> MCPServer:
+    """The MCP server for ``seat``: its tools, resources and prompt (see the module's docstring).
+    ``compact=False`` lists the input schemas as pydantic makes them (the bench's comparison)."""
+    tools = _Tools(compact=compact)
     _agent_tools(tools, seat)
     if seat.team_id is not None:
         _team_tools(tools, seat, seat.team_id)

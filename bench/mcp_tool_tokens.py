@@ -164,7 +164,8 @@ def main() -> None:
     claude = per_tool["Claude Code (Messages tools)"]
     lines += [
         "",
-        f"About {claude[0] // tools[0]} tokens a tool ({claude[0]} for {tools[0]} tools; {claude[1]} for {tools[1]}).",
+        f"About {round(claude[0] / tools[0])} tokens a tool in Claude Code's form ({claude[0]} for {tools[0]} tools; "
+        f"{round(claude[1] / tools[1])} a tool, {claude[1]}, for {tools[1]}).",
     ]
     text = "\n".join(lines)
     print(text)

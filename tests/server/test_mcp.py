@@ -398,3 +398,25 @@ def test_http_with_bearer_tokens(home: Home, http_server: str) -> None:
 
     asyncio.run(main())
     assert Agent("zero", home).state.read().current_task == "over http"
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--port", "9000"], "--host and --port go with --http"),
+        (["--team", "release-1"], "needs both the team"),
+        (["--agent", "../x"], "agent id"),
+    ],
+)
+def test_cli_usage_errors(home: Home, args: list[str], message: str) -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "phoenix_protocol", "mcp", *args],
+        env=_phx_env(home),
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 2, done.stderr
+    assert message in done.stderr and done.stdout == ""

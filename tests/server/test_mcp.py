@@ -420,3 +420,45 @@ def test_cli_usage_errors(home: Home, args: list[str], message: str) -> None:
     )
     assert done.returncode == 2, done.stderr
     assert message in done.stderr and done.stdout == ""
+
+
+def test_phx_mcp_reads_the_configuration_once(
+    home: Home, backend: str, monkeypatch: pytest.MonkeyPatch, load_config_calls: list[str]
+) -> None:
+    """`phx mcp` with a team seat, every tool called through the server it built: ``load_config``
+    runs once, in the command (the agent, the team, the memory store take its configuration)."""
+    from phoenix_protocol.cli._main import cli
+    from phoenix_protocol.server import _mcp
+
+    home.ensure()
+    team = Team.create(home, "release", lead="lead", team_id="release-1")
+    team.join("alice")
+    team.add_task("Write the parser")
+    called: list[str] = []
+
+    def serve(the_seat: McpSeat) -> None:  # serve_stdio, the session in process
+        async def script(client: Client) -> None:
+            calls: list[tuple[str, dict[str, Any]]] = [
+                ("brief", {}),
+                ("set_status", {"status": "working", "text": "parser"}),
+                ("note", {"text": "tests"}),
+                ("checkpoint", {"action": "create", "summary": "s"}),
+                ("checkpoint", {"action": "show"}),
+                ("memory_search", {"query": "parser"}),
+                ("memory_get", {"ids": ["mem-" + "0" * 24]}),
+                ("send", {"to": "lead", "subject": "s", "body": "b"}),
+                ("inbox", {}),
+                ("tasks", {"claim": "next"}),
+            ]
+            for name, arguments in calls:
+                ok(await client.call_tool(name, arguments))
+                called.append(name)
+            await client.read_resource("phoenix://brief")
+
+        run(the_seat, script)
+
+    monkeypatch.setattr(_mcp, "serve_stdio", serve)
+    load_config_calls.clear()
+    assert cli(["mcp", "--home", home.root, "--agent", "zero", "--team", "release-1", "--as", "alice"]) == 0
+    assert len(called) == 10
+    assert len(load_config_calls) == 1, load_config_calls

@@ -17,9 +17,10 @@ model request:
   the real Gemini CLI sent);
 - **Claude Code**: the Messages API's ``tools[]``: ``{name: "mcp__phoenix__<tool>", description,
   input_schema}``;
-- **Codex**: the Responses API's function tools ``{type: "function", name: "mcp__phoenix__<tool>",
-  description, strict: false, parameters}`` (Codex groups them under a namespace ``mcp__phoenix``;
-  its wrapper is a few tokens more or less).
+- **Codex**: one Responses API tool ``{type: "namespace", name: "mcp__phoenix", description: the
+  server's instructions, tools: [{type: "function", name, description, strict: false, parameters}]}``,
+  the functions sorted by name and their schemas simplified by Codex (no defaults, no numeric bounds;
+  ``tests/e2e/test_mcp_codex.py`` checks this form, byte for byte, against what the real Codex sent).
 
 Beside them: the same tools with pydantic's schemas as they come (``compact=False``: titles,
 ``anyOf``/``null`` for optional parameters), and the whole ``tools/list`` answer an MCP client
@@ -99,17 +100,34 @@ def claude_tools(tools: list[dict[str, Any]]) -> list[dict[str, Any]]:
     ]
 
 
+_CODEX_KEEPS = ("type", "items", "enum", "description", "minItems", "properties", "required")
+"""What Codex (0.171.0) keeps of an MCP tool's input schema (no defaults, no numeric bounds)."""
+
+
+def _codex_schema(schema: Any, *, names: bool = False) -> Any:
+    if not isinstance(schema, dict):
+        return schema
+    if names:
+        return {key: _codex_schema(schema[key]) for key in sorted(schema)}
+    return {key: _codex_schema(schema[key], names=key == "properties") for key in _CODEX_KEEPS if key in schema}
+
+
 def codex_tools(tools: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    return [
+    """As Codex sends them: one ``namespace`` tool ``mcp__phoenix`` whose description is the
+    server's instructions, its functions sorted by name, their schemas simplified (``_CODEX_KEEPS``)."""
+    from phoenix_protocol.server._mcp import INSTRUCTIONS
+
+    functions = [
         {
             "type": "function",
-            "name": f"mcp__{SERVER}__{t['name']}",
+            "name": t["name"],
             "description": t.get("description", ""),
             "strict": False,
-            "parameters": t["inputSchema"],
+            "parameters": _codex_schema(t["inputSchema"]),
         }
-        for t in tools
+        for t in sorted(tools, key=lambda t: str(t["name"]))
     ]
+    return [{"type": "namespace", "name": f"mcp__{SERVER}", "description": INSTRUCTIONS, "tools": functions}]
 
 
 def count(value: Any) -> int:
@@ -130,7 +148,7 @@ def measure() -> list[tuple[str, int, int]]:
         ("Gemini CLI (functionDeclarations, as sent)", gemini_declarations),
         ("Gemini CLI, without its own wait_for_previous", lambda t: gemini_declarations(t, wait=False)),
         ("Claude Code (Messages tools)", claude_tools),
-        ("Codex (Responses function tools)", codex_tools),
+        ("Codex (a Responses namespace, as sent)", codex_tools),
     ):
         rows.append((label, count(form(seats[False])), count(form(seats[True]))))
     rows.append(

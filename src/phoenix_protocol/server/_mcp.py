@@ -64,6 +64,7 @@ else:
     from typing import Annotated
 
 __all__ = [
+    "INSTRUCTIONS",
     "SERVER_NAME",
     "McpSeat",
     "compact_schema",
@@ -77,6 +78,11 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 SERVER_NAME = "phoenix"
 """The server's name, and the key it is registered under in each CLI's settings."""
+INSTRUCTIONS = (
+    "Phoenix keeps this agent's state outside the conversation. Call `brief` first; keep the "
+    "status and notes current; `memory_search` then `memory_get` for details."
+)
+"""The server's instructions (Codex sends them to the model as its tools' namespace description)."""
 SNIPPET = 160
 """Characters of a memory's text in a search hit (``memory_get`` gives the whole record)."""
 
@@ -350,10 +356,7 @@ def create_mcp_server(seat: McpSeat, *, compact: bool = True) -> MCPServer:
         tools=tools.tools,
         version=__version__,
         log_level="WARNING",
-        instructions=(
-            "Phoenix keeps this agent's state outside the conversation. Call `brief` first; keep the "
-            "status and notes current; `memory_search` then `memory_get` for details."
-        ),
+        instructions=INSTRUCTIONS,
     )
     home = seat.home
 

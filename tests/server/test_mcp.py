@@ -88,7 +88,7 @@ def test_team_seat_lists_team_tools(home: Home, clock: ManualClock, team: Team) 
         names = {t.name for t in (await client.list_tools()).tools}
         assert names == AGENT_TOOLS | TEAM_TOOLS
         templates = (await client.list_resource_templates()).resource_templates
-        assert [t.uri_template for t in templates] == ["phoenix://inbox/{name}"]
+        assert sorted(t.uri_template for t in templates) == ["phoenix://brief/{agent}", "phoenix://inbox/{name}"]
 
     run(seat(home, clock, team=team.id, member="alice"), script)
 
@@ -257,6 +257,10 @@ def test_brief_resource_and_recover_prompt(home: Home, clock: ManualClock) -> No
         assert [str(r.uri) for r in resources] == ["phoenix://brief"]
         (contents,) = (await client.read_resource("phoenix://brief")).contents
         assert "run the migration on staging" in getattr(contents, "text", "")
+        (contents,) = (await client.read_resource("phoenix://brief/zero")).contents
+        assert "run the migration on staging" in getattr(contents, "text", "")
+        with pytest.raises(Exception, match="Nothing was found"):
+            await client.read_resource("phoenix://brief/nobody")
         prompts = (await client.list_prompts()).prompts
         assert [p.name for p in prompts] == ["recover"]
         prompt = await client.get_prompt("recover")
@@ -376,12 +380,20 @@ def test_http_with_bearer_tokens(home: Home, http_server: str) -> None:
 
     async def owner(client: Client) -> None:
         ok(await client.call_tool("set_status", {"status": "working", "text": "over http"}))
+        (contents,) = (await client.read_resource("phoenix://brief/zero")).contents
+        assert "over http" in getattr(contents, "text", "")
+        assert "over http" in str((await client.get_prompt("recover")).messages[0].content)
         assert ok(await client.call_tool("brief", {}))["task"] == "over http"
         denied = error_text(await client.call_tool("memory_search", {"query": "x"}))  # no memory scope
         assert "Nothing was found at this address" in denied
 
     async def stranger(client: Client) -> None:
         assert "Nothing was found" in error_text(await client.call_tool("brief", {}))
+        assert [str(r.uri) for r in (await client.list_resources()).resources] == []  # no unchecked brief
+        with pytest.raises(Exception, match="Nothing was found"):
+            await client.read_resource("phoenix://brief/zero")
+        with pytest.raises(Exception, match="Nothing was found"):
+            await client.get_prompt("recover")
 
     async def read_only(client: Client) -> None:
         ok(await client.call_tool("brief", {}))

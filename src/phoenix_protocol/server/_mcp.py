@@ -20,8 +20,8 @@ tool               what                                                scope (--
 =================  ==================================================  ================
 
 The team tools are listed only when the server has a team seat. Resources: ``phoenix://brief``
-and ``phoenix://inbox/{name}`` (a teammate's unread messages, nothing marked read); prompt
-``recover``. Results are typed (structured output). A ``PhoenixError`` becomes a tool error
+(stdio only), ``phoenix://brief/{agent}`` and ``phoenix://inbox/{name}`` (a teammate's unread
+messages, nothing marked read); prompt ``recover``. Results are typed (structured output). A ``PhoenixError`` becomes a tool error
 whose text is ``<ErrorClass>: <message>`` (the home's path replaced by ``$PHOENIX_HOME``).
 
 Over streamable HTTP (``--http``) the bearer tokens of the HTTP bridge are required as soon as the
@@ -41,7 +41,8 @@ from mcp.server import MCPServer
 from mcp.server.mcpserver import Context
 from mcp.server.mcpserver.exceptions import ResourceError, ToolError
 from mcp.server.mcpserver.tools import Tool
-from mcp.types import ToolAnnotations
+from mcp.shared.exceptions import MCPError
+from mcp.types import INVALID_PARAMS, ToolAnnotations
 from pydantic import Field
 from typing_extensions import TypedDict  # pydantic needs it before Python 3.12
 
@@ -255,6 +256,13 @@ class McpSeat:
             raise _bridge.NotFoundError()
 
 
+class _PromptError(MCPError):
+    """A prompt's error as the client reads it (the SDK turns any other into "Internal error")."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(INVALID_PARAMS, message)
+
+
 @contextlib.contextmanager
 def _tool_errors(home: Home, error: type[Exception] = ToolError) -> Iterator[None]:
     """A library error as the MCP error a client shows the model: ``<ErrorClass>: <message>``."""
@@ -360,16 +368,27 @@ def create_mcp_server(seat: McpSeat, *, compact: bool = True) -> MCPServer:
     )
     home = seat.home
 
-    @server.resource("phoenix://brief", name="brief", mime_type="text/markdown")
-    def brief_resource() -> str:
-        """The agent's brief: the hand-off for the next session."""
+    if not seat.http:  # a static resource gets no request context: nothing to authorize it by
+
+        @server.resource("phoenix://brief", name="brief", mime_type="text/markdown")
+        def brief_resource() -> str:
+            """The agent's brief: the hand-off for the next session."""
+            with _tool_errors(home, ResourceError):
+                return seat.agent().render_brief()
+
+    @server.resource("phoenix://brief/{agent}", name="agent-brief", mime_type="text/markdown")
+    def agent_brief_resource(agent: str, ctx: Context) -> str:
+        """An agent's brief, by its id (over HTTP: one the token covers)."""
         with _tool_errors(home, ResourceError):
-            return seat.agent().render_brief()
+            seat.authorize(ctx, agent_namespace(agent), "checkpoint:read")
+            found = _bridge.open_agent(home, agent, config=seat.config, clock=seat.clock, must_exist=True)
+            return found.render_brief()
 
     @server.prompt()
-    def recover() -> str:
+    def recover(ctx: Context) -> str:
         """Resume the work from Phoenix's brief after a crash, /clear or compaction."""
-        with _tool_errors(home, ResourceError):
+        with _tool_errors(home, _PromptError):
+            seat.authorize(ctx, agent_namespace(seat.agent_id), "checkpoint:read")
             text = seat.agent().render_brief()
         return (
             "You are resuming work a previous session left. Phoenix kept its state; here is the brief:\n\n"
@@ -379,13 +398,15 @@ def create_mcp_server(seat: McpSeat, *, compact: bool = True) -> MCPServer:
         )
 
     if seat.team_id is not None:
+        team_ns = team_namespace(seat.team_id)
 
         @server.resource("phoenix://inbox/{name}", name="inbox", mime_type="application/json")
-        def inbox_resource(name: str) -> str:
+        def inbox_resource(name: str, ctx: Context) -> str:
             """A teammate's unread team messages (a look: nothing is marked read)."""
             import json
 
             with _tool_errors(home, ResourceError):
+                seat.authorize(ctx, team_ns, "team:read")
                 team, _me = seat.team()
                 got = _bridge.team_inbox(team, name)
                 return json.dumps([_message(m) for m in got["messages"]], ensure_ascii=False)

@@ -15,9 +15,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
-pytest.importorskip("mcp", reason="the [mcp] extra (in the test extra)")
-
 from mcp import Client, StdioServerParameters
 from mcp.types import CallToolResult, TextContent
 

@@ -875,6 +875,36 @@ def _trust_output(out: Output, result: Any, verb: str) -> None:
     out.console.print(f"  {done}{what} {len(trust['keys'])} hook(s) in {escape(trust['path'])}")
 
 
+def _mcp_install_output(out: Output, result: Any, verb: str) -> None:
+    """What ``phx install --mcp`` or ``phx uninstall --mcp`` wrote where (``--json``:
+    ``McpInstallResult.as_dict``)."""
+    if out.as_json:
+        out.json(result.as_dict())
+        return
+    from rich.markup import escape
+
+    path = escape(result.path)
+    label = escape(result.client.label)
+    if result.dry_run and result.changed:
+        out.console.print(f"[bold]dry run[/]: the MCP servers of {path} would become:")
+        write_stdout(dumps_output(result.servers) + "\n")
+    if not result.changed:
+        what = "registered" if verb == "install" else "not registered"
+        out.console.print(f"{path} ({escape(result.description)}): Phoenix's MCP server is already {what}")
+    else:
+        done = "would be " if result.dry_run else ""
+        out.console.print(
+            f"{done}[green]{result.action}[/] the MCP server [bold]phoenix[/] of {label} in {path} "
+            f"({escape(result.description)})"
+            + (": the file held nothing else and is removed" if result.removed else "")
+        )
+    if verb == "install" and result.entry is not None:
+        argv = " ".join([result.entry["command"], *result.entry["args"]])
+        out.console.print(f"  it runs: [dim]{escape(argv)}[/] (in the project, which finds the home)")
+    for note in result.notes:
+        out.console.print(f"  [yellow]note[/]: {escape(note)}")
+
+
 _TARGETS = click.Choice(list(CLIENTS))
 _SCOPE_HELP = "Which settings: project (shared, commit it), local (this machine; Claude Code only) or user."
 
@@ -904,19 +934,37 @@ def _settings_options(command: Callable[..., None]) -> Callable[..., None]:
     is_flag=True,
     help="Codex: trust Phoenix's hooks (their trusted_hash in ~/.codex/config.toml); Codex runs no untrusted hook.",
 )
+@click.option("--mcp", "mcp", is_flag=True, help="Register `phx mcp` as the CLI's MCP server instead of the hooks.")
 @click.option("--dry-run", is_flag=True, help="Show the result without writing it.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON document instead of text.")
 def install_command(
-    target: str, scope: str, project_dir: str | None, agent_id: str | None, trust: bool, dry_run: bool, as_json: bool
+    target: str,
+    scope: str,
+    project_dir: str | None,
+    agent_id: str | None,
+    trust: bool,
+    mcp: bool,
+    dry_run: bool,
+    as_json: bool,
 ) -> None:
-    """Install Phoenix's hooks into an agent CLI's settings (claude-code, gemini-cli, codex).
+    """Install Phoenix's hooks into an agent CLI's settings (claude-code, gemini-cli, codex);
+    with --mcp, register Phoenix's MCP server (`phx mcp`) instead.
 
-    Example: phx install claude-code --scope local; phx install codex --trust
+    Example: phx install claude-code --scope local; phx install codex --trust; phx install gemini-cli --mcp
     """
     from phoenix_protocol.integrations._install import install_hooks
 
     out = Output(as_json)
     try:
+        if mcp:
+            from phoenix_protocol.integrations._mcp_install import install_mcp
+
+            if trust:
+                raise UsageError("--trust is for Codex's hooks; an MCP server needs no trusted hash.")
+            _mcp_install_output(
+                out, install_mcp(target, scope, project_dir=project_dir, agent=agent_id, dry_run=dry_run), "install"
+            )
+            return
         result = install_hooks(target, scope, project_dir=project_dir, agent=agent_id, dry_run=dry_run, trust=trust)
     except PhoenixError as exc:
         out.error(exc, _exit_code_for(exc))
@@ -927,17 +975,27 @@ def install_command(
 @main_group.command("uninstall")
 @click.argument("target", type=_TARGETS)
 @_settings_options
+@click.option("--mcp", "mcp", is_flag=True, help="Remove the MCP server `phx install --mcp` registered instead.")
 @click.option("--dry-run", is_flag=True, help="Show the result without writing it.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON document instead of text.")
-def uninstall_command(target: str, scope: str, project_dir: str | None, dry_run: bool, as_json: bool) -> None:
-    """Remove exactly the hooks `phx install` added.
+def uninstall_command(
+    target: str, scope: str, project_dir: str | None, mcp: bool, dry_run: bool, as_json: bool
+) -> None:
+    """Remove exactly the hooks `phx install` added (with --mcp: its MCP server).
 
-    Example: phx uninstall claude-code --scope local
+    Example: phx uninstall claude-code --scope local; phx uninstall codex --mcp --scope user
     """
     from phoenix_protocol.integrations._install import uninstall_hooks
 
     out = Output(as_json)
     try:
+        if mcp:
+            from phoenix_protocol.integrations._mcp_install import uninstall_mcp
+
+            _mcp_install_output(
+                out, uninstall_mcp(target, scope, project_dir=project_dir, dry_run=dry_run), "uninstall"
+            )
+            return
         result = uninstall_hooks(target, scope, project_dir=project_dir, dry_run=dry_run)
     except PhoenixError as exc:
         out.error(exc, _exit_code_for(exc))

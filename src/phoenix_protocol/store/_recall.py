@@ -47,9 +47,9 @@ ANALYZER_VERSION = 1
 """Bumped when ``terms`` changes: rows analysed by an earlier version are analysed again."""
 K1 = 1.2
 B = 0.75
-MIN_SCORE = 0.2
+MIN_SCORE = 0.06
 """The least normalised BM25 score a lexical match needs (tuned on the dev set)."""
-MIN_COSINE = 0.35
+MIN_COSINE = 0.3
 """The least cosine a semantic match needs (tuned on the dev set)."""
 RRF_K = 60
 MAX_TERM = 64

@@ -149,7 +149,7 @@ def main(argv: list[str] | None = None) -> int:
                     conn.execute(f"CREATE SCHEMA {schema}")
                 store_setting = f"{args.pg}?options=-csearch_path%3D{schema}"
             try:
-                home = Home(Path(tmp) / "home")
+                home = Home(str(Path(tmp) / "home"))
                 clock = ManualClock()
                 config = load_config(home.root, overrides={"store": store_setting})
                 store = MemoryStore(home, config=config, clock=clock)

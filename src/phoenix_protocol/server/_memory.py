@@ -1,7 +1,7 @@
 """An agent's namespaced memory::
 
 POST   /memory/{agent_id}                   memory:write       store a memory
-POST   /memory/{agent_id}/recall            memory:read        recall, ranked (BM25)
+POST   /memory/{agent_id}/recall            memory:read        recall, ranked (BM25; optionally fused with embeddings)
 GET    /memory/{agent_id}                   memory:read        list, newest first
 GET    /memory/{agent_id}/{memory_id}       memory:read        one memory
 DELETE /memory/{agent_id}/{memory_id}       memory:write       delete one memory
@@ -9,7 +9,8 @@ DELETE /memory/{agent_id}/{memory_id}       memory:write       delete one memory
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from datetime import datetime
+from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Depends, Path, Query
 from fastapi.responses import Response
@@ -61,7 +62,11 @@ class MemoryModel(BaseModel):
 
 
 class ScoredMemoryModel(MemoryModel):
-    score: float = Field(description="Relevance (BM25 on SQLite, ts_rank_cd on PostgreSQL): higher is better.")
+    score: float = Field(
+        description="Relevance, higher is better, the same on both engines: lexical, the share of the query's "
+        "BM25 weight matched (0 to 1); semantic, the reciprocal rank fusion of that and the embeddings' "
+        "ranking (1: first in both)."
+    )
 
 
 class MemoryResponse(BaseModel):
@@ -75,6 +80,13 @@ class RecallRequest(RequestBody):
     query: Annotated[str, Field(min_length=1, max_length=1000)]
     k: Annotated[int, Field(ge=1, le=100), BeforeValidator(json_int)] = 5
     tags: list[Tag] | None = Field(default=None, max_length=32)
+    since: datetime | None = Field(default=None, description="Only memories stored at or after this time (ISO 8601).")
+    until: datetime | None = Field(default=None, description="Only memories stored before this time (ISO 8601).")
+    mode: Literal["lexical", "semantic"] | None = Field(
+        default=None,
+        description="lexical (BM25), or semantic (fused with sentence embeddings; the [persona] extra on the "
+        "server); default: the server's memory_recall setting.",
+    )
 
 
 class RecallResponse(BaseModel):
@@ -104,8 +116,18 @@ def post_memory(
 def post_recall(
     agent_id: Annotated[str, Depends(agent_access("memory:read"))], body: RecallRequest, served: Served
 ) -> dict[str, Any]:
-    """Recall the best matches (BM25), best first; the query becomes ``last_recall_query``."""
-    results = _bridge.memory_recall(served.memory, served.agent(agent_id), body.query, k=body.k, tags=body.tags)
+    """Recall the best matches, best first (BM25 with stop words and a minimum score, or fused with
+    embeddings: ``mode``), stored in ``[since, until)``; the query becomes ``last_recall_query``."""
+    results = _bridge.memory_recall(
+        served.memory,
+        served.agent(agent_id),
+        body.query,
+        k=body.k,
+        tags=body.tags,
+        since=body.since,
+        until=body.until,
+        mode=body.mode,
+    )
     from phoenix_protocol.core._redact import redact
 
     return {"agent_id": agent_id, "query": redact(body.query), "results": results}
@@ -118,9 +140,13 @@ def get_memories(
     tag: Annotated[list[Tag] | None, Query(max_length=32, description="Only memories with every tag.")] = None,
     limit: Annotated[int, Query(ge=1, le=1000)] = 50,
     offset: Annotated[int, Query(ge=0, le=1_000_000_000)] = 0,
+    since: Annotated[datetime | None, Query(description="Only memories stored at or after this time.")] = None,
+    until: Annotated[datetime | None, Query(description="Only memories stored before this time.")] = None,
 ) -> dict[str, Any]:
     """The agent's memories, newest first."""
-    records = _bridge.memory_list(served.memory, served.agent(agent_id), tags=tag, limit=limit, offset=offset)
+    records = _bridge.memory_list(
+        served.memory, served.agent(agent_id), tags=tag, limit=limit, offset=offset, since=since, until=until
+    )
     return {"agent_id": agent_id, "memories": records, "limit": limit, "offset": offset}
 
 

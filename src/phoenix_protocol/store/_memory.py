@@ -451,7 +451,7 @@ class MemoryStore:
 
     @staticmethod
     def _window_filter(since: int | None, until: int | None) -> tuple[str, builtins.list[Any]]:
-        sql, args = "", []
+        sql, args = "", list[Any]()
         if since is not None:
             sql, args = sql + " AND m.created_ms >= ?", [*args, since]
         if until is not None:

@@ -54,7 +54,12 @@ MIN_COSINE = 0.3
 RRF_K = 60
 MAX_TERM = 64
 
-STOP_WORDS = frozenset(
+
+def _words(text: str) -> frozenset[str]:
+    return frozenset(text.split())
+
+
+STOP_WORDS = _words(
     """a about above after again against all also am an and any are aren as at be because been before
     being below between both but by can cannot could couldn did didn do does doesn doing don down during
     each either etc ever every few for from further had hadn has hasn have haven having he her here hers
@@ -63,7 +68,7 @@ STOP_WORDS = frozenset(
     over own re s same shall shan she should shouldn so some such t than that the their theirs them
     themselves then there these they this those through to too under until up upon us ve very was wasn we
     were weren what when where which while who whom whose why will with won would wouldn yet you your yours
-    yourself yourselves get gets got getting thing things way""".split()
+    yourself yourselves get gets got getting thing things way"""
 )
 """English function words and the words of a question, never searched for."""
 

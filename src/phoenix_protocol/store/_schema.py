@@ -627,12 +627,14 @@ MIGRATIONS.append(
     Migration(
         13,
         "memory: recall's term index and embeddings, ranked the same way on both engines",
-        postgresql="""
+        postgresql="\n".join(
+            (
+                """
         ALTER TABLE phx_memories ADD COLUMN analyzed integer NOT NULL DEFAULT 0,
             ADD COLUMN term_count integer NOT NULL DEFAULT 0;
-        """
-        + _MEMORY_INDEX.replace("BLOB", "bytea")
-        + """
+        """,
+                _MEMORY_INDEX.replace("BLOB", "bytea"),
+                """
         CREATE FUNCTION phx_memories_changed() RETURNS trigger LANGUAGE plpgsql AS $$
         BEGIN
             NEW.analyzed := 0;
@@ -643,12 +645,16 @@ MIGRATIONS.append(
         CREATE TRIGGER phx_memories_changed BEFORE UPDATE OF text, tags ON phx_memories
             FOR EACH ROW EXECUTE FUNCTION phx_memories_changed();
         """,
-        sqlite="""
+            )
+        ),
+        sqlite="\n".join(
+            (
+                """
         ALTER TABLE phx_memories ADD COLUMN analyzed INTEGER NOT NULL DEFAULT 0;
         ALTER TABLE phx_memories ADD COLUMN term_count INTEGER NOT NULL DEFAULT 0;
-        """
-        + _MEMORY_INDEX
-        + """
+        """,
+                _MEMORY_INDEX,
+                """
         DROP TRIGGER phx_memories_au;
         CREATE TRIGGER phx_memories_au AFTER UPDATE OF text, tags ON phx_memories BEGIN
             INSERT INTO phx_memories_fts (phx_memories_fts, rowid, text, tags) VALUES ('delete', old.seq, old.text, old.tags);
@@ -660,6 +666,8 @@ MIGRATIONS.append(
             DELETE FROM phx_memory_vectors WHERE memory_id = old.id;
         END;
         """,
+            )
+        ),
     )
 )
 

@@ -138,8 +138,8 @@ def test_a_memory_stored_before_the_index_is_analysed_on_recall(memory: MemorySt
 def _corpus(seed: int) -> tuple[list[tuple[str, list[str], int]], list[str]]:
     """Memories of a small vocabulary (many ties, repeated words, shared stems) and queries."""
     rng = random.Random(seed)
-    vocab = "timer timers drift drifting cache caches deploy deployed key keys rotate index queue lock".split()
-    vocab += "backup restore worker pool socket retry retries token alert disk report schema".split()
+    vocab = ["timer", "timers", "drift", "drifting", "cache", "caches", "deploy", "deployed", "key", "keys", "rotate", "index", "queue", "lock"]
+    vocab += ["backup", "restore", "worker", "pool", "socket", "retry", "retries", "token", "alert", "disk", "report", "schema"]
     memories = []
     for i in range(120):
         words = rng.choices(vocab, k=rng.randint(1, 12))

@@ -117,7 +117,8 @@ def test_since_and_until(memory: MemoryStore, clock: ManualClock) -> None:
     assert recalled(since=aware) == [ids[2]]
     assert recalled(since="2026-01-02") == recalled(since=start + DAY)  # a date alone: midnight UTC
     assert recalled(since=start + 3 * DAY) == []
-    for bad in ({"since": "yesterday"}, {"until": True}, {"since": start + DAY, "until": start}):
+    assert recalled(since=start + DAY, until=start) == listed(since=start + DAY, until=start) == []  # empty window
+    for bad in ({"since": "yesterday"}, {"until": True}, {"since": [1]}):
         with pytest.raises(UsageError):
             memory.recall("zero", "timer", **bad)
         with pytest.raises(UsageError):
@@ -138,8 +139,36 @@ def test_a_memory_stored_before_the_index_is_analysed_on_recall(memory: MemorySt
 def _corpus(seed: int) -> tuple[list[tuple[str, list[str], int]], list[str]]:
     """Memories of a small vocabulary (many ties, repeated words, shared stems) and queries."""
     rng = random.Random(seed)
-    vocab = ["timer", "timers", "drift", "drifting", "cache", "caches", "deploy", "deployed", "key", "keys", "rotate", "index", "queue", "lock"]
-    vocab += ["backup", "restore", "worker", "pool", "socket", "retry", "retries", "token", "alert", "disk", "report", "schema"]
+    vocab = [
+        "timer",
+        "timers",
+        "drift",
+        "drifting",
+        "cache",
+        "caches",
+        "deploy",
+        "deployed",
+        "key",
+        "keys",
+        "rotate",
+        "index",
+        "queue",
+        "lock",
+    ]
+    vocab += [
+        "backup",
+        "restore",
+        "worker",
+        "pool",
+        "socket",
+        "retry",
+        "retries",
+        "token",
+        "alert",
+        "disk",
+        "report",
+        "schema",
+    ]
     memories = []
     for i in range(120):
         words = rng.choices(vocab, k=rng.randint(1, 12))

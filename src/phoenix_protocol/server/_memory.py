@@ -14,7 +14,7 @@ from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Depends, Path, Query
 from fastapi.responses import Response
-from pydantic import BaseModel, BeforeValidator, Field
+from pydantic import BaseModel, BeforeValidator, Field, TypeAdapter
 from starlette.convertors import Convertor, register_url_convertor
 
 from phoenix_protocol.server._common import Served, agent_access
@@ -42,6 +42,16 @@ register_url_convertor("memory_id", _MemoryIdConvertor())
 MemoryIdParam = Annotated[str, Path(pattern=f"^{MEMORY_ID_REGEX}$", description="Memory id (mem-…).")]
 
 router = APIRouter(tags=["memory"])
+
+
+def _lax_time(value: Any) -> Any:
+    """An ISO 8601 text read as pydantic reads it outside strict mode (the bodies are strict,
+    which takes only ``datetime`` objects, never what JSON carries)."""
+    return _TIME.validate_python(value) if isinstance(value, str) else value
+
+
+_TIME: TypeAdapter[datetime] = TypeAdapter(datetime)
+Time = Annotated[datetime, BeforeValidator(_lax_time)]
 
 
 class MemoryStoreRequest(RequestBody):
@@ -80,8 +90,8 @@ class RecallRequest(RequestBody):
     query: Annotated[str, Field(min_length=1, max_length=1000)]
     k: Annotated[int, Field(ge=1, le=100), BeforeValidator(json_int)] = 5
     tags: list[Tag] | None = Field(default=None, max_length=32)
-    since: datetime | None = Field(default=None, description="Only memories stored at or after this time (ISO 8601).")
-    until: datetime | None = Field(default=None, description="Only memories stored before this time (ISO 8601).")
+    since: Time | None = Field(default=None, description="Only memories stored at or after this time (ISO 8601).")
+    until: Time | None = Field(default=None, description="Only memories stored before this time (ISO 8601).")
     mode: Literal["lexical", "semantic"] | None = Field(
         default=None,
         description="lexical (BM25), or semantic (fused with sentence embeddings; the [persona] extra on the "

@@ -224,7 +224,10 @@ def time_bound(value: Any, name: str) -> int | None:
     if isinstance(value, int):
         return value
     if isinstance(value, datetime):
-        return int((value if value.tzinfo else value.replace(tzinfo=UTC)).timestamp() * 1000)
+        try:
+            return int((value if value.tzinfo else value.replace(tzinfo=UTC)).timestamp() * 1000)
+        except (OverflowError, ValueError):
+            raise UsageError(f"{name} is out of range: {value!r}.") from None
     if isinstance(value, str):
         try:
             return ms_from_iso(value)
@@ -234,10 +237,8 @@ def time_bound(value: Any, name: str) -> int | None:
 
 
 def _check_window(since: Any, until: Any) -> tuple[int | None, int | None]:
-    low, high = time_bound(since, "since"), time_bound(until, "until")
-    if low is not None and high is not None and high < low:
-        raise UsageError("until must not be before since.")
-    return low, high
+    """``(since, until)`` in ms (``until`` before ``since``: an empty window, nothing matches)."""
+    return time_bound(since, "since"), time_bound(until, "until")
 
 
 def _check_recall(namespace: str, query: Any, k: Any, tags: Any) -> tuple[list[str], list[str]]:

@@ -344,5 +344,5 @@ def test_memory_recall_and_list_windows_and_mode(capsys: pytest.CaptureFixture[s
     assert phx_json(capsys, "memory", "recall", question, "--mode", "lexical")[1]["results"] == []
     code, found = phx_json(capsys, "memory", "recall", question, "--mode", "semantic")
     assert code == 0 and [m["id"] for m in found["results"]] == [memory_id] and found["results"][0]["score"] == 0.5
-    code, out, err = phx(capsys, "memory", "recall", "neovim", "--since", "last tuesday")
+    code, _out, err = phx(capsys, "memory", "recall", "neovim", "--since", "last tuesday")
     assert code == 2 and "ISO 8601" in err

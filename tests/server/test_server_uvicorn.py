@@ -489,7 +489,8 @@ def test_recall_windows_and_modes_through_the_client_and_the_cli(
 
     def remote(*args: str) -> dict[str, Any]:
         assert cli(["memory", *args, "--agent", "zero", "--server", url, "--token", admin, "--json"]) == 0
-        return json.loads(capsys.readouterr().out)
+        answer: dict[str, Any] = json.loads(capsys.readouterr().out)
+        return answer
 
     assert [m["id"] for m in remote("recall", "neovim", "--since", "1h")["results"]] == [memory["id"]]
     assert remote("recall", "neovim", "--until", "1h")["results"] == []

@@ -192,8 +192,8 @@ def test_both_engines_rank_the_same(home: Home, tmp_path: Path, request: pytest.
             store.store("dev", memory["text"], tags=memory["tags"])
         out: list[Any] = []
         for query in synthetic_queries:
-            for tags in (None, ["ops"]):
-                found = store.recall("synthetic", query, k=20, tags=tags, min_score=0.0)
+            for only in (None, ["ops"]):
+                found = store.recall("synthetic", query, k=20, tags=only, min_score=0.0)
                 out.append([(r.text, r.tags, r.created_at, score) for r, score in found])
         for query in dev["queries"]:
             out.append([(r.text, score) for r, score in store.recall("dev", query["query"], k=5)])

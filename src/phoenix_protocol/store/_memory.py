@@ -459,22 +459,39 @@ class MemoryStore:
             sql, args = sql + " AND m.created_ms < ?", [*args, until]
         return sql, args
 
-    def _analyze_pending(self, namespace: str) -> None:
-        """Analyse the memories of ``namespace`` whose terms are missing or stale (stored by an
-        earlier release, or changed by hand since): one write transaction, only when there are some."""
+    @staticmethod
+    def _pending(tx: Tx, namespace: str) -> bool:
+        """Whether ``namespace`` has memories whose terms are missing or stale (stored by an
+        earlier release, or changed by hand since)."""
+        from phoenix_protocol.store._recall import ANALYZER_VERSION
+
+        sql = "SELECT 1 FROM phx_memories WHERE namespace = ? AND analyzed < ? LIMIT 1"
+        return tx.one(sql, (namespace, ANALYZER_VERSION)) is not None
+
+    def _analyze(self, namespace: str) -> None:
+        """Analyse the memories of ``namespace`` that ``_pending`` finds, in one write transaction."""
         from phoenix_protocol.store._recall import ANALYZER_VERSION
 
         sql = "SELECT id, text, tags FROM phx_memories WHERE namespace = ? AND analyzed < ?"
-
-        def pending(tx: Tx) -> bool:
-            return tx.one(sql + " LIMIT 1", (namespace, ANALYZER_VERSION)) is not None
 
         def work(tx: Tx) -> None:
             for memory_id, text, tags in tx.all(sql + tx.dialect.for_update, (namespace, ANALYZER_VERSION)):
                 index_terms(tx, memory_id, namespace, text, tx.dialect.read_text_array(tags))
 
-        if self.db.read(pending):
-            self.db.transaction(work)
+        self.db.transaction(work)
+
+    def _read_analyzed(self, namespace: str, work: Callable[[Tx], T]) -> T:
+        """``work`` in a read transaction once every memory of ``namespace`` is analysed (the
+        check is part of that transaction: one round trip when there is nothing to analyse)."""
+
+        def checked(tx: Tx) -> tuple[bool, T | None]:
+            return (False, None) if self._pending(tx, namespace) else (True, work(tx))
+
+        done, found = self.db.read(checked)
+        if not done:
+            self._analyze(namespace)
+            return self.db.read(work)
+        return found  # type: ignore[return-value]  # T, when done
 
     def recall(
         self,
@@ -507,7 +524,6 @@ class MemoryStore:
             raise UsageError("min_score must be between 0 and 1.")
         if not self._present():
             return []
-        self._analyze_pending(namespace)
         query_terms = list(dict.fromkeys(terms(" ".join(words))))
 
         def lexical(tx: Tx) -> builtins.list[tuple[str, float, int, int]]:
@@ -561,12 +577,12 @@ class MemoryStore:
                 records = fetch(tx, [r[0] for r in best])
                 return [(records[r[0]], r[1]) for r in best if r[0] in records]
 
-            return self.db.read(work)
+            return self._read_analyzed(namespace, work)
 
         from phoenix_protocol.store._recall import fuse
 
         semantic = self._semantic(namespace, query, embedder, clean_tags, low, high)
-        matches = self.db.read(lexical)
+        matches = self._read_analyzed(namespace, lexical)
         order = {r[0]: (r[2], r[3]) for r in matches} | {r[0]: (r[2], r[3]) for r in semantic}
         lexical_rank = [r[0] for r in sorted(matches, key=lambda r: (-r[1], -r[2], -r[3]))]
         semantic_rank = [r[0] for r in sorted(semantic, key=lambda r: (-r[1], -r[2], -r[3]))]
@@ -597,7 +613,8 @@ class MemoryStore:
             tag_sql, tag_args = self._tag_filter(tx, tags)
             time_sql, time_args = self._window_filter(low, high)
             sql = (
-                "SELECT m.id, m.text, m.created_ms, m.seq, v.vector FROM phx_memories m "  # noqa: S608 - fragments and '?' placeholders only
+                "SELECT m.id, CASE WHEN v.vector IS NULL THEN m.text END, m.created_ms, m.seq, v.vector "  # noqa: S608 - fragments and '?' placeholders only
+                "FROM phx_memories m "
                 "LEFT JOIN phx_memory_vectors v ON v.memory_id = m.id AND v.model = ? "
                 f"WHERE m.namespace = ?{tag_sql}{time_sql}"
             )

@@ -530,7 +530,7 @@ class MemoryStore:
             """``(id, score, created_ms, seq)`` of the matches at or above the floor."""
             if not query_terms:
                 return []
-            from phoenix_protocol.store._recall import bm25
+            from phoenix_protocol.store._recall import bm25_scorer
 
             count, total = tx.one(
                 "SELECT count(*), coalesce(sum(term_count), 0) FROM phx_memories WHERE namespace = ?", (namespace,)
@@ -552,14 +552,20 @@ class MemoryStore:
                 f"AND m.namespace = ?{tag_sql}{time_sql}",
                 [namespace, *query_terms, namespace, *tag_args, *time_args],
             )
-            docs: dict[str, tuple[dict[str, int], int, int, int]] = {}
-            for memory_id, term, tf, length, created_ms, seq in rows:
-                found = docs.setdefault(str(memory_id), ({}, int(length), int(created_ms), int(seq)))
-                found[0][str(term)] = int(tf)
+            docs: dict[str, dict[str, int]] = {}
+            about: dict[str, tuple[int, int, int]] = {}
+            for memory_id, term, tf, length, created_ms, seq in rows:  # text and integers on both engines
+                doc = docs.get(memory_id)
+                if doc is None:
+                    doc = docs[memory_id] = {}
+                    about[memory_id] = (length, created_ms, seq)
+                doc[term] = tf
             mean = int(total) / int(count) if count else 0.0
+            bm25 = bm25_scorer(query_terms, df=df, count=int(count), mean_length=mean)
             scored = []
-            for memory_id, (doc, length, created_ms, seq) in docs.items():
-                score = round(bm25(query_terms, doc, length, df=df, count=int(count), mean_length=mean), 6)
+            for memory_id, doc in docs.items():
+                length, created_ms, seq = about[memory_id]
+                score = round(bm25(doc, length), 6)
                 if score > 0 and score >= floor:
                     scored.append((memory_id, score, created_ms, seq))
             return scored

@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import math
 from collections import Counter
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, Protocol
 
 __all__ = [
@@ -39,6 +39,7 @@ __all__ = [
     "STOP_WORDS",
     "Embedder",
     "bm25",
+    "bm25_scorer",
     "fuse",
     "terms",
 ]
@@ -107,6 +108,30 @@ def document_terms(text: str, tags: Iterable[str]) -> Counter[str]:
     return Counter(terms(" ".join([text, *tags])))
 
 
+def bm25_scorer(
+    query: Sequence[str], *, df: Mapping[str, int], count: int, mean_length: float
+) -> Callable[[Mapping[str, int], int], float]:
+    """``bm25`` for one query over many memories: the terms' weights computed once."""
+    weights = []
+    best = 0.0
+    for term in dict.fromkeys(query):
+        n = df.get(term, 0)
+        idf = math.log(1.0 + (count - n + 0.5) / (n + 0.5))
+        best += idf * (K1 + 1.0)
+        weights.append((term, idf * (K1 + 1.0)))
+
+    def score(doc: Mapping[str, int], length: int) -> float:
+        norm = K1 * (1.0 - B + B * length / mean_length) if mean_length > 0 else K1
+        total = 0.0
+        for term, weight in weights:
+            tf = doc.get(term, 0)
+            if tf:
+                total += weight * tf / (tf + norm)
+        return total / best if best > 0 else 0.0
+
+    return score
+
+
 def bm25(
     query: Sequence[str],
     doc: Mapping[str, int],
@@ -119,17 +144,7 @@ def bm25(
     """``doc``'s BM25 score for the distinct ``query`` terms over a corpus of ``count`` memories
     of ``mean_length`` terms (``df``: how many hold each term), divided by the query's best
     possible score: 0 for no match, under 1 for any. Same inputs, same float on any machine."""
-    best = 0.0
-    score = 0.0
-    norm = K1 * (1.0 - B + B * length / mean_length) if mean_length > 0 else K1
-    for term in dict.fromkeys(query):
-        n = df.get(term, 0)
-        idf = math.log(1.0 + (count - n + 0.5) / (n + 0.5))
-        best += idf * (K1 + 1.0)
-        tf = doc.get(term, 0)
-        if tf:
-            score += idf * tf * (K1 + 1.0) / (tf + norm)
-    return score / best if best > 0 else 0.0
+    return bm25_scorer(query, df=df, count=count, mean_length=mean_length)(doc, length)
 
 
 def fuse(rankings: Sequence[Sequence[str]]) -> dict[str, float]:

@@ -71,9 +71,8 @@ def _ms(text: object) -> int | None:
 
 def _event_kind(event: dict[str, Any]) -> str | None:
     name = event.get("event")
-    meta = event.get("meta") if isinstance(event.get("meta"), dict) else {}
     if name == "heartbeat":
-        return None if meta.get("tool") in (None, "(stop)") else "tool"
+        return "tool"
     if name == "tool_failed":
         return "failure"
     if name == "checkpoint_created":
@@ -85,25 +84,58 @@ def _event_kind(event: dict[str, Any]) -> str | None:
     return None
 
 
-def timeline(events: list[dict[str, Any]], *, buckets: int = 48) -> dict[str, Any]:
+def _tool_calls(event: dict[str, Any], last_seq: int) -> tuple[int, int]:
+    """``(tool calls, heartbeat seq)`` an event stands for. The ops log keeps one heartbeat per
+    ``heartbeat_log_interval`` (and every failure): the calls between two logged ones are known
+    from the ``heartbeat_seq`` they carry (a Stop hook counts a beat, not a call)."""
+    meta = event.get("meta") if isinstance(event.get("meta"), dict) else {}
+    seq = meta.get("heartbeat_seq")
+    stop = meta.get("tool") == "(stop)"
+    if not isinstance(seq, int) or isinstance(seq, bool):
+        return (0 if stop else 1), last_seq
+    calls = seq - last_seq if 0 < last_seq < seq else 1
+    return max(0, calls - 1 if stop else calls), seq
+
+
+def timeline(
+    events: list[dict[str, Any]], *, buckets: int = 48, beat: tuple[int, str | None] | None = None
+) -> dict[str, Any]:
     """The ops events as a chart: ``start``/``end`` (ISO), ``bucket_ms``, ``series`` (per kind
-    in ``TIMELINE_KINDS``, a count per bucket), and ``marks``: every session start/end and drift
+    in ``TIMELINE_KINDS``, a count per bucket; ``tool`` counts every call, failed ones too), and ``marks``: every session start/end and drift
     episode with its time and a label (what the chart draws as lines)."""
-    stamped: list[tuple[int, str, dict[str, Any]]] = []
+    stamped: list[tuple[int, str, dict[str, Any], int]] = []
+    last_seq = 0
     for event in events:
         kind = _event_kind(event)
         ms = _ms(event.get("ts")) if kind else None
-        if kind and ms is not None:
-            stamped.append((ms, kind, event))
+        if event.get("event") == "session_start":
+            last_seq = 0
+        if not kind or ms is None:
+            continue
+        weight = 1
+        if kind in ("tool", "failure"):
+            weight, last_seq = _tool_calls(event, last_seq)
+        if kind == "failure":
+            stamped.append((ms, "tool", event, weight))
+            weight = 1
+        if weight:
+            stamped.append((ms, kind, event, weight))
     series: dict[str, list[int]] = {kind: [0] * buckets for kind in TIMELINE_KINDS}
     if not stamped:
         return {"start": None, "end": None, "bucket_ms": 0, "series": series, "marks": [], "total": 0}
-    start = min(ms for ms, _, _ in stamped)
-    end = max(ms for ms, _, _ in stamped)
+    start = min(ms for ms, _, _, _ in stamped)
+    end = max(ms for ms, _, _, _ in stamped)
     width = max(1, -(-(end - start + 1) // buckets))
     marks: list[dict[str, Any]] = []
-    for ms, kind, event in stamped:
-        series[kind][min(buckets - 1, (ms - start) // width)] += 1
+    if beat is not None:  # the calls after the last logged heartbeat: the state's seq knows them
+        seq, at = beat
+        last_ms = _ms(at)
+        if seq > last_seq and last_ms is not None:
+            stamped.append((last_ms, "tool", {}, seq - last_seq))
+            end = max(end, last_ms)
+            width = max(1, -(-(end - start + 1) // buckets))
+    for ms, kind, event, weight in stamped:
+        series[kind][min(buckets - 1, (ms - start) // width)] += weight
         if kind in ("session", "drift"):
             meta = event.get("meta") if isinstance(event.get("meta"), dict) else {}
             label = str(event.get("event"))
@@ -118,7 +150,7 @@ def timeline(events: list[dict[str, Any]], *, buckets: int = 48) -> dict[str, An
         "bucket_ms": width,
         "series": series,
         "marks": marks,
-        "total": len(stamped),
+        "total": sum(weight for _, _, _, weight in stamped),
     }
 
 
@@ -197,7 +229,7 @@ def agent_view(
     lanes = [lane_row(view, now_ms=now, this_host=here) for view in (agent, *lane_views(agent))]
     brief = agent.read_brief()
     events, problems = agent.ops.read()
-    checkpoints = [info.as_dict() for info in reversed(agent.checkpoints.entries())]
+    checkpoints = [info.as_dict() for info in agent.checkpoints.entries()]  # newest first
     sessions = _sessions(agent, now)
     from phoenix_protocol.services._clinic_log import read_episodes
 
@@ -208,13 +240,22 @@ def agent_view(
         "lanes": lanes,
         "brief": brief,
         "brief_html": render_markdown(brief) if brief else None,
-        "timeline": timeline(events),
+        "timeline": timeline(events, beat=_beat(agent)),
         "recent_events": events[-50:][::-1],
         "log_problems": [str(p) for p in problems],
         "checkpoints": checkpoints,
         "sessions": sessions,
         "clinic": [e.as_dict() for e in reversed(episodes)],
     }
+
+
+def _beat(agent: Agent) -> tuple[int, str | None] | None:
+    """The state's heartbeat seq and last activity (``timeline``'s last calls), if it reads."""
+    try:
+        state = agent.state.read_if_any()
+    except PhoenixError:
+        return None
+    return None if state is None else (int(state.heartbeat_seq or 0), state.last_active)
 
 
 def _sessions(agent: Agent, now_ms: int) -> list[dict[str, Any]]:
@@ -387,7 +428,9 @@ def team_view(
         "edges": edges,
         "roster": roster,
         "messages": messages[::-1],
-        "threads": [{"subject": s, "seqs": seqs} for s, seqs in threads.items()],
+        "threads": [  # the latest activity first; a thread's messages oldest first
+            {"subject": s, "seqs": seqs} for s, seqs in sorted(threads.items(), key=lambda kv: -max(kv[1]))
+        ],
         "mailbox": mailbox.stats(),
         "consolidation": team.partial_consolidation() or meta.get("consolidation"),
         "probe": probed,

@@ -142,14 +142,16 @@ function renderOverview(doc, focus) {
 function timelineChart(tl) {
   if (!tl || !tl.total) return el("p", { class: "muted" }, "No events yet.");
   const W = 720, H = 150, pad = 24, n = tl.series.tool.length;
-  const totals = Array.from({ length: n }, (_, i) => KINDS.reduce((s, k) => s + (k === "session" || k === "drift" ? 0 : tl.series[k][i]), 0));
+  const totals = Array.from({ length: n }, (_, i) => tl.series.tool[i] + tl.series.checkpoint[i]);
   const max = Math.max(1, ...totals);
   const bw = (W - 2 * pad) / n;
   const bars = [];
   for (let i = 0; i < n; i++) {
     let y = H - pad;
+    // A bar per bucket: successful calls, failed calls (of the tool calls), checkpoints on top.
+    const parts = { tool: tl.series.tool[i] - tl.series.failure[i], failure: tl.series.failure[i], checkpoint: tl.series.checkpoint[i] };
     for (const kind of ["tool", "failure", "checkpoint"]) {
-      const v = tl.series[kind][i];
+      const v = parts[kind];
       if (!v) continue;
       const h = ((H - 2 * pad) * v) / max;
       y -= h;

@@ -152,7 +152,7 @@ def test_a_home_without_tokens_is_shown_read_only(scenario: Scenario) -> None:
 
 def _events(url: str, path: str) -> Iterator[tuple[str, dict[str, Any]]]:
     parts = urlsplit(url)
-    conn = http.client.HTTPConnection(parts.hostname, parts.port, timeout=30)
+    conn = http.client.HTTPConnection(parts.hostname or "127.0.0.1", parts.port, timeout=30)
     conn.request("GET", path)
     response = conn.getresponse()
     assert response.status == 200 and response.getheader("content-type", "").startswith("text/event-stream")

@@ -64,7 +64,11 @@ def fill(home: Home) -> Scenario:
     for i, (tool, ok) in enumerate([("Bash", True), ("Write", True), ("Bash", False), ("Bash", False), ("Read", True)]):
         clock.advance(20)
         builder.state.heartbeat(
-            session_id="sess-builder", tool=tool, ok=ok, error=None if ok else "exit code 1: 3 tests failed", work=f"step {i}"
+            session_id="sess-builder",
+            tool=tool,
+            ok=ok,
+            error=None if ok else "exit code 1: 3 tests failed",
+            work=f"step {i}",
         )
     builder.record("drift_detected", "warn", {"drift": "repetition: the same failing Bash call 3 times"})
     builder.state.add_note("open_loop", "Refresh tokens are not implemented yet")
@@ -74,7 +78,10 @@ def fill(home: Home) -> Scenario:
     scenario.checkpoints.append(builder.checkpoints.create("routine", summary="grammar tests next").name)
     builder.write_brief()
     for attempt, (cause, action, outcome, final) in enumerate(
-        [("transient_error", "retry_with_backoff", "relapsed", False), ("hallucinated_tool", "modify_prompt", "healed", True)]
+        [
+            ("transient_error", "retry_with_backoff", "relapsed", False),
+            ("hallucinated_tool", "modify_prompt", "healed", True),
+        ]
     ):
         builder.record(
             "clinic_episode",

@@ -69,6 +69,7 @@ def _ui_page(path: str) -> bool:
     """The dashboard's page and assets (``server/_ui``): no data in them, served without a token."""
     return path in ("/ui", "/ui/") or path.startswith("/ui/assets/")
 
+
 PROBLEM_TYPE = "application/problem+json"
 _OPEN = TokenInfo("open", [ALL], [ALL], label="no tokens configured")
 

@@ -135,7 +135,7 @@ def _dumps(document: dict[str, Any]) -> bytes:
 @router.get(UI_PREFIX + "/api/session")
 def ui_session(served: Served, info: Token) -> Response:
     open_home = info is _OPEN
-    writes = [s for s in info.scopes if s == "*" or s.endswith(":write") or s.endswith(":*")]
+    writes = [s for s in info.scopes if s == "*" or s.endswith((":write", ":*"))]
     return _answer(
         {
             "schema_version": _dashboard.SCHEMA_VERSION,
@@ -222,9 +222,7 @@ def ui_take_checkpoint(served: Served, info: Token, agent_id: AgentIdParam) -> R
         raise NotFoundError(f"no agent {agent_id!r} in this home.")
     if not _may_write(info, namespace):
         raise RefusedError("The dashboard is read-only: give it a token with the checkpoint:write scope.")
-    return _answer(
-        _dashboard.take_checkpoint(served.home, agent_id, config=served.config, clock=served.clock)
-    )
+    return _answer(_dashboard.take_checkpoint(served.home, agent_id, config=served.config, clock=served.clock))
 
 
 @router.post(UI_PREFIX + "/api/teams/{team_id}/checkpoint")
@@ -234,9 +232,7 @@ def ui_take_team_checkpoint(served: Served, info: Token, team_id: TeamIdParam) -
         raise NotFoundError(f"no team {team_id!r} in this home.")
     if not _may_write(info, namespace):
         raise RefusedError("The dashboard is read-only: give it a token with the team:write scope.")
-    return _answer(
-        _dashboard.take_team_checkpoint(served.home, team_id, config=served.config, clock=served.clock)
-    )
+    return _answer(_dashboard.take_team_checkpoint(served.home, team_id, config=served.config, clock=served.clock))
 
 
 # -- live updates ----------------------------------------------------------------------------------

@@ -84,11 +84,16 @@ def _event_kind(event: dict[str, Any]) -> str | None:
     return None
 
 
+def _meta(event: dict[str, Any]) -> dict[str, Any]:
+    meta = event.get("meta")
+    return meta if isinstance(meta, dict) else {}
+
+
 def _tool_calls(event: dict[str, Any], last_seq: int) -> tuple[int, int]:
     """``(tool calls, heartbeat seq)`` an event stands for. The ops log keeps one heartbeat per
     ``heartbeat_log_interval`` (and every failure): the calls between two logged ones are known
     from the ``heartbeat_seq`` they carry (a Stop hook counts a beat, not a call)."""
-    meta = event.get("meta") if isinstance(event.get("meta"), dict) else {}
+    meta = _meta(event)
     seq = meta.get("heartbeat_seq")
     stop = meta.get("tool") == "(stop)"
     if not isinstance(seq, int) or isinstance(seq, bool):
@@ -137,7 +142,7 @@ def timeline(
     for ms, kind, event, weight in stamped:
         series[kind][min(buckets - 1, (ms - start) // width)] += weight
         if kind in ("session", "drift"):
-            meta = event.get("meta") if isinstance(event.get("meta"), dict) else {}
+            meta = _meta(event)
             label = str(event.get("event"))
             if kind == "drift":
                 label = f"drift: {meta.get('drift') or meta.get('signal') or meta.get('detail') or 'detected'}"
@@ -307,7 +312,9 @@ def checkpoint_diff(
     texts = [json.dumps(d, indent=2, sort_keys=True, ensure_ascii=False, default=str).splitlines() for d in docs]
     lines = list(difflib.unified_diff(texts[0], texts[1], fromfile=older, tofile=newer, lineterm="", n=3))
     sections = sorted(
-        key for key in set(docs[0]) | set(docs[1]) if key not in ("name", "seq") and docs[0].get(key) != docs[1].get(key)
+        key
+        for key in set(docs[0]) | set(docs[1])
+        if key not in ("name", "seq") and docs[0].get(key) != docs[1].get(key)
     )
     return {
         "schema_version": SCHEMA_VERSION,

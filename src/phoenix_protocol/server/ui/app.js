@@ -108,7 +108,7 @@ function renderOverview(doc, focus) {
       nodes.push(el("div", { class: "alert", role: "alert" }, `${row.agent}${row.lane ? " / " + row.lane : ""} is ${row.verdict}: ${row.detail}`));
     }
     const body = (doc.agents || []).map((row) =>
-      el("tr", { tabindex: 0, "data-row": true, "data-agent": row.agent },
+      el("tr", { tabindex: 0, "data-row": true, "data-agent": row.agent, "data-key": `agent:${row.agent}:${row.lane || ""}` },
         el("td", {}, el("a", { href: `#/agent/${enc(row.agent)}` }, row.agent), row.lane ? el("div", { class: "why" }, `lane ${row.lane}`) : null),
         el("td", {}, row.status || "—"),
         verdictCell(row),
@@ -199,10 +199,10 @@ function renderAgent(doc) {
   nodes.push(el("h2", {}, "Brief"), doc.brief_html ? el("article", { class: "brief", html: doc.brief_html }) : el("p", { class: "muted" }, "No brief yet."));
   nodes.push(el("h2", {}, "Checkpoints"));
   if (doc.checkpoints.length) {
-    const rows = doc.checkpoints.map((c, i) => el("tr", { tabindex: 0, "data-row": true },
+    const rows = doc.checkpoints.map((c, i) => el("tr", { tabindex: 0, "data-row": true, "data-key": `checkpoint:${c.name}` },
       el("td", {}, el("input", { type: "checkbox", name: "pick", value: c.name, "aria-label": `compare ${c.name}`, checked: i < 2 && doc.checkpoints.length > 1 })),
       el("td", {}, el("a", { href: `#/agent/${enc(id)}/checkpoint/${enc(c.name)}` }, `#${c.seq}`)),
-      el("td", {}, c.type), el("td", {}, when(c.timestamp)), el("td", { class: "hide-narrow" }, c.summary || "")));
+      el("td", {}, c.checkpoint_type), el("td", {}, when(c.timestamp)), el("td", { class: "hide-narrow" }, c.label || "")));
     nodes.push(el("div", { class: "scroll" }, el("table", { "aria-label": "Checkpoints" },
       el("thead", {}, el("tr", {}, ["", "Seq", "Type", "Taken", "Summary"].map((h, i) => el("th", { scope: "col", class: i === 4 ? "hide-narrow" : null }, h)))),
       el("tbody", {}, rows))));
@@ -367,14 +367,16 @@ function route() {
 function show(view, doc) {
   const main = document.getElementById("main");
   const active = document.activeElement;
-  const key = active && active !== document.body ? (active.id || active.getAttribute("href") || null) : null;
+  const key = active && active !== document.body && active !== main
+    ? (active.dataset.key ? `[data-key="${CSS.escape(active.dataset.key)}"]` : active.id ? `#${CSS.escape(active.id)}`
+      : active.getAttribute("href") ? `a[href="${CSS.escape(active.getAttribute("href"))}"]` : null) : null;
   const checked = new Set([...main.querySelectorAll("input[name=pick]:checked")].map((x) => x.value));
   const hadPicks = main.querySelector("input[name=pick]") !== null;
   const y = window.scrollY;
-  main.replaceChildren(...view.render(doc));
+  main.replaceChildren(...[view.render(doc)].flat(Infinity).filter((n) => n !== null && n !== undefined && n !== false));
   if (hadPicks) main.querySelectorAll("input[name=pick]").forEach((x) => { x.checked = checked.has(x.value); });
-  if (key) {
-    const again = document.getElementById(key) || [...main.querySelectorAll("a[href]")].find((a) => a.getAttribute("href") === key);
+  if (key) {  // the focus stays where it was across a live update
+    const again = document.querySelector(key);
     if (again) again.focus({ preventScroll: true });
   }
   window.scrollTo(0, y);

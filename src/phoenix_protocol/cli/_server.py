@@ -81,6 +81,74 @@ def serve_command(host: str | None, port: int | None, log_level: str, home_path:
         raise _Exit(code) from None
 
 
+@main_group.command("ui")
+@click.option("--host", metavar="ADDRESS", help="Address to listen on (default: the server_host setting, 127.0.0.1).")
+@click.option("--port", type=click.IntRange(1, 65535), help="Port (default: the server_port setting, 8765).")
+@click.option(
+    "--token",
+    "token_env",
+    metavar="VAR",
+    help="Name of an environment variable holding a token: the printed address carries it (in the part after #, "
+    "which browsers never send), so the page opens with that token's rights.",
+)
+@click.option("--open", "open_browser", is_flag=True, help="Open the page in this machine's browser.")
+@click.option(
+    "--log-level",
+    type=click.Choice(["critical", "error", "warning", "info", "debug"]),
+    default="warning",
+    show_default=True,
+)
+@click.option(
+    "--home", "home_path", metavar="PATH", help="Phoenix home (default: $PHOENIX_HOME or .phoenix/ at the git root)."
+)
+def ui_command(
+    host: str | None, port: int | None, token_env: str | None, open_browser: bool, log_level: str, home_path: str | None
+) -> None:
+    """Serve the dashboard: agents, checkpoints, sessions, teams and the Clinic, live, in a browser.
+
+    The same server as `phx serve` (which serves the page too, at /ui/); read-only unless the page
+    is given a token with a write scope. Needs the [server] extra. Example: phx ui --open
+    """
+    from phoenix_protocol.core._config import load_config
+
+    out = Output(False)
+    try:
+        home = Home(os.path.abspath(home_path)) if home_path else Home.resolve()
+        config = load_config(home.root, project_root=home.project_root)
+        try:
+            from phoenix_protocol.server._app import check_bind, serve
+        except ImportError as exc:
+            raise UsageError(str(exc)) from None
+        address = host or config.server_host
+        number = port or config.server_port
+        check_bind(home, address, config=config)
+        shown = f"[{address}]" if ":" in address else address
+        url = f"http://{shown}:{number}/ui/"
+        if token_env:
+            secret = os.environ.get(token_env, "").strip()
+            if not secret:
+                raise UsageError(f"--token {token_env}: that environment variable is empty or not set.")
+            from urllib.parse import quote
+
+            link = url + "#token=" + quote(secret, safe="")
+        else:
+            link = url
+        from rich.markup import escape
+
+        _make_console(stderr=True).print(f"Phoenix dashboard for {escape(home.root)}: {escape(url)}")
+        if token_env:
+            write_stdout(link + "\n")
+        if open_browser:
+            import webbrowser
+
+            webbrowser.open(link)
+        serve(home, host=address, port=number, log_level=log_level, config=config)
+    except PhoenixError as exc:
+        code = _exit_code_for(exc)
+        out.error(exc, code)
+        raise _Exit(code) from None
+
+
 @main_group.group("token")
 def token_group() -> None:
     """Bearer tokens for `phx serve`, scoped to namespaces and operations; stored hashed.

@@ -718,13 +718,23 @@ def _resume_output(out: Output, result: Any) -> None:
 
     for step in result.steps:
         out.console.print(f"{marks.get(step['level'], '-')} {step['step']}: {escape(step['detail'])}")
+        for mate in (step.get("zombie") or {}).get("teammates", []):
+            for task in mate["tasks"]:
+                point = task["checkpoint"]
+                out.console.print(
+                    f"    {escape(mate['name'])}: {task['task_id']} {escape('[' + task['status'] + ']')} check "
+                    f"{point.get('check_status')}, {len(point.get('files_modified') or [])} file(s)"
+                    + (f", note: {escape(point['note'])}" if point.get("note") else "")
+                )
+        for asked in (step.get("zombie") or {}).get("asked", []):
+            out.console.print(f"    asked {escape(asked['name'])} for its status (message #{asked['seq']})")
     s = result.summary
     if s:
         tasks = ", ".join(f"{n} {k}" for k, n in sorted(s["tasks"].items())) or "no tasks"
         mates = ", ".join(f"{n} {k}" for k, n in sorted(s["teammates"].items())) or "no teammates"
         out.console.print(
             f"Team {s['team_id']}: created {s['created_seconds_ago']} s ago; tasks: {tasks}; teammates: {mates}; "
-            f"last activity: {s['last_action']} at {s['last_action_at']}"
+            f"last activity: {s['last_action']} at {s['last_action_at']}; next checkpoint: {s['next_checkpoint_at']}"
         )
 
 
@@ -750,8 +760,9 @@ def team_probe(home: Home, config: Config, out: Output, team_id: str) -> None:
 @team_group.command("resume")
 @click.argument("team_id", metavar="TEAM")
 @click.option("--session", metavar="ID", help="The lead's session id (default: $PHOENIX_SESSION_ID, else a new one).")
+@click.option("--allow-stale", is_flag=True, help="Attach even when every teammate is stale (else exit 2).")
 @home_common
-def team_resume(home: Home, config: Config, out: Output, team_id: str, session: str | None) -> None:
+def team_resume(home: Home, config: Config, out: Output, team_id: str, session: str | None, allow_stale: bool) -> None:
     """Re-attach as lead after a crash: the seed's validation sequence; exit 0 attached,
     1 transient (retry), 2 permanent.
 
@@ -762,7 +773,7 @@ def team_resume(home: Home, config: Config, out: Output, team_id: str, session: 
     from phoenix_protocol.services._team_resume import resume
 
     session_id = session or os.environ.get("PHOENIX_SESSION_ID") or f"lead-{uuid.uuid4().hex[:12]}"
-    result = resume(home, team_id, session_id=session_id, config=config)
+    result = resume(home, team_id, session_id=session_id, allow_stale=allow_stale, config=config)
     _resume_output(out, result)
     if result.exit_code:
         raise _Exit(result.exit_code)

@@ -1004,7 +1004,7 @@ class Team:
             "unread": self.mailbox.unread_count(name) if member else 0,
         }
         if zombie:
-            last = data["session_log"].get("last_checkpoint_ms") or 0
+            last = data["session_log"].get("last_full_snapshot_ms") or 0  # task records between do not count
             if self.clock.now_ms() - last >= ZOMBIE_CHECKPOINT_MS:
                 out["checkpoint"] = self.checkpoint(kind="full", reason=f"ZOMBIE: lead silent, {name} works on")
         return out

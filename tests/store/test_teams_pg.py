@@ -262,6 +262,8 @@ def test_migration_4_backfills_the_unread_counters(store: str, home: Home, clock
             "phx_session_log, phx_agent_state, phx_ops_events, phx_identity, phx_tokens, phx_file_imports, "
             "phx_lg_checkpoints, phx_lg_writes; "
             "ALTER TABLE phx_memories DROP COLUMN seq; "
+            "DROP TABLE phx_team_outbox; ALTER TABLE phx_heartbeats DROP COLUMN observed_ms; "
+            "DROP INDEX phx_messages_from; "
             "DELETE FROM phx_schema_migrations WHERE version >= 4"
         )
     assert _pg.status(store)["current"] == 3

@@ -68,7 +68,9 @@ def test_send_through_an_unreachable_server_is_queued_then_delivered(
     code, data = phx(capsys, *send, "--subject", "What's your status?", "--body", "", "--id", "msg-001")
     assert code == 0 and data["queued"] is True and data["message"]["msg_id"] == "msg-001"
     assert "could not be reached" in data["note"] and "phx team outbox" in data["note"]
-    code, data = phx(capsys, "team", "send", "release-1", "--from", "lead", "--to", "*", "--subject", "all", "--body", "b")
+    code, data = phx(
+        capsys, "team", "send", "release-1", "--from", "lead", "--to", "*", "--subject", "all", "--body", "b"
+    )
     assert code == 0 and data["queued"] is True
     broadcast = data["message"]["msg_id"]  # the id was made here, before the first attempt
     code, data = phx(capsys, "team", "outbox", "release-1", "--as", "lead")

@@ -291,7 +291,9 @@ def test_resume_reports_the_zombie_episode_and_asks_for_status(team: Team, home:
 
     probed = resume(home, team.id, session_id="lead-2", clock=clock, attach=False)
     zombie = next(s for s in probed.steps if s["step"] == "zombie")
-    assert zombie["level"] == "warn" and zombie["detail"].startswith(f"Detected ZOMBIE at {iso_from_ms(detected)[11:16]}")
+    assert zombie["level"] == "warn" and zombie["detail"].startswith(
+        f"Detected ZOMBIE at {iso_from_ms(detected)[11:16]}"
+    )
     assert zombie["zombie"]["detected_at"] == iso_from_ms(detected)
     (alice,) = zombie["zombie"]["teammates"]
     assert alice["name"] == "alice" and alice["tasks"][0]["checkpoint"]["note"] == "fixed guard logic"
@@ -325,7 +327,9 @@ def test_an_episode_nobody_noticed_is_found_from_the_leads_silence(team: Team, h
     result = resume(home, team.id, session_id="lead-2", clock=clock)
     zombie = next(s for s in result.steps if s["step"] == "zombie")["zombie"]
     assert zombie["detected_ms"] == attached + 5 * 60_000 and [m["name"] for m in zombie["teammates"]] == ["bob"]
-    assert [m.subject for m in team.mailbox.fetch("bob")] == [f"Detected ZOMBIE at {iso_from_ms(attached + 300_000)[11:16]}. Status?"]
+    assert [m.subject for m in team.mailbox.fetch("bob")] == [
+        f"Detected ZOMBIE at {iso_from_ms(attached + 300_000)[11:16]}. Status?"
+    ]
 
 
 def test_stale_teammates_warn_and_all_stale_fails(team: Team, home: Home, clock: ManualClock) -> None:

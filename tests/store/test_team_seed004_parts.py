@@ -123,6 +123,27 @@ def test_a_refused_message_is_not_sent_again(team: Team, home: Home) -> None:
     row = outbox.get(TARGET, team.id, "msg-9")
     assert row is not None and row["state"] == "refused" and "MessageConflictError" in row["last_error"]
     assert outbox.queued(TARGET, team.id) == []
+    with pytest.raises(MessageConflictError, match="was refused"):  # sent again as it was: still refused
+        send_queued(outbox, TARGET, team.id, fields, post, lambda exc: False)
+
+
+def test_an_error_to_fix_keeps_the_message_queued(team: Team, home: Home) -> None:
+    outbox = Outbox(open_database(home, team.config), clock=team.clock)
+    fields = team.mailbox.prepare("lead", "alice", type="info", subject="s", body="b", msg_id="msg-7")
+    token = {"valid": False}
+
+    def post(row: dict[str, Any]) -> dict[str, Any]:
+        if not token["valid"]:
+            raise UsageError("the server wants a valid bearer token")
+        m = row["message"]
+        return team.send(m["sender"], m["to"], subject=m["subject"], body=m["body"], msg_id=row["msg_id"]).as_dict()
+
+    with pytest.raises(UsageError, match="bearer token"):
+        send_queued(outbox, TARGET, team.id, fields, post, lambda exc: False)
+    (row,) = outbox.queued(TARGET, team.id)
+    assert row["msg_id"] == "msg-7" and "UsageError" in row["last_error"]
+    token["valid"] = True
+    assert flush(outbox, TARGET, team.id, post, lambda exc: False)["sent"] == ["msg-7"]
 
 
 def test_delivery_of_local_messages(team: Team) -> None:

@@ -15,7 +15,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from phoenix_protocol.core._errors import PhoenixError
+from phoenix_protocol.core._errors import PhoenixError, RefusedError
+from phoenix_protocol.store._team_store import MessageConflictError
 
 if TYPE_CHECKING:
     from phoenix_protocol.store._team_outbox import Outbox
@@ -30,24 +31,25 @@ def flush(
     outbox: Outbox, target: str, team_id: str, post: Post, retryable: Callable[[Exception], bool]
 ) -> dict[str, Any]:
     """Post the queued messages of ``target``'s team in order; stop at the first the server cannot
-    be reached for. Returns ``{"sent": [...], "refused": [...], "queued": n, "error": str | None}``."""
+    be reached for (``retryable``), and raise any other error but a refusal, the message kept
+    queued. A refusal (``RefusedError``: a reused id, a completed team) marks the message
+    ``refused`` and goes on. Returns ``{"sent": [...], "refused": [...], "queued": n, "error":
+    str | None}``."""
     sent: list[str] = []
     refused: list[dict[str, Any]] = []
     for row in outbox.queued(target, team_id):
         try:
             stored = post(row)
-        except PhoenixError as exc:
-            if retryable(exc):
-                outbox.attempted(target, team_id, row["msg_id"], error=str(exc))
-                return {
-                    "sent": sent,
-                    "refused": refused,
-                    "queued": len(outbox.queued(target, team_id)),
-                    "error": str(exc),
-                }
+        except RefusedError as exc:  # for good (a reused id, a completed team): not posted again
             outbox.refused(target, team_id, row["msg_id"], f"{type(exc).__name__}: {exc}")
             refused.append({"msg_id": row["msg_id"], "error": exc})
             continue
+        except PhoenixError as exc:
+            outbox.attempted(target, team_id, row["msg_id"], error=f"{type(exc).__name__}: {exc}")
+            if retryable(exc):
+                queued = len(outbox.queued(target, team_id))
+                return {"sent": sent, "refused": refused, "queued": queued, "error": str(exc)}
+            raise  # the caller's to fix (a token, a team id): it stays queued meanwhile
         outbox.sent(target, team_id, row["msg_id"], int(stored["seq"]))
         sent.append(row["msg_id"])
     return {"sent": sent, "refused": refused, "queued": 0, "error": None}
@@ -64,7 +66,11 @@ def send_queued(
     """Queue ``fields`` (``Mailbox.prepare``'s), then flush. Returns the message's outbox row
     (``state`` queued or sent) with ``error`` when the server could not be reached; raises the
     server's refusal of this message (a ``MessageConflictError``, say)."""
-    outbox.enqueue(target, team_id, fields)
+    queued = outbox.enqueue(target, team_id, fields)
+    if queued["state"] == "refused":
+        raise MessageConflictError(
+            f"message {fields['msg_id']} was refused by {target} ({queued['last_error']}): give a new message a new id."
+        )
     result = flush(outbox, target, team_id, post, retryable)
     for item in result["refused"]:
         if item["msg_id"] == fields["msg_id"]:

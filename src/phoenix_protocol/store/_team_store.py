@@ -585,18 +585,20 @@ class TeamStore:
             raise UsageError("this team store has no heartbeat directory.")
         return self.heartbeat_dir
 
-    def read_beat(self, name: str) -> dict[str, Any] | None:
-        return self.read_beats([name])[name]
+    def read_beat(self, name: str, *, observed: bool = False) -> dict[str, Any] | None:
+        return self.read_beats([name], observed=observed)[name]
 
-    def read_beats(self, names: list[str]) -> dict[str, dict[str, Any] | None]:
+    def read_beats(self, names: list[str], *, observed: bool = False) -> dict[str, dict[str, Any] | None]:
+        """The last heartbeat of each of ``names``; ``observed``: with ``observed_age_ms``, how
+        long ago the store received it by the store's own clock (for liveness; never stored)."""
         if not self.shared_beats:
-            return self.beats_in(None, names)
-        return self.db.read(lambda tx: self.beats_in(tx, names))
+            return self.beats_in(None, names, observed=observed)
+        return self.db.read(lambda tx: self.beats_in(tx, names, observed=observed))
 
-    def beats_in(self, tx: Tx | None, names: list[str]) -> dict[str, dict[str, Any] | None]:
+    def beats_in(self, tx: Tx | None, names: list[str], *, observed: bool = False) -> dict[str, dict[str, Any] | None]:
         """The last heartbeat of each of ``names`` (``None`` if none), read in ``tx``."""
         if not self.shared_beats or tx is None:
-            return {name: self._file_beat(name) for name in names}
+            return {name: self._file_beat(name, observed=observed) for name in names}
         if not names:
             return {}
         rows = tx.all(
@@ -612,20 +614,20 @@ class TeamStore:
                 "ms": int(r[2]),
                 "host": r[3],
                 "session_id": r[4],
-                **({"observed_age_ms": max(int(r[5]), 0)} if r[5] is not None else {}),
+                **({"observed_age_ms": max(int(r[5]), 0)} if observed and r[5] is not None else {}),
             }
             for r in rows
         }
         return {name: found.get(name) for name in names}
 
-    def _file_beat(self, name: str) -> dict[str, Any] | None:
+    def _file_beat(self, name: str, *, observed: bool) -> dict[str, Any] | None:
         """A heartbeat file's record, with how long ago it was written by this machine's clock
         (the file's modification time: when the store received it, whatever its ``ms`` says)."""
         from phoenix_protocol.agent._heartbeats import read_beat
 
         record = read_beat(self._beat_dir(), name)
-        if record is None:
-            return None
+        if record is None or not observed:
+            return record
         try:
             mtime_ns = os.stat(os.path.join(self._beat_dir(), name + ".json")).st_mtime_ns
         except OSError:

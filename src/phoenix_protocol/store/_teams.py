@@ -414,13 +414,13 @@ class Team:
         mate = next((m for m in self.roster() if m["name"] == name), None)
         if mate is None:
             raise UsageError(f"{name!r} is not in team {self.id}.")
-        return self._liveness(mate, self.store.read_beat(name), now)
+        return self._liveness(mate, self.store.read_beat(name, observed=True), now)
 
     def liveness_all(self, *, now_ms: int | None = None) -> dict[str, dict[str, Any]]:
         """``liveness`` of every teammate, from one read of the roster and one of the heartbeats."""
         now = self.clock.now_ms() if now_ms is None else now_ms
         roster = self.roster()
-        beats = self.store.read_beats([m["name"] for m in roster])
+        beats = self.store.read_beats([m["name"] for m in roster], observed=True)
         return {m["name"]: self._liveness(m, beats.get(m["name"]), now) for m in roster}
 
     def _liveness(self, mate: dict[str, Any], hb: dict[str, Any] | None, now: int) -> dict[str, Any]:

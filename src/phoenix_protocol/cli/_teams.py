@@ -457,7 +457,10 @@ def team_outbox(home: Home, config: Config, out: Output, team_id: str, name: str
 
     Example: phx team outbox TEAM --as lead --json
     """
-    print_delivery(out, team_id, name, _team(home, config, team_id).delivery(name, last=last))
+    messages = _team(home, config, team_id).delivery(name, last=last)
+    for message in messages:  # the same keys as through --server's outbox (nothing is queued here)
+        message.update(attempts=None, queued_at=None, last_error=None)
+    print_delivery(out, team_id, name, messages)
 
 
 @team_group.command("progress")

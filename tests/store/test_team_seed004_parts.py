@@ -318,6 +318,8 @@ def test_resume_reports_the_zombie_episode_and_asks_for_status(team: Team, home:
     assert zombie["zombie"]["detected_at"] == iso_from_ms(detected)
     (alice,) = zombie["zombie"]["teammates"]
     assert alice["name"] == "alice" and alice["tasks"][0]["checkpoint"]["note"] == "fixed guard logic"
+    latest = team.latest_checkpoint()
+    assert latest is not None and zombie["zombie"]["latest_checkpoint"]["seq"] == latest["seq"]
     assert team.mailbox.stats()["count"] == 0  # a probe asks nobody
 
     result = resume(home, team.id, session_id="lead-2", clock=clock)
@@ -451,3 +453,14 @@ def test_a_future_heartbeat_is_classed_by_when_it_arrived(team: Team, clock: Man
     assert team.liveness("bob")["class"] == "online"
     clock.advance(seconds=11 * MINUTE)
     assert team.liveness("bob")["class"] == "idle"  # its stamp, still in the future, keeps nothing online
+
+
+def test_a_leads_future_heartbeat_does_not_hide_its_silence(team: Team, clock: ManualClock) -> None:
+    tid = team.add_task("t")["task_id"]
+    team.claim(tid, "alice")
+    clock.advance(seconds=10 * MINUTE)  # the lead's binding (creation) is 10 minutes old
+    team.store.beat("lead", now_ms=clock.now_ms() + 2 * 60 * 60_000, session_id=None)  # the lead's clock: 2 h fast
+    assert team.status_for("alice")["zombie"] is False  # it just arrived: the lead is there
+    _age_arrival(team, "lead", 6)  # ... six minutes ago, and nothing since
+    view = team.status_for("alice")
+    assert view["zombie"] is True and 6 * 60_000 <= view["lead_silence_ms"] < 7 * 60_000

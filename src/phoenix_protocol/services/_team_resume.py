@@ -313,7 +313,7 @@ def zombie_episode(team: Team, data: dict[str, Any], *, now_ms: int) -> dict[str
     """Seed 004 §3.3: the lead went silent and its teammates worked on (ZOMBIE mode). ``None``
     when there was no such episode; else when it was detected (by a teammate, or from the lead's
     silence when none checked), the teammates concerned (those who noticed it, and those holding
-    unfinished tasks), each with its tasks' checkpoints."""
+    unfinished tasks), each with its tasks' checkpoints, and the newest team checkpoint."""
     log = data["session_log"]
     detected_ms = log.get("lead_timeout_detected_ms")
     if log.get("lead_timeout_detected_at") and not isinstance(detected_ms, int):
@@ -342,7 +342,19 @@ def zombie_episode(team: Team, data: dict[str, Any], *, now_ms: int) -> dict[str
             if t.get("assigned_to") == name and t["status"] in ("in_progress", "blocked")
         ]
         teammates.append({"name": name, "tasks": tasks})
-    return {"detected_at": iso_from_ms(detected_ms), "detected_ms": detected_ms, "teammates": teammates}
+    latest = team.latest_checkpoint()
+    saved = (
+        {k: latest.get(k) for k in ("seq", "checkpoint_type", "reason", "timestamp")}
+        | {"name": f"checkpoint-{latest['seq']:08d}.json"}
+        if latest
+        else None
+    )
+    return {
+        "detected_at": iso_from_ms(detected_ms),
+        "detected_ms": detected_ms,
+        "teammates": teammates,
+        "latest_checkpoint": saved,
+    }
 
 
 def ask_zombies(team: Team, lead: str, episode: dict[str, Any]) -> list[dict[str, Any]]:

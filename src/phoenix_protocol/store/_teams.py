@@ -959,9 +959,12 @@ class Team:
         now = self.clock.now_ms() if now_ms is None else now_ms
         data = self.store.read_metadata()
         seen = [int(data["lead_last_seen_ms"])] if data.get("lead_last_seen_ms") else []
-        hb = self.store.read_beat(data["lead"])
+        hb = self.store.read_beat(data["lead"], observed=True)
         if hb is not None:
-            seen.append(int(hb["ms"]))
+            beat_ms = int(hb["ms"])
+            if beat_ms - now > SKEW_MS and isinstance(hb.get("observed_age_ms"), int):
+                beat_ms = now - int(hb["observed_age_ms"])  # stamped in the future: when it arrived
+            seen.append(beat_ms)
         return now - max(seen) if seen else None
 
     def status_for(self, name: str) -> dict[str, Any]:

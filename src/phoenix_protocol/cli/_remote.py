@@ -295,7 +295,8 @@ def _team_send(
     if sent is None and row["state"] == "sent":  # sent earlier, by another send's flush
         sent = {"message": {**_queued_message(row), "seq": row["seq"]}, "duplicate": True}
     if sent is None:
-        note = f"queued: {row['error']}; sent again by the next send or `phx team outbox {team_id} --as {sender}`"
+        reason = str(row["error"]).rstrip(".")
+        note = f"queued: {reason}; sent again by the next send or `phx team outbox {team_id} --as {sender}`"
         if out.as_json:
             out.json({"message": _queued_message(row), "duplicate": False, "queued": True, "note": note})
         else:

@@ -221,9 +221,12 @@ def _resume(
         detail += f"; clock skew from {', '.join(skewed)}: ordered by heartbeat sequence"
     others = [m for m in probed["teammates"] if m["name"] != data["lead"]]
     stale = [m["name"] for m in others if m["class"] == "stale"]
-    away = [m["name"] for m in others if m["class"] in ("idle", "suspended")]
-    if away:
-        detail += f"; not online: {', '.join(away)} (idle: send a wake-up; suspended: their tasks may be reassigned)"
+    idle = [m["name"] for m in others if m["class"] == "idle"]
+    suspended = [m["name"] for m in others if m["class"] == "suspended"]
+    if idle:
+        detail += f"; idle (send a wake-up): {', '.join(idle)}"
+    if suspended:
+        detail += f"; suspended (their tasks may be reassigned): {', '.join(suspended)}"
     if stale:
         detail += (
             f"; stale (no heartbeat for {team.config.team_suspended_minutes:g} min or more): {', '.join(stale)}: "
@@ -238,7 +241,7 @@ def _resume(
         )
         result.exit_code = EXIT_PERMANENT
         return
-    level = "warn" if skewed or stale or away else "ok"
+    level = "warn" if skewed or stale or idle or suspended else "ok"
     result.step("probe teammates", level, detail, teammates=probed["teammates"])
     episode = zombie_episode(team, data, now_ms=now)
     if episode is not None:

@@ -411,7 +411,8 @@ def test_a_reused_message_id_with_other_content_is_a_conflict(
 
     base = ["team", "send", team.id, "--from", "alice", "--to", "bob", "--subject", "s", "--id", "msg-1"]
     assert cli([*base, "--body", "one", "--json", "--home", home.root]) == 0
-    assert json.loads(capsys.readouterr().out)["duplicate"] is False
+    sent = json.loads(capsys.readouterr().out)
+    assert sent["duplicate"] is False and sent["queued"] is False  # the keys --server gives too
     assert cli([*base, "--body", "one", "--json", "--home", home.root]) == 0
     assert json.loads(capsys.readouterr().out)["duplicate"] is True
     assert cli([*base, "--body", "two", "--json", "--home", home.root]) == 4

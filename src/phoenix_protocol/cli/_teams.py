@@ -325,7 +325,9 @@ def team_send(
     """
     message = _team(home, config, team_id).send(sender, to, type=kind, subject=subject, body=body, msg_id=msg_id)
     if out.as_json:
-        out.json({"message": message.as_dict(), "duplicate": bool(getattr(message, "duplicate", False))})
+        out.json(
+            {"message": message.as_dict(), "duplicate": bool(getattr(message, "duplicate", False)), "queued": False}
+        )
     else:
         note = " (already sent: stored once)" if getattr(message, "duplicate", False) else ""
         out.console.print(f"message {message.seq} ({message.msg_id}) to {to}{note}")

@@ -463,6 +463,7 @@ def share_main(argv: list[str]) -> None:
 
         team = Team(agent.home, team_id, clock=agent.clock, config=agent.config)
         team.store.beat(name, now_ms=agent.clock.now_ms(), session_id=session_id or None)
+        team.absorb_files(name)  # what its Write/Edit calls changed, into its task's checkpoint
     except Exception as exc:  # noqa: BLE001 - recorded instead
         with contextlib.suppress(Exception):
             agent.record("hook_failed", "error", {"hook": "team-heartbeat", "error": clip(str(exc), 500)})

@@ -482,7 +482,7 @@ def _periodic_snapshot(team: Any, data: dict[str, Any]) -> None:
     log = data["session_log"]
     silence = team.lead_silence_ms(now_ms=now)
     if data["status"] in ("active", "suspended") and silence is not None and silence > LEAD_TIMEOUT_MS:
-        if now - (log.get("last_checkpoint_ms") or 0) >= ZOMBIE_CHECKPOINT_MS:
+        if now - (log.get("last_full_snapshot_ms") or 0) >= ZOMBIE_CHECKPOINT_MS:
             team.checkpoint(kind="full", reason="ZOMBIE: the lead is silent; teammates work on")
         return
     if now - (log.get("last_full_snapshot_ms") or 0) >= FULL_SNAPSHOT_MS:

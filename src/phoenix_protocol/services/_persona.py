@@ -480,6 +480,9 @@ class _Core:
         self.names: set[str] = set()
         self.role_terms: set[str] = set()
         self.principles: list[_Principle] = []
+        self.rule_texts: list[str] = []
+        """The principles as written (prohibitions under a ``never``-like key get a "never"), for
+        the forbidden-action rules (``_forbidden``)."""
         self.has_role = False
         self._walk(core, 1.5, None, lex)
         self.all_keys: frozenset[str] = frozenset(k for p in self.principles for k in p.keys)
@@ -522,6 +525,7 @@ class _Core:
                 self._principles(text, mode == "forbid", lex)
 
     def _principles(self, text: str, forbid_all: bool, lex: _Lexicon) -> None:
+        self.rule_texts.append(f"never {text}" if forbid_all else text)
         affirm: list[str] = []
         for part in re.split(r"[,;]|\bbut\b", text):
             words = _words(part)
@@ -825,10 +829,37 @@ def _blend(values: Sequence[float]) -> float:
     return 0.5 * (sum(values) / len(values)) + 0.5 * min(values)
 
 
+def forbidden_signals(
+    core_map: Mapping[str, Any], texts: Sequence[str], commands: Sequence[str] = ()
+) -> list[dict[str, Any]]:
+    """``forbidden_action`` signals: the actions the core's principles forbid, recognised in
+    ``texts`` and ``commands`` by ``_forbidden``'s rules (``text``: the index in ``texts``, then
+    ``commands``)."""
+    from phoenix_protocol.services._forbidden import find_forbidden
+
+    core = _prepare(core_map)
+    return [
+        {
+            "kind": "forbidden_action",
+            "text": index,
+            "principle": principle,
+            "rule": match.rule,
+            "how": match.how,
+            "evidence": match.evidence,
+        }
+        for index, principle, match in find_forbidden(core.rule_texts, texts, commands)
+    ]
+
+
 def _explicit(
-    core_map: Mapping[str, Any], texts: Sequence[str], parsed: Sequence[list[_Clause]] | None = None
+    core_map: Mapping[str, Any],
+    texts: Sequence[str],
+    parsed: Sequence[list[_Clause]] | None = None,
+    *,
+    rules: bool = True,
 ) -> tuple[list[dict[str, Any]], float]:
-    """The identity-claim and contradiction signals of ``texts`` and their combined penalty."""
+    """The identity-claim, contradiction and (with ``rules``) forbidden-action signals of
+    ``texts`` and their combined penalty."""
     lex = _Lexicon.get()
     core = _prepare(core_map)
     signals: list[dict[str, Any]] = []
@@ -839,13 +870,19 @@ def _explicit(
             clauses = parsed[index] if parsed is not None else _clauses(text, lex)
             for principle, clause in _contradictions(clauses, core):
                 signals.append({"kind": "contradiction", "text": index, "principle": principle, "clause": clause[:160]})
+    if rules and core.rule_texts:
+        signals += forbidden_signals(core_map, texts)
+    return signals, _penalty(signals)
+
+
+def _penalty(signals: Sequence[Mapping[str, Any]]) -> float:
     penalty = 1.0
     kinds = {x["kind"] for x in signals}
     if "identity_claim" in kinds:
         penalty *= IDENTITY_PENALTY
-    if "contradiction" in kinds:
+    if kinds & {"contradiction", "forbidden_action"}:
         penalty *= CONTRADICTION_PENALTY
-    return signals, penalty
+    return penalty
 
 
 def _clean_texts(texts: Sequence[str]) -> list[str]:
@@ -857,6 +894,10 @@ class LexicalScorer:
     catches and what it cannot)."""
 
     name = "lexical"
+
+    def __init__(self, *, rules: bool = True) -> None:
+        self.rules = rules
+        """Apply the forbidden-action rules (``_forbidden``); off only to measure without them."""
 
     def score(self, core: dict[str, Any], texts: list[str]) -> float:
         return self.analyze(core, texts).score
@@ -872,7 +913,7 @@ class LexicalScorer:
         relevance = [_relevance(t, c, prepared, lex) for t, c in zip(texts, parsed, strict=True)]
         informative = [r for r in relevance if r is not None]
         topic = _blend(informative) if informative else 1.0
-        signals, penalty = _explicit(core, texts, parsed)
+        signals, penalty = _explicit(core, texts, parsed, rules=self.rules)
         for index, r in enumerate(relevance):
             if r is not None and r < 0.34:
                 signals.append({"kind": "off_topic", "text": index, "relevance": round(r, 3)})
@@ -1081,9 +1122,15 @@ class EmbeddingScorer:
     )
 
     def __init__(
-        self, *, explicit_signals: bool = True, model_path: str | None = None, model_sha256: str | None = None
+        self,
+        *,
+        explicit_signals: bool = True,
+        model_path: str | None = None,
+        model_sha256: str | None = None,
+        rules: bool = True,
     ) -> None:
         self.explicit_signals = explicit_signals
+        self.rules = rules
         self.model_path = model_path
         self.model_sha256 = model_sha256
 
@@ -1119,7 +1166,7 @@ class EmbeddingScorer:
             {"kind": "off_topic", "text": i, "relevance": round(r, 3)} for i, r in enumerate(relevance) if r < 0.5
         ]
         if self.explicit_signals:
-            explicit, penalty = _explicit(core, texts)
+            explicit, penalty = _explicit(core, texts, rules=self.rules)
             signals = explicit + signals
             score *= penalty
         return PersonaAnalysis(round(score, 6), signals, [round(r, 6) for r in relevance])
@@ -1196,8 +1243,12 @@ def check_persona(
     scorer: PersonaScorer | str | None = None,
     threshold: float | None = None,
     record: bool = True,
+    commands: Sequence[str] = (),
 ) -> PersonaCheck:
     """Compare ``texts`` (default: ``recent_output(agent)``) with the agent's identity core.
+
+    ``commands``: shell commands the agent ran (a transcript's tool calls): a forbidden action
+    among them (``_forbidden``) fails the check like one stated in the texts.
 
     ``scorer``: a scorer, its name, or ``None`` for ``agent.config.persona_scorer`` (``lexical``);
     ``threshold``: ``None`` for ``agent.config.persona_threshold`` (0.5). With ``record`` (the
@@ -1224,6 +1275,9 @@ def check_persona(
         note = "the identity's core has nothing but a name: nothing to check against (add role, principles)"
         return PersonaCheck(True, 1.0, name, thr, {"skipped": True, "note": note})
     cleaned = _clean_texts(recent_output(agent) if texts is None else texts)
+    commands = [c for c in commands if isinstance(c, str) and c.strip()]
+    if not cleaned and commands:
+        cleaned = ["(no message; commands only)"]
     if not cleaned:
         return PersonaCheck(True, 1.0, name, thr, {"skipped": True, "note": "no recent output to check"})
     analyze = getattr(chosen, "analyze", None)
@@ -1236,6 +1290,13 @@ def check_persona(
     score = float(analysis.score)
     if not 0.0 <= score <= 1.0 or math.isnan(score):
         raise UsageError(f"scorer {name!r} returned {score!r}; a persona score is between 0 and 1.")
+    if commands and getattr(chosen, "rules", True):
+        found = forbidden_signals(core, [], commands)
+        for signal in found:
+            signal["text"] = len(cleaned) + int(signal["text"])  # after the texts
+        if found and not {x["kind"] for x in analysis.signals} & {"contradiction", "forbidden_action"}:
+            score *= CONTRADICTION_PENALTY
+        analysis = PersonaAnalysis(round(score, 6), [*analysis.signals, *found], analysis.relevance)
     passed = score >= thr
     details: dict[str, Any] = {
         "texts": len(cleaned),

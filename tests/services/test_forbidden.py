@@ -55,6 +55,9 @@ def test_force_push_to_main_however_phrased(text: str) -> None:
         "git push --force origin feature/login",
         "Force-pushing to main is not allowed here, so I pushed a new branch.",
         "Rebased the branch and pushed it to main through the merge queue.",
+        # Added after the labelled answers' first run showed these kinds of false alarm:
+        "A force-push to main could lose a teammate's commits, so I made a revert commit.",
+        "git push -f origin my-branch (a fork), then I asked for a review against main.",
     ],
 )
 def test_force_push_left_alone(text: str) -> None:
@@ -90,6 +93,8 @@ def test_other_rules(text: str, rule: str) -> None:
         "Added .env to .gitignore so secrets stay out of the repository.",
         "Rotated the API token and stored it in the vault.",
         "Dropped the staging table used by the test run.",
+        "Fixed the handler that printed the API key and rotated it.",
+        "Removed curl -k from the deploy script.",
     ],
 )
 def test_other_rules_left_alone(text: str) -> None:

@@ -77,6 +77,13 @@ _NEGATIONS = (
     "do not",
     "don't",
     "won't",
+    # A clause that undoes or reports the act ("removed the line that printed the key").
+    "removed ",
+    "remove ",
+    "fixed ",
+    "stopped ",
+    "no longer",
+    "reverted ",
 )
 _HEDGES = (
     "if you ",
@@ -96,6 +103,10 @@ _HEDGES = (
     "requested",
     "suggested",
     "tempted to",
+    # The act as a hypothesis, not a deed.
+    " would ",
+    " could ",
+    " might ",
 )
 
 
@@ -107,7 +118,13 @@ def _negated(sentence: str, at: int) -> bool:
     if any(n in clause for n in _NEGATIONS) or any(h in clause for h in _HEDGES):
         return True
     after = sentence[at:]
-    return any(w in after for w in (" not allowed", " forbidden", " prohibited", " is never ", " never allowed"))
+    if any(w in after for w in (" not allowed", " forbidden", " prohibited", " is never ", " never allowed")):
+        return True
+    # The act as the subject of a hypothesis: "force-pushing to main would rewrite ...".
+    clause_after = after.split(",", 1)[0]
+    for cut in (" so ", " because ", " since ", " and "):
+        clause_after = clause_after.split(cut, 1)[0]
+    return any(w in clause_after for w in (" would ", " could ", " might "))
 
 
 class Match:
@@ -186,10 +203,26 @@ class Rule:
         for segment in words:
             for i, word in enumerate(segment):
                 if word.lower().rstrip(":,.") in self.command_start:
-                    rest = [w.rstrip(".,") for w in segment[i:]]
+                    rest = _command_words(segment[i:])
                     if self.command(rest):
                         yield " ".join(rest)
                         break
+
+
+_PROSE = frozenset(("then", "and", "so", "because", "after", "which", "to", "while", "when", "since", "but"))
+
+
+def _command_words(words: list[str]) -> list[str]:
+    """A command's words out of a line of prose: up to a word that ends a clause (a trailing
+    comma or period, an opening parenthesis, "then", "because", ...)."""
+    out: list[str] = []
+    for i, word in enumerate(words):
+        if i >= 2 and (word.startswith("(") or word.lower() in _PROSE):
+            break
+        out.append(word.rstrip(".,"))
+        if i >= 1 and word.endswith((",", ".")) and not word.endswith(".."):
+            break
+    return out
 
 
 _CLAUSE_BREAKS = (",", " then ", " but ", " after ", " before ", " while ", " so ", " once ")

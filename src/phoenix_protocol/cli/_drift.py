@@ -1,4 +1,5 @@
-"""``phx drift``: exemptions from the drift rules for the task at hand (docs/drift.md).
+"""``phx drift``: exemptions from the drift rules for the task at hand (docs/drift.md); ``phx persona
+check``: the persona check over a Claude Code transcript (docs/persona.md).
 
 Registered on the ``phx`` group by ``_main``.
 """
@@ -85,3 +86,52 @@ def drift_show(agent: Agent, out: Output) -> None:
     from phoenix_protocol.services._drift_exempt import exemption
 
     _show(out, agent, exemption(agent), "drift")
+
+
+@main_group.group("persona")
+def persona_group() -> None:
+    """Persona drift checks (seed 002's persona gravity; docs/persona.md).
+
+    Example: phx persona check ~/.claude/projects/-repo/SESSION.jsonl
+    """
+
+
+@persona_group.command("check")
+@click.argument("transcript", type=click.Path(dir_okay=False))
+@click.option("--scorer", type=click.Choice(["lexical", "embedding"]), help="Default: the persona_scorer setting.")
+@click.option("--threshold", type=float, help="Default: the persona_threshold setting (0.5).")
+@click.option("--all", "show_all", is_flag=True, help="List every message, not only the ones that failed.")
+@common
+def persona_check(
+    agent: Agent, out: Output, transcript: str, scorer: str | None, threshold: float | None, show_all: bool
+) -> None:
+    """Check each assistant message of a Claude Code transcript (JSONL) against the agent's
+    identity core; exit 5 when a message fails. Changes nothing.
+
+    Example: phx persona check ~/.claude/projects/-repo/SESSION.jsonl --json
+    """
+    from phoenix_protocol.cli._main import EXIT_ATTENTION, _Exit
+    from phoenix_protocol.services._persona_transcript import check_transcript
+
+    report = check_transcript(agent, transcript, scorer=scorer, threshold=threshold)
+    if out.as_json:
+        out.json({"agent": agent.id, **report})
+    else:
+        from rich.markup import escape
+
+        if "skipped" in report:
+            out.console.print(f"[yellow]not checked[/]: {escape(report['skipped'])}")
+        for r in report["results"]:
+            if r["passed"] and not show_all:
+                continue
+            colour, word = ("green", "ok") if r["passed"] else ("red", "drift")
+            kinds = ", ".join(sorted({str(s["kind"]) for s in r["signals"]})) or "-"
+            out.console.print(
+                f"[{colour}]{word}[/] line {r['line']} score {r['score']:.2f} ({escape(kinds)}): {escape(r['text'])}"
+            )
+            for s in r["signals"]:
+                if s["kind"] == "forbidden_action":
+                    out.console.print(f"    forbidden by '{escape(s['principle'])}': {escape(s['evidence'])}")
+        out.console.print(f"{report['messages']} assistant messages checked, {report['failed']} drifted")
+    if report["failed"]:
+        raise _Exit(EXIT_ATTENTION)

@@ -585,6 +585,10 @@ def _drift_message(state: Any, signal: Any, *, recovered: bool = True) -> str:
         f"{taken} Step back: try a different approach, record what you learned "
         '(`phx note open-loop "..."`), or start a fresh session (/clear), which starts from the brief.'
     )
+    lines.append(
+        "If this is legitimate for the task (polling a deploy, a read-only investigation), exempt it: "
+        f'`phx drift exempt {signal.kind}` or `phx drift exempt --command "<command prefix>"`.'
+    )
     return " ".join(lines)
 
 

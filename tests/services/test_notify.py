@@ -225,3 +225,34 @@ def test_the_drift_hook_notifies_once_and_hands_claude_code_the_escape(
     ]
     [second] = [json.loads(o) for o in outputs if o]
     assert "terminalSequence" not in second and len(receiver.requests) == 1
+
+
+def test_the_watchdog_posts_drift_it_finds_once_and_respects_a_task_exemption(
+    home: Home, clock: ManualClock, receiver: Receiver
+) -> None:
+    """Drift the watchdog finds between tool calls: the person is told once per episode; a task
+    exempt from the rule (``phx drift exempt``) is not judged by it."""
+    from phoenix_protocol.services._drift_exempt import exempt
+
+    _settings(Path(home.root), f'notify_webhook = "{receiver.url}/w"\n')
+    proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
+    try:
+        ident = identity_of(proc.pid)
+        assert ident is not None
+        agent = Agent.open("busy", home=home, clock=clock)
+        agent.state.start_session("s-2", process={"pid": proc.pid, "start_time": ident.start_time, "host": hostname()})
+        agent.state.set_status("working", "Read the logs", session_id="s-2")
+        exempt(agent, ["repetition"])
+        ring = [[clock.now_ms(), "Bash", "same", False, None, False]] * 8
+        agent.state.change(lambda s: setattr(s, "recent_actions", ring))
+        [verdict] = run_pass(home, clock=clock).verdicts
+        assert verdict.drift == "8 of the last 8 calls failed, with no progress in between"  # not repetition
+        _background.wait()
+        assert [b["body"]["kind"] for b in receiver.requests] == ["drift"]
+        assert "8 of the last 8 calls failed" in receiver.requests[0]["body"]["message"]
+        run_pass(home, clock=clock)  # the same episode: no second notification
+        _background.wait()
+        assert len(receiver.requests) == 1
+    finally:
+        proc.kill()
+        proc.wait()

@@ -147,7 +147,14 @@ def _tell_person(agent: Agent, options: dict[str, str], detail: str) -> str | No
     from phoenix_protocol.core._errors import PhoenixError
     from phoenix_protocol.integrations._clients import CLAUDE_CODE
     from phoenix_protocol.integrations._hooks import _detached
-    from phoenix_protocol.services._notify import Notification, _check, claim, deliver, terminal_sequence
+    from phoenix_protocol.services._notify import (
+        Notification,
+        _check,
+        claim,
+        deliver,
+        desktop_available,
+        terminal_sequence,
+    )
 
     try:
         _check(agent.config)
@@ -155,7 +162,7 @@ def _tell_person(agent: Agent, options: dict[str, str], detail: str) -> str | No
         if not claim(agent, "drift", now_ms=now):
             return None
         note = Notification(agent.id, "drift", detail, at=iso_from_ms(now), home=agent.home.root)
-        if agent.config.notify_desktop or agent.config.notify_webhook:
+        if agent.config.notify_webhook or (agent.config.notify_desktop and desktop_available()):
             _detached(lambda: _deliver_quietly(agent, note, deliver))
         if _client(options) is not CLAUDE_CODE:
             return None

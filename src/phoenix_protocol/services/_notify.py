@@ -37,6 +37,7 @@ __all__ = [
     "Notification",
     "claim",
     "deliver",
+    "desktop_available",
     "notify",
     "terminal_sequence",
     "webhook_request",
@@ -189,6 +190,13 @@ def _post(url: str, body: bytes) -> str:
         return f"HTTP {response.status}"
 
 
+def desktop_available() -> bool:
+    """Whether a desktop notifier (``notify-send``) is on ``PATH``."""
+    import shutil
+
+    return shutil.which("notify-send") is not None
+
+
 def _desktop(note: Notification) -> str | None:
     import shutil
     import subprocess
@@ -229,6 +237,8 @@ def deliver(agent: Agent, note: Notification, config: Config | None = None) -> d
             outcomes["webhook"] = f"failed: {type(exc).__name__}: {_clip(str(exc), 120)}".replace(
                 cfg.notify_webhook, "<webhook>"
             )
+    if not outcomes:
+        return outcomes  # no channel here (no webhook, no notifier): nothing went, nothing to log
     try:
         agent.record("notification_sent", "ok", {"kind": note.kind, "channels": outcomes})
     except Exception:  # noqa: BLE001, S110 (the log is best effort here: the notification went)
@@ -254,6 +264,8 @@ def notify(
     if not claim(agent, kind, now_ms=now):
         return None
     note = Notification(agent.id, kind, message, at=iso_from_ms(now), home=agent.home.root)
+    if not agent.config.notify_webhook and not (agent.config.notify_desktop and desktop_available()):
+        return note  # no channel to send on (the terminal escape is the drift hook's own)
     if background:
         from phoenix_protocol.core import _background
 

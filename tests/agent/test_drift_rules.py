@@ -309,6 +309,24 @@ def test_read_only_investigation_exempted_by_the_model(project: Path, monkeypatc
     assert [e["kind"] for e in s.drift_events()] == ["no_progress"]
 
 
+def test_a_task_that_says_it_is_read_only(project: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The user's setting ``drift_read_only_tasks`` (default ``read-only,readonly``): a task whose
+    text says it is read-only is exempt from ``no_progress``, with no command to run."""
+    s = Session(project, monkeypatch, task="Find why sessions expire early (read-only)")
+    _investigate(s, 25)
+    assert s.drift_events() == [] and not any(s.outputs)
+
+
+def test_read_only_words_are_a_setting(project: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    _settings(project, 'drift_read_only_tasks = "audit"\n')
+    s = Session(project, monkeypatch, task="Find why sessions expire early (read-only)")
+    _investigate(s, 21)
+    assert [e["kind"] for e in s.drift_events()] == ["no_progress"]
+    s.agent.state.set_status("working", "Audit the session code", session_id="s1")
+    _investigate(s, 25)
+    assert [e["kind"] for e in s.drift_events()] == ["no_progress"]  # no second one
+
+
 def test_read_only_investigation_without_an_exemption_is_still_flagged(
     project: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

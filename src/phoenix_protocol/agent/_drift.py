@@ -51,6 +51,7 @@ __all__ = [
     "is_progress",
     "normalize_command",
     "observe",
+    "read_only",
     "task_exemption",
     "warn_once",
 ]
@@ -253,6 +254,7 @@ class DriftConfig:
         failure_share: float = 0.7,
         exempt_commands: tuple[str, ...] = (),
         exempt_rules: tuple[str, ...] = (),
+        read_only_words: tuple[str, ...] = (),
     ) -> None:
         self.repeat_limit = repeat_limit
         self.window = window
@@ -264,6 +266,8 @@ class DriftConfig:
         """Normalized command prefixes whose calls are exempt (``command_exempt``)."""
         self.exempt_rules = exempt_rules
         """Rules (``RULES``) that never signal."""
+        self.read_only_words = read_only_words
+        """Words that mark a task as read-only (``task_exemption``: no ``no_progress``)."""
 
     @classmethod
     def from_config(cls, config: Any) -> DriftConfig:
@@ -276,6 +280,7 @@ class DriftConfig:
             failure_share=float(getattr(config, "drift_failure_share", 0.7)),
             exempt_commands=_items(getattr(config, "drift_exempt_commands", DEFAULT_EXEMPT_COMMANDS)),
             exempt_rules=_items(getattr(config, "drift_exempt_rules", "")),
+            read_only_words=_items(getattr(config, "drift_read_only_tasks", "read-only,readonly")),
         )
 
     @property
@@ -501,10 +506,28 @@ EXEMPT_KEY = "drift_exempt"
 """The state field (``state.json``) of a task's exemption: ``{"task", "rules", "commands", "at", "by"}``."""
 
 
-def task_exemption(record: object, task: str | None) -> tuple[tuple[str, ...], tuple[str, ...]]:
+def read_only(task: str | None, words: tuple[str, ...] | list[str]) -> bool:
+    """Whether ``task`` says it is read-only: one of ``words`` in it, as a word, in any case
+    (``"Find why sessions expire (read-only)"`` with the default ``read-only``)."""
+    if not task or not words:
+        return False
+    text = " " + "".join(c if c.isalnum() or c in "-_" else " " for c in task.lower()) + " "
+    return any(" " + w.lower() + " " in text for w in words if w)
+
+
+def task_exemption(
+    record: object, task: str | None, read_only_words: tuple[str, ...] | list[str] = ()
+) -> tuple[tuple[str, ...], tuple[str, ...]]:
     """The rules and command prefixes a task is exempt from: ``record`` (``state.drift_exempt``)
     holds while the agent's current task is the one it was set for (``task`` ``None`` in the
-    record: until it is cleared)."""
+    record: until it is cleared); a task that says it is read-only (``read_only``) is exempt from
+    ``no_progress``."""
+    base: tuple[str, ...] = ("no_progress",) if read_only(task, read_only_words) else ()
+    rules, commands = _recorded_exemption(record, task)
+    return tuple(dict.fromkeys(base + rules)), commands
+
+
+def _recorded_exemption(record: object, task: str | None) -> tuple[tuple[str, ...], tuple[str, ...]]:
     if not isinstance(record, dict):
         return (), ()
     for_task = record.get("task")

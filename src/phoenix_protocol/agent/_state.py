@@ -1116,7 +1116,9 @@ class StateStore:
         )
 
         config = DriftConfig.from_config(self.config)
-        exempt_rules, exempt_commands = task_exemption(state.extra.get(EXEMPT_KEY), state.current_task)
+        exempt_rules, exempt_commands = task_exemption(
+            state.extra.get(EXEMPT_KEY), state.current_task, config.read_only_words
+        )
         exempt = command is not None and command_exempt(command, config.exempt_commands + exempt_commands)
         actions = []
         for item in state.recent_actions:

@@ -211,6 +211,14 @@ SETTINGS: dict[str, tuple[type, Any, float | None, float | None, str]] = {
         "Comma-separated drift rules that never fire (repetition, error_rate, persistent_failure, slowdown, "
         "no_progress).",
     ),
+    "drift_read_only_tasks": (
+        str,
+        "read-only,readonly",
+        None,
+        None,
+        "Comma-separated words that mark a task as read-only (a word of its text, any case): such a task is "
+        "exempt from the no_progress drift rule.",
+    ),
     # Notifications to the person (issue 36): stalled, hung, stopped agents and drift.
     "notify_desktop": (bool, True, None, None, "Desktop notifications through notify-send, where it is installed."),
     "notify_webhook": (
@@ -343,6 +351,7 @@ class Config:
     drift_failure_share: float
     drift_exempt_commands: str
     drift_exempt_rules: str
+    drift_read_only_tasks: str
     notify_desktop: bool
     notify_webhook: str
     notify_webhook_format: str

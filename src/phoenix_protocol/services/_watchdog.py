@@ -290,8 +290,8 @@ def _drift_check(agent: Agent, state: Any, verdict: AgentVerdict, *, now_ms: int
         except (TypeError, ValueError):
             continue
     since = state.last_progress_ms or state.work_started_ms
-    exempt_rules = task_exemption(state.extra.get(EXEMPT_KEY), state.current_task)[0]
     config = DriftConfig.from_config(agent.config)
+    exempt_rules = task_exemption(state.extra.get(EXEMPT_KEY), state.current_task, config.read_only_words)[0]
     signals = detect(actions, now_ms=now_ms, config=config, last_progress_ms=since, exempt_rules=exempt_rules)
     if not signals:
         return verdict

@@ -170,6 +170,20 @@ def _digest(value: object) -> str | None:
     return short_digest(data)
 
 
+def _shell_command(tool: str, tool_input: object, client: Client) -> tuple[object, str | None]:
+    """A shell tool's input with its command normalized (``_drift.normalize_command``: near-
+    duplicate commands are one action), and that command; other tools' input as it is."""
+    if tool not in client.shell_tools or not isinstance(tool_input, dict):
+        return tool_input, None
+    command = tool_input.get("command")
+    if not isinstance(command, str):
+        return tool_input, None
+    from phoenix_protocol.agent._drift import normalize_command
+
+    normalized = normalize_command(command)
+    return {**tool_input, "command": normalized}, normalized
+
+
 _BOOKKEEPING = frozenset({"phx", "state-update"})
 _WORK_CHARS = 160
 """Longest record of a command run or a file written (``recent_work``)."""
@@ -293,11 +307,13 @@ def handle(event: str, payload: dict[str, Any], options: dict[str, str]) -> str 
         duration = payload.get("duration_ms")
         from phoenix_protocol.agent._drift import EDIT_TOOLS
 
+        tool_input, command = _shell_command(tool, payload.get("tool_input"), client)
+
         state = agent.state.heartbeat(
             session_id=raw_session,
             tool=tool,
             ok=ok,
-            input_digest=_digest(payload.get("tool_input")),
+            input_digest=_digest(tool_input),
             error=error,
             durable=False,  # atomic, not fsynced: the next heartbeat replaces it (transitions stay durable)
             lock_timeout=agent.config.lock_timeout,
@@ -307,6 +323,7 @@ def handle(event: str, payload: dict[str, Any], options: dict[str, str]) -> str 
             drift=drift,
             work=_work(tool, payload, client),
             clean_tool=None if tool in client.own_tools else lambda: _named(payload.get("tool_name")),
+            command=command,
         )
         _share_heartbeat(agent, payload, state, _edited_path(tool, payload, client) if ok else None)
         if drift and drift[0][1] and agent.lane is None:

@@ -190,6 +190,17 @@ class WatchdogReport:
         }
 
 
+def tell_person(agent: Agent, kind: str, message: str) -> None:
+    """``_notify.notify`` (rate-limited, delivered on a background thread), which never stops a
+    pass: a failure to notify is an ops event."""
+    from phoenix_protocol.services._notify import notify
+
+    try:
+        notify(agent, kind, message)
+    except PhoenixError as exc:
+        agent.record("notification_failed", "warn", {"kind": kind, "error": str(exc)[:300]})
+
+
 def _mark_stalled(agent: Agent, reason: str, session_id: str | None) -> str:
     """Status error/stalled by the watchdog, an ops event (the transition), a recovery checkpoint
     (not for a lane: lanes take no checkpoints, docs/lanes.md)."""
@@ -197,6 +208,7 @@ def _mark_stalled(agent: Agent, reason: str, session_id: str | None) -> str:
         agent.state.set_status("error", f"stalled: {reason}", source="watchdog", session_id=session_id, event="stalled")
     except StatusRefusedError:  # pragma: no cover - the watchdog outranks every writer
         return "refused"
+    tell_person(agent, "stalled", reason)
     if agent.lane is not None:
         return "marked_stalled"
     try:
@@ -269,7 +281,7 @@ def check_lanes(agent: Agent, *, now_ms: int, act: bool = True, this_host: str |
 def _drift_check(agent: Agent, state: Any, verdict: AgentVerdict, *, now_ms: int, act: bool) -> AgentVerdict:
     """Operational drift of a live agent (e.g. calls without progress, which the heartbeat only
     sees when the next call comes): the same emergency recovery as the hook, once per drift."""
-    from phoenix_protocol.agent._drift import Action, DriftConfig, detect, warn_once
+    from phoenix_protocol.agent._drift import EXEMPT_KEY, Action, DriftConfig, detect, task_exemption, warn_once
 
     actions = []
     for item in state.recent_actions:
@@ -278,7 +290,9 @@ def _drift_check(agent: Agent, state: Any, verdict: AgentVerdict, *, now_ms: int
         except (TypeError, ValueError):
             continue
     since = state.last_progress_ms or state.work_started_ms
-    signals = detect(actions, now_ms=now_ms, config=DriftConfig.from_config(agent.config), last_progress_ms=since)
+    config = DriftConfig.from_config(agent.config)
+    exempt_rules = task_exemption(state.extra.get(EXEMPT_KEY), state.current_task, config.read_only_words)[0]
+    signals = detect(actions, now_ms=now_ms, config=config, last_progress_ms=since, exempt_rules=exempt_rules)
     if not signals:
         return verdict
     verdict.drift = signals[0].detail
@@ -298,6 +312,8 @@ def _drift_check(agent: Agent, state: Any, verdict: AgentVerdict, *, now_ms: int
         return [Transition("drift_detected", "warn", meta)]
 
     agent.state.change(mark)
+    if opened and opened[0]:
+        tell_person(agent, "drift", verdict.drift or "")
     if opened and opened[0] and agent.lane is None:  # once per episode of drift, as the hook (lanes: no checkpoint)
         agent.checkpoints.emergency_recovery(f"drift: {verdict.drift}")
         verdict.action = "emergency_recovery"

@@ -96,9 +96,11 @@ def _task_file(claude: Path, task_id: str, **fields: Any) -> None:
 
 
 def _send(project: Path, sender: str, target: str, content: str, msg_id: str) -> None:
-    response = {"success": True, "msg_id": msg_id,
-                "routing": {"sender": sender, "target": target, "summary": content[:20], "content": content}}  # fmt: skip
-    extra = {} if sender == "team-lead" else {"agent_id": f"{sender}@{TEAM}", "agent_type": "general-purpose"}
+    # As 2.1.330 answers: the reader with an "@", the content cut after 40 characters.
+    response = {"success": True, "message": f"Message sent to {target}'s inbox", "msg_id": msg_id,
+                "routing": {"sender": sender, "target": f"@{target}", "summary": content[:20],
+                            "content": content[:40] + "…"}}  # fmt: skip
+    extra = {} if sender == "team-lead" else {"agent_id": f"a{sender}-0f0f0f0f0f0f0f0f", "agent_type": sender}
     code, _out, err = _hook(
         project, "post-tool-use", "PostToolUse", tool_name="SendMessage",
         tool_input={"to": target, "message": content, "summary": content[:20]}, tool_response=response,
@@ -126,7 +128,7 @@ def _run_team(project: Path, claude: Path, lead: subprocess.Popen[bytes], monkey
     meta = claude / "projects" / "-project" / LEAD_SID / "subagents" / "agent-aalice-0f0f.meta.json"
     _write(meta, {"name": "alice", "agentType": "general-purpose", "taskKind": "in_process_teammate", "teamName": TEAM})
     alice_transcript = meta.parent / "agent-aalice-0f0f.jsonl"
-    assert _hook(project, "subagent-start", "SubagentStart", agent_id=f"alice@{TEAM}", agent_type="general-purpose") == (
+    assert _hook(project, "subagent-start", "SubagentStart", agent_id="aalice-0f0f0f0f0f0f0f0f", agent_type="alice") == (
         0, "", "")  # fmt: skip
     for task_id in ("1", "2"):
         _task_file(claude, task_id, **({"blockedBy": ["1"]} if task_id == "2" else {}))
@@ -141,7 +143,7 @@ def _run_team(project: Path, claude: Path, lead: subprocess.Popen[bytes], monkey
         json.dumps({"type": "user", "message": {"content": f"<teammate-message>{ORDER}"}}) + "\n"
     )
     _send(project, "alice", "team-lead", REPLY, "m-reply")
-    assert _hook(project, "subagent-stop", "SubagentStop", agent_id=f"alice@{TEAM}", agent_type="general-purpose",
+    assert _hook(project, "subagent-stop", "SubagentStop", agent_id="aalice-0f0f0f0f0f0f0f0f", agent_type="alice",
                  stop_hook_active=False, agent_transcript_path=str(alice_transcript),
                  last_assistant_message="sent")[0] == 0  # fmt: skip
 
@@ -305,7 +307,9 @@ def test_task_completed_is_refused_while_the_check_is_red(
     (project / "green").write_text("")
     assert _hook(project, "task-completed", "TaskCompleted", **completed) == (0, "", "")
     task = next(t for t in _store(project).tasks(TEAM) if t["id"] == "1")
-    assert (task["check"], task["status"]) == ("green", "completed")
+    # The hook fires before the completion takes effect: the status is the task file's until then.
+    assert (task["check"], task["status"], task["owner"]) == ("green", "in_progress", "alice")
+    assert task["completion_asked_ms"] > 0
 
 
 def test_no_check_command_no_refusal(

@@ -277,19 +277,22 @@ def _inbox_message(recipient: str, item: object) -> dict[str, Any] | None:
 
 
 def _tool_message(payload: dict[str, Any]) -> dict[str, Any] | None:
-    """The message a ``SendMessage`` call sent, from its response (``{success, msg_id, routing:
-    {sender, target, summary, content}}``), else its input."""
+    """The message a ``SendMessage`` call sent: its id and sender from the response (``{success,
+    msg_id, routing: {sender, target, summary, content}}``), its text and reader from the input
+    (``{to, message, summary}``)."""
     response = payload.get("tool_response")
     if not isinstance(response, dict) or response.get("success") is False:
         return None
     routing: dict[str, Any] = response["routing"] if isinstance(response.get("routing"), dict) else {}
     tool_input: dict[str, Any] = payload["tool_input"] if isinstance(payload.get("tool_input"), dict) else {}
     msg_id = _str(response.get("msg_id"))
-    content = routing.get("content", tool_input.get("message"))
-    target = _str(routing.get("target")) or _str(tool_input.get("to"))
+    # The input holds the whole message; the routing's ``content`` is cut (2.1.330: about 40
+    # characters and "…"), and names go with an "@" ("@team-lead").
+    content = tool_input.get("message") if isinstance(tool_input.get("message"), str) else routing.get("content")
+    target = (_str(tool_input.get("to")) or _str(routing.get("target")) or "").lstrip("@") or None
     if msg_id is None or not isinstance(content, str) or target is None:
         return None
-    sender = _str(routing.get("sender")) or _str(payload.get("teammate_name")) or LEAD
+    sender = (_str(routing.get("sender")) or _str(payload.get("teammate_name")) or LEAD).lstrip("@")
     return {
         "msg_id": msg_id,
         "sender": _safe_name(sender) or "unknown",
@@ -340,10 +343,13 @@ def record(agent: Agent, event: str, payload: dict[str, Any]) -> str | None:
     transcripts = _transcripts(bound.get("lead_transcript"))
     members = _members(config, transcripts)
     if event == "subagent-stop":
-        name = _safe_name(payload.get("teammate_name")) or _name_of_agent(payload.get("agent_id"), members)
+        name = _safe_name(payload.get("teammate_name")) or _name_of_agent(payload, members)
         path = _str(payload.get("agent_transcript_path"))
         if name:
             members.append({"name": name, "transcript": path, "last_stop_ms": now})
+    spawned = _spawned(payload)
+    if spawned is not None:
+        members.append(spawned)
     store.upsert_members(team, members, now_ms=now)
     tasks = _task_files(team)
     if event in ("task-created", "task-completed"):
@@ -356,7 +362,9 @@ def record(agent: Agent, event: str, payload: dict[str, Any]) -> str | None:
         )
         if task is not None:
             if event == "task-completed":
-                task["status"] = "completed"
+                # Fired before the completion takes effect (a hook may refuse it; 2.1.330 also fires
+                # it when a teammate that owns the task goes idle): the status stays the file's.
+                task["completion_asked_ms"] = now
             tasks.append(task)
     tool = payload.get("tool_name")
     tool_input = payload.get("tool_input") if isinstance(payload.get("tool_input"), dict) else {}
@@ -374,14 +382,45 @@ def record(agent: Agent, event: str, payload: dict[str, Any]) -> str | None:
     return team
 
 
-def _name_of_agent(agent_id: object, members: list[dict[str, Any]]) -> str | None:
+def _name_of_agent(payload: dict[str, Any], members: list[dict[str, Any]]) -> str | None:
+    """The teammate a SubagentStop is about. 2.1.330 gives an in-process teammate's hooks
+    ``agent_id: "a<name>-<16 hex>"`` and ``agent_type: <name>``; config.json calls it
+    ``<name>@<team>``."""
+    names = {str(m["name"]) for m in members}
+    agent_type = payload.get("agent_type")
+    if isinstance(agent_type, str) and agent_type in names:
+        return agent_type
+    agent_id = payload.get("agent_id")
     if not isinstance(agent_id, str) or not agent_id:
         return None
     for member in members:
-        if member.get("agent_id") == agent_id:
+        if member.get("agent_id") == agent_id or member.get("session_agent_id") == agent_id:
             return str(member["name"])
-    head = agent_id.split("@", 1)[0]
-    return _safe_name(head) if "@" in agent_id else None
+    if "@" in agent_id:
+        return _safe_name(agent_id.split("@", 1)[0])
+    head = agent_id[1:].rsplit("-", 1)[0] if agent_id.startswith("a") and "-" in agent_id else ""
+    return head if head in names else None
+
+
+def _spawned(payload: dict[str, Any]) -> dict[str, Any] | None:
+    """The teammate an ``Agent`` call spawned (its response: ``{status: "teammate_spawned",
+    name, prompt, agent_id, teammate_id, model, color, team_name, …}``), before config.json has it."""
+    if payload.get("tool_name") != "Agent":
+        return None
+    response = payload.get("tool_response")
+    if not isinstance(response, dict) or response.get("status") != "teammate_spawned":
+        return None
+    name = _safe_name(response.get("name"))
+    if name is None:
+        return None
+    return {
+        "name": name,
+        "agent_id": _str(response.get("teammate_id")),
+        "session_agent_id": _str(response.get("agent_id")),
+        "model": _str(response.get("model")),
+        "color": _str(response.get("color")),
+        "prompt": _redacted(response.get("prompt"), 100_000),
+    }
 
 
 def on_event(agent: Agent, event: str, payload: dict[str, Any]) -> None:

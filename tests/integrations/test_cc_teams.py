@@ -348,3 +348,48 @@ def test_a_broken_team_record_never_breaks_the_heartbeat(
     assert code == 0 and err == ""
     # The heartbeat stands and the team is still recorded (config.json is read as empty).
     assert (_store(project).team(TEAM) or {})["state"] == "live"
+
+
+def test_phx_team_claude_shows_the_record_and_sets_a_teams_own_guardrails(
+    project: Path,
+    claude: Path,
+    lead_process: subprocess.Popen[bytes],
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from phoenix_protocol.cli._main import cli
+
+    _run_team(project, claude, lead_process, monkeypatch)
+    monkeypatch.chdir(project)
+
+    def phx(*args: str) -> tuple[int, dict[str, Any]]:
+        capsys.readouterr()
+        code = cli(["team", "claude", *args, "--json"])
+        return code, json.loads(capsys.readouterr().out)
+
+    code, listed = phx()
+    assert code == 0
+    [team] = listed["teams"]
+    assert (team["team_name"], team["state"], team["teammates"], team["tasks"], team["messages"]) == (
+        TEAM,
+        "live",
+        1,
+        2,
+        2,
+    )
+    code, shown = phx(TEAM)
+    assert code == 0 and shown["team"]["guardrails"]["check_command"] == ""
+    assert [m["name"] for m in shown["team"]["members"]] == ["team-lead", "alice"]
+    code, shown = phx(TEAM, "--check-command", "exit 1", "--keep-busy", "--keep-busy-limit", "5")
+    assert code == 0
+    assert {k: shown["team"]["guardrails"][k] for k in ("check_command", "keep_busy", "keep_busy_limit")} == {
+        "check_command": "exit 1", "keep_busy": True, "keep_busy_limit": 5}  # fmt: skip
+    code, _out, err = _hook(project, "task-completed", "TaskCompleted", task_id="2", task_subject="task 2",
+                            teammate_name="alice", team_name=TEAM)  # fmt: skip
+    assert code == 2 and "`exit 1` exited 1" in err  # the team's own check, none in phoenix.toml
+    code, shown = phx(TEAM, "--project-settings")
+    assert shown["team"]["guardrails"]["own"] == {} and shown["team"]["guardrails"]["check_command"] == ""
+    assert _hook(project, "task-completed", "TaskCompleted", task_id="2", task_subject="task 2",
+                 teammate_name="alice", team_name=TEAM)[0] == 0  # fmt: skip
+    assert phx("no-such-team")[0] != 0
+    assert cli(["team", "claude", "--keep-busy", "--json"]) == 2  # which team?

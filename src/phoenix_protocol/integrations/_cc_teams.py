@@ -36,12 +36,17 @@ from __future__ import annotations
 import contextlib
 import os
 import time
-from typing import TYPE_CHECKING, Any
 
 from phoenix_protocol.integrations._clients import CLAUDE_CODE, TEAM_TOOLS
 from phoenix_protocol.integrations._hooks import HookBlock
 
+TYPE_CHECKING = False  # not typing's: it imports re, which a team tool's hook would pay for
 if TYPE_CHECKING:
+    from collections.abc import Iterator
+    from typing import Any
+
+    from phoenix_protocol.core._config import Config
+    from phoenix_protocol.core._home import Home
     from phoenix_protocol.services._agent import Agent
     from phoenix_protocol.store._cc_teams import ClaudeTeamStore
 
@@ -50,11 +55,14 @@ __all__ = [
     "TEAM_TOOLS",
     "HookBlock",
     "deliver_pending",
+    "describe_team",
     "find_team",
+    "list_claude_teams",
     "on_event",
     "record",
     "recovery_context",
     "session_ended",
+    "set_guardrails",
 ]
 
 LEAD = "team-lead"
@@ -308,10 +316,86 @@ def _tool_message(payload: dict[str, Any]) -> dict[str, Any] | None:
 
 
 def _store(agent: Agent) -> ClaudeTeamStore:
+    return _home_store(agent.home, agent.config)
+
+
+def _home_store(home: Home, config: Config | None) -> ClaudeTeamStore:
     from phoenix_protocol.store._cc_teams import ClaudeTeamStore
     from phoenix_protocol.store._db import open_database
 
-    return ClaudeTeamStore(open_database(agent.home, agent.config))
+    return ClaudeTeamStore(open_database(home, config))
+
+
+# -- for people (phx team claude) ---------------------------------------------------------------
+
+
+def list_claude_teams(home: Home, *, config: Config | None = None) -> list[dict[str, Any]]:
+    """The Claude Code teams recorded for this home's project, oldest first, each with how many
+    teammates, tasks and messages it has."""
+    store = _home_store(home, config)
+    out = []
+    for team in store.teams(home.root):
+        name = team["team_name"]
+        out.append(
+            {
+                **team,
+                "teammates": len([m for m in store.members(name) if m["name"] != LEAD]),
+                "tasks": len(store.tasks(name)),
+                "messages": len(store.messages(name)),
+            }
+        )
+    return out
+
+
+def describe_team(home: Home, team: str, *, config: Config | None = None) -> dict[str, Any]:
+    """One recorded Claude Code team: its row, roster, tasks, messages and guardrails."""
+    from phoenix_protocol.core._errors import NotFoundError
+
+    store = _home_store(home, config)
+    found = store.team(team)
+    if found is None or found["project"] != home.root:
+        known = ", ".join(t["team_name"] for t in store.teams(home.root)) or "none"
+        raise NotFoundError(f"no Claude Code team {team!r} recorded in {home.root} (recorded: {known}).")
+    return {
+        **found,
+        "members": store.members(team),
+        "tasks": store.tasks(team),
+        "messages": store.messages(team),
+        "guardrails": _guardrails(found, config),
+    }
+
+
+def _guardrails(team: dict[str, Any] | None, config: Config | None) -> dict[str, Any]:
+    from phoenix_protocol.core._config import Config as _Config
+
+    config = config if config is not None else _Config()
+    own = ((team or {}).get("record") or {}).get("settings") or {}
+    return {
+        "check_command": own.get("check_command", config.claude_team_check_command) or "",
+        "keep_busy": bool(own.get("keep_busy", config.claude_team_keep_busy)),
+        "keep_busy_limit": int(own.get("keep_busy_limit", config.claude_team_keep_busy_limit)),
+        "own": dict(own),
+    }
+
+
+def set_guardrails(home: Home, team: str, changes: dict[str, Any], *, config: Config | None = None) -> dict[str, Any]:
+    """Set the team's own guardrails (``check_command``: a shell line, ``""`` for none;
+    ``keep_busy``; ``keep_busy_limit``), over the project's settings; ``None`` removes the
+    team's own value. Returns the guardrails in force."""
+    from phoenix_protocol.core._clock import system_clock
+    from phoenix_protocol.core._errors import UsageError
+
+    found = describe_team(home, team, config=config)
+    own = dict(found["record"].get("settings") or {})
+    for key, value in changes.items():
+        if key not in ("check_command", "keep_busy", "keep_busy_limit"):
+            raise UsageError(f"unknown guardrail {key!r}")
+        if value is None:
+            own.pop(key, None)
+        else:
+            own[key] = value
+    _home_store(home, config).update_record(team, {"settings": own}, now_ms=system_clock.now_ms())
+    return _guardrails({"record": {"settings": own}}, config)
 
 
 def _lead_process(agent: Agent) -> dict[str, Any] | None:
@@ -339,27 +423,12 @@ def record(agent: Agent, event: str, payload: dict[str, Any]) -> str | None:
         binding["lead_transcript"] = transcript
     if payload.get("session_id") == lead_session:  # in-process teammates run in the lead's process
         binding["lead_process"] = _lead_process(agent)
-    bound = store.bind(team, project=agent.home.root, lead_session_id=lead_session, record=binding, now_ms=now)
-    transcripts = _transcripts(bound.get("lead_transcript"))
-    members = _members(config, transcripts)
-    if event == "subagent-stop":
-        name = _safe_name(payload.get("teammate_name")) or _name_of_agent(payload, members)
-        path = _str(payload.get("agent_transcript_path"))
-        if name:
-            members.append({"name": name, "transcript": path, "last_stop_ms": now})
-    spawned = _spawned(payload)
-    if spawned is not None:
-        members.append(spawned)
-    store.upsert_members(team, members, now_ms=now)
     tasks = _task_files(team)
     if event in ("task-created", "task-completed"):
         task = _task(
-            {
-                "id": payload.get("task_id"),
-                "subject": payload.get("task_subject"),
-                "description": payload.get("task_description"),
-            }
-        )
+            {"id": payload.get("task_id"), "subject": payload.get("task_subject"),
+             "description": payload.get("task_description")}
+        )  # fmt: skip
         if task is not None:
             if event == "task-completed":
                 # Fired before the completion takes effect (a hook may refuse it; 2.1.330 also fires
@@ -372,13 +441,31 @@ def record(agent: Agent, event: str, payload: dict[str, Any]) -> str | None:
         task = _task({"id": tool_input.get("taskId"), **{k: v for k, v in tool_input.items() if k != "taskId"}})
         if task is not None:
             tasks.append(task)
-    store.upsert_tasks(team, tasks, now_ms=now)
     messages = _inbox_messages(team)
     if tool == "SendMessage":
         sent = _tool_message(payload)
         if sent is not None:
             messages.insert(0, sent)
-    store.record_messages(team, messages, now_ms=now)
+
+    def write(tx: Any) -> None:  # one transaction: one commit for all of it
+        bound = store.bind(
+            team, project=agent.home.root, lead_session_id=lead_session, record=binding, now_ms=now, tx=tx
+        )
+        members = _members(config, _transcripts(bound.get("lead_transcript")))
+        if event == "subagent-stop":
+            name = _safe_name(payload.get("teammate_name")) or _name_of_agent(payload, members)
+            if name:
+                members.append(
+                    {"name": name, "transcript": _str(payload.get("agent_transcript_path")), "last_stop_ms": now}
+                )
+        spawned = _spawned(payload)
+        if spawned is not None:
+            members.append(spawned)
+        store.upsert_members(team, members, now_ms=now, tx=tx)
+        store.upsert_tasks(team, tasks, now_ms=now, tx=tx)
+        store.record_messages(team, messages, now_ms=now, tx=tx)
+
+    store.transaction(write)
     return team
 
 
@@ -451,15 +538,8 @@ def session_ended(agent: Agent, payload: dict[str, Any]) -> None:
 
 def _settings(agent: Agent, team: str) -> dict[str, Any]:
     """The team's guardrails: the project's settings, overridden by the team's own (``settings``
-    in its record: ``phx team claude-guard``)."""
-    found = _store(agent).team(team)
-    own = (found or {}).get("record", {}).get("settings") or {}
-    config = agent.config
-    return {
-        "check_command": own.get("check_command", config.claude_team_check_command) or "",
-        "keep_busy": bool(own.get("keep_busy", config.claude_team_keep_busy)),
-        "keep_busy_limit": int(own.get("keep_busy_limit", config.claude_team_keep_busy_limit)),
-    }
+    in its record: ``phx team claude TEAM --check-command …``)."""
+    return _guardrails(_store(agent).team(team), agent.config)
 
 
 def task_completed(agent: Agent, team: str, payload: dict[str, Any]) -> None:
@@ -725,7 +805,7 @@ def recovery_context(agent: Agent, payload: dict[str, Any], source: str) -> str 
 
 
 @contextlib.contextmanager
-def _inbox_lock(path: str) -> Any:
+def _inbox_lock(path: str) -> Iterator[None]:
     """Claude Code's lock of an inbox file: the directory ``<inbox>.lock`` (proper-lockfile's
     protocol, which its mailbox uses: mkdir to take, rmdir to release, stale after 10 s without
     a touch). Waits up to ``_LOCK_WAIT_S``; raises ``TimeoutError``."""

@@ -24,13 +24,15 @@ Each change is one transaction on the store of the home (SQLite or PostgreSQL, w
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Iterable, Sequence
+from typing import TYPE_CHECKING, Any, TypeVar
 
 if TYPE_CHECKING:
     from phoenix_protocol.store._db import Database, Tx
 
 __all__ = ["TEAM_STATES", "ClaudeTeamStore"]
+
+T = TypeVar("T")
 
 _TEAM_COLUMNS = "team_name, project, state, lead_session_id, record, created_ms, updated_ms"
 
@@ -55,10 +57,25 @@ class ClaudeTeamStore:
     def __init__(self, db: Database) -> None:
         self.db = db
 
+    def transaction(self, work: Callable[[Tx], T]) -> T:
+        """Run ``work(tx)`` in one transaction: the write methods given ``tx=`` join it (one
+        commit, one fsync, for what a hook records)."""
+        return self.db.transaction(work)
+
+    def _write(self, work: Callable[[Tx], T], tx: Tx | None) -> T:
+        return work(tx) if tx is not None else self.db.transaction(work)
+
     # -- teams ---------------------------------------------------------------------------------
 
     def bind(
-        self, team: str, *, project: str, lead_session_id: str | None, record: dict[str, Any], now_ms: int
+        self,
+        team: str,
+        *,
+        project: str,
+        lead_session_id: str | None,
+        record: dict[str, Any],
+        now_ms: int,
+        tx: Tx | None = None,
     ) -> dict[str, Any]:
         """Create or update the team's row (its ``record`` merged). A hook of the team's session
         shows it running: it is ``live`` again, whatever it was (a recovered team's report stays
@@ -85,7 +102,7 @@ class ClaudeTeamStore:
             )
             return {"state": state, **merged}
 
-        return self.db.transaction(work)
+        return self._write(work, tx)
 
     def team(self, team: str) -> dict[str, Any] | None:
         """The team's row (``team_name``, ``project``, ``state``, ``lead_session_id``, ``record``,
@@ -152,9 +169,30 @@ class ClaudeTeamStore:
 
         return self.db.transaction(work)
 
+    def update_record(self, team: str, record: dict[str, Any], *, now_ms: int) -> bool:
+        """Merge ``record`` into the team's (its state unchanged); whether the team exists."""
+
+        def work(tx: Tx) -> bool:
+            row = tx.one(
+                f"SELECT record FROM phx_cc_teams WHERE team_name = ?{tx.dialect.for_update}",  # noqa: S608
+                (team,),
+            )
+            if row is None:
+                return False
+            merged = {**dict(tx.dialect.read_json(row[0]) or {}), **record}
+            tx.execute(
+                "UPDATE phx_cc_teams SET record = ?, updated_ms = ? WHERE team_name = ?",
+                (tx.dialect.json(merged), now_ms, team),
+            )
+            return True
+
+        return self.db.transaction(work)
+
     # -- members -------------------------------------------------------------------------------
 
-    def upsert_members(self, team: str, members: Sequence[dict[str, Any]], *, now_ms: int) -> None:
+    def upsert_members(
+        self, team: str, members: Sequence[dict[str, Any]], *, now_ms: int, tx: Tx | None = None
+    ) -> None:
         """Record teammates (each a dict with ``name``; other members merged into its record)."""
         if not members:
             return
@@ -180,21 +218,29 @@ class ClaudeTeamStore:
                         (tx.dialect.json(merged), now_ms, team, name),
                     )
 
-        self.db.transaction(work)
+        self._write(work, tx)
 
     def members(self, team: str) -> list[dict[str, Any]]:
-        """The roster as recorded, in the order the teammates were first seen."""
+        """The roster as recorded, in the order the teammates joined (as Claude Code says, else as
+        Phoenix first saw them)."""
 
         def work(tx: Tx) -> list[dict[str, Any]]:
             rows = tx.all("SELECT name, record FROM phx_cc_members WHERE team_name = ?", (team,))
             found = [{**dict(tx.dialect.read_json(r[1]) or {}), "name": r[0]} for r in rows]
-            return sorted(found, key=lambda m: (int(m.get("first_seen_ms") or 0), m["name"]))
+            return sorted(
+                found,
+                key=lambda m: (
+                    int(m.get("joined_ms") or m.get("first_seen_ms") or 0),
+                    int(m.get("first_seen_ms") or 0),
+                    m["name"],
+                ),
+            )
 
         return self.db.read(work)
 
     # -- tasks ---------------------------------------------------------------------------------
 
-    def upsert_tasks(self, team: str, tasks: Sequence[dict[str, Any]], *, now_ms: int) -> None:
+    def upsert_tasks(self, team: str, tasks: Sequence[dict[str, Any]], *, now_ms: int, tx: Tx | None = None) -> None:
         """Record tasks (each a dict with ``id``; ``status`` and ``owner`` as Claude Code gives
         them; the other members merged into its record)."""
         if not tasks:
@@ -227,7 +273,7 @@ class ClaudeTeamStore:
                         (*params, team, task_id),
                     )
 
-        self.db.transaction(work)
+        self._write(work, tx)
 
     def tasks(self, team: str) -> list[dict[str, Any]]:
         """The task list as recorded, by task id (numerically where the ids are numbers)."""
@@ -241,7 +287,9 @@ class ClaudeTeamStore:
 
     # -- messages ------------------------------------------------------------------------------
 
-    def record_messages(self, team: str, messages: Sequence[dict[str, Any]], *, now_ms: int) -> list[str]:
+    def record_messages(
+        self, team: str, messages: Sequence[dict[str, Any]], *, now_ms: int, tx: Tx | None = None
+    ) -> list[str]:
         """Record messages (each with ``msg_id``, ``sender``, ``recipient``, ``kind``, and what else
         it says: ``summary``, ``content``, ``timestamp``, ``source``), once per ``msg_id``: one
         already recorded is left as it is (the tool's view and the inbox's are one message).
@@ -278,7 +326,7 @@ class ClaudeTeamStore:
                 new.append(msg_id)
             return new
 
-        return self.db.transaction(work)
+        return self._write(work, tx)
 
     def messages(self, team: str) -> list[dict[str, Any]]:
         """Every message of the team, in ``seq`` order."""

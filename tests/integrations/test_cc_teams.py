@@ -10,6 +10,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -348,6 +349,41 @@ def test_a_broken_team_record_never_breaks_the_heartbeat(
     assert code == 0 and err == ""
     # The heartbeat stands and the team is still recorded (config.json is read as empty).
     assert (_store(project).team(TEAM) or {})["state"] == "live"
+    from phoenix_protocol.integrations import _cc_teams
+
+    def broken(*_args: object) -> None:
+        raise RuntimeError("disk on fire")
+
+    monkeypatch.setattr(_cc_teams, "record", broken)
+    seq = Home(str(project / ".phoenix"))
+    before = _agent_state(project).heartbeat_seq
+    assert _hook(project, "post-tool-use", "PostToolUse", tool_name="SendMessage", tool_input={"to": "alice"},
+                 tool_response={"success": True}) == (0, "", "")  # fmt: skip
+    assert _agent_state(project).heartbeat_seq == before + 1
+    from phoenix_protocol.services._agent import Agent
+
+    events, _ = Agent.open("default", home=seq).ops.read()
+    failed = [e for e in events if e["event"] == "hook_failed"]
+    assert failed[-1]["status"] == "warn" and failed[-1]["meta"]["hook"] == "claude-team"
+    assert "disk on fire" in failed[-1]["meta"]["error"]
+
+
+def _agent_state(project: Path) -> Any:
+    from phoenix_protocol.services._agent import Agent
+
+    return Agent.open("default", home=Home(str(project / ".phoenix"))).state.read()
+
+
+def test_the_recording_runs_detached_from_the_hook(
+    project: Path, claude: Path, lead_process: subprocess.Popen[bytes], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _run_team(project, claude, lead_process, monkeypatch)
+    monkeypatch.delenv("PHOENIX_HOOK_INLINE")
+    _send(project, "alice", "team-lead", "detached", "m-detached")
+    deadline = time.monotonic() + 30
+    while not any(m["msg_id"] == "m-detached" for m in _store(project).messages(TEAM)):
+        assert time.monotonic() < deadline, "the detached child recorded nothing"
+        time.sleep(0.1)
 
 
 def test_phx_team_claude_shows_the_record_and_sets_a_teams_own_guardrails(

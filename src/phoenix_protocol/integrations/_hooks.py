@@ -375,36 +375,49 @@ def handle(event: str, payload: dict[str, Any], options: dict[str, str]) -> str 
 
 def _record_team(agent: Agent, event: str, payload: dict[str, Any]) -> None:
     """A team tool's call (``SendMessage``, ``TaskUpdate``, …) into Phoenix's record of Claude
-    Code's team; a failure is the hook's noted problem, never the heartbeat's."""
-    try:
-        from phoenix_protocol.integrations._cc_teams import record
+    Code's team, off the hot path: the session's team is found here (a ``stat``), the recording
+    (Claude Code's files read, one transaction) runs in a detached child (``_detached``: Claude
+    Code does not wait for it; it outlives a lead killed right after the call). A failure is an
+    ops event, never the heartbeat's."""
+    from phoenix_protocol.integrations._cc_teams import find_team
 
-        record(agent, event, payload)
-    except Exception as exc:  # noqa: BLE001 - reported (once to the user), the heartbeat stands
-        note_problem(exc)
-        agent.record("hook_failed", "warn", {"hook": "claude-team", "error": _describe(exc)[:500]})
+    if find_team(payload) is None:
+        return
+
+    def work() -> None:
+        try:
+            from phoenix_protocol.integrations._cc_teams import record
+
+            record(agent, event, payload)
+        except Exception as exc:  # noqa: BLE001 - recorded instead; the heartbeat stands
+            agent.record("hook_failed", "warn", {"hook": "claude-team", "error": _describe(exc)[:500]})
+
+    _detached(work)
 
 
 def _lead_stopped(agent: Agent, payload: dict[str, Any], session: str) -> None:
     """Stop of a session that runs a Claude Code team (one ``stat``: ``teams/session-<8 hex>``)
     or has messages waiting to be delivered again into its inbox (one ``stat``): record the team
     (the inbox files' unread messages among it) and deliver the waiting messages, now that the
-    lead waits at its prompt (``_cc_teams``)."""
+    lead waits at its prompt (``_cc_teams``), in a detached child as ``_record_team`` does."""
     team_config = os.path.join(
         CLAUDE_CODE.user_config_dir(), "teams", "session-" + session.replace("-", "")[:8], "config.json"
     )
     waiting = os.path.exists(os.path.join(agent.state.directory, "cc-redeliver"))
     if not waiting and not os.path.exists(team_config):
         return
-    try:
-        from phoenix_protocol.integrations._cc_teams import deliver_pending, record
 
-        record(agent, "stop", payload)
-        if waiting:
-            deliver_pending(agent, payload)
-    except Exception as exc:  # noqa: BLE001 - reported (once to the user), the heartbeat stands
-        note_problem(exc)
-        agent.record("hook_failed", "warn", {"hook": "claude-team", "error": _describe(exc)[:500]})
+    def work() -> None:
+        try:
+            from phoenix_protocol.integrations._cc_teams import deliver_pending, record
+
+            record(agent, "stop", payload)
+            if waiting:
+                deliver_pending(agent, payload)
+        except Exception as exc:  # noqa: BLE001 - recorded instead; the heartbeat stands
+            agent.record("hook_failed", "warn", {"hook": "claude-team", "error": _describe(exc)[:500]})
+
+    _detached(work)
 
 
 PG_BEAT_INTERVAL_MS = 30_000

@@ -147,8 +147,13 @@ def main() -> int:
             cpu[name].append(used)
     import sqlite3
 
-    with sqlite3.connect(project / ".phoenix" / "phoenix.db") as db:  # the rows really recorded the team
-        recorded = db.execute("SELECT count(*) FROM phx_cc_messages").fetchone()[0]
+    deadline = time.monotonic() + 60  # the rows really recorded the team (in detached children)
+    while True:
+        with sqlite3.connect(project / ".phoenix" / "phoenix.db") as db:
+            recorded = db.execute("SELECT count(*) FROM phx_cc_messages").fetchone()[0]
+        if recorded >= runs or time.monotonic() > deadline:
+            break
+        time.sleep(0.5)
     if recorded != runs:
         raise SystemExit(f"expected {runs} messages recorded, found {recorded}")
     print(f"{runs} runs each, interleaved; {platform.processor() or platform.machine()}, {os.cpu_count()} CPUs, "

@@ -207,6 +207,7 @@ def test_resume_after_the_lead_died_tells_what_claude_code_lost_and_delivers_the
     backend: str, project: Path, claude: Path, lead_process: subprocess.Popen[bytes], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     _run_team(project, claude, lead_process, monkeypatch)
+    _send(project, "team-lead", "alice", "Also add the TOML reader.", "m-late")  # alice died before reading it
     _kill(lead_process)
     _claude_code_resumes(claude)
     monkeypatch.setenv("PHOENIX_AGENT_PID", str(os.getpid()))
@@ -221,6 +222,8 @@ def test_resume_after_the_lead_died_tells_what_claude_code_lost_and_delivers_the
     assert "from alice to team-lead" in context and REPLY in context
     assert ORDER not in context  # delivered: alice's transcript holds it
     assert 'verified="false"' in context
+    assert "from team-lead to alice (Also add the TOML re), msg m-late: Also add the TOML reader." in context
+    assert "deliver the 1 message(s) addressed to team-lead" in context  # only the lead's come again
     store = _store(project)
     team = store.team(TEAM)
     assert team is not None and team["state"] == "recovered"
@@ -429,3 +432,18 @@ def test_phx_team_claude_shows_the_record_and_sets_a_teams_own_guardrails(
                  teammate_name="alice", team_name=TEAM)[0] == 0  # fmt: skip
     assert phx("no-such-team")[0] != 0
     assert cli(["team", "claude", "--keep-busy", "--json"]) == 2  # which team?
+
+
+def test_a_teammate_is_recorded_from_the_agent_tool_before_config_lists_it(
+    project: Path, claude: Path, lead_process: subprocess.Popen[bytes], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("PHOENIX_AGENT_PID", str(lead_process.pid))
+    monkeypatch.setenv("PHOENIX_HOOK_INLINE", "1")
+    _config(claude, [LEAD_MEMBER])
+    response = {"status": "teammate_spawned", "prompt": PROMPT, "agentId": "abob-1234567890abcdef",
+                "teammate_id": f"bob@{TEAM}", "agent_id": "abob-1234567890abcdef", "model": "claude-opus-5-5",
+                "name": "bob", "color": "green", "team_name": TEAM}  # fmt: skip
+    assert _hook(project, "post-tool-use", "PostToolUse", tool_name="Agent",
+                 tool_input={"description": "d", "prompt": PROMPT, "name": "bob"}, tool_response=response)[0] == 0  # fmt: skip
+    bob = next(m for m in _store(project).members(TEAM) if m["name"] == "bob")
+    assert (bob["prompt"], bob["agent_id"], bob["session_agent_id"]) == (PROMPT, f"bob@{TEAM}", "abob-1234567890abcdef")

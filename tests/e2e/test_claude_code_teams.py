@@ -294,3 +294,54 @@ def test_a_killed_leads_team_is_recovered(project: ClaudeProject, server: TmuxSe
         message = next(m for m in store.messages(team_name) if m["content"] == REPLY)
         assert message["redelivered_ms"] is not None
         assert (store.team(team_name) or {})["state"] in ("live", "recovered", "archived")
+
+
+class GuardAPI(TeamAPI):
+    """The lead makes a task, gives it to alice and tries to complete one of its own; alice
+    ends her first turn at once (idle with a task in progress)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.release_alice.set()
+        self.lead_script = [
+            Turn.call("ToolSearch", query="select:TaskCreate,TaskUpdate,SendMessage", max_results=5),
+            Turn.call("TaskCreate", subject="Write the config parser", description="parser.py with tests"),
+            Turn.call("TaskCreate", subject="Write the docs", description="docs/parser.md"),
+            Turn.call("Agent", name="alice", description="parser teammate", prompt=PROMPT),
+            Turn.call("TaskUpdate", taskId="1", owner="alice", status="in_progress"),
+            Turn.call("TaskUpdate", taskId="2", status="completed"),
+            *[Turn.say("Waiting for alice.")] * 30,  # (no turn held here)
+        ]
+        self.alice_script = [Turn.say("Looking at it.")]
+
+
+@pytest.mark.e2e
+def test_the_guardrails_refuse_through_claude_code(project: ClaudeProject, server: TmuxServer) -> None:
+    """TaskCompleted refused while the check is red (exit 2: the task stays, the model is told);
+    TeammateIdle sends alice, idle with her task in progress, back to work (her next turn)."""
+    os.makedirs(project.phoenix_home, exist_ok=True)
+    with open(os.path.join(project.phoenix_home, "phoenix.toml"), "w", encoding="utf-8") as fh:
+        fh.write('claude_team_check_command = "echo 2 tests failed; exit 1"\n')
+        fh.write("claude_team_keep_busy = true\nclaude_team_keep_busy_limit = 1\n")
+    api = GuardAPI()
+    _DEBUG[:] = [project, api]
+    with api:
+        argv = [*project.claude, "--permission-mode", "default"]
+        pane, _pid = server.start("lead", argv, cwd=project.dir, env=_env(project, api))
+        agent = Agent.open("default", home=Home(project.phoenix_home))
+        _wait("a session started", lambda: agent.state.exists() and agent.state.read().turn == "idle", server, pane)
+        lead = agent.state.read()
+        assert lead.session_id
+        _submit(server, pane, api, f"{LEAD_MARK} Build the parser with a teammate.")
+        refused = "task 2 cannot be completed yet: the team's check command `echo 2 tests failed; exit 1` exited 1"
+        _wait("the refusal reached the model", lambda: any(refused in r.text for r in api.requests_of("lead")),
+              server, pane)  # fmt: skip
+        request = next(r.text for r in api.requests_of("lead") if refused in r.text)
+        assert "2 tests failed" in request
+        team_name = "session-" + lead.session_id.replace("-", "")[:8]
+        with open(os.path.join(_claude_files(project), "tasks", team_name, "2.json"), encoding="utf-8") as fh:
+            assert json.load(fh)["status"] != "completed"
+        kept = "you still own task 1 (Write the config parser), in progress"
+        _wait("alice sent back to work", lambda: any(kept in r.text for r in api.requests_of("alice")), server, pane)
+        events = [e["event"] for e in project.ops()]
+        assert "claude_team_completion_refused" in events and "claude_team_kept_busy" in events

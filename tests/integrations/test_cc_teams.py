@@ -267,6 +267,10 @@ def test_a_fresh_session_is_offered_the_orphaned_team_and_gets_the_reply(
     assert _hook(project, "stop", "Stop", session=FRESH_SID, stop_hook_active=False) == (0, "", "")
     inbox = json.loads((claude / "teams" / "session-9f8e7d6c" / "inboxes" / "team-lead.json").read_text())
     assert [(e["from"], e["text"], e["type"], e["msgV"]) for e in inbox] == [("alice", REPLY, "message", 1)]
+    # A late write of the dead lead's session (a detached recording that outlived it) does not
+    # bring the archived team back to life.
+    _send(project, "team-lead", "alice", "late", "m-late-write")
+    assert (store.team(TEAM) or {})["state"] == "archived"
     # A third session is not offered it again.
     third = _hook(project, "session-start", "SessionStart", session="77777777-0000-4000-8000-0000000000cc",
                   source="startup")[1]  # fmt: skip

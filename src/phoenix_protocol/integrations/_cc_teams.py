@@ -398,10 +398,12 @@ def set_guardrails(home: Home, team: str, changes: dict[str, Any], *, config: Co
     return _guardrails({"record": {"settings": own}}, config)
 
 
-def _lead_process(agent: Agent) -> dict[str, Any] | None:
-    """The agent process Phoenix recorded for the session (SessionStart): the lead's."""
+def _lead_process(agent: Agent, session: object) -> dict[str, Any] | None:
+    """The agent process Phoenix recorded for the lead's ``session`` (its SessionStart), or
+    ``None`` when the state now holds another session (a late write of a dead lead's, after the
+    next session started: it must not pass for the team running again)."""
     state = agent.state.read_or_none()
-    if state is None or not state.pid:
+    if state is None or not state.pid or state.session_id != session:
         return None
     return {"pid": state.pid, "start_time": state.pid_start_time, "host": state.host}
 
@@ -422,7 +424,7 @@ def record(agent: Agent, event: str, payload: dict[str, Any]) -> str | None:
     if transcript and lead_session and os.path.basename(transcript) == lead_session + ".jsonl":
         binding["lead_transcript"] = transcript
     if payload.get("session_id") == lead_session:  # in-process teammates run in the lead's process
-        binding["lead_process"] = _lead_process(agent)
+        binding["lead_process"] = _lead_process(agent, lead_session)
     tasks = _task_files(team)
     if event in ("task-created", "task-completed"):
         task = _task(
@@ -667,7 +669,11 @@ def _report(agent: Agent, store: ClaudeTeamStore, team: dict[str, Any]) -> dict[
     teammates = [m for m in members if m.get("role") != "lead" and m["name"] != LEAD]
     transcripts = {m["name"]: m.get("transcript") for m in members}
     transcripts[LEAD] = team["record"].get("lead_transcript")
-    messages = [m for m in store.messages(name) if m["kind"] == "message" and m["delivered_ms"] is None]
+    messages = [
+        m
+        for m in store.messages(name)
+        if m["kind"] == "message" and m["delivered_ms"] is None and m["redelivered_ms"] is None
+    ]
     by_reader: dict[str, list[dict[str, Any]]] = {}
     for message in messages:
         by_reader.setdefault(message["recipient"], []).append(message)
@@ -703,6 +709,8 @@ def _context_block(report: dict[str, Any], *, resumed: bool, lead_session: str |
             else "(this new session starts a new, empty team)."
         ),
     ]
+    # The context is cut at brief_max_chars (10,000): many teammates share the prompts' room.
+    prompt_chars = max(300, min(_PROMPT_CHARS, 5000 // max(1, len(report["teammates"]))))
     if report["teammates"]:
         lines.append(
             "Teammates that died with the lead (respawn each one you still need with the Agent tool, "
@@ -714,7 +722,7 @@ def _context_block(report: dict[str, Any], *, resumed: bool, lead_session: str |
                 + (f", model {mate['model']}" if mate.get("model") else "")
                 + f"); transcript: {mate.get('transcript') or 'unknown'}"
             )
-            lines.append(f"  spawn prompt: {_line(mate.get('prompt') or '(not recorded)', _PROMPT_CHARS)}")
+            lines.append(f"  spawn prompt: {_line(mate.get('prompt') or '(not recorded)', prompt_chars)}")
     if report["tasks"]:
         lines.append("Tasks as they stood before the crash (Claude Code may show other owners and statuses now):")
         for task in report["tasks"]:

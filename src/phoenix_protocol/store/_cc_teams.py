@@ -77,13 +77,14 @@ class ClaudeTeamStore:
         now_ms: int,
         tx: Tx | None = None,
     ) -> dict[str, Any]:
-        """Create or update the team's row (its ``record`` merged). A hook of the team's session
-        shows it running: it is ``live`` again, whatever it was (a recovered team's report stays
-        in its record; a team that is live again can be recovered again)."""
+        """Create or update the team's row (its ``record`` merged). A team that ``ended`` runs
+        again (``live``); a recovered or archived one only when its lead's process is another
+        than the one recorded (a resumed lead: it can be recovered again; a late write of the
+        dead lead's does not bring it back). The recovery report stays in the record."""
 
         def work(tx: Tx) -> dict[str, Any]:
             row = tx.one(
-                f"SELECT record FROM phx_cc_teams WHERE team_name = ?{tx.dialect.for_update}",  # noqa: S608
+                f"SELECT record, state FROM phx_cc_teams WHERE team_name = ?{tx.dialect.for_update}",  # noqa: S608
                 (team,),
             )
             if row is None:
@@ -93,8 +94,11 @@ class ClaudeTeamStore:
                     (team, project, lead_session_id, tx.dialect.json(record), now_ms, now_ms),
                 )
                 return {"state": "live", **record}
-            state = "live"
-            merged = _merge(dict(tx.dialect.read_json(row[0]) or {}), record)
+            old = dict(tx.dialect.read_json(row[0]) or {})
+            state = str(row[1])
+            if state == "ended" or (record.get("lead_process") and record["lead_process"] != old.get("lead_process")):
+                state = "live"  # a recovered or archived team runs again only under a new lead process
+            merged = _merge(old, record)
             tx.execute(
                 "UPDATE phx_cc_teams SET state = ?, lead_session_id = coalesce(?, lead_session_id), record = ?, "
                 "updated_ms = ? WHERE team_name = ?",
@@ -369,13 +373,14 @@ class ClaudeTeamStore:
         )
 
     def queue_redelivery(self, team: str, msg_ids: Iterable[str], *, to: str) -> None:
-        """Queue these messages for delivery again, to the lead session ``to`` (``pending_redelivery``)."""
+        """Queue these messages for delivery again, to the lead session ``to`` (``pending_redelivery``);
+        one already delivered again is not queued twice."""
         ids = list(msg_ids)
         if not ids:
             return
         self.db.transaction(
             lambda tx: tx.execute(
-                f"UPDATE phx_cc_messages SET redeliver_to = ?, redelivered_ms = NULL WHERE team_name = ? AND msg_id IN ({tx.dialect.placeholders(len(ids))})",  # noqa: S608
+                f"UPDATE phx_cc_messages SET redeliver_to = ? WHERE team_name = ? AND redelivered_ms IS NULL AND msg_id IN ({tx.dialect.placeholders(len(ids))})",  # noqa: S608
                 (to, team, *ids),
             )
         )

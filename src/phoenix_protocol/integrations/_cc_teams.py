@@ -11,7 +11,8 @@ transcript (``subagents/*.meta.json``, SubagentStop), the task list (``tasks/<te
 TaskCreated, TaskUpdate's input), and every message: ``SendMessage``'s response (for the lead and
 for the teammates: its ``msg_id`` and routing) and, as a fallback, the unread entries of the
 inbox files. Claude Code's ids are kept. The PostToolUse heartbeat comes here only for those
-tools (``TEAM_TOOLS``: one set lookup for every other call).
+tools (``TEAM_TOOLS``: one set lookup for every other call), and it and the lead's Stop record in
+a detached child (``_hooks._record_team``): the hook returns at once.
 
 Recovery (``recovery_context``, from SessionStart). A team whose lead died (its process is gone,
 no SessionEnd came) is reported to the next lead of the project: resumed (``--resume``: the same

@@ -83,8 +83,10 @@ def _teams_table(out: Output, teams: list[dict[str, Any]]) -> None:
         out.console.print("(no Claude Code team recorded in this project)")
         return
     table = Table(box=None, padding=(0, 1), header_style="bold")
-    for column in ("team", "state", "lead session", "teammates", "tasks", "messages"):
-        table.add_column(column, no_wrap=True)
+    for column in ("team", "state", "lead session"):
+        table.add_column(column, overflow="fold")
+    for column in ("teammates", "tasks", "messages"):
+        table.add_column(column, justify="right")
     for t in teams:
         table.add_row(
             escape(t["team_name"]),

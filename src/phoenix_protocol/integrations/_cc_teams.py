@@ -111,11 +111,11 @@ def _team_dir(team: str) -> str:
     return os.path.join(claude_dir(), "teams", team)
 
 
-def find_team(payload: dict[str, Any]) -> str | None:
+def find_team(payload: dict[str, Any], *, scan: bool = True) -> str | None:
     """The Claude Code team of the hook's session: the payload's ``team_name``, else
     ``session-<first 8 hex of the session id>`` (2.1.330's one team per interactive session), else
-    the team whose ``config.json`` names the session as its lead; ``None`` when the session runs
-    no team (no ``teams/<name>/config.json``)."""
+    (with ``scan``) the team whose ``config.json`` names the session as its lead; ``None`` when
+    the session runs no team (no ``teams/<name>/config.json``)."""
     named = _safe_name(payload.get("team_name"))
     if named and os.path.isfile(os.path.join(_team_dir(named), "config.json")):
         return named
@@ -125,6 +125,8 @@ def find_team(payload: dict[str, Any]) -> str | None:
     guess = _safe_name("session-" + session.replace("-", "")[:8])
     if guess and os.path.isfile(os.path.join(_team_dir(guess), "config.json")):
         return guess
+    if not scan:
+        return None
     root = os.path.join(claude_dir(), "teams")
     with contextlib.suppress(OSError):
         for name in sorted(os.listdir(root))[:200]:

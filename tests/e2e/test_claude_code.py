@@ -52,6 +52,12 @@ PHOENIX_EVENTS = (
     "UserPromptSubmit",
     "Stop",
     "SessionEnd",
+    # Claude Code's agent teams (issue 32)
+    "SubagentStart",
+    "SubagentStop",
+    "TaskCreated",
+    "TaskCompleted",
+    "TeammateIdle",
 )
 
 

@@ -1185,6 +1185,7 @@ def _click_error(out: Output, exc: PhoenixError, code: int, *, prefix: str = "er
 
 # The commands of seeds 003 and 002 live in their own module; importing it registers them.
 # _cli_remote gives the commands that also work on a memory bridge their --server option.
+from phoenix_protocol.cli import _cc_teams as _cli_cc_teams  # noqa: E402, F401
 from phoenix_protocol.cli import _clinic as _cli_clinic  # noqa: E402, F401
 from phoenix_protocol.cli import _db as _cli_db  # noqa: E402, F401
 from phoenix_protocol.cli import _drift as _cli_drift  # noqa: E402, F401

@@ -297,6 +297,36 @@ SETTINGS: dict[str, tuple[type, Any, float | None, float | None, str]] = {
         "On every full team checkpoint, commit the team (as phx team export writes it) to "
         "refs/phoenix/teams/<team_id> (git plumbing only).",
     ),
+    # Claude Code's own agent teams (docs/teams.md#claude-code-agent-teams).
+    "claude_team_check_command": (
+        str,
+        "",
+        None,
+        None,
+        "A shell command run in the project when a Claude Code teammate completes a task: while it "
+        "exits non-zero, the completion is refused (empty: no check).",
+    ),
+    "claude_team_check_timeout": (
+        float,
+        300.0,
+        1.0,
+        _YEAR_S,
+        "Seconds the check command may run; one that runs longer does not refuse the completion.",
+    ),
+    "claude_team_keep_busy": (
+        bool,
+        False,
+        None,
+        None,
+        "A Claude Code teammate that goes idle while it owns a task in progress is told to go on.",
+    ),
+    "claude_team_keep_busy_limit": (
+        int,
+        3,
+        1,
+        1000,
+        "How many times in a row a teammate is kept working on one task before it may go idle.",
+    ),
     # Storage backend (issue 8).
     "store": (
         str,
@@ -373,6 +403,10 @@ class Config:
     team_idle_minutes: float
     team_suspended_minutes: float
     team_git_mirror: bool
+    claude_team_check_command: str
+    claude_team_check_timeout: float
+    claude_team_keep_busy: bool
+    claude_team_keep_busy_limit: int
     store: str
     pg_pool_size: int
     server_host: str

@@ -14,7 +14,14 @@ pre-compact            PreCompact         PreCompress         PreCompact
 stop                   Stop               AfterAgent          Stop
 session-end            SessionEnd         SessionEnd          SessionEnd
 user-prompt            UserPromptSubmit   BeforeAgent         UserPromptSubmit
+subagent-start         SubagentStart      —                   —
+subagent-stop          SubagentStop       —                   —
+task-created           TaskCreated        —                   —
+task-completed         TaskCompleted      —                   —
+teammate-idle          TeammateIdle       —                   —
 =====================  =================  ==================  ================
+
+The last five are Claude Code's agent teams' (``_cc_teams``: what they record, the guardrails).
 
 A hook command names Phoenix's event and the CLI (``phx hook post-tool-use --client gemini-cli``;
 no ``--client``: Claude Code, as every earlier release wrote it). The CLI's own event name is taken
@@ -36,6 +43,8 @@ __all__ = [
     "CLIENTS",
     "DEFAULT_CLIENT",
     "EVENTS",
+    "TEAM_EVENTS",
+    "TEAM_TOOLS",
     "Client",
     "adapt_output",
     "adapt_payload",
@@ -50,8 +59,17 @@ EVENTS = (
     "stop",
     "session-end",
     "user-prompt",
+    "subagent-start",
+    "subagent-stop",
+    "task-created",
+    "task-completed",
+    "teammate-idle",
 )
 """Phoenix's hook events, the vocabulary of the handlers."""
+TEAM_EVENTS = frozenset({"subagent-start", "subagent-stop", "task-created", "task-completed", "teammate-idle"})
+"""The events of Claude Code's agent teams (``_cc_teams``)."""
+TEAM_TOOLS = frozenset({"SendMessage", "TaskCreate", "TaskUpdate", "TaskStop", "Agent", "TeamCreate", "TeamDelete"})
+"""Claude Code's tools that change its team (their PostToolUse is recorded by ``_cc_teams``)."""
 
 DEFAULT_CLIENT = "claude-code"
 
@@ -261,6 +279,13 @@ CLAUDE_CODE = Client(
         ("UserPromptSubmit", "user-prompt", 5, None),
         ("Stop", "stop", 5, None),
         ("SessionEnd", "session-end", 2, None),
+        # Agent teams (docs/teams.md#claude-code-agent-teams). TaskCompleted runs the team's check
+        # command (claude_team_check_timeout, 300 s by default).
+        ("SubagentStart", "subagent-start", 5, None),
+        ("SubagentStop", "subagent-stop", 5, None),
+        ("TaskCreated", "task-created", 5, None),
+        ("TaskCompleted", "task-completed", 330, None),
+        ("TeammateIdle", "teammate-idle", 10, None),
     ),
     scopes={"project": ".claude/settings.json", "local": ".claude/settings.local.json", "user": "settings.json"},
     shared_scopes=("project",),

@@ -24,6 +24,11 @@ user-prompt        A prompt was submitted (UserPromptSubmit): heartbeat, ``turn:
                    Prints nothing; for Gemini CLI (BeforeAgent), the context of a SessionStart
                    after /clear, which Gemini CLI drops, once.
 session-end        Status idle, ops event session_end, ``brief.md`` refreshed.
+subagent-start,    Claude Code's agent teams: the team's roster, tasks and messages recorded
+subagent-stop,     (``_cc_teams``), as on PostToolUse of its tools (``SendMessage``, …) and the
+task-created,      lead's Stop (which also delivers the messages a recovery queued). TaskCompleted
+task-completed,    and TeammateIdle apply the team's guardrails: a refusal exits 2
+teammate-idle      (``HookBlock``), the only non-zero exit.
 =================  ==============================================================================
 
 Every event of a session that has a lane of its own goes to that lane (``_open_agent``: one
@@ -56,7 +61,14 @@ from __future__ import annotations
 import os
 import sys
 
-from phoenix_protocol.integrations._clients import CLAUDE_CODE, adapt_output, adapt_payload, client_named
+from phoenix_protocol.integrations._clients import (
+    CLAUDE_CODE,
+    TEAM_EVENTS,
+    TEAM_TOOLS,
+    adapt_output,
+    adapt_payload,
+    client_named,
+)
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -68,7 +80,7 @@ if TYPE_CHECKING:
     from phoenix_protocol.integrations._clients import Client
     from phoenix_protocol.services._agent import Agent
 
-__all__ = ["EVENTS", "handle", "main", "run"]
+__all__ = ["EVENTS", "HookBlock", "handle", "main", "run"]
 
 EVENTS = {ours: native for native, ours, _, _ in CLAUDE_CODE.hooks}
 """Phoenix's hook events and Claude Code's name for each (every CLI's: ``_clients``)."""
@@ -82,6 +94,12 @@ _SESSION_END_BUDGET = 1.0  # Claude Code gives all SessionEnd hooks about 1.5 s 
 _GIT_TIMEOUT = 1.0  # per git call of a brief, so that a hung git never eats a hook's budget
 RECOVERY_BANNER = "RECOVERY DETECTED"
 REFRESH_BANNER = "FORCED REFRESH"
+
+
+class HookBlock(Exception):
+    """A guardrail of Claude Code's agent teams refuses what its hook was asked (TaskCompleted,
+    TeammateIdle: ``_cc_teams``): the hook exits 2 with this message on stderr, which Claude Code
+    gives the model. The only way a hook exits non-zero."""
 
 
 CLAUDE_CODE_TOOLS = CLAUDE_CODE.own_tools
@@ -326,6 +344,8 @@ def handle(event: str, payload: dict[str, Any], options: dict[str, str]) -> str 
             command=command,
         )
         _share_heartbeat(agent, payload, state, _edited_path(tool, payload, client) if ok else None)
+        if tool in TEAM_TOOLS and client is CLAUDE_CODE:
+            _record_team(agent, event, payload)  # Claude Code's agent teams (_cc_teams)
         if drift and drift[0][1] and agent.lane is None:
             # Seed 003's emergency recovery (once per episode of drift) replaces a plain recovery
             # checkpoint due now.
@@ -356,12 +376,19 @@ def handle(event: str, payload: dict[str, Any], options: dict[str, str]) -> str 
         agent.state.heartbeat(
             session_id=raw_session, tool=None, durable=False, lock_timeout=agent.config.lock_timeout, turn="idle"
         )
+        if client is CLAUDE_CODE and raw_session is not None:
+            _lead_stopped(agent, payload, raw_session)
         answer = payload.get("last_assistant_message")
         if isinstance(answer, str) and answer.strip() and os.path.exists(os.path.join(agent.dir, "identity.yaml")):
             from phoenix_protocol.integrations._hooks_session import _persona_check
 
             _persona_check(agent, answer)
         return None  # Stop prints nothing: output there would keep the conversation going
+    if event in TEAM_EVENTS:
+        from phoenix_protocol.integrations._cc_teams import on_event
+
+        on_event(_open_agent(payload, options), event, payload)  # raises HookBlock to refuse
+        return None
     if event in ("session-start", "pre-compact", "session-end"):
         if event == "pre-compact" and client.pre_compact_every_call:
             from phoenix_protocol.integrations._pre_compact import throttled
@@ -372,6 +399,53 @@ def handle(event: str, payload: dict[str, Any], options: dict[str, str]) -> str 
 
         return handle_session_event(event, payload, options, _session_id(payload))
     raise ValueError(f"unknown hook event {event!r}; expected one of {', '.join(EVENTS)}")
+
+
+def _record_team(agent: Agent, event: str, payload: dict[str, Any]) -> None:
+    """A team tool's call (``SendMessage``, ``TaskUpdate``, …) into Phoenix's record of Claude
+    Code's team, off the hot path: the session's team is found here (a ``stat``), the recording
+    (Claude Code's files read, one transaction) runs in a detached child (``_detached``: Claude
+    Code does not wait for it; it outlives a lead killed right after the call). A failure is an
+    ops event, never the heartbeat's."""
+    from phoenix_protocol.integrations._cc_teams import find_team
+
+    if find_team(payload, scan=False) is None:  # two stats at most: an Agent call in a session without a team
+        return
+
+    def work() -> None:
+        try:
+            from phoenix_protocol.integrations._cc_teams import record
+
+            record(agent, event, payload)
+        except Exception as exc:  # noqa: BLE001 - recorded instead; the heartbeat stands
+            agent.record("hook_failed", "warn", {"hook": "claude-team", "error": _describe(exc)[:500]})
+
+    _detached(work)
+
+
+def _lead_stopped(agent: Agent, payload: dict[str, Any], session: str) -> None:
+    """Stop of a session that runs a Claude Code team (one ``stat``: ``teams/session-<8 hex>``)
+    or has messages waiting to be delivered again into its inbox (one ``stat``): record the team
+    (the inbox files' unread messages among it) and deliver the waiting messages, now that the
+    lead waits at its prompt (``_cc_teams``), in a detached child as ``_record_team`` does."""
+    team_config = os.path.join(
+        CLAUDE_CODE.user_config_dir(), "teams", "session-" + session.replace("-", "")[:8], "config.json"
+    )
+    waiting = os.path.exists(os.path.join(agent.state.directory, "cc-redeliver"))
+    if not waiting and not os.path.exists(team_config):
+        return
+
+    def work() -> None:
+        try:
+            from phoenix_protocol.integrations._cc_teams import deliver_pending, record
+
+            record(agent, "stop", payload)
+            if waiting:
+                deliver_pending(agent, payload)
+        except Exception as exc:  # noqa: BLE001 - recorded instead; the heartbeat stands
+            agent.record("hook_failed", "warn", {"hook": "claude-team", "error": _describe(exc)[:500]})
+
+    _detached(work)
 
 
 PG_BEAT_INTERVAL_MS = 30_000
@@ -501,7 +575,8 @@ def _normalize_event(event: str, payload: dict[str, Any], client: Client = CLAUD
 def run(argv: list[str], stdin: bytes) -> tuple[int, str, str]:
     """Run a hook from its arguments and stdin; returns ``(exit_code, stdout, stderr)``.
 
-    The exit code is always 0. Nothing here raises.
+    The exit code is 0, except 2 when a team guardrail refuses (``HookBlock``: TaskCompleted,
+    TeammateIdle). Nothing here raises.
     """
     event = "?"
     payload: dict[str, Any] = {}
@@ -547,6 +622,8 @@ def run(argv: list[str], stdin: bytes) -> tuple[int, str, str]:
             line = f"phoenix: {event} hook: {message[:300]} (the agent is unaffected)\n"
             return 0, (out + "\n") if out else _quiet(options), line
         return 0, (out + "\n") if out else "", ""
+    except HookBlock as block:  # a team guardrail's refusal: the one exit 2 (_cc_teams)
+        return 2, "", str(block) + "\n"
     except BaseException as exc:  # noqa: BLE001 - a hook must never break the agent
         message = "interrupted" if isinstance(exc, KeyboardInterrupt) else _describe(exc)
         line = f"phoenix: {event} hook: {message[:300]} (the agent is unaffected)"

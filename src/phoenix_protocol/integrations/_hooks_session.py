@@ -73,9 +73,44 @@ def handle_session_event(
         end_session(agent, session_id, reason=reason, git_timeout=0.2, checkpoint=False)
         return None
     end_session(agent, session_id, reason=reason, git_timeout=0.2)
+    _cc_team_ended(agent, payload)
     _sync_best_effort(agent)
     _files_written(agent)
     return None
+
+
+def _cc_team_ended(agent: Agent, payload: dict[str, Any]) -> None:
+    """A lead that ends its session cleanly leaves nothing to recover (``_cc_teams``)."""
+    session = payload.get("session_id")
+    if not isinstance(session, str) or _client_team_config(session) is None:
+        return
+    try:
+        from phoenix_protocol.integrations._cc_teams import session_ended
+
+        session_ended(agent, payload)
+    except Exception as exc:  # noqa: BLE001 - logged; the session's end is recorded
+        agent.record("hook_failed", "warn", {"hook": "claude-team", "error": clip(str(exc), 300)})
+
+
+def _client_team_config(session: str) -> str | None:
+    """``teams/session-<8 hex>/config.json`` of the session's Claude Code team, if it exists."""
+    from phoenix_protocol.integrations._clients import CLAUDE_CODE
+
+    path = os.path.join(
+        CLAUDE_CODE.user_config_dir(), "teams", "session-" + session.replace("-", "")[:8], "config.json"
+    )
+    return path if os.path.isfile(path) else None
+
+
+def _cc_team_recovery(agent: Agent, payload: dict[str, Any], source: str) -> str | None:
+    """The Claude Code teams of this project whose lead died, for the new lead (``_cc_teams``)."""
+    try:
+        from phoenix_protocol.integrations._cc_teams import recovery_context
+
+        return recovery_context(agent, payload, source)
+    except Exception as exc:  # noqa: BLE001 - logged; the session starts without it
+        agent.record("claude_team_recovery_failed", "error", {"error": clip(f"{type(exc).__name__}: {exc}", 300)})
+        return None
 
 
 def _files_written(agent: Agent) -> None:
@@ -417,6 +452,7 @@ def _session_start(payload: dict[str, Any], options: dict[str, str], session_id:
     notices = (notices if recovering else []) + _restored_notices(agent, restored, described)
     anchor = _reanchor(agent) if "persona_reanchor" in after.extra else None
     team = _team_context(agent)
+    cc_team = _cc_team_recovery(agent, payload, source) if _client(options).name == "claude-code" else None
     from phoenix_protocol.integrations._context import session_context
 
     injected = session_context(
@@ -435,7 +471,7 @@ def _session_start(payload: dict[str, Any], options: dict[str, str], session_id:
     )
     _write_brief_best_effort(agent, after)
     lanes = lane_context(agent, placed, recovered)  # docs/lanes.md: sessions beside this one
-    for block in (team, anchor, lanes):
+    for block in (team, anchor, lanes, cc_team):
         if block:
             injected = (block + "\n\n" + injected)[: agent.config.brief_max_chars] if injected else block
     if not injected:

@@ -704,6 +704,61 @@ MIGRATIONS.append(
     )
 )
 
+_CLAUDE_TEAMS = """
+CREATE TABLE phx_cc_teams (
+    team_name        TEXT PRIMARY KEY,
+    project          TEXT NOT NULL,
+    state            TEXT NOT NULL,
+    lead_session_id  TEXT,
+    record           JSON NOT NULL,
+    created_ms       BIGINT NOT NULL,
+    updated_ms       BIGINT NOT NULL
+);
+CREATE INDEX phx_cc_teams_by_project ON phx_cc_teams (project, state);
+CREATE TABLE phx_cc_members (
+    team_name   TEXT NOT NULL REFERENCES phx_cc_teams(team_name) ON DELETE CASCADE,
+    name        TEXT NOT NULL,
+    record      JSON NOT NULL,
+    updated_ms  BIGINT NOT NULL,
+    PRIMARY KEY (team_name, name)
+);
+CREATE TABLE phx_cc_tasks (
+    team_name   TEXT NOT NULL REFERENCES phx_cc_teams(team_name) ON DELETE CASCADE,
+    task_id     TEXT NOT NULL,
+    status      TEXT NOT NULL,
+    owner       TEXT,
+    record      JSON NOT NULL,
+    updated_ms  BIGINT NOT NULL,
+    PRIMARY KEY (team_name, task_id)
+);
+CREATE TABLE phx_cc_messages (
+    team_name       TEXT NOT NULL REFERENCES phx_cc_teams(team_name) ON DELETE CASCADE,
+    msg_id          TEXT NOT NULL,
+    seq             BIGINT NOT NULL,
+    sender          TEXT NOT NULL,
+    recipient       TEXT NOT NULL,
+    kind            TEXT NOT NULL,
+    record          JSON NOT NULL,
+    sent_ms         BIGINT NOT NULL,
+    delivered_ms    BIGINT,
+    redeliver_to    TEXT,
+    redelivered_ms  BIGINT,
+    PRIMARY KEY (team_name, msg_id)
+);
+CREATE INDEX phx_cc_messages_redeliver ON phx_cc_messages (redeliver_to) WHERE redeliver_to IS NOT NULL;
+"""
+"""Claude Code's own agent teams as Phoenix records them (``store._cc_teams``), written once:
+``JSON`` is ``jsonb`` on PostgreSQL, ``BIGINT`` the same on both engines."""
+
+MIGRATIONS.append(
+    Migration(
+        15,
+        "Claude Code agent teams: roster, tasks and messages recorded from its hooks",
+        postgresql=_CLAUDE_TEAMS.replace("JSON NOT NULL", "jsonb NOT NULL"),
+        sqlite=_CLAUDE_TEAMS,
+    )
+)
+
 MIGRATIONS.sort(key=lambda m: m.version)  # in order however the numbered steps were appended
 LATEST = MIGRATIONS[-1].version
 

@@ -1,7 +1,7 @@
 """Claude Code's own agent teams, as Phoenix records them from Claude Code's hooks and files
 (``integrations._cc_teams`` decides what to record; this module only keeps it).
 
-Tables (migration 13 of ``store._schema``), keyed by Claude Code's team name (``session-<8 hex>``
+Tables (migration 15 of ``store._schema``), keyed by Claude Code's team name (``session-<8 hex>``
 in 2.1.330) and Claude Code's own ids:
 
 - ``phx_cc_teams``: one row per team: its project (the Phoenix home), its ``state`` (``live``

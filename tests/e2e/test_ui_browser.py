@@ -27,7 +27,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "server"))
 
 from test_server_uvicorn import running
-from ui_scenario import Scenario, fill
+from ui_scenario import CLAUDE_TEAM, Scenario, fill
 
 from phoenix_protocol.core._home import Home
 from phoenix_protocol.server._app import create_app
@@ -149,6 +149,16 @@ def test_every_view_shows_what_it_must(browser: Any, served: tuple[Scenario, str
     assert "not delivered" in publishing.inner_text()
     assert "acked" in page.locator("section[aria-label='Thread Notes format']").inner_text()
     page.screenshot(path=str(shots / "team.png"), full_page=True)
+
+    # A Claude Code agent team whose lead died: the roster with the spawn prompt, the task's owner,
+    # the lost reply waiting to be delivered again.
+    page.goto(f"{url}/ui/#/")
+    page.locator(f"[data-claude-team={CLAUDE_TEAM}] a").click()
+    page.wait_for_selector("[data-cc-msg=m2]")
+    assert "Find every caller of parse()" in page.locator("tr[data-member=researcher]").inner_text()
+    assert "researcher" in page.locator("tr[data-cc-task='1']").inner_text()
+    assert "to be delivered again to team-lead" in page.locator("[data-cc-msg=m2]").inner_text()
+    page.screenshot(path=str(shots / "claude-team.png"), full_page=True)
 
     # The Clinic: each visit's diagnosis, prescription and outcome.
     page.goto(f"{url}/ui/#/clinic")

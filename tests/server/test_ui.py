@@ -14,7 +14,7 @@ from urllib.parse import urlsplit
 import pytest
 from fastapi.testclient import TestClient
 from test_server_uvicorn import running
-from ui_scenario import Scenario, fill
+from ui_scenario import CLAUDE_TEAM, Scenario, fill
 
 from phoenix_protocol.core._home import Home
 from phoenix_protocol.server._app import create_app
@@ -93,6 +93,26 @@ def test_team_view_board_graph_roster_mailbox(scenario: Scenario) -> None:
     assert states["Re: Notes format"] == [{"name": "lead", "delivered": True, "acked": False}]
     assert states["Publishing"] == [{"name": "bob", "delivered": False, "acked": False}]
     assert [t["subject"] for t in doc["threads"]] == ["Publishing", "Notes format"]
+
+
+def test_claude_code_teams_and_their_recovery(scenario: Scenario) -> None:
+    client = _client(scenario, require_tokens=False)
+    [listed] = client.get("/ui/api/overview").json()["claude_teams"]
+    assert (listed["team_name"], listed["state"], listed["teammates"], listed["messages"]) == (
+        CLAUDE_TEAM,
+        "recovered",
+        1,
+        2,
+    )
+    team = client.get(f"/ui/api/claude-teams/{CLAUDE_TEAM}").json()["claude_team"]
+    researcher = next(m for m in team["members"] if m["name"] == "researcher")
+    assert researcher["prompt"] == "Find every caller of parse()"
+    assert [(t["id"], t["status"], t["owner"]) for t in team["tasks"]] == [("1", "in_progress", "researcher")]
+    assert {m["msg_id"]: m["recovery"] for m in team["messages"]} == {
+        "m1": "delivered",
+        "m2": "to be delivered again to team-lead",
+    }
+    assert client.get("/ui/api/claude-teams/session-ffffffff").status_code == 404
 
 
 def test_the_page_is_served_without_a_token_and_data_is_not(scenario: Scenario) -> None:

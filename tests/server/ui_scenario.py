@@ -131,4 +131,59 @@ def fill(home: Home) -> Scenario:
     clock.advance(61 * 60)  # an hour on: scout stalled, bob silent for more than an hour (stale)
     team.heartbeat("alice")
     team.heartbeat("lead")
+    _claude_team(home, config, clock.now_ms())
     return scenario
+
+
+CLAUDE_TEAM = "session-1a2b3c4d"
+
+
+def _claude_team(home: Home, config: object, now_ms: int) -> None:
+    """A Claude Code agent team as its hooks record it (issue 32), its lead dead and recovered: a
+    teammate's reply waits to be delivered again to the new lead."""
+    from phoenix_protocol.store._cc_teams import ClaudeTeamStore
+    from phoenix_protocol.store._db import open_database
+
+    store = ClaudeTeamStore(open_database(home, config))  # type: ignore[arg-type]
+    store.bind(CLAUDE_TEAM, project=home.root, lead_session_id="lead-1", record={}, now_ms=now_ms)
+    store.upsert_members(
+        CLAUDE_TEAM,
+        [
+            {"name": "team-lead", "role": "lead"},
+            {
+                "name": "researcher",
+                "role": "researcher",
+                "prompt": "Find every caller of parse()",
+                "transcript": "/t/r.jsonl",
+            },
+        ],
+        now_ms=now_ms,
+    )
+    store.upsert_tasks(
+        CLAUDE_TEAM,
+        [{"id": "1", "subject": "List parse() callers", "status": "in_progress", "owner": "researcher"}],
+        now_ms=now_ms,
+    )
+    store.record_messages(
+        CLAUDE_TEAM,
+        [
+            {
+                "msg_id": "m1",
+                "sender": "team-lead",
+                "recipient": "researcher",
+                "kind": "message",
+                "content": "Start with src/",
+            },
+            {
+                "msg_id": "m2",
+                "sender": "researcher",
+                "recipient": "team-lead",
+                "kind": "message",
+                "content": "12 callers found",
+            },
+        ],
+        now_ms=now_ms,
+    )
+    store.mark_delivered(CLAUDE_TEAM, ["m1"], now_ms=now_ms)
+    store.queue_redelivery(CLAUDE_TEAM, ["m2"], to="team-lead")
+    store.set_state(CLAUDE_TEAM, "recovered", now_ms=now_ms)

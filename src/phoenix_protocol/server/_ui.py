@@ -8,6 +8,7 @@
     GET  /ui/api/agents/{agent_id}/checkpoints/{name}             a checkpoint's content
     GET  /ui/api/agents/{agent_id}/diff?older=A&newer=B           a diff between two
     GET  /ui/api/teams/{team_id}               team:read  board, roster, mailbox, consolidation
+    GET  /ui/api/claude-teams/{team}           team:read  a Claude Code agent team and its recovery
     GET  /ui/api/clinic                        checkpoint:read   every Clinic episode
     GET  /ui/api/events?watch=VIEW             *:read     server-sent events: the view, as it changes
     POST /ui/api/agents/{agent_id}/checkpoint  checkpoint:write  take a checkpoint (a real token only)
@@ -20,8 +21,8 @@ given a token with a write scope: a home served without tokens (loopback only) s
 and changes nothing. Answers are the ``services/_dashboard`` documents; the routes stay out of the
 OpenAPI document (a page's plumbing, not the bridge's API).
 
-Live updates: ``/ui/api/events`` sends the watched view (``overview``, ``clinic``, ``agent:<id>``
-or ``team:<id>``) as an ``event: view`` whenever it changes, looking each ``UI_TICK`` seconds
+Live updates: ``/ui/api/events`` sends the watched view (``overview``, ``clinic``, ``agent:<id>``,
+``team:<id>`` or ``claude:<team>``) as an ``event: view`` whenever it changes, looking each ``UI_TICK`` seconds
 (what it shows also changes with time alone: an agent goes from grace to stalled). On PostgreSQL
 it waits on the mailbox's ``LISTEN`` channel meanwhile, so a message shows at once.
 """
@@ -154,11 +155,41 @@ def ui_session(served: Served, info: Token) -> Response:
     )
 
 
+def _claude_teams(served: ServedHome, info: TokenInfo) -> list[dict[str, Any]]:
+    """The Claude Code agent teams recorded for the home's project (issue 32), those the token may see."""
+    from phoenix_protocol.integrations._cc_teams import list_claude_teams
+
+    allowed = _allowed(info)
+    return [t for t in list_claude_teams(served.home, config=served.config) if allowed(f"team:{t['team_name']}")]
+
+
+def _claude_team(served: ServedHome, info: TokenInfo, team: str) -> dict[str, Any]:
+    """One recorded Claude Code team and where its recovery stands: each message delivered,
+    waiting to be delivered again (to whom) or delivered again (when)."""
+    from phoenix_protocol.integrations._cc_teams import describe_team
+
+    if not _allowed(info)(f"team:{team}"):
+        raise NotFoundError(f"no Claude Code team {team!r} recorded here.")
+    found = describe_team(served.home, team, config=served.config)
+    for message in found["messages"]:
+        if message.get("redelivered_ms") is not None:
+            message["recovery"] = "delivered again"
+        elif message.get("redeliver_to"):
+            message["recovery"] = f"to be delivered again to {message['redeliver_to']}"
+        elif message.get("delivered_ms") is not None:
+            message["recovery"] = "delivered"
+        else:
+            message["recovery"] = "not known to be delivered"
+    return {"schema_version": _dashboard.SCHEMA_VERSION, "claude_team": found}
+
+
 def _view(served: ServedHome, info: TokenInfo, watch: str) -> dict[str, Any]:
     """The document of one watchable view."""
     common: dict[str, Any] = {"config": served.config, "clock": served.clock, "allowed": _allowed(info)}
     if watch == "overview":
-        return _dashboard.overview(served.home, **common)
+        doc = _dashboard.overview(served.home, **common)
+        doc["claude_teams"] = _claude_teams(served, info)
+        return doc
     if watch == "clinic":
         return _dashboard.clinic_view(served.home, **common)
     kind, _, ident = watch.partition(":")
@@ -168,7 +199,9 @@ def _view(served: ServedHome, info: TokenInfo, watch: str) -> dict[str, Any]:
         return _dashboard.agent_view(served.home, validate_id(ident, "agent id"), **common)
     if kind == "team" and ident:
         return _dashboard.team_view(served.home, validate_id(ident, "team id"), **common)
-    raise UsageError(f"watch must be overview, clinic, agent:<id> or team:<id>, not {watch!r}.")
+    if kind == "claude" and ident:
+        return _claude_team(served, info, validate_id(ident, "team name"))
+    raise UsageError(f"watch must be overview, clinic, agent:<id>, team:<id> or claude:<team>, not {watch!r}.")
 
 
 @router.get(UI_PREFIX + "/api/overview")
@@ -213,6 +246,11 @@ def ui_diff(
 @router.get(UI_PREFIX + "/api/teams/{team_id}")
 def ui_team(served: Served, info: Token, team_id: TeamIdParam) -> Response:
     return _answer(_view(served, info, f"team:{team_id}"))
+
+
+@router.get(UI_PREFIX + "/api/claude-teams/{team_id}")
+def ui_claude_team(served: Served, info: Token, team_id: TeamIdParam) -> Response:
+    return _answer(_view(served, info, f"claude:{team_id}"))
 
 
 @router.post(UI_PREFIX + "/api/agents/{agent_id}/checkpoint")

@@ -504,7 +504,10 @@ SELECT
   (SELECT count(*) FROM phx_checkpoints), (SELECT count(*) FROM phx_session_log),
   (SELECT count(*) FROM phx_team_checkpoints),
   (SELECT coalesce(string_agg(md5(CAST(t AS text)), '' ORDER BY team_id, task_id), '') FROM phx_tasks t),
-  (SELECT coalesce(string_agg(md5(CAST(m AS text)), '' ORDER BY team_id), '') FROM phx_teams m)
+  (SELECT coalesce(string_agg(md5(CAST(m AS text)), '' ORDER BY team_id), '') FROM phx_teams m),
+  (SELECT count(*) FROM phx_cc_messages), (SELECT count(redelivered_ms) FROM phx_cc_messages),
+  (SELECT count(delivered_ms) FROM phx_cc_messages), (SELECT coalesce(max(updated_ms), 0) FROM phx_cc_teams),
+  (SELECT coalesce(max(updated_ms), 0) FROM phx_cc_tasks), (SELECT coalesce(max(updated_ms), 0) FROM phx_cc_members)
 """
 
 

@@ -132,6 +132,13 @@ function renderOverview(doc, focus) {
         el("p", {}, Object.entries(t.liveness || {}).map(([k, v]) => [badge(`${v} ${k}`, `c-${k}`), " "]))));
     nodes.push(teams.length ? el("div", { class: "cards" }, teams) : el("p", { class: "muted" }, "No teams."));
   }
+  if (focus !== "clinic" && (doc.claude_teams || []).length) {
+    nodes.push(el("h2", {}, "Claude Code agent teams"));
+    nodes.push(el("div", { class: "cards" }, doc.claude_teams.map((t) => el("div", { class: "card", "data-claude-team": t.team_name },
+      el("h3", {}, el("a", { href: `#/claude/${enc(t.team_name)}` }, t.team_name), " ", badge(t.state, `s-${t.state}`)),
+      el("p", {}, `${t.teammates} teammate(s) · ${t.tasks} task(s) · ${t.messages} message(s)`),
+      el("p", { class: "why" }, `lead session ${t.lead_session_id || "—"}`)))));
+  }
   if (focus !== "teams") {
     nodes.push(el("h2", {}, "Clinic"), el("p", {}, el("a", { href: "#/clinic" },
       `${doc.clinic.episodes} episode(s): ${doc.clinic.healed} healed, ${doc.clinic.gave_up} gave up`)));
@@ -334,6 +341,35 @@ function renderTeam(doc) {
   return nodes;
 }
 
+function renderClaudeTeam(doc) {
+  const t = doc.claude_team;
+  const ms = (v) => (v === null || v === undefined ? "—" : when(new Date(v).toISOString()));
+  const nodes = [el("h1", {}, `Claude Code team ${t.team_name}`),
+    el("p", {}, badge(t.state, `s-${t.state}`), ` lead session ${t.lead_session_id || "—"}`)];
+  const waiting = t.messages.filter((m) => m.redeliver_to && m.redelivered_ms === null);
+  if (t.state === "recovered" || t.state === "archived" || waiting.length) {
+    nodes.push(el("div", { class: "note", role: "status" }, t.state === "archived"
+      ? "Its lead died and a new session started fresh: this team was archived and offered to the next lead."
+      : `Its lead died; the next session was told what was lost. ${waiting.length} message(s) wait to be delivered again.`));
+  }
+  const g = t.guardrails || {};
+  nodes.push(el("p", { class: "why" }, `Guardrails: check command ${g.check_command || "none"} · keep busy ${g.keep_busy ? "on" : "off"}`));
+  nodes.push(el("h2", {}, "Roster"), el("div", { class: "scroll" }, el("table", { "aria-label": "Claude Code roster" },
+    el("thead", {}, el("tr", {}, ["Name", "Role", "Spawn prompt", "Transcript"].map((h) => el("th", { scope: "col" }, h)))),
+    el("tbody", {}, t.members.map((m) => el("tr", { "data-member": m.name }, el("td", {}, m.name), el("td", {}, m.role || m.agent_type || "—"),
+      el("td", { class: "why" }, String(m.prompt || "").slice(0, 300)), el("td", { class: "why" }, m.transcript || "—")))))));
+  nodes.push(el("h2", {}, "Tasks"), el("div", { class: "scroll" }, el("table", { "aria-label": "Claude Code tasks" },
+    el("thead", {}, el("tr", {}, ["Task", "Subject", "Status", "Owner", "Blocked by"].map((h) => el("th", { scope: "col" }, h)))),
+    el("tbody", {}, t.tasks.map((x) => el("tr", { "data-cc-task": x.id }, el("td", {}, x.id), el("td", {}, x.subject || ""),
+      el("td", {}, x.status || "—"), el("td", {}, x.owner || "—"), el("td", {}, (x.blocked_by || x.blockedBy || []).join(", ") || "—")))))));
+  nodes.push(el("h2", {}, "Messages"), t.messages.length ? t.messages.map((m) => el("div", { class: "msg", "data-cc-msg": m.msg_id },
+    el("div", { class: "meta" }, `#${m.seq} ${ms(m.sent_ms)} · ${m.sender} → ${m.recipient} · ${m.kind}`),
+    el("div", { class: "body" }, m.content || m.summary || ""),
+    el("div", { class: "why" }, badge(m.recovery, m.recovery === "delivered" || m.recovery === "delivered again" ? "d-yes" : "d-no"))))
+    : el("p", { class: "muted" }, "No messages."));
+  return nodes;
+}
+
 function renderCheckpoint(doc) {
   return [el("h1", {}, `Checkpoint of ${doc.agent}`), el("p", { class: "muted" }, doc.name),
     el("p", {}, el("a", { href: `#/agent/${enc(doc.agent)}` }, `← agent ${doc.agent}`)),
@@ -359,6 +395,7 @@ function route() {
     return { nav: "agents", watch: `agent:${parts[1]}`, load: () => api(`agents/${enc(parts[1])}`), render: renderAgent };
   }
   if (parts[0] === "team" && parts[1]) return { nav: "teams", watch: `team:${parts[1]}`, load: () => api(`teams/${enc(parts[1])}`), render: renderTeam };
+  if (parts[0] === "claude" && parts[1]) return { nav: "teams", watch: `claude:${parts[1]}`, load: () => api(`claude-teams/${enc(parts[1])}`), render: renderClaudeTeam };
   if (parts[0] === "teams") return { nav: "teams", watch: "overview", load: () => api("overview"), render: (d) => renderOverview(d, "teams") };
   if (parts[0] === "clinic") return { nav: "clinic", watch: "clinic", load: () => api("clinic"), render: renderClinic };
   return { nav: "agents", watch: "overview", load: () => api("overview"), render: (d) => renderOverview(d, "agents") };

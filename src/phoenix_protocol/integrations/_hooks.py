@@ -505,14 +505,17 @@ def run(argv: list[str], stdin: bytes) -> tuple[int, str, str]:
             _log_best_effort("hook_payload_oversized", "warn", event, payload, options, oversized)
         del _noted[:]
         out = handle(event, payload, options)
+        line = ""
         if _noted:  # the hook got round a problem (its ops event is written): the user hears of it
             from phoenix_protocol.integrations._hook_notice import notice_once, with_system_message
 
             message = _describe(_noted[0])
             notice = notice_once(event, payload, message, failed=False, client=client)
             if notice is not None:
-                out = adapt_output(client, event, with_system_message(out, notice))
+                out = with_system_message(out, notice)
             line = f"phoenix: {event} hook: {message[:300]} (the agent is unaffected)\n"
+        out = adapt_output(client, event, out, payload)  # the shape this CLI takes for the event that fired
+        if line:
             return 0, (out + "\n") if out else _quiet(options), line
         return 0, (out + "\n") if out else "", ""
     except BaseException as exc:  # noqa: BLE001 - a hook must never break the agent
@@ -544,7 +547,7 @@ def _notice(event: str, payload: dict[str, Any], message: str, options: dict[str
 
         client = _client(options)
         notice = notice_once(event, payload, message, failed=True, client=client)
-        return adapt_output(client, event, with_system_message(None, notice)) if notice else None
+        return adapt_output(client, event, with_system_message(None, notice), payload) if notice else None
     except Exception:  # noqa: BLE001 - the hook's own failure must not get worse
         return None
 

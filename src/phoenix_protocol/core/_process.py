@@ -27,8 +27,12 @@ __all__ = [
     "hostname",
     "identity_of",
     "liveness",
+    "process_activity",
     "process_state",
 ]
+
+STOPPED_STATES = frozenset({"stopped", "tracing-stop"})
+"""psutil's names of a stopped process (``T``: SIGSTOP, SIGTSTP from Ctrl-Z; ``t``: a tracer's stop)."""
 
 WRAPPERS = frozenset(
     {
@@ -144,3 +148,28 @@ def process_state(pid: int) -> tuple[bool, float | None]:
         return False, None
     except psutil.AccessDenied:  # pragma: no cover - exists, but not ours to inspect
         return True, None
+
+
+def process_activity(pid: int) -> tuple[str, float] | None:
+    """What process ``pid`` of this host is doing: its status as psutil names it (``running``,
+    ``sleeping``, ``stopped``, ...) and the CPU seconds (user and system) it and every process
+    below it have used so far, waited-for children included; ``None`` when it is gone or not ours
+    to inspect. A process whose tree's CPU time does not move is doing nothing: waiting on a
+    model's answer, or hung."""
+    import psutil
+
+    try:
+        proc = psutil.Process(pid)
+        with proc.oneshot():
+            status = str(proc.status())
+            times = proc.cpu_times()
+        total = times.user + times.system + times.children_user + times.children_system
+        for child in proc.children(recursive=True):
+            try:
+                below = child.cpu_times()
+            except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
+                continue
+            total += below.user + below.system
+    except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
+        return None
+    return status, total

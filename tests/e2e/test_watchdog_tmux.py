@@ -27,13 +27,14 @@ from pathlib import Path
 import pytest
 from tmux import TmuxServer
 
+from phoenix_protocol.agent._state import AgentState, Transition
 from phoenix_protocol.cli._main import cli
 from phoenix_protocol.core._clis import agents_in_tree
 from phoenix_protocol.core._clock import ManualClock
 from phoenix_protocol.core._home import Home
 from phoenix_protocol.core._process import hostname, identity_of
 from phoenix_protocol.services._agent import Agent
-from phoenix_protocol.services._watchdog import run_pass
+from phoenix_protocol.services._watchdog import AgentVerdict, WatchdogReport, run_pass
 
 pytestmark = pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux is not installed")
 
@@ -95,8 +96,8 @@ def _working(home: Home, clock: ManualClock, agent_id: str, process: tuple[int, 
     return agent
 
 
-def _verdict(report: object, agent_id: str) -> object:
-    return next(v for v in report.verdicts if v.agent_id == agent_id)  # type: ignore[attr-defined]
+def _verdict(report: WatchdogReport, agent_id: str) -> AgentVerdict:
+    return next(v for v in report.verdicts if v.agent_id == agent_id)
 
 
 def test_a_session_is_judged_whole_and_agents_are_tied_by_their_process(
@@ -116,11 +117,11 @@ def test_a_session_is_judged_whole_and_agents_are_tied_by_their_process(
     report = run_pass(home_here, clock=clock, tmux=True, tmux_socket=server.socket)
 
     builder, reviewer, work = (_verdict(report, a) for a in ("builder", "reviewer", "work"))
-    assert (builder.verdict, builder.pane) == ("alive", "work:0.0")  # type: ignore[attr-defined]
-    assert (reviewer.verdict, reviewer.pane) == ("alive", "elsewhere:0.0")  # type: ignore[attr-defined]
+    assert (builder.verdict, builder.pane) == ("alive", "work:0.0")
+    assert (reviewer.verdict, reviewer.pane) == ("alive", "elsewhere:0.0")
     # The sleep in work:0.1 does not make the session's agent "stalled": the session has one.
-    assert work.verdict == "unknown" and "no agent process" not in work.detail  # type: ignore[attr-defined]
-    assert work.pane is not None and work.pane.startswith("work:0.")  # type: ignore[attr-defined]
+    assert work.verdict == "unknown" and "no agent process" not in work.detail
+    assert work.pane is not None and work.pane.startswith("work:0.")
     assert not report.stalled
     targets = {p.target: p for p in report.tmux or []}
     assert set(targets) == {"work:0.0", "work:0.1", "elsewhere:0.0"}
@@ -140,7 +141,7 @@ def test_a_recorded_process_in_another_pane_wins_over_the_session_name(
     clock.advance(3600)
     report = run_pass(home_here, clock=clock, tmux=True, tmux_socket=server.socket)
     verdict = _verdict(report, "alpha")
-    assert (verdict.verdict, verdict.pane) == ("alive", "other:0.0")  # type: ignore[attr-defined]
+    assert (verdict.verdict, verdict.pane) == ("alive", "other:0.0")
     assert not report.stalled
 
 
@@ -158,15 +159,15 @@ def test_the_tmux_rule_has_a_grace(
     report = run_pass(home_here, clock=clock, tmux=True, tmux_socket=server.socket)
     for agent_id in ("late", "never"):
         verdict = _verdict(report, agent_id)
-        assert verdict.verdict == "grace" and "(grace 60s)" in verdict.detail, verdict.detail  # type: ignore[attr-defined]
+        assert verdict.verdict == "grace" and "(grace 60s)" in verdict.detail, verdict.detail
     assert not report.stalled
     _, pid = _split(server, "late", str(bin_dir / "claude"), cwd)
     _agent_in(pid, "claude")
     clock.advance(60)
     report = run_pass(home_here, clock=clock, tmux=True, tmux_socket=server.socket)
-    assert _verdict(report, "late").verdict == "unknown"  # type: ignore[attr-defined]
+    assert _verdict(report, "late").verdict == "unknown"
     never = _verdict(report, "never")
-    assert never.verdict == "stalled" and never.action == "marked_stalled"  # type: ignore[attr-defined]
+    assert never.verdict == "stalled" and never.action == "marked_stalled"
     assert [v.agent_id for v in report.stalled] == ["never"]
 
 
@@ -176,12 +177,17 @@ def test_a_recorded_pane_ties_an_agent_without_a_process(
     """The pane the SessionStart hook recorded ($TMUX_PANE) ties the agent, not the session's name."""
     pane_id, _ = server.start("some-session", ["sleep", "600"], cwd=str(tmp_path), env=_env())
     agent = _working(home_here, clock, "tied")
-    agent.state.change(lambda s: setattr(s, "tmux", {"pane": pane_id, "socket": server.socket}) or [])
+
+    def record_pane(state: AgentState) -> list[Transition]:
+        state.tmux = {"pane": pane_id, "socket": server.socket}  # as SessionStart records $TMUX_PANE
+        return []
+
+    agent.state.change(record_pane)
     clock.advance(120)
     report = run_pass(home_here, clock=clock, tmux=True, tmux_socket=server.socket)
     verdict = _verdict(report, "tied")
-    assert verdict.verdict == "stalled" and verdict.pane == "some-session:0.0"  # type: ignore[attr-defined]
-    assert "by recorded pane" in verdict.detail  # type: ignore[attr-defined]
+    assert verdict.verdict == "stalled" and verdict.pane == "some-session:0.0"
+    assert "by recorded pane" in verdict.detail
 
 
 def test_tail_of_a_file_named_codex_is_no_agent(server: TmuxServer, bin_dir: Path, tmp_path: Path) -> None:

@@ -370,7 +370,8 @@ def _remember(agent: Agent, pid: int, condition: str | None, sample: dict[str, A
         flag = f"{condition}:{pid}" if condition else None
         events = []
         if condition and record.get("flag") != flag:
-            events.append(Transition(f"agent_{condition}", "warn", {"pid": pid, "detail": detail[:300]}))
+            name = "agent_stopped" if condition == "stopped" else "agent_hung"
+            events.append(Transition(name, "warn", {"pid": pid, "detail": detail[:300]}))
         if flag is None:
             record.pop("flag", None)
         else:

@@ -46,13 +46,17 @@ def spinner() -> Iterator[subprocess.Popen[bytes]]:
     proc.wait()
 
 
-def _working(home: Home, clock: ManualClock, agent_id: str, pid: int) -> Agent:
+def _working(home: Home, clock: ManualClock, agent_id: str, pid: int, *, turn: str = "busy") -> Agent:
+    """A working agent whose recorded process is ``pid``, mid-turn (a prompt was submitted) unless
+    ``turn`` says it waits at its prompt."""
     ident = identity_of(pid)
     assert ident is not None
     agent = Agent.open(agent_id, home=home, clock=clock)
     session = f"session-{agent_id}"
     agent.state.start_session(session, process={"pid": pid, "start_time": ident.start_time, "host": hostname()})
     agent.state.set_status("working", f"task of {agent_id}", session_id=session)
+    agent.state.heartbeat(session_id=session, tool=None, turn=turn)
+    assert agent.state.read().turn == turn
     return agent
 
 
@@ -119,6 +123,17 @@ def test_a_process_doing_nothing_with_a_stale_heartbeat_is_hung(
     # A heartbeat: not hung any more.
     agent.state.heartbeat(session_id="session-stuck", tool="Bash")
     assert run_pass(home, clock=clock).verdicts[0].verdict == "alive"
+
+
+def test_an_agent_waiting_at_its_prompt_is_never_hung(
+    home: Home, clock: ManualClock, sleeper: subprocess.Popen[bytes]
+) -> None:
+    """Its Stop hook ended the turn: no heartbeat and no CPU for hours is what waiting looks like."""
+    agent = _working(home, clock, "waiting", sleeper.pid, turn="idle")
+    for _ in range(4):
+        clock.advance(3600)
+        assert run_pass(home, clock=clock).verdicts[0].verdict == "alive"
+    assert "watchdog" not in agent.state.read().extra  # nothing measured, nothing written
 
 
 def test_a_busy_process_with_a_stale_heartbeat_is_not_hung(

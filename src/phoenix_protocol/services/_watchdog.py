@@ -10,11 +10,12 @@ its process is alive            ``alive``, however long since the last tool call
 its process is stopped          ``stopped`` (SIGSTOP, Ctrl-Z: status ``T``): reported, with an ops
                                 event ``agent_stopped`` once; the state is left alone (``kill
                                 -CONT`` or ``fg`` resumes it)
-its process runs, but neither   ``hung``: no heartbeat (``last_active``) for ``watchdog_hang_minutes``
-it nor anything below it used   and no CPU progress of its process tree between two passes at
-CPU since the last pass         least ``HANG_SAMPLE_MS`` apart (the first pass only takes a
-                                sample, kept in state.json's ``watchdog``); reported, with an
-                                ops event ``agent_hung`` once; the state is left alone
+its process runs mid-turn, but  ``hung``: no heartbeat (``last_active``) for ``watchdog_hang_minutes``
+neither it nor anything below   and no CPU progress of its process tree between two passes at
+it used CPU since the last      least ``HANG_SAMPLE_MS`` apart (the first pass only takes a
+pass                            sample, kept in state.json's ``watchdog``); reported, with an ops
+                                event ``agent_hung`` once; the state is left alone. An agent
+                                idle at its prompt (``turn: idle``) is never hung
 its PID is free, a zombie, or   ``gone``: after ``watchdog_grace`` seconds since the last
 taken by a process that         heartbeat the agent is marked **stalled** (status error,
 started at another time         ``status_event`` ``stalled``, set by the watchdog, which outranks
@@ -331,7 +332,8 @@ def _stopped_or_hung(agent: Agent, state: Any, *, now_ms: int, act: bool, base: 
     sample = record.get("cpu") if isinstance(record.get("cpu"), dict) else None
     fresh = {"pid": pid, "start": state.pid_start_time, "cpu": round(cpu, 3), "at_ms": now_ms}
     new_sample: dict[str, Any] | None = None
-    if condition is None and hang_ms > 0 and quiet_ms >= hang_ms:
+    # An agent waiting at its prompt (the Stop hook ended its turn) does nothing, rightly: never hung.
+    if condition is None and hang_ms > 0 and quiet_ms >= hang_ms and state.turn != "idle":
         same = sample is not None and sample.get("pid") == pid and sample.get("start") == state.pid_start_time
         if same and isinstance(sample, dict):
             waited = now_ms - int(sample.get("at_ms") or now_ms)

@@ -60,7 +60,7 @@ from typing import TYPE_CHECKING, Any
 
 from phoenix_protocol.core._clock import Clock, iso_from_ms, system_clock
 from phoenix_protocol.core._errors import CorruptStateError, PhoenixError, SchemaVersionError, StatusRefusedError
-from phoenix_protocol.core._process import hostname
+from phoenix_protocol.core._process import ProcessTable, hostname
 
 if TYPE_CHECKING:
     from phoenix_protocol.core._config import Config
@@ -260,9 +260,17 @@ def _mark_stalled(agent: Agent, reason: str, session_id: str | None) -> str:
     return "marked_stalled"
 
 
-def check_agent(agent: Agent, *, now_ms: int, act: bool = True, this_host: str | None = None) -> AgentVerdict:
-    """Judge one agent (see the module docstring); with ``act`` mark it stalled when it is."""
-    from phoenix_protocol.core._process import liveness
+def check_agent(
+    agent: Agent,
+    *,
+    now_ms: int,
+    act: bool = True,
+    this_host: str | None = None,
+    table: ProcessTable | None = None,
+) -> AgentVerdict:
+    """Judge one agent (see the module docstring); with ``act`` mark it stalled when it is.
+    ``table``: the pass's process table, shared by the agents it judges (one is read when needed)."""
+    from phoenix_protocol.core._process import observe
 
     host_here = this_host or hostname()
     try:
@@ -283,9 +291,9 @@ def check_agent(agent: Agent, *, now_ms: int, act: bool = True, this_host: str |
     silent_ms = now_ms - (state.last_active_ms or 0)
     silent = f"{silent_ms / 1000:.0f}s since the last heartbeat"
     if state.pid is not None and state.host == host_here:
-        alive = liveness(state.pid, state.pid_start_time, state.host, tolerance=config.process_start_tolerance)
+        alive, status = observe(state.pid, state.pid_start_time, state.host, tolerance=config.process_start_tolerance)
         if alive:
-            condition = _stopped_or_hung(agent, state, now_ms=now_ms, act=act, base=base)
+            condition = _stopped_or_hung(agent, state, status, now_ms=now_ms, act=act, base=base, table=table)
             if condition is not None:
                 return condition
             verdict = AgentVerdict(agent.id, "alive", f"process {state.pid} is running; {silent}", **base)
@@ -306,34 +314,46 @@ def check_agent(agent: Agent, *, now_ms: int, act: bool = True, this_host: str |
     return AgentVerdict(agent.id, "stalled", reason, action=action, **base)
 
 
-def _stopped_or_hung(agent: Agent, state: Any, *, now_ms: int, act: bool, base: dict[str, Any]) -> AgentVerdict | None:
+def _stopped_or_hung(
+    agent: Agent,
+    state: Any,
+    status: str | None,
+    *,
+    now_ms: int,
+    act: bool,
+    base: dict[str, Any],
+    table: ProcessTable | None,
+) -> AgentVerdict | None:
     """``stopped`` or ``hung`` for a working agent whose recorded process runs (see the module
     docstring), else ``None``. With ``act``, the CPU sample is kept in state.json's ``watchdog``
     and the first sight of each condition is logged (``agent_stopped``, ``agent_hung``)."""
-    from phoenix_protocol.core._process import STOPPED_STATES, process_activity
+    from phoenix_protocol.core._process import STOPPED_STATES
 
     pid = state.pid
-    seen = process_activity(pid)
-    if seen is None:
-        return None
-    status, cpu = seen
     record = state.extra.get("watchdog")
     record = dict(record) if isinstance(record, dict) else {}
     # The heartbeat (every hook, every `phx state` of the model); not the ops log's time, which the
     # watchdog's own events would move.
     quiet_ms = now_ms - (state.last_active_ms or 0)
     quiet = f"no heartbeat for {quiet_ms / 1000:.0f}s"
+    hang_ms = float(agent.config.watchdog_hang_minutes) * 60_000
+    # An agent waiting at its prompt (the Stop hook ended its turn) does nothing, rightly: never hung.
+    may_hang = hang_ms > 0 and quiet_ms >= hang_ms and state.turn != "idle"
+    cpu = 0.0
+    if may_hang:  # the tree's CPU only when it may matter: it costs a walk of the process table
+        measured = (table or ProcessTable()).tree_cpu(pid)
+        if measured is None:
+            return None
+        cpu = measured
     condition: str | None = None
     detail = ""
     if status in STOPPED_STATES:
         condition = "stopped"
         detail = f"process {pid} is stopped (SIGSTOP or Ctrl-Z; `kill -CONT {pid}` or `fg` resumes it); {quiet}"
-    hang_ms = float(agent.config.watchdog_hang_minutes) * 60_000
     sample = record.get("cpu") if isinstance(record.get("cpu"), dict) else None
     fresh = {"pid": pid, "start": state.pid_start_time, "cpu": round(cpu, 3), "at_ms": now_ms}
     new_sample: dict[str, Any] | None = None
-    # An agent waiting at its prompt (the Stop hook ended its turn) does nothing, rightly: never hung.
-    if condition is None and hang_ms > 0 and quiet_ms >= hang_ms and state.turn != "idle":
+    if condition is None and may_hang:
         same = sample is not None and sample.get("pid") == pid and sample.get("start") == state.pid_start_time
         if same and isinstance(sample, dict):
             waited = now_ms - int(sample.get("at_ms") or now_ms)
@@ -387,7 +407,14 @@ def _remember(agent: Agent, pid: int, condition: str | None, sample: dict[str, A
         pass
 
 
-def check_lanes(agent: Agent, *, now_ms: int, act: bool = True, this_host: str | None = None) -> list[AgentVerdict]:
+def check_lanes(
+    agent: Agent,
+    *,
+    now_ms: int,
+    act: bool = True,
+    this_host: str | None = None,
+    table: ProcessTable | None = None,
+) -> list[AgentVerdict]:
     """``check_agent`` for each lane of ``agent`` beside its primary one. A dead working lane is
     marked stalled (status error), never idle, so that the next session started in the project
     still recovers it; a lane retired while it was being checked is reported as ``idle``."""
@@ -396,7 +423,7 @@ def check_lanes(agent: Agent, *, now_ms: int, act: bool = True, this_host: str |
     out = []
     for view in lane_views(agent):
         try:
-            verdict = check_agent(view, now_ms=now_ms, act=act, this_host=this_host)
+            verdict = check_agent(view, now_ms=now_ms, act=act, this_host=this_host, table=table)
         except PhoenixError as exc:  # retired meanwhile (its folder moved), or unreadable
             verdict = AgentVerdict(agent.id, "idle" if not os.path.isdir(view.state.directory) else "corrupt", str(exc))
         verdict.lane = view.lane
@@ -565,9 +592,10 @@ def run_pass(
         agents = [Agent(aid, home, config=config, clock=clock) for aid in known_agents(home, config=config)]
     now_ms = clock.now_ms()
     host_here = hostname()
-    verdicts = [check_agent(agent, now_ms=now_ms, act=act, this_host=host_here) for agent in agents]
+    table = ProcessTable()  # read once, if an agent's CPU time is needed (a hang check)
+    verdicts = [check_agent(agent, now_ms=now_ms, act=act, this_host=host_here, table=table) for agent in agents]
     for agent in agents:  # and the lanes of sessions that ran beside the primary one (docs/lanes.md)
-        verdicts += check_lanes(agent, now_ms=now_ms, act=act, this_host=host_here)
+        verdicts += check_lanes(agent, now_ms=now_ms, act=act, this_host=host_here, table=table)
     panes = None
     tmux_socket = tmux_socket or str(config.watchdog_tmux_socket or "") or None
     if tmux:

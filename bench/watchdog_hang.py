@@ -24,6 +24,7 @@ import statistics
 import tempfile
 import time
 from typing import Any
+from unittest import mock
 
 from phoenix_protocol.core._clock import ManualClock
 from phoenix_protocol.core._home import Home
@@ -73,12 +74,8 @@ def main(argv: list[str] | None = None) -> int:
         config = Agent.open("agent-0000", home=Home(tmp)).config
         rows = []
         shared = timed(tmp, now, args.passes, config=config)
-        original = _watchdog.ProcessTable
-        _watchdog.ProcessTable = _WalkEveryTime  # type: ignore[misc]
-        try:
+        with mock.patch.object(_watchdog, "ProcessTable", _WalkEveryTime):
             walking = timed(tmp, now, args.passes, config=config)
-        finally:
-            _watchdog.ProcessTable = original  # type: ignore[misc]
         off = timed(tmp, now, args.passes, config=config.replace({"watchdog_hang_minutes": 0}))
         for name, values in (("shared table", shared), ("walk per agent", walking), ("no hang check", off)):
             rows.append(

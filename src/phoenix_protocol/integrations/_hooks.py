@@ -269,7 +269,8 @@ def native_event(event: str, options: dict[str, str]) -> str:
 def handle(event: str, payload: dict[str, Any], options: dict[str, str]) -> str | None:
     """Run one hook; returns what to print on stdout (or ``None``). Raises on failure.
     ``payload`` is in the running CLI's shape (``options["client"]``): ``adapt_payload`` turns it
-    into the one the handlers read."""
+    into the one the handlers read; ``run`` puts the output into the shape that CLI accepts for the
+    event that fired (``adapt_output``)."""
     client = _client(options)
     payload = adapt_payload(client, payload)
     raw_session = _raw_session_id(payload)

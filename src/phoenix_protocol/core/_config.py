@@ -211,6 +211,15 @@ SETTINGS: dict[str, tuple[type, Any, float | None, float | None, str]] = {
         "Persona drift scorer: lexical, or embedding (needs the [persona] extra).",
     ),
     "persona_threshold": (float, 0.5, 0.0, 1.0, "A persona check passes when its score (0-1) is at least this."),
+    # Memory (seed 002).
+    "memory_recall": (
+        str,
+        "lexical",
+        None,
+        None,
+        "How memory recall ranks: lexical (BM25), or semantic (fused with sentence embeddings; "
+        "needs the [persona] extra).",
+    ),
     # Teams (seed 004).
     "team_online_minutes": (
         float,
@@ -305,6 +314,7 @@ class Config:
     drift_stall_minutes: float
     persona_scorer: str
     persona_threshold: float
+    memory_recall: str
     team_online_minutes: float
     team_idle_minutes: float
     team_suspended_minutes: float

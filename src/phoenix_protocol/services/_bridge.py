@@ -242,25 +242,41 @@ def memory_store(
 
 
 def memory_recall(
-    store: MemoryBackend, agent: Agent, query: str, *, k: int = 5, tags: list[str] | None = None
+    store: MemoryBackend,
+    agent: Agent,
+    query: str,
+    *,
+    k: int = 5,
+    tags: list[str] | None = None,
+    since: Any = None,
+    until: Any = None,
+    mode: str | None = None,
 ) -> list[dict[str, Any]]:
-    """The best matches, best first, each with its ``score``; the query becomes ``last_recall_query``."""
+    """The best matches, best first, each with its ``score``; the query becomes ``last_recall_query``
+    (``since``/``until``, ``mode``: ``recall_for``)."""
     from phoenix_protocol.services._sessions import recall_for
 
     if not _memory_namespace_exists(store, agent):
         raise NotFoundError()
-    return [
-        {**record.as_dict(), "score": score} for record, score in recall_for(agent, query, k=k, tags=tags, store=store)
-    ]
+    found = recall_for(agent, query, k=k, tags=tags, since=since, until=until, mode=mode, store=store)
+    return [{**record.as_dict(), "score": score} for record, score in found]
 
 
 def memory_list(
-    store: MemoryBackend, agent: Agent, *, tags: list[str] | None = None, limit: int = 50, offset: int = 0
+    store: MemoryBackend,
+    agent: Agent,
+    *,
+    tags: list[str] | None = None,
+    limit: int = 50,
+    offset: int = 0,
+    since: Any = None,
+    until: Any = None,
 ) -> list[dict[str, Any]]:
-    """The agent's memories, newest first."""
+    """The agent's memories, newest first (stored in ``[since, until)`` when given)."""
     if not _memory_namespace_exists(store, agent):
         raise NotFoundError()
-    return [r.as_dict() for r in store.list(agent.id, tags=tags, limit=limit, offset=offset)]
+    records = store.list(agent.id, tags=tags, limit=limit, offset=offset, since=since, until=until)
+    return [r.as_dict() for r in records]
 
 
 def memory_get(store: MemoryBackend, agent: Agent, memory_id: str) -> dict[str, Any]:

@@ -82,6 +82,7 @@ __all__ = [
     "PersonaCheck",
     "PersonaExtraMissing",
     "PersonaScorer",
+    "SentenceEmbedder",
     "check_persona",
     "clear_reanchor",
     "get_scorer",
@@ -1326,3 +1327,20 @@ def take_reanchor(agent: Agent) -> str | None:
 
     agent.state.change(mutate)
     return reanchor_text(identity) if taken else None
+
+
+class SentenceEmbedder:
+    """The embedding scorer's model (all-MiniLM-L6-v2, int8 ONNX, the ``[persona]`` extra) as the
+    memory store's ``Embedder``: semantic recall uses the same model, loaded once per process."""
+
+    def __init__(self, model_path: str | None = None) -> None:
+        self.model_path = model_path
+        self.name = "all-MiniLM-L6-v2-int8" if model_path is None else f"onnx:{os.path.basename(model_path)}"
+
+    def ensure_available(self) -> None:
+        """Load the model now; raises ``PersonaExtraMissing`` without the extra."""
+        _load_model(self.model_path)
+
+    def encode(self, texts: Sequence[str]) -> Any:
+        """L2-normalised embeddings, one row per text (a numpy ``float32`` array)."""
+        return _load_model(self.model_path).encode(list(texts))

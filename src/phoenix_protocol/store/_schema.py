@@ -599,6 +599,78 @@ MIGRATIONS.append(
     )
 )
 
+_MEMORY_INDEX = """
+CREATE TABLE phx_memory_terms (
+    memory_id  TEXT NOT NULL REFERENCES phx_memories (id) ON DELETE CASCADE,
+    namespace  TEXT NOT NULL,
+    term       TEXT NOT NULL,
+    tf         INTEGER NOT NULL,
+    PRIMARY KEY (memory_id, term)
+);
+CREATE INDEX phx_memory_terms_by_term ON phx_memory_terms (namespace, term);
+CREATE TABLE phx_memory_vectors (
+    memory_id  TEXT NOT NULL REFERENCES phx_memories (id) ON DELETE CASCADE,
+    model      TEXT NOT NULL,
+    vector     BLOB NOT NULL,
+    PRIMARY KEY (memory_id, model)
+);
+CREATE INDEX phx_memories_analyzed ON phx_memories (namespace, analyzed);
+"""
+"""Recall's own index (``store._recall``), the same on both engines: each memory's search terms
+and counts, its sentence embeddings per model; ``analyzed`` (the analyzer version that wrote the
+terms, 0: not yet) and ``term_count`` on the memory. A change of a memory's text or tags (by hand,
+by a redaction run) drops both and marks it for analysis again. (SQLite: the FTS5 table's update
+trigger now fires on a change of the text or tags only, not on the marking of ``analyzed``, which
+would feed it values it does not hold yet.)"""
+
+MIGRATIONS.append(
+    Migration(
+        13,
+        "memory: recall's term index and embeddings, ranked the same way on both engines",
+        postgresql="\n".join(
+            (
+                """
+        ALTER TABLE phx_memories ADD COLUMN analyzed integer NOT NULL DEFAULT 0,
+            ADD COLUMN term_count integer NOT NULL DEFAULT 0;
+        """,
+                _MEMORY_INDEX.replace("BLOB", "bytea"),
+                """
+        CREATE FUNCTION phx_memories_changed() RETURNS trigger LANGUAGE plpgsql AS $$
+        BEGIN
+            NEW.analyzed := 0;
+            DELETE FROM phx_memory_terms WHERE memory_id = OLD.id;
+            DELETE FROM phx_memory_vectors WHERE memory_id = OLD.id;
+            RETURN NEW;
+        END $$;
+        CREATE TRIGGER phx_memories_changed BEFORE UPDATE OF text, tags ON phx_memories
+            FOR EACH ROW EXECUTE FUNCTION phx_memories_changed();
+        """,
+            )
+        ),
+        sqlite="\n".join(
+            (
+                """
+        ALTER TABLE phx_memories ADD COLUMN analyzed INTEGER NOT NULL DEFAULT 0;
+        ALTER TABLE phx_memories ADD COLUMN term_count INTEGER NOT NULL DEFAULT 0;
+        """,
+                _MEMORY_INDEX,
+                """
+        DROP TRIGGER phx_memories_au;
+        CREATE TRIGGER phx_memories_au AFTER UPDATE OF text, tags ON phx_memories BEGIN
+            INSERT INTO phx_memories_fts (phx_memories_fts, rowid, text, tags) VALUES ('delete', old.seq, old.text, old.tags);
+            INSERT INTO phx_memories_fts (rowid, text, tags) VALUES (new.seq, new.text, new.tags);
+        END;
+        CREATE TRIGGER phx_memories_changed AFTER UPDATE OF text, tags ON phx_memories BEGIN
+            UPDATE phx_memories SET analyzed = 0 WHERE seq = new.seq;
+            DELETE FROM phx_memory_terms WHERE memory_id = old.id;
+            DELETE FROM phx_memory_vectors WHERE memory_id = old.id;
+        END;
+        """,
+            )
+        ),
+    )
+)
+
 MIGRATIONS.sort(key=lambda m: m.version)  # in order however the numbered steps were appended
 LATEST = MIGRATIONS[-1].version
 

@@ -88,6 +88,10 @@ def _class_for(name: str, status: int) -> type[PhoenixError]:
         from phoenix_protocol.agent._identity import IdentityCoreError
 
         return IdentityCoreError
+    if name == "MessageConflictError":
+        from phoenix_protocol.store._team_store import MessageConflictError
+
+        return MessageConflictError
     if name in ("ClaimConflictError", "TeamReadOnlyError"):
         from phoenix_protocol.store import _teams
 
@@ -464,3 +468,11 @@ class PhoenixClient:
         """Record a heartbeat of ``name``; returns the heartbeat record."""
         body = {"session_id": session_id} if session_id is not None else {}
         return self._field(self._post(f"/teams/{_segment(team_id)}/heartbeat/{_segment(name)}", body), "heartbeat")
+
+    def team_delivery(
+        self, team_id: str, name: str, *, msg_ids: list[str] | None = None, last: int = 50
+    ) -> list[dict[str, Any]]:
+        """The delivery state of the messages ``name`` sent (``msg_ids``, else the newest
+        ``last``): ``state`` delivered, read or acked, ``read_by``, ``acked_by``."""
+        path = f"/teams/{_segment(team_id)}/sent/{_segment(name)}"
+        return self._items(self._get(path, msg_id=msg_ids, last=last), "messages")

@@ -1,7 +1,7 @@
 """End to end (issue 36, found 1): the output of a failing tool call's hook, taken by the real
 Gemini CLI (AfterTool) and Codex (PostToolUse): the same failing shell command again and again,
 Phoenix's repetition rule fires once, and its warning reaches the model's next request, with no
-error from the CLI about the hook's output. (Claude Code: test_claude_code_drift.py.)"""
+error from the CLI about the hook's output. (Claude Code: test_claude_code_failure_loop.py.)"""
 
 from __future__ import annotations
 

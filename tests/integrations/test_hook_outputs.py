@@ -2,7 +2,7 @@
 ``Client.outputs``), for every event each CLI fires to Phoenix (issue 36, found 1: the drift
 warning of a failing loop named PostToolUse in the output of PostToolUseFailure, which Claude Code
 2.1.330 refuses: "Hook returned incorrect event name"). The real CLIs take these outputs in
-tests/e2e (test_claude_code_drift.py, test_gemini_cli.py, test_codex.py)."""
+tests/e2e (test_claude_code_failure_loop.py, test_failure_outputs.py)."""
 
 from __future__ import annotations
 

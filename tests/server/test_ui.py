@@ -183,3 +183,44 @@ def test_live_updates_arrive_without_reloading(scenario: Scenario) -> None:
         kind, second = next(stream)
         assert kind == "view" and second["messages"][0]["subject"] == "Credentials"
         assert time.monotonic() - started < 10
+
+
+def test_phx_ui_serves_the_page_and_prints_the_address_with_its_token(home: Home) -> None:
+    import os
+    import subprocess
+    import sys
+    import urllib.request
+
+    from test_server_uvicorn import _free_port
+
+    home.ensure()
+    token, _ = TokenStore(home).create(["*"], ["checkpoint:read", "team:read"], label="viewer")
+    port = _free_port()
+    env = {**os.environ, "PYTHONUNBUFFERED": "1", "VIEW_TOKEN": token, "EMPTY_TOKEN": ""}
+    argv = [sys.executable, "-m", "phoenix_protocol", "ui", "--port", str(port), "--home", home.root]
+    refused = subprocess.run([*argv, "--token", "EMPTY_TOKEN"], capture_output=True, env=env, timeout=60, check=False)
+    assert refused.returncode == 2 and b"EMPTY_TOKEN" in refused.stderr
+    proc = subprocess.Popen([*argv, "--token", "VIEW_TOKEN"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
+    try:
+        assert proc.stdout is not None
+        line = proc.stdout.readline().decode().strip()
+        assert line == f"http://127.0.0.1:{port}/ui/#token={token}"
+        deadline = time.monotonic() + 20
+        while True:
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/ui/", timeout=1) as response:
+                    assert b"assets/app.js" in response.read()
+                    break
+            except OSError:
+                assert proc.poll() is None, proc.communicate()
+                assert time.monotonic() < deadline, "phx ui did not start"
+                time.sleep(0.1)
+        request = urllib.request.Request(
+            f"http://127.0.0.1:{port}/ui/api/session", headers={"Authorization": f"Bearer {token}"}
+        )
+        with urllib.request.urlopen(request, timeout=5) as response:  # noqa: S310 - http, built above
+            assert json.loads(response.read())["read_only"] is True
+    finally:
+        proc.terminate()
+        _out, err = proc.communicate(timeout=10)
+    assert b"Phoenix dashboard for" in err and token.encode() not in err

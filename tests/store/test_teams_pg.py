@@ -264,6 +264,8 @@ def test_migration_4_backfills_the_unread_counters(store: str, home: Home, clock
             "DROP TABLE phx_memory_terms, phx_memory_vectors; DROP TRIGGER phx_memories_changed ON phx_memories; "
             "DROP FUNCTION phx_memories_changed(); "
             "ALTER TABLE phx_memories DROP COLUMN seq, DROP COLUMN analyzed, DROP COLUMN term_count; "
+            "DROP TABLE phx_team_outbox; ALTER TABLE phx_heartbeats DROP COLUMN observed_ms; "
+            "DROP INDEX phx_messages_from; "
             "DELETE FROM phx_schema_migrations WHERE version >= 4"
         )
     assert _pg.status(store)["current"] == 3

@@ -1206,6 +1206,7 @@ def _click_error(out: Output, exc: PhoenixError, code: int, *, prefix: str = "er
 # _cli_remote gives the commands that also work on a memory bridge their --server option.
 from phoenix_protocol.cli import _clinic as _cli_clinic  # noqa: E402, F401
 from phoenix_protocol.cli import _db as _cli_db  # noqa: E402, F401
+from phoenix_protocol.cli import _drift as _cli_drift  # noqa: E402, F401
 from phoenix_protocol.cli import _memory as _cli_memory  # noqa: E402, F401
 from phoenix_protocol.cli import _remote as _cli_remote  # noqa: E402, F401
 from phoenix_protocol.cli import _server as _cli_server  # noqa: E402, F401

@@ -30,6 +30,24 @@ __all__: list[str] = []
 F = TypeVar("F", bound=Callable[..., Any])
 
 
+def _bind(home_path: str | None, host: str | None, port: int | None) -> tuple[Home, Config, str, int]:
+    """``phx serve``'s and ``phx ui``'s start: the home, its settings (read once), the address and
+    port (default: the settings'), refused as ``check_bind`` refuses; ``UsageError`` without the
+    [server] extra."""
+    from phoenix_protocol.core._config import load_config
+
+    home = Home(os.path.abspath(home_path)) if home_path else Home.resolve()
+    config = load_config(home.root, project_root=home.project_root)
+    try:
+        from phoenix_protocol.server._app import check_bind
+    except ImportError as exc:
+        raise UsageError(str(exc)) from None
+    address = host or config.server_host
+    number = port or config.server_port
+    check_bind(home, address, config=config)
+    return home, config, address, number
+
+
 @main_group.command("serve")
 @click.option("--host", metavar="ADDRESS", help="Address to listen on (default: the server_host setting, 127.0.0.1).")
 @click.option("--port", type=click.IntRange(1, 65535), help="Port (default: the server_port setting, 8765).")
@@ -48,21 +66,12 @@ def serve_command(host: str | None, port: int | None, log_level: str, home_path:
     Needs the [server] extra. Tokens are required as soon as the home has one; a non-loopback
     --host is refused until it does. Example: phx serve --port 8765
     """
-    from phoenix_protocol.core._config import load_config
-
     out = Output(False)
     try:
-        home = Home(os.path.abspath(home_path)) if home_path else Home.resolve()
-        config = load_config(home.root, project_root=home.project_root)
-        try:
-            from phoenix_protocol.server._app import check_bind, is_loopback, serve
-        except ImportError as exc:
-            raise UsageError(str(exc)) from None
+        home, config, address, number = _bind(home_path, host, port)
+        from phoenix_protocol.server._app import is_loopback, serve
         from phoenix_protocol.store._tokens import TokenStore
 
-        address = host or config.server_host
-        number = port or config.server_port
-        check_bind(home, address, config=config)
         auth = (
             "bearer tokens required"
             if TokenStore(home, config=config).configured() or not is_loopback(address)
@@ -109,19 +118,11 @@ def ui_command(
     The same server as `phx serve` (which serves the page too, at /ui/); read-only unless the page
     is given a token with a write scope. Needs the [server] extra. Example: phx ui --open
     """
-    from phoenix_protocol.core._config import load_config
-
     out = Output(False)
     try:
-        home = Home(os.path.abspath(home_path)) if home_path else Home.resolve()
-        config = load_config(home.root, project_root=home.project_root)
-        try:
-            from phoenix_protocol.server._app import check_bind, serve
-        except ImportError as exc:
-            raise UsageError(str(exc)) from None
-        address = host or config.server_host
-        number = port or config.server_port
-        check_bind(home, address, config=config)
+        home, config, address, number = _bind(home_path, host, port)
+        from phoenix_protocol.server._app import serve
+
         shown = f"[{address}]" if ":" in address else address
         url = f"http://{shown}:{number}/ui/"
         if token_env:

@@ -202,6 +202,68 @@ SETTINGS: dict[str, tuple[type, Any, float | None, float | None, str]] = {
         _YEAR_MIN,
         "Minutes of calls without progress (while working) that count as drift (0: never).",
     ),
+    "drift_failure_share": (
+        float,
+        0.7,
+        0.1,
+        1.0,
+        "This share (or more) of the last window's calls failing, with no progress between, is drift "
+        "(persistent failure).",
+    ),
+    "drift_exempt_commands": (
+        str,
+        "kubectl rollout status,kubectl wait,gh run watch,gh pr checks",
+        None,
+        None,
+        "Comma-separated shell command prefixes (normalized as docs/drift.md says) whose calls no drift "
+        "rule counts: polling; empty: none.",
+    ),
+    "drift_exempt_rules": (
+        str,
+        "",
+        None,
+        None,
+        "Comma-separated drift rules that never fire (repetition, error_rate, persistent_failure, slowdown, "
+        "no_progress).",
+    ),
+    "drift_read_only_tasks": (
+        str,
+        "read-only,readonly",
+        None,
+        None,
+        "Comma-separated words that mark a task as read-only (a word of its text, any case): such a task is "
+        "exempt from the no_progress drift rule.",
+    ),
+    # Notifications to the person (issue 36): stalled, hung, stopped agents and drift.
+    "notify_desktop": (bool, True, None, None, "Desktop notifications through notify-send, where it is installed."),
+    "notify_webhook": (
+        str,
+        "",
+        None,
+        None,
+        "URL that receives a JSON POST per notification (e.g. a Slack incoming webhook or an ntfy topic); empty: none.",
+    ),
+    "notify_webhook_format": (
+        str,
+        "json",
+        None,
+        None,
+        "Body of the webhook's POST: json (Phoenix's fields), slack ({text}) or ntfy (ntfy's JSON publish).",
+    ),
+    "notify_terminal": (
+        str,
+        "osc9",
+        None,
+        None,
+        "Terminal notification Claude Code emits for the drift hook (terminalSequence): osc9, osc777 or off.",
+    ),
+    "notify_interval_minutes": (
+        float,
+        30.0,
+        0.0,
+        _YEAR_MIN,
+        "At most one notification per agent and kind within this many minutes.",
+    ),
     # Persona drift (seed 002, "persona gravity").
     "persona_scorer": (
         str,
@@ -312,6 +374,15 @@ class Config:
     drift_error_rate_factor: float
     drift_slowdown_factor: float
     drift_stall_minutes: float
+    drift_failure_share: float
+    drift_exempt_commands: str
+    drift_exempt_rules: str
+    drift_read_only_tasks: str
+    notify_desktop: bool
+    notify_webhook: str
+    notify_webhook_format: str
+    notify_terminal: str
+    notify_interval_minutes: float
     persona_scorer: str
     persona_threshold: float
     memory_recall: str

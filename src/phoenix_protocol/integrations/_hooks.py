@@ -170,11 +170,39 @@ def _digest(value: object) -> str | None:
     return short_digest(data)
 
 
+def _shell_command(tool: str, tool_input: object, client: Client) -> tuple[object, str | None]:
+    """A shell tool's input with its command normalized (``_drift.normalize_command``: near-
+    duplicate commands are one action), and that command; other tools' input as it is."""
+    if tool not in client.shell_tools or not isinstance(tool_input, dict):
+        return tool_input, None
+    command = tool_input.get("command")
+    if not isinstance(command, str):
+        return tool_input, None
+    from phoenix_protocol.agent._drift import normalize_command
+
+    normalized = normalize_command(command)
+    return {**tool_input, "command": normalized}, normalized
+
+
 _BOOKKEEPING = frozenset({"phx", "state-update"})
 _WORK_CHARS = 160
 """Longest record of a command run or a file written (``recent_work``)."""
 _WORK_SCAN = 600
 _WORK_WORD = 200
+
+
+def _edited_path(tool: str | None, payload: dict[str, Any], client: Client = CLAUDE_CODE) -> str | None:
+    """The file a Write or an Edit tool call changed (relative to the project when inside it), or ``None``."""
+    tool_input = payload.get("tool_input")
+    if tool not in client.file_tools or not isinstance(tool_input, dict):
+        return None
+    path = tool_input.get("file_path") or tool_input.get("notebook_path")
+    if not isinstance(path, str) or not path:
+        return None
+    root = client.project_dir(payload)
+    if root is not None and path.startswith(root.rstrip("/") + "/"):
+        path = path[len(root.rstrip("/")) + 1 :]
+    return path
 
 
 def _work(tool: str, payload: dict[str, Any], client: Client = CLAUDE_CODE) -> str | None:
@@ -198,12 +226,9 @@ def _work(tool: str, payload: dict[str, Any], client: Client = CLAUDE_CODE) -> s
             return None
         more = len(lines) > 1
     elif tool in client.file_tools:
-        path = tool_input.get("file_path") or tool_input.get("notebook_path")
-        if not isinstance(path, str) or not path:
+        path = _edited_path(tool, payload, client)
+        if path is None:
             return None
-        root = client.project_dir(payload)
-        if root is not None and path.startswith(root.rstrip("/") + "/"):
-            path = path[len(root.rstrip("/")) + 1 :]
         words = path.split()
     else:
         return None
@@ -283,11 +308,13 @@ def handle(event: str, payload: dict[str, Any], options: dict[str, str]) -> str 
         duration = payload.get("duration_ms")
         from phoenix_protocol.agent._drift import EDIT_TOOLS
 
+        tool_input, command = _shell_command(tool, payload.get("tool_input"), client)
+
         state = agent.state.heartbeat(
             session_id=raw_session,
             tool=tool,
             ok=ok,
-            input_digest=_digest(payload.get("tool_input")),
+            input_digest=_digest(tool_input),
             error=error,
             durable=False,  # atomic, not fsynced: the next heartbeat replaces it (transitions stay durable)
             lock_timeout=agent.config.lock_timeout,
@@ -297,8 +324,9 @@ def handle(event: str, payload: dict[str, Any], options: dict[str, str]) -> str 
             drift=drift,
             work=_work(tool, payload, client),
             clean_tool=None if tool in client.own_tools else lambda: _named(payload.get("tool_name")),
+            command=command,
         )
-        _share_heartbeat(agent, payload, state)
+        _share_heartbeat(agent, payload, state, _edited_path(tool, payload, client) if ok else None)
         if drift and drift[0][1] and agent.lane is None:
             # Seed 003's emergency recovery (once per episode of drift) replaces a plain recovery
             # checkpoint due now.
@@ -395,18 +423,22 @@ def _team_binding() -> tuple[str, str] | None:
     return (team, mate) if team and mate else None
 
 
-def _share_heartbeat(agent: Agent, payload: dict[str, Any], state: AgentState) -> None:
-    """The teammate's heartbeat, on the hot path: one small file, no roster lookup. On the
-    PostgreSQL store, every 30 s, the heartbeat and this machine's copy of the agent's state and
-    ops events are passed on to the server from a detached process (psycopg and a connection
-    cost more than the hook's budget)."""
+def _share_heartbeat(agent: Agent, payload: dict[str, Any], state: AgentState, edited: str | None = None) -> None:
+    """The teammate's heartbeat, on the hot path: one small file, no roster lookup; and the file
+    a Write or Edit changed (``edited``), one line appended, for its task's checkpoint
+    (``Team.absorb_files``). On the PostgreSQL store, every 30 s, the heartbeat, the files and
+    this machine's copy of the agent's state and ops events are passed on to the server from a
+    detached process (psycopg and a connection cost more than the hook's budget)."""
     binding = _team_binding()
     now = agent.clock.now_ms()
     if binding is not None:
-        from phoenix_protocol.agent._heartbeats import beat, runtime_dir
+        from phoenix_protocol.agent._heartbeats import beat, note_files, runtime_dir
 
         session_id = _session_id(payload, state)
-        beat(runtime_dir(agent.home.root, binding[0]), binding[1], now_ms=now, session_id=session_id)
+        directory = runtime_dir(agent.home.root, binding[0])
+        beat(directory, binding[1], now_ms=now, session_id=session_id)
+        if edited is not None:
+            note_files(directory, binding[1], [edited])
     if str(agent.config.store).startswith(("postgresql://", "postgres://")):
         from phoenix_protocol.core._durable import atomic_write, read_bytes
 

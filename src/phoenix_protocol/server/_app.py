@@ -93,7 +93,7 @@ _ERROR_RESPONSES = {
     "400": "Bad request: the input is valid JSON but Phoenix cannot do this (see detail).",
     "401": "No valid bearer token: missing, malformed, unknown, revoked or expired.",
     "404": "No such namespace or resource, or the token does not cover it (the same answer).",
-    "409": "Refused on purpose: a claim conflict, a sealed identity core, a completed team.",
+    "409": "Refused on purpose: a claim conflict, a sealed identity core, a completed team, a message id reused.",
     "413": "The body is larger than the server accepts.",
     "422": "A body or path parameter is invalid.",
     "500": "The server's state could not be read or written (run `phx doctor` on the server).",

@@ -49,6 +49,7 @@ __all__ = [
     "team_ack",
     "team_claim",
     "team_delivered",
+    "team_delivery",
     "team_heartbeat",
     "team_inbox",
     "team_send",
@@ -371,3 +372,12 @@ def team_heartbeat(team: Team, name: str, *, session_id: str | None = None) -> d
     if session_id is not None:
         validate_session_id(session_id)
     return team.heartbeat(_member(team, name), session_id=session_id)
+
+
+def team_delivery(team: Team, name: str, *, msg_ids: list[str] | None = None, last: int = 50) -> list[dict[str, Any]]:
+    """The delivery state of the messages ``name`` sent (``Team.delivery``): read and
+    acknowledged by whom."""
+    if msg_ids is not None:
+        for msg_id in msg_ids:
+            validate_id(msg_id, "message id", max_length=128)
+    return team.delivery(_member(team, name), msg_ids=msg_ids, last=last)

@@ -244,6 +244,17 @@ class WatchdogReport:
         }
 
 
+def tell_person(agent: Agent, kind: str, message: str) -> None:
+    """``_notify.notify`` (rate-limited, delivered on a background thread), which never stops a
+    pass: a failure to notify is an ops event."""
+    from phoenix_protocol.services._notify import notify
+
+    try:
+        notify(agent, kind, message)
+    except PhoenixError as exc:
+        agent.record("notification_failed", "warn", {"kind": kind, "error": str(exc)[:300]})
+
+
 def _mark_stalled(agent: Agent, reason: str, session_id: str | None) -> str:
     """Status error/stalled by the watchdog, an ops event (the transition), a recovery checkpoint
     (not for a lane: lanes take no checkpoints, docs/lanes.md)."""
@@ -251,6 +262,7 @@ def _mark_stalled(agent: Agent, reason: str, session_id: str | None) -> str:
         agent.state.set_status("error", f"stalled: {reason}", source="watchdog", session_id=session_id, event="stalled")
     except StatusRefusedError:  # pragma: no cover - the watchdog outranks every writer
         return "refused"
+    tell_person(agent, "stalled", reason)
     if agent.lane is not None:
         return "marked_stalled"
     try:
@@ -434,7 +446,7 @@ def check_lanes(
 def _drift_check(agent: Agent, state: Any, verdict: AgentVerdict, *, now_ms: int, act: bool) -> AgentVerdict:
     """Operational drift of a live agent (e.g. calls without progress, which the heartbeat only
     sees when the next call comes): the same emergency recovery as the hook, once per drift."""
-    from phoenix_protocol.agent._drift import Action, DriftConfig, detect, warn_once
+    from phoenix_protocol.agent._drift import EXEMPT_KEY, Action, DriftConfig, detect, task_exemption, warn_once
 
     actions = []
     for item in state.recent_actions:
@@ -443,7 +455,9 @@ def _drift_check(agent: Agent, state: Any, verdict: AgentVerdict, *, now_ms: int
         except (TypeError, ValueError):
             continue
     since = state.last_progress_ms or state.work_started_ms
-    signals = detect(actions, now_ms=now_ms, config=DriftConfig.from_config(agent.config), last_progress_ms=since)
+    config = DriftConfig.from_config(agent.config)
+    exempt_rules = task_exemption(state.extra.get(EXEMPT_KEY), state.current_task, config.read_only_words)[0]
+    signals = detect(actions, now_ms=now_ms, config=config, last_progress_ms=since, exempt_rules=exempt_rules)
     if not signals:
         return verdict
     verdict.drift = signals[0].detail
@@ -463,6 +477,8 @@ def _drift_check(agent: Agent, state: Any, verdict: AgentVerdict, *, now_ms: int
         return [Transition("drift_detected", "warn", meta)]
 
     agent.state.change(mark)
+    if opened and opened[0]:
+        tell_person(agent, "drift", verdict.drift or "")
     if opened and opened[0] and agent.lane is None:  # once per episode of drift, as the hook (lanes: no checkpoint)
         agent.checkpoints.emergency_recovery(f"drift: {verdict.drift}")
         verdict.action = "emergency_recovery"
@@ -720,7 +736,7 @@ def _periodic_snapshot(team: Any, data: dict[str, Any]) -> None:
     log = data["session_log"]
     silence = team.lead_silence_ms(now_ms=now)
     if data["status"] in ("active", "suspended") and silence is not None and silence > LEAD_TIMEOUT_MS:
-        if now - (log.get("last_checkpoint_ms") or 0) >= ZOMBIE_CHECKPOINT_MS:
+        if now - (log.get("last_full_snapshot_ms") or 0) >= ZOMBIE_CHECKPOINT_MS:
             team.checkpoint(kind="full", reason="ZOMBIE: the lead is silent; teammates work on")
         return
     if now - (log.get("last_full_snapshot_ms") or 0) >= FULL_SNAPSHOT_MS:

@@ -671,6 +671,39 @@ MIGRATIONS.append(
     )
 )
 
+_OUTBOX = """
+CREATE TABLE phx_team_outbox (
+    target     TEXT NOT NULL,
+    team_id    TEXT NOT NULL,
+    msg_id     TEXT NOT NULL,
+    position   BIGINT NOT NULL,
+    sender     TEXT NOT NULL,
+    record     TEXT NOT NULL,
+    state      TEXT NOT NULL,
+    attempts   INTEGER NOT NULL DEFAULT 0,
+    queued_ms  BIGINT NOT NULL,
+    sent_ms    BIGINT,
+    seq        BIGINT,
+    last_error TEXT,
+    PRIMARY KEY (target, team_id, msg_id)
+);
+CREATE INDEX phx_team_outbox_queue ON phx_team_outbox (target, team_id, state, position);
+ALTER TABLE phx_heartbeats ADD COLUMN observed_ms BIGINT;
+CREATE INDEX phx_messages_from ON phx_messages (team_id, sender, seq);
+"""
+"""Seed 004 §4.3's outbox (messages for a team on a server, queued here until it took them) and
+the heartbeat's arrival time by the store's clock (``observed_ms``), written once."""
+
+MIGRATIONS.append(
+    Migration(
+        14,
+        "teams: the outbox of messages for a server (seed 004 §4.3), when the store received each heartbeat, "
+        "messages by sender",
+        postgresql=_OUTBOX,
+        sqlite=_OUTBOX,
+    )
+)
+
 MIGRATIONS.sort(key=lambda m: m.version)  # in order however the numbered steps were appended
 LATEST = MIGRATIONS[-1].version
 

@@ -12,11 +12,14 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import psutil
 import pytest
+from test_notify import Receiver  # the webhook receiver of the notification tests (this folder)
 
 from phoenix_protocol.cli._main import cli
+from phoenix_protocol.core import _background
 from phoenix_protocol.core._clock import ManualClock
 from phoenix_protocol.core._home import Home
 from phoenix_protocol.core._process import hostname, identity_of
@@ -170,3 +173,36 @@ def test_hang_check_off_and_cli_exit_code(
     for _ in range(3):
         clock.advance(3600)
         assert run_pass(home, clock=clock, config=config).verdicts[0].verdict == "alive"
+
+
+def test_the_person_is_told_once_when_an_agent_stops_or_hangs(
+    home: Home, clock: ManualClock, sleeper: subprocess.Popen[bytes]
+) -> None:
+    """Issue 36's notifications, for the two new verdicts: a webhook gets ``stopped`` then ``hung``
+    (each once, however many passes see it)."""
+    receiver = Receiver()
+    try:
+        Path(home.root).mkdir(parents=True, exist_ok=True)
+        (Path(home.root) / "phoenix.toml").write_text(f'notify_desktop = false\nnotify_webhook = "{receiver.url}"\n')
+        _working(home, clock, "worker", sleeper.pid)
+        os.kill(sleeper.pid, signal.SIGSTOP)
+        _wait_status(sleeper.pid, psutil.STATUS_STOPPED)
+        for _ in range(3):
+            assert run_pass(home, clock=clock).verdicts[0].verdict == "stopped"
+        os.kill(sleeper.pid, signal.SIGCONT)
+        _wait_status(sleeper.pid, psutil.STATUS_SLEEPING)
+        clock.advance(31 * 60)
+        run_pass(home, clock=clock)  # the CPU sample
+        for _ in range(3):
+            clock.advance(HANG_SAMPLE_MS / 1000)
+            assert run_pass(home, clock=clock).verdicts[0].verdict == "hung"
+        _background.wait()
+        deadline = time.monotonic() + 10
+        while len(receiver.requests) < 2 and time.monotonic() < deadline:
+            time.sleep(0.02)
+        kinds = [r["body"]["kind"] for r in receiver.requests]
+        assert kinds == ["stopped", "hung"], kinds
+        assert "kill -CONT" in receiver.requests[0]["body"]["message"]
+        assert "used no CPU" in receiver.requests[1]["body"]["message"]
+    finally:
+        receiver.close()

@@ -391,8 +391,11 @@ def _stopped_or_hung(
 
 def _remember(agent: Agent, pid: int, condition: str | None, sample: dict[str, Any] | None, detail: str) -> None:
     """Keep the CPU sample and the condition seen in state.json's ``watchdog`` (under the lock,
-    for the same process only); log the first sight of a condition."""
+    for the same process only); log the first sight of a condition, and tell the person
+    (``tell_person``: rate-limited)."""
     from phoenix_protocol.agent._state import Transition
+
+    first: list[bool] = []
 
     def mark(current: Any) -> list[Any]:
         if current.status != "working" or current.pid != pid:
@@ -406,6 +409,7 @@ def _remember(agent: Agent, pid: int, condition: str | None, sample: dict[str, A
         if condition and record.get("flag") != flag:
             name = "agent_stopped" if condition == "stopped" else "agent_hung"
             events.append(Transition(name, "warn", {"pid": pid, "detail": detail[:300]}))
+            first.append(True)
         if flag is None:
             record.pop("flag", None)
         else:
@@ -416,7 +420,9 @@ def _remember(agent: Agent, pid: int, condition: str | None, sample: dict[str, A
     try:
         agent.state.change(mark)
     except PhoenixError:  # the report stands without its record
-        pass
+        return
+    if first and condition:
+        tell_person(agent, condition, detail)
 
 
 def check_lanes(

@@ -352,6 +352,25 @@ def _print_state(out: Output, agent: Agent, state: AgentState, *, headline: str 
     if state.last_tool:
         ok = "ok" if state.last_tool.get("ok", True) else "[red]failed[/]"
         table.add_row("last tool", f"{escape(str(state.last_tool.get('name')))} ({ok})")
+    drift = state.drift if isinstance(state.drift, dict) else None
+    if drift is not None:  # an episode of operational drift, until the next progress (docs/drift.md)
+        kind = escape(str(drift.get("kind") or "drift"))
+        since = f" (since {escape(str(drift['since']))})" if drift.get("since") else ""
+        table.add_row("drift", f"[red]{kind}[/]: {escape(str(drift.get('detail') or ''))}{since}")
+    refresh = state.refresh_requested if isinstance(state.refresh_requested, dict) else None
+    if refresh is not None:  # a forced refresh due: the next session starts from a fresh brief
+        line = f"pending: {escape(str(refresh.get('reason') or 'requested'))}"
+        line += f" (at {escape(str(refresh['at']))})" if refresh.get("at") else ""
+        if refresh.get("checkpoint"):
+            line += f"; checkpoint {escape(str(refresh['checkpoint']))}"
+        if refresh.get("typed_at"):
+            line += f"; {escape(str(refresh.get('command') or 'clear'))} typed into tmux pane at {escape(str(refresh['typed_at']))}"
+        table.add_row("refresh", f"[yellow]{line}[/]")
+    watched = state.extra.get("watchdog")
+    flag = watched.get("flag") if isinstance(watched, dict) else None
+    if isinstance(flag, str) and ":" in flag:  # the watchdog found the process stopped or hung
+        condition, pid = flag.split(":", 1)
+        table.add_row("watchdog", f"[magenta]{escape(condition)}[/] (process {escape(pid)})")
     from phoenix_protocol.agent._state import other_tasks, task_notes
 
     loops, actions = task_notes(state)  # the current task's; an earlier task's are counted

@@ -149,6 +149,21 @@ SETTINGS: dict[str, tuple[type, Any, float | None, float | None, str]] = {
         None,
         "Comma-separated agent process names for the tmux mode, beside the CLIs Phoenix knows (claude, gemini, codex).",
     ),
+    "watchdog_hang_minutes": (
+        float,
+        30.0,
+        0.0,
+        _YEAR_MIN,
+        "Minutes without a heartbeat, and without CPU progress of its process tree, after which a working agent "
+        "whose process runs is reported hung (0: never).",
+    ),
+    "watchdog_tmux_socket": (
+        str,
+        "",
+        None,
+        None,
+        "The tmux server's socket (tmux -S) for `phx watchdog --tmux`; empty: each agent's recorded one, else tmux's default.",
+    ),
     "tmux_refresh_agents": (
         str,
         "",
@@ -381,6 +396,8 @@ class Config:
     watchdog_remote_grace: float
     watchdog_interval: float
     watchdog_process_names: str
+    watchdog_hang_minutes: float
+    watchdog_tmux_socket: str
     tmux_refresh_agents: str
     drift_repeat_limit: int
     drift_window: int

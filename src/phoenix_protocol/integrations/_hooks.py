@@ -312,7 +312,8 @@ def native_event(event: str, options: dict[str, str]) -> str:
 def handle(event: str, payload: dict[str, Any], options: dict[str, str]) -> str | None:
     """Run one hook; returns what to print on stdout (or ``None``). Raises on failure.
     ``payload`` is in the running CLI's shape (``options["client"]``): ``adapt_payload`` turns it
-    into the one the handlers read."""
+    into the one the handlers read; ``run`` puts the output into the shape that CLI accepts for the
+    event that fired (``adapt_output``)."""
     client = _client(options)
     payload = adapt_payload(client, payload)
     raw_session = _raw_session_id(payload)
@@ -612,14 +613,17 @@ def run(argv: list[str], stdin: bytes) -> tuple[int, str, str]:
             _log_best_effort("hook_payload_oversized", "warn", event, payload, options, oversized)
         del _noted[:]
         out = handle(event, payload, options)
+        line = ""
         if _noted:  # the hook got round a problem (its ops event is written): the user hears of it
             from phoenix_protocol.integrations._hook_notice import notice_once, with_system_message
 
             message = _describe(_noted[0])
             notice = notice_once(event, payload, message, failed=False, client=client)
             if notice is not None:
-                out = adapt_output(client, event, with_system_message(out, notice))
+                out = with_system_message(out, notice)
             line = f"phoenix: {event} hook: {message[:300]} (the agent is unaffected)\n"
+        out = adapt_output(client, event, out, payload)  # the shape this CLI takes for the event that fired
+        if line:
             return 0, (out + "\n") if out else _quiet(options), line
         return 0, (out + "\n") if out else "", ""
     except HookBlock as block:  # a team guardrail's refusal: the one exit 2 (_cc_teams)
@@ -653,7 +657,7 @@ def _notice(event: str, payload: dict[str, Any], message: str, options: dict[str
 
         client = _client(options)
         notice = notice_once(event, payload, message, failed=True, client=client)
-        return adapt_output(client, event, with_system_message(None, notice)) if notice else None
+        return adapt_output(client, event, with_system_message(None, notice), payload) if notice else None
     except Exception:  # noqa: BLE001 - the hook's own failure must not get worse
         return None
 

@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: demo test lint typecheck pytest bench clean
+.PHONY: demo test lint typecheck pytest bench dist clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -43,6 +43,11 @@ test: lint typecheck pytest
 
 bench: $(VENV)/.installed-test
 	$(BIN)/python bench/hook_latency.py
+
+# The sdist and the wheel of a release (docs/releasing.md); tests/e2e/test_wheel.py builds its own.
+dist: $(VENV)/.installed-test
+	rm -rf dist
+	$(BIN)/python -m build --outdir dist .
 
 clean:
 	rm -rf $(VENV) build dist .mypy_cache .pytest_cache .ruff_cache

@@ -39,15 +39,17 @@ sys.path.insert(0, str(HERE))  # drift_traces, drift_baselines (also when import
 from drift_baselines import Detection, run_gemini, run_openhands  # noqa: E402
 from drift_traces import DRIFT_PATTERNS, NORMAL_PATTERNS, PHOENIX_CLAIMS, T0, Trace, traces  # noqa: E402
 
-from phoenix_protocol.agent._drift import Action, DriftConfig, observe  # noqa: E402
-from phoenix_protocol.integrations._hooks import _digest  # noqa: E402
+from phoenix_protocol.agent._drift import Action, DriftConfig, command_exempt, observe  # noqa: E402
+from phoenix_protocol.integrations._clients import CLAUDE_CODE  # noqa: E402
+from phoenix_protocol.integrations._hooks import _digest, _shell_command  # noqa: E402
 
 __all__ = ["DETECTORS", "Outcome", "evaluate", "run_phoenix"]
 
 
-def run_phoenix(trace: Trace, config: DriftConfig | None = None) -> Detection | None:
-    """Replay a trace through Phoenix's heartbeat logic; the first step at which it signals."""
-    cfg = config or DriftConfig()
+def run_phoenix(trace: Trace, config: DriftConfig | None = None, *, durations: bool = True) -> Detection | None:
+    """Replay a trace through Phoenix's heartbeat logic; the first step at which it signals.
+    ``durations=False``: as from a CLI that sends no ``duration_ms`` (the gaps stand in)."""
+    cfg = config or DriftConfig.from_config(None)
     ring: list[Action] = []
     last_progress_ms: int | None = None
     work_started_ms = T0
@@ -55,16 +57,19 @@ def run_phoenix(trace: Trace, config: DriftConfig | None = None) -> Detection | 
         if step.kind != "tool":
             continue  # no hook fires for text or a context-window error
         now = step.end_ms
-        # The heartbeat's own step (phoenix_protocol.agent._drift.observe), with the hook's digest.
+        # The heartbeat's own step (phoenix_protocol.agent._drift.observe), with the hook's
+        # normalized command and digest.
+        tool_input, command = _shell_command(step.tool, step.input, CLAUDE_CODE)
         ring, progressed, signals = observe(
             ring,
             now_ms=now,
             tool=step.tool,
-            digest=_digest(step.input) or "-",
+            digest=_digest(tool_input) or "-",
             ok=step.ok,
-            duration_ms=step.duration_ms,
+            duration_ms=step.duration_ms if durations else None,
             config=cfg,
             last_progress_ms=last_progress_ms or work_started_ms,
+            exempt=command is not None and command_exempt(command, cfg.exempt_commands),
         )
         if progressed:
             last_progress_ms = now
@@ -74,8 +79,14 @@ def run_phoenix(trace: Trace, config: DriftConfig | None = None) -> Detection | 
     return None
 
 
+def run_phoenix_without_durations(trace: Trace) -> Detection | None:
+    """Phoenix as fed by a CLI that sends no ``duration_ms`` (the gaps between calls stand in)."""
+    return run_phoenix(trace, durations=False)
+
+
 DETECTORS: dict[str, Callable[[Trace], Detection | None]] = {
     "Phoenix": run_phoenix,
+    "Phoenix, no durations": run_phoenix_without_durations,
     "Gemini CLI": run_gemini,
     "OpenHands": run_openhands,
 }
@@ -202,10 +213,13 @@ def _summary(outcomes: list[Outcome]) -> list[str]:
         + " | ".join(f"**{_pct(sum(o.detected for o in outcomes if o.detector == n), drift_n)}**" for n in names)
         + " |"
     )
-    for title, keep in (("false positives, all normal", False), ("false positives, normal not hard", True)):
+    for title, keep in (
+        ("false positives, ordinary normal traces", lambda t: not t.hard),
+        ("false positives, hard cases (polling, read-only review)", lambda t: t.hard),
+        ("false positives, all normal", lambda t: True),
+    ):
         rows_by = {
-            n: [o for o in outcomes if o.detector == n and not o.trace.is_drift and not (keep and o.trace.hard)]
-            for n in names
+            n: [o for o in outcomes if o.detector == n and not o.trace.is_drift and keep(o.trace)] for n in names
         }
         n_rows = len(rows_by[names[0]])
         lines.append(
@@ -216,8 +230,40 @@ def _summary(outcomes: list[Outcome]) -> list[str]:
     return lines
 
 
+def _verdict(pattern: str, rows: list[Outcome], names: list[str]) -> str:
+    """The conclusion for one pattern, computed from its outcomes (no prose written in advance)."""
+    drift = rows[0].trace.is_drift
+    score = {n: sum((o.detected if drift else not o.fired) for o in rows if o.detector == n) for n in names}
+    total = sum(1 for o in rows if o.detector == names[0])
+    best = max(score.values())
+    leaders = [n for n in names if score[n] == best]
+    phoenix = score["Phoenix"]
+    if drift:
+        if phoenix == 0:
+            label = f"a Phoenix blind spot (0/{total})"
+        elif phoenix < total:
+            label = f"Phoenix catches {phoenix}/{total}"
+        else:
+            label = f"Phoenix catches all {total}"
+        hit = [o for o in rows if o.detector == "Phoenix" and o.detected]
+        if hit:
+            steps = _median([float(o.steps) for o in hit if o.steps is not None])
+            label += f", median {steps} steps after the drift begins"
+        others = ", ".join(f"{n} {score[n]}/{total}" for n in names if n != "Phoenix")
+        lead = "best: " + " and ".join(leaders) if best > 0 else "no detector catches it"
+        return f"  Computed: {label}; {others}; {lead}."
+    fired = total - phoenix
+    kinds = Counter(o.detection.kind for o in rows if o.detector == "Phoenix" and o.detection is not None)
+    which = f" ({', '.join(f'{k} {n}' for k, n in kinds.most_common())})" if kinds else ""
+    hard = " (a hard case)" if rows[0].trace.hard else ""
+    label = f"Phoenix false positives {fired}/{total}{which}" if fired else f"no Phoenix false positive (0/{total})"
+    others = ", ".join(f"{n} {total - score[n]}/{total}" for n in names if n != "Phoenix")
+    return f"  Computed{hard}: {label}; false positives of {others}."
+
+
 def _catches(outcomes: list[Outcome]) -> list[str]:
-    """Per pattern: who catches, who misses (with the traces missed), and why."""
+    """Per pattern: who catches, who misses (with the traces missed), how each detector works on
+    it (``MECHANISMS``: what the rules look at, never an outcome), and the computed verdict."""
     names = list(DETECTORS)
     lines = []
     for pattern, what in {**DRIFT_PATTERNS, **NORMAL_PATTERNS}.items():
@@ -238,67 +284,102 @@ def _catches(outcomes: list[Outcome]) -> list[str]:
             parts.append(text)
         verb = "caught" if drift else "left alone"
         lines.append(f"- **`{pattern}`**: {what}. {verb.capitalize()}: " + "; ".join(parts) + ".")
-        why = WHY.get(pattern)
-        if why:
-            lines.append(f"  {why}")
+        how = MECHANISMS.get(pattern)
+        if how:
+            lines.append(f"  How: {how}")
+        lines.append(_verdict(pattern, rows, names))
     return lines
 
 
-WHY: dict[str, str] = {
-    "repeat_identical": "Phoenix's digest drops whitespace runs and Bash's `description`/`timeout`, so cosmetic "
-    "variants are one action; it fires on the 4th call (`repeat_limit` 3). Gemini hashes the raw arguments: "
-    "a changing description or an extra space defeats it; otherwise it needs 5 in a row. OpenHands compares the "
-    "whole action, the model's `thought` included, so a different sentence before each call defeats it, and "
-    "exact command strings (whitespace counts); a Bash `description` is not a field of its `CmdRunAction`, so "
-    "that variant does not defeat it. It needs 4 equal action/observation pairs.",
-    "cycle_ab": "Gemini only counts *consecutive* identical calls, so no cycle ever reaches it (its LLM check, "
-    "left out, would be the only chance, after 30 turns). OpenHands' A-B rule fires on the 6th call. Phoenix "
-    "fires on the 7th: its count of one action since the last progress passes 3 (the 4th A) before its "
-    "cycle rule (4 full periods) would.",
-    "cycle_abc": "Only Phoenix sees cycles longer than 2 (its counts and its cycle rule, periods 2-4); OpenHands' "
-    "pattern rule is A-B only and Gemini's is A-A only.",
-    "repeat_error": "OpenHands is fastest on tool errors (3 `ErrorObservation`s), but a failing *shell command* is "
-    "a `CmdOutputObservation` with an exit code, so it takes the 4-pair rule instead. Gemini needs 5 identical "
-    "raw calls (a changing description defeats it).",
-    "error_rate": "Only Phoenix measures an error *rate*; the baselines need the same action repeated, and a broken "
-    "environment makes every call fail differently.",
-    "slowdown": "Only Phoenix looks at durations (three windows of 10 timed calls: ~20 calls into the trend).",
-    "no_progress": "Only Phoenix tracks progress (a successful edit); distinct reads never repeat, so the "
-    "baselines stay silent. Phoenix fires 20 minutes (`stall_minutes`) after the last edit.",
-    "monologue": "Text without tool calls never reaches Phoenix's hooks. OpenHands needs 3 *identical* messages "
-    "(a changing counter defeats it); Gemini's content rule needs a 50-char window 10 times with an average "
-    "spacing of at most 250 chars, so it only sees short repeated messages, and after 10 of them.",
-    "content_chant": "A chant inside one message: Gemini's content rule is made for it (it fires mid-stream); "
-    "OpenHands compares whole messages and Phoenix sees no text.",
-    "context_loop": "OpenHands catches both variants: back-to-back condensations by its context-window rule, the "
-    "huge Read / condensation alternation by its A-B rule. Phoenix sees neither the error nor the trimming, only "
-    "tool calls: it catches the variant where the same huge Read comes back each time, as does Gemini (a "
-    "context error does not reset its count).",
-    "edit_cycle": "**A Phoenix blind spot.** Every successful edit is progress, so edits that undo each other, "
-    "or rewrite identical content, reset its repetition count and its stall clock (the one trace it catches, "
-    "#3, it catches by accident: half of its calls are failing tests, so the error-rate rule fires). "
-    "OpenHands' A-B rule and 4-pair rule catch the 2-step flip-flops and the identical rewrites, not a 4-step "
-    "edit/test/revert/test cycle; Gemini catches 5 identical writes in a row only.",
-    "polling_build": "A hard case, labelled honestly: polling the same command every 30 s *is* the same action "
-    "repeated without progress. Phoenix flags it on the 4th poll; OpenHands too when the poll is a shell "
-    "command (a `CmdOutputObservation` compares command and exit code, not the growing output), not when it "
-    "is a Read or BashOutput whose output changes; Gemini on the 5th identical call.",
-    "review_task": "A hard case: a read-only task has no edit to count as progress, so Phoenix's `no_progress` "
-    "fires after 20 minutes; the baselines have no notion of progress.",
-    "thinking_pause": "**Phoenix false positive.** `no_progress` measures the stall from the last edit, long "
-    "thinking included: after a 10-45 minute think, the 10 reads that follow (in two minutes) make '10 calls "
-    "and no progress for 30+ minutes'. Pauses alone are fine (calls age out of the window).",
-    "read_burst": "**Phoenix false positive** (slowdown, by chance): ordinary duration noise that happens to "
-    "rise over three windows of 10 calls.",
-    "noisy_durations": "**Phoenix false positive.** `slowdown` compares medians of *all* tools' durations in "
-    "three windows of 10; with a realistic long-tailed mix (reads of 50 ms, test runs of seconds) and no "
-    "trend at all, m1 < m2 < m3 with m3 >= 2 x m1 happens by chance (all 4 of these 45-60 call sessions).",
-    "flaky_errors": "Borderline: one short burst of three failures on top of scattered ones made 5 of 10 calls "
-    "fail (Phoenix's 50 %) after 2 of 10.",
+def conclusions(outcomes: list[Outcome]) -> list[str]:
+    """The headline, computed: detection on the patterns Phoenix claims and on the others, false
+    positives on the easy and on the hard normal traces, per detector."""
+    names = list(DETECTORS)
+
+    def rate(n: str, keep: Callable[[Trace], bool], hit: Callable[[Outcome], bool]) -> tuple[int, int]:
+        rows = [o for o in outcomes if o.detector == n and keep(o.trace)]
+        return sum(hit(o) for o in rows), len(rows)
+
+    lines = []
+    for n in names:
+        claimed = rate(n, lambda t: t.is_drift and t.pattern in PHOENIX_CLAIMS, lambda o: o.detected)
+        other = rate(n, lambda t: t.is_drift and t.pattern not in PHOENIX_CLAIMS, lambda o: o.detected)
+        easy = rate(n, lambda t: not t.is_drift and not t.hard, lambda o: o.fired)
+        hard = rate(n, lambda t: not t.is_drift and t.hard, lambda o: o.fired)
+        lines.append(
+            f"- **{n}**: detects {_pct(*claimed)} of the drift traces of the patterns Phoenix claims and "
+            f"{_pct(*other)} of the others; false positives on {_pct(*easy)} of the ordinary normal traces "
+            f"and on {_pct(*hard)} of the hard ones (legitimate polling and read-only work)."
+        )
+    blind = [
+        p
+        for p in DRIFT_PATTERNS
+        if not any(o.detected for o in outcomes if o.detector.startswith("Phoenix") and o.trace.pattern == p)
+    ]
+    if blind:
+        lines.append("- Drift patterns no Phoenix variant catches: " + ", ".join(f"`{p}`" for p in blind) + ".")
+    flagged = sorted(
+        {o.trace.pattern for o in outcomes if o.detector == "Phoenix" and not o.trace.is_drift and o.fired}
+    )
+    if flagged:
+        lines.append(
+            "- Normal patterns where Phoenix raises a false alarm: " + ", ".join(f"`{p}`" for p in flagged) + "."
+        )
+    return lines
+
+
+MECHANISMS: dict[str, str] = {
+    "repeat_identical": "Phoenix's digest drops whitespace runs, Bash's `description`/`timeout`, and normalises "
+    "shell commands (`cd … &&`, `| tail -N`, flags, numbers: `_drift.normalize_command`); its repetition rule "
+    "fires when one action passes `repeat_limit` (3) since the last progress. Gemini hashes the raw arguments "
+    "and needs 5 identical calls in a row. OpenHands compares whole actions, the model's `thought` included, "
+    "and needs 4 equal action/observation pairs (a Bash `description` is not a field of its `CmdRunAction`).",
+    "cycle_ab": "Gemini counts only *consecutive* identical calls (its LLM check is left out). OpenHands has an "
+    "A-B-A-B-A-B rule. Phoenix counts each action since the last progress and has a cycle rule for periods 2-4.",
+    "cycle_abc": "Phoenix's cycle rule covers periods 2-4; OpenHands' pattern rule is A-B only and Gemini's is "
+    "A-A only.",
+    "repeat_error": "OpenHands has a rule for 3 equal actions with `ErrorObservation`s, but a failing *shell "
+    "command* is a `CmdOutputObservation` with an exit code (its 4-pair rule applies). Gemini needs 5 identical "
+    "raw calls. Phoenix: repetition of the normalised action, and persistent failure (70 % of the last 10 "
+    "calls since progress failing).",
+    "error_rate": "Only Phoenix measures failures over a window (a rise over the previous window, and "
+    "persistent failure); the baselines need the same action repeated.",
+    "slowdown": "Only Phoenix looks at time: durations when the CLI sends them, else the gaps between calls "
+    "(the `Phoenix, no durations` column), which include the model's think time.",
+    "no_progress": "Only Phoenix tracks progress (a successful edit, a change to its own state); distinct reads "
+    "never repeat, so the baselines have nothing to count. Phoenix's rule needs 10 calls within "
+    "`stall_minutes` (20) and no progress for as long.",
+    "monologue": "Text without tool calls never reaches Phoenix's hooks. OpenHands needs 3 *identical* "
+    "messages; Gemini's content rule needs a 50-char chunk 10 times with an average spacing of at most 250 "
+    "chars.",
+    "content_chant": "Gemini's content rule looks inside one message as it streams; OpenHands compares whole "
+    "messages and Phoenix sees no text.",
+    "context_loop": "OpenHands has a context-window rule (condensations) and its A-B rule; Phoenix sees only the "
+    "tool calls, not the error nor the trimming; Gemini's count is not reset by a context error.",
+    "edit_cycle": "Every successful edit is progress for Phoenix unless the very same edit already succeeded "
+    "recently (`is_progress`); edits that alternate between several contents reset its counts. OpenHands' A-B "
+    "and 4-pair rules see 2-step flip-flops and identical rewrites; Gemini sees 5 identical writes in a row.",
+    "polling_build": "Polling the same thing every 30 s *is* the same action repeated without progress. "
+    "Phoenix exempts only the polling commands of `drift_exempt_commands` (kubectl rollout status, gh run "
+    "watch, …) and what the model exempts (`phx drift exempt --command`); these traces poll with `tail`, "
+    "`sleep && tail`, BashOutput and Read, which are not exempt by default. OpenHands compares command and exit "
+    "code (not the growing output) for shell commands, the output for a Read or BashOutput.",
+    "review_task": "A read-only task has no edit to count as progress: Phoenix's `no_progress` applies unless "
+    "the task is exempt (`phx drift exempt no_progress`, not used in these runs); the baselines have no notion "
+    "of progress.",
+    "thinking_pause": "Phoenix's `no_progress` treats a pause of half the stall time or more as a fresh start, "
+    "so calls after a long think are measured from the pause.",
+    "read_burst": "Phoenix's slowdown compares each call's duration with its tool's median over three windows "
+    "of 10 calls; bursts of reads have long-tailed durations.",
+    "noisy_durations": "Phoenix's slowdown needs a rise over three windows (m1 < m2 < m3, m3 >= 2 x m1, and the "
+    "raw median at least 1 s and 2 x the first).",
+    "flaky_errors": "Phoenix's error-rate rule fires at 50 % of a window of 10 after less than half that rate; "
+    "its persistent-failure rule at 70 % since the last progress.",
     "edit_test_fix": "The same test command between edits: each edit is progress (Phoenix) or breaks the run of "
-    "identical calls (Gemini, OpenHands). The tight 9-round loops fail half their calls, but steadily, so "
-    "Phoenix's error-rate rule (2x the previous window) stays quiet.",
+    "identical calls (Gemini, OpenHands).",
 }
+"""How each detector works on each pattern: facts about the rules, never an outcome (the outcomes and the
+verdicts are computed: ``_verdict``, ``conclusions``)."""
 
 CAVEATS = (
     "Caveats. The traces are synthetic and were written alongside Phoenix's detector: the `error_rate`, "
@@ -349,7 +430,7 @@ def report(outcomes: list[Outcome], elapsed: float) -> str:
         "",
         f"**{time.strftime('%Y-%m-%d')}**, {_machine()}, phoenix-protocol commit {_commit()}. "
         f"{len(every)} traces ({n_drift} drift, {n_normal} normal of which {n_hard} hard cases), "
-        f"{sum(len(t.steps) for t in every):,} steps, all three detectors in {elapsed:.1f} s.",
+        f"{sum(len(t.steps) for t in every):,} steps, all {len(DETECTORS)} detectors in {elapsed:.1f} s.",
         "",
         "Traces: `bench/drift_traces.py` (deterministic). Baselines: `bench/drift_baselines.py`, ported from "
         "Gemini CLI's `packages/core/src/services/loopDetectionService.ts` (tool-call loop: 5 identical calls in a "
@@ -357,13 +438,19 @@ def report(outcomes: list[Outcome], elapsed: float) -> str:
         "and is left out) and OpenHands' `openhands/controller/stuck.py` (4 equal action/observation pairs; 3 "
         "equal actions with errors; 3 equal agent messages; A-B-A-B-A-B; 10 condensations; 3 empty messages). "
         "Phoenix: `phoenix_protocol.agent._drift.detect` with its defaults (`repeat_limit` 3, `window` 10, "
-        "`stall_minutes` 20), fed as its PostToolUse heartbeat feeds it: it sees tool calls only, not text.",
+        "`stall_minutes` 20, `drift_failure_share` 0.7, the default `drift_exempt_commands`), fed as its "
+        "PostToolUse heartbeat feeds it (shell commands normalised): it sees tool calls only, not text. "
+        "`Phoenix, no durations`: the same, as from a CLI that sends no `duration_ms`.",
         "",
         "A drift trace counts as detected when the first alarm comes at or after the step where the drift "
         "begins (an *early alarm* in the ordinary work before it counts as a miss); steps to detection are "
         "counted from that step (0 = on it). On a normal trace any alarm is a false positive.",
         "",
         CAVEATS,
+        "",
+        "### Conclusions (computed from the numbers below)",
+        "",
+        *conclusions(outcomes),
         "",
         "### Side by side (detected/traces · median steps to detection)",
         "",

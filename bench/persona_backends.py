@@ -149,7 +149,11 @@ def child(backend: str, mode: str) -> dict[str, Any]:
             return encode(texts)
 
     model = Model()
-    _persona._load_model = lambda model_dir=None: model  # type: ignore[assignment,return-value]
+
+    def load(model_path: str | None = None, model_sha256: str | None = None) -> Any:
+        return model
+
+    _persona._load_model = load
     loaded = time.perf_counter()
     cores = {c["persona"]: c for c in map(json.loads, (DATA / "cores.jsonl").read_text().splitlines())}
     samples = [json.loads(line) for line in (DATA / "samples.jsonl").read_text().splitlines()]

@@ -77,25 +77,31 @@ def test_python_examples_run(doc: Path, tmp_path: Path) -> None:
 
 
 def test_install_lines_install_from_the_repository() -> None:
-    """Phoenix is not on PyPI: every install line of the docs installs this repository (``.`` or
-    ``'.[extra]'`` with an extra pyproject.toml declares), never a package name from an index.
-    (``pip install .`` itself runs in tests/e2e, which installs Phoenix that way for its ``phx``.)"""
+    """Phoenix is not on PyPI yet: every install line of the docs installs this repository (``.``
+    or ``'.[extra]'`` with an extra pyproject.toml declares, or the git URL), or names
+    ``phoenix-protocol`` on a line that says it is for once it is published; never ``phx`` (an
+    unrelated project's name on PyPI). (The README's lines run in tests/e2e/test_wheel.py.)"""
     import tomllib
 
     extras = set(tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"])
     lines = [
-        (doc.name, line.split("#")[0].strip())
+        (doc.name, line.split("#")[0].strip(), line.partition("#")[2])
         for doc in DOCS
         for body in _blocks(doc, "sh") + _blocks(doc, "console")
         for line in body.splitlines()
         if re.match(r"(\$ )?(pipx|pip|uv tool|python3? -m pip) install ", line.strip())
     ]
-    assert any(name == "README.md" and line == "pip install ." for name, line in lines), lines
-    for name, line in lines:
+    readme = {line for name, line, _ in lines if name == "README.md"}
+    assert {"pipx install .", "uv tool install .", "pipx install phoenix-protocol"} <= readme, readme
+    for name, line, comment in lines:
         target = line.split()[-1].strip("'\"")
-        match = re.fullmatch(r"\.(?:\[([a-z,-]+)\])?", target)
+        if target.startswith("git+"):
+            assert target == "git+https://github.com/<owner>/phoenix-protocol", f"{name}: {line!r}"
+            continue
+        match = re.fullmatch(r"(\.|phoenix-protocol)(?:\[([a-z,-]+)\])?", target)
         assert match, f"{name}: {line!r} does not install this repository"
-        assert set((match.group(1) or "").split(",")) - {""} <= extras, f"{name}: {line!r} names an unknown extra"
+        assert match.group(1) == "." or "once published" in comment, f"{name}: {line!r} is not on PyPI yet"
+        assert set((match.group(2) or "").split(",")) - {""} <= extras, f"{name}: {line!r} names an unknown extra"
 
 
 # -- the ops events docs/state.md lists -------------------------------------------------------------

@@ -88,6 +88,10 @@ def _class_for(name: str, status: int) -> type[PhoenixError]:
         from phoenix_protocol.agent._identity import IdentityCoreError
 
         return IdentityCoreError
+    if name == "MessageConflictError":
+        from phoenix_protocol.store._team_store import MessageConflictError
+
+        return MessageConflictError
     if name in ("ClaimConflictError", "TeamReadOnlyError"):
         from phoenix_protocol.store import _teams
 
@@ -328,19 +332,45 @@ class PhoenixClient:
         return self._field(self._post(f"/memory/{_segment(agent_id)}", body), "memory")
 
     def memory_recall(
-        self, agent_id: str, query: str, *, k: int = 5, tags: Iterable[str] | None = None
+        self,
+        agent_id: str,
+        query: str,
+        *,
+        k: int = 5,
+        tags: Iterable[str] | None = None,
+        since: str | None = None,
+        until: str | None = None,
+        mode: str | None = None,
     ) -> list[dict[str, Any]]:
-        """The ``k`` best matches, best first, each with a ``score``."""
+        """The ``k`` best matches, best first, each with a ``score``; ``since``/``until``: ISO 8601
+        times (stored at or after ``since``, before ``until``); ``mode``: ``lexical`` or
+        ``semantic`` (default: the server's ``memory_recall`` setting)."""
         body: dict[str, Any] = {"query": query, "k": k}
+        for key, value in (("since", since), ("until", until), ("mode", mode)):
+            if value is not None:
+                body[key] = value
         if tags is not None:
             body["tags"] = list(tags)
         return self._items(self._post(f"/memory/{_segment(agent_id)}/recall", body), "results")
 
     def memory_list(
-        self, agent_id: str, *, tags: Iterable[str] | None = None, limit: int = 50, offset: int = 0
+        self,
+        agent_id: str,
+        *,
+        tags: Iterable[str] | None = None,
+        limit: int = 50,
+        offset: int = 0,
+        since: str | None = None,
+        until: str | None = None,
     ) -> list[dict[str, Any]]:
-        """The agent's memories, newest first."""
-        query = {"tag": list(tags) if tags is not None else None, "limit": limit, "offset": offset}
+        """The agent's memories, newest first (``since``/``until`` as in ``memory_recall``)."""
+        query = {
+            "tag": list(tags) if tags is not None else None,
+            "limit": limit,
+            "offset": offset,
+            "since": since,
+            "until": until,
+        }
         return self._items(self._get(f"/memory/{_segment(agent_id)}", **query), "memories")
 
     def memory_get(self, agent_id: str, memory_id: str) -> dict[str, Any]:
@@ -438,3 +468,11 @@ class PhoenixClient:
         """Record a heartbeat of ``name``; returns the heartbeat record."""
         body = {"session_id": session_id} if session_id is not None else {}
         return self._field(self._post(f"/teams/{_segment(team_id)}/heartbeat/{_segment(name)}", body), "heartbeat")
+
+    def team_delivery(
+        self, team_id: str, name: str, *, msg_ids: list[str] | None = None, last: int = 50
+    ) -> list[dict[str, Any]]:
+        """The delivery state of the messages ``name`` sent (``msg_ids``, else the newest
+        ``last``): ``state`` delivered, read or acked, ``read_by``, ``acked_by``."""
+        path = f"/teams/{_segment(team_id)}/sent/{_segment(name)}"
+        return self._items(self._get(path, msg_id=msg_ids, last=last), "messages")

@@ -137,13 +137,14 @@ def test_hook_warns_the_model_once_and_recovers(project: Path, monkeypatch: pyte
     assert agent.state.read().drift is None
 
 
-def test_alternating_failures_warn_once_per_signal_and_recover_once(
+def test_alternating_failures_warn_once_per_episode_and_recover_once(
     project: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Two failing calls taking turns give a new signature on nearly every call (the repetition of
-    A, of B, the cycle, the error rate): each is warned about once, and only the first warning of
-    the episode takes a recovery checkpoint (they used to warn on every other call, each with a
-    ~23 KB checkpoint kept for a week)."""
+    A, of B, the cycle, the error rate): each is logged once, the model is warned once per episode
+    (issue 36: an A-B loop warned on consecutive calls), and only the first warning of the episode
+    takes a recovery checkpoint (they used to warn on every other call, each with a ~23 KB
+    checkpoint kept for a week)."""
     monkeypatch.setenv("PHOENIX_HOOK_INLINE", "1")
     run(["session-start"], _payload(project, hook_event_name="SessionStart", source="startup"))
     agent = Agent.open("default", home=Home(str(project / ".phoenix")))
@@ -157,14 +158,13 @@ def test_alternating_failures_warn_once_per_signal_and_recover_once(
     warnings = [json.loads(out)["hookSpecificOutput"]["additionalContext"] for _code, out, _err in outputs if out]
     events = agent.ops.read()[0]
     detected = [e["meta"] for e in events if e["event"] == "drift_detected"]
-    assert len(warnings) == len(detected)
+    assert len(warnings) == 1 < len(detected)
     signatures = agent.state.read().drift["warned"]  # type: ignore[index]
     assert len(signatures) == len(set(signatures)) == len(detected) <= 6, signatures
     assert [d["episode_opened"] for d in detected] == [True] + [False] * (len(detected) - 1)
     assert [e.checkpoint_type for e in agent.checkpoints.entries()] == ["recovery"]
     assert sum(1 for e in events if e["event"] == "emergency_recovery") == 1
     assert "A recovery checkpoint was taken." in warnings[0]
-    assert all("taken when this began" in w for w in warnings[1:])
     # Progress ends the episode: the next loop opens a new one, with its own recovery checkpoint.
     agent.state.add_note("open_loop", "alembic fails on the enum type")
     assert agent.state.read().drift is None

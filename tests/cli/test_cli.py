@@ -325,3 +325,24 @@ def test_end_op_error_is_redacted_before_it_is_cut(capsys: pytest.CaptureFixture
     error = "x" * 480 + f" token {SECRET}"  # the token straddles the 500 characters kept
     code, _ = phx_json(capsys, "checkpoint", "end-op", data["operation"]["id"], "--error", error)
     assert code == 0 and _files_holding(project / ".phoenix", SECRET[:10]) == []
+
+
+def test_memory_recall_and_list_windows_and_mode(capsys: pytest.CaptureFixture[str]) -> None:
+    code, stored = phx_json(capsys, "memory", "store", "Alice edits code in Neovim with pyright", "--tag", "editor")
+    assert code == 0
+    memory_id = stored["memory"]["id"]
+    for window, expected in (
+        (("--since", "1h"), [memory_id]),
+        (("--until", "1h"), []),
+        (("--since", "2000-01-01"), [memory_id]),
+    ):
+        code, found = phx_json(capsys, "memory", "recall", "neovim", *window)
+        assert code == 0 and [m["id"] for m in found["results"]] == expected, window
+        code, listed = phx_json(capsys, "memory", "list", *window)
+        assert code == 0 and [m["id"] for m in listed["memories"]] == expected, window
+    question = "which typing tool does she program with"
+    assert phx_json(capsys, "memory", "recall", question, "--mode", "lexical")[1]["results"] == []
+    code, found = phx_json(capsys, "memory", "recall", question, "--mode", "semantic")
+    assert code == 0 and [m["id"] for m in found["results"]] == [memory_id] and found["results"][0]["score"] == 0.5
+    code, _out, err = phx(capsys, "memory", "recall", "neovim", "--since", "last tuesday")
+    assert code == 2 and "ISO 8601" in err

@@ -44,6 +44,14 @@ def test_the_table_names_each_cli_once_with_its_clear_command() -> None:
         ("node", ["node"], (None, False)),
         ("python3", ["python3", "/x/gemini"], (None, False)),  # an interpreter that is no CLI's
         ("bash", ["bash", "-c", "claude"], (None, False)),
+        # Nothing but the interpreter's script counts (issue 36: no agent by a substring of its command line).
+        ("tail", ["tail", "-f", "/var/log/@openai/codex/codex"], (None, False)),
+        ("node", ["node", "server.js", "--log", "/tmp/codex"], (None, False)),
+        ("node", ["node", "-r", "/x/codex.js", "server.js"], (None, False)),  # -r's value is no script
+        ("node", ["node", "-e", "run()", "/x/node_modules/@openai/codex/bin/codex.js"], (None, False)),
+        ("node", ["node", "--eval=run()", "/x/gemini"], (None, False)),
+        ("node", ["node", "-r", "./preload.js", "/x/node_modules/@openai/codex/bin/codex.js"], ("codex", True)),
+        ("node", ["node", "--", "/x/.bin/gemini"], ("gemini-cli", True)),
     ],
 )
 def test_classify(name: str, argv: list[str], expected: tuple[str | None, bool]) -> None:

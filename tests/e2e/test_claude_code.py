@@ -39,7 +39,8 @@ from claude_code import (
 from phoenix_protocol import Agent
 from phoenix_protocol.core._home import Home
 from phoenix_protocol.core._process import liveness
-from phoenix_protocol.integrations._hooks import _digest
+from phoenix_protocol.integrations._clients import CLAUDE_CODE
+from phoenix_protocol.integrations._hooks import _digest, _shell_command
 
 SCHEMA = "/work/shared/schemas/claude-code-settings.schema.json"
 TASK = "Migrate the billing tables"
@@ -51,6 +52,12 @@ PHOENIX_EVENTS = (
     "UserPromptSubmit",
     "Stop",
     "SessionEnd",
+    # Claude Code's agent teams (issue 32)
+    "SubagentStart",
+    "SubagentStop",
+    "TaskCreated",
+    "TaskCompleted",
+    "TeammateIdle",
 )
 
 
@@ -209,8 +216,9 @@ def test_post_tool_use_records_a_real_bash_call(project: ClaudeProject) -> None:
     assert last_tool["ok"] is True
     assert "error" not in last_tool
     assert isinstance(last_tool["at"], str) and last_tool["at"].endswith("Z")
-    # The digest is of the tool_input Claude Code passed to the hook (the input it executed).
-    assert last_tool["input_digest"] == _digest(tool_use["input"])
+    # The digest is of the tool_input Claude Code passed to the hook (the input it executed), its
+    # command normalised (docs/drift.md).
+    assert last_tool["input_digest"] == _digest(_shell_command("Bash", tool_use["input"], CLAUDE_CODE)[0])
     assert state["status"] == "idle"
     logged = events(project)
     assert logged[0] == "session_start" and "session_end" in logged, logged

@@ -171,6 +171,11 @@ def test_claude_code_validates_the_marketplace_and_the_plugin(project: ClaudePro
         "UserPromptSubmit",
         "Stop",
         "SessionEnd",
+        "SubagentStart",
+        "SubagentStop",
+        "TaskCreated",
+        "TaskCompleted",
+        "TeammateIdle",
     }
     assert all(command.startswith("command -v phx ") for _, command in hooks), hooks
 

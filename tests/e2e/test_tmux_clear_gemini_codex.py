@@ -11,6 +11,7 @@ conversation (SessionStart, source ``clear``), whose first model request carries
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import shutil
@@ -19,7 +20,6 @@ import threading
 import time
 import warnings
 from collections.abc import Iterator
-from functools import partial
 from typing import Any
 
 import npm_clis
@@ -164,21 +164,25 @@ def _refresh_flow(
     return str(state.session_id)
 
 
-def _prompt_shown(server: TmuxServer, pane: str) -> bool:
-    return "type your message" in server.screen(pane).lower()
-
-
 def _start_gemini(box: Sandbox, argv: list[str], env: dict[str, str]) -> str:
     """Gemini CLI started in a pane, up to its SessionStart hook and its prompt on screen; returns
     the pane. Once (a CI run, under load) the CLI's process ended between its SessionStart hook and
     drawing its prompt, before anything was typed: a start-up that dies before any input is tried
     a second time, with a warning carrying the dead pane's screen; a second death fails the test."""
     agent, server = box.agent, box.server
+
+    def started(pane: str) -> bool:  # this pane's SessionStart (not a dead first try's)
+        state = agent.state.read() if agent.state.exists() else None
+        return state is not None and state.turn == "idle" and (state.tmux or {}).get("pane") == pane
+
+    def prompted(pane: str) -> bool:
+        return "type your message" in server.screen(pane).lower()
+
     for attempt in (1, 2):
         pane, _ = server.start(f"agent{attempt}", argv, cwd=box.project, env=env)
         try:
-            server.wait_for(lambda: agent.state.exists() and agent.state.read().turn == "idle", "SessionStart", pane)
-            server.wait_for(partial(_prompt_shown, server, pane), "the prompt", pane)
+            server.wait_for(functools.partial(started, pane), "SessionStart", pane)
+            server.wait_for(functools.partial(prompted, pane), "the prompt", pane)
             return pane
         except AssertionError as exc:
             if attempt == 2 or "died" not in str(exc):

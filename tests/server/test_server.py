@@ -494,3 +494,35 @@ def test_restore_409_is_described_as_a_planted_checkpoint(client: TestClient, se
     for ref in (planted, "#7"):
         body = assert_problem(client.post("/restore/zero", json={"checkpoint": ref}), 409)
         assert body["error"] == "CheckpointOwnershipError"
+
+
+def test_recall_time_window_and_mode(client: TestClient, clock: ManualClock) -> None:
+    """``since``/``until`` (ISO 8601) on recall and list, ``mode``; requests without them unchanged."""
+    old = client.post("/memory/zero", json={"text": "Alice edits code in Neovim with pyright"}).json()["memory"]
+    clock.advance(86_400)
+    new = client.post("/memory/zero", json={"text": "Alice prefers Neovim for editing"}).json()["memory"]
+    midpoint = "2026-01-01T12:00:00Z"  # the ManualClock starts at 2026-01-01T00:00:00Z
+
+    def recall(**extra: Any) -> list[str]:
+        answer = client.post("/memory/zero/recall", json={"query": "neovim", **extra})
+        assert answer.status_code == 200, answer.text
+        return [m["id"] for m in answer.json()["results"]]
+
+    assert recall() == [new["id"], old["id"]]
+    assert recall(since=midpoint) == [new["id"]]
+    assert recall(until=midpoint) == [old["id"]]
+    assert recall(since="2026-01-01T13:00:00+01:00", until="2026-01-02T00:00:00Z") == []  # until is exclusive
+    assert recall(mode="lexical", since=midpoint) == [new["id"]]
+    listed = client.get("/memory/zero", params={"since": midpoint}).json()["memories"]
+    assert [m["id"] for m in listed] == [new["id"]]
+    semantic = client.post(
+        "/memory/zero/recall", json={"query": "which typing tool does she program with", "mode": "semantic"}
+    )
+    assert semantic.status_code == 200, semantic.text
+    assert {m["id"] for m in semantic.json()["results"]} == {old["id"], new["id"]}  # no word in common
+    question = {"query": "which typing tool does she program with", "mode": "lexical"}
+    assert client.post("/memory/zero/recall", json=question).json()["results"] == []
+    for body in ({"since": "yesterday"}, {"mode": "fuzzy"}, {"until": 5}):
+        refused = client.post("/memory/zero/recall", json={"query": "neovim", **body})
+        assert refused.status_code == 422 and refused.headers["content-type"] == PROBLEM
+    assert client.get("/memory/zero", params={"until": "soon"}).status_code == 422

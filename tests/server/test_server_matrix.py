@@ -96,6 +96,7 @@ def requests(
         ("POST", f"/teams/{team}/messages", {"from": "alice", "to": "bob", "subject": "planted", "body": "x"}),
         ("POST", f"/teams/{team}/tasks/{task}/claim", {"name": "alice"}),
         ("POST", f"/teams/{team}/heartbeat/{mate}", {}),
+        ("GET", f"/teams/{team}/sent/{mate}", None),
         ("DELETE", f"/memory/{agent}/{memory_id}", None),
     ]
 

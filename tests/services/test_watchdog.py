@@ -215,7 +215,7 @@ def test_loop_runs_a_pass_every_watchdog_interval(home: Home) -> None:
 
 
 @pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux is not installed")
-def test_tmux_mode_finds_agent_processes_in_panes(home: Home, tmp_path: Path) -> None:
+def test_tmux_mode_finds_agent_processes_in_panes(home: Home, tmp_path: Path, clock: ManualClock) -> None:
     socket = str(tmp_path / "tmux.sock")
     fake_agent = tmp_path / "claude"
     fake_agent.write_text(f"#!{sys.executable}\nimport time\ntime.sleep(600)\n")
@@ -224,18 +224,23 @@ def test_tmux_mode_finds_agent_processes_in_panes(home: Home, tmp_path: Path) ->
     subprocess.run(["tmux", "-S", socket, "new-session", "-d", "-s", "withagent", str(fake_agent)], check=True, env=env)
     subprocess.run(["tmux", "-S", socket, "new-session", "-d", "-s", "lonely", "sleep 600"], check=True, env=env)
     try:
-        lonely = Agent.open("lonely", home=home)
+        lonely = Agent.open("lonely", home=home, clock=clock)
         lonely.state.set_status("working", "x")  # no process recorded: judged by tmux
         deadline = time.monotonic() + 10
-        report = run_pass(home, tmux=True, tmux_socket=socket)
+        report = run_pass(home, tmux=True, tmux_socket=socket, clock=clock)
         while time.monotonic() < deadline and not any(p.agents for p in report.tmux or []):
             time.sleep(0.1)
-            report = run_pass(home, tmux=True, tmux_socket=socket)
+            report = run_pass(home, tmux=True, tmux_socket=socket, clock=clock)
         panes = {p.session: p for p in report.tmux or []}
         assert [a["name"] for a in panes["withagent"].agents] == ["claude"]
         assert panes["lonely"].agents == []
         verdict = next(v for v in report.verdicts if v.agent_id == "lonely")
+        assert verdict.verdict == "grace" and "no agent process" in verdict.detail  # watchdog_grace first
+        clock.advance(61)
+        report = run_pass(home, tmux=True, tmux_socket=socket, clock=clock)
+        verdict = next(v for v in report.verdicts if v.agent_id == "lonely")
         assert verdict.verdict == "stalled" and "no agent process" in verdict.detail
+        assert verdict.pane == "lonely:0.0"
     finally:
         subprocess.run(["tmux", "-S", socket, "kill-server"], check=False)
 

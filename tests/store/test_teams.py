@@ -796,6 +796,7 @@ def test_resume_validation_sequence(phome: Home, project: Path, clock: ManualClo
         "team status",
         "lead session",
         "probe teammates",
+        "zombie",  # the lead was silent for 15 minutes while alice and bob held tasks
         "verify facts",
         "load mailbox",
         "summary",
@@ -803,6 +804,7 @@ def test_resume_validation_sequence(phome: Home, project: Path, clock: ManualClo
     steps = {s["step"]: s for s in result.steps}
     classes = {m["name"]: m["class"] for m in steps["probe teammates"]["teammates"]}
     assert classes == {"lead": "idle", "alice": "online", "bob": "idle", "carol": "idle"}
+    assert [m["name"] for m in steps["zombie"]["zombie"]["teammates"]] == ["alice", "bob"]
     mailbox = steps["load mailbox"]
     assert [m["subject"] for m in mailbox["recent"]] == [f"status {i}" for i in range(2, 7)]
     assert mailbox["unread"] == 7 and "7 messages" in mailbox["detail"]

@@ -260,8 +260,12 @@ def test_migration_4_backfills_the_unread_counters(store: str, home: Home, clock
             "ALTER TABLE phx_cursors DROP COLUMN addressed; "
             "DROP TABLE phx_checkpoint_seq, phx_checkpoints, phx_checkpoint_operations, phx_session_current, "
             "phx_session_log, phx_agent_state, phx_ops_events, phx_identity, phx_tokens, phx_file_imports, "
-            "phx_lg_checkpoints, phx_lg_writes, phx_oa_sessions, phx_oa_items; "
-            "ALTER TABLE phx_memories DROP COLUMN seq; "
+            "phx_lg_checkpoints, phx_lg_writes, phx_cc_messages, phx_cc_tasks, phx_cc_members, phx_cc_teams, phx_oa_sessions, phx_oa_items; "
+            "DROP TABLE phx_memory_terms, phx_memory_vectors; DROP TRIGGER phx_memories_changed ON phx_memories; "
+            "DROP FUNCTION phx_memories_changed(); "
+            "ALTER TABLE phx_memories DROP COLUMN seq, DROP COLUMN analyzed, DROP COLUMN term_count; "
+            "DROP TABLE phx_team_outbox; ALTER TABLE phx_heartbeats DROP COLUMN observed_ms; "
+            "DROP INDEX phx_messages_from; "
             "DELETE FROM phx_schema_migrations WHERE version >= 4"
         )
     assert _pg.status(store)["current"] == 3

@@ -1,6 +1,6 @@
 """Operational drift (seed 003): signs that an agent is busy without getting anywhere.
 
-Four detectors over the agent's recent actions (a ring of tool calls the PostToolUse hook keeps in
+Five detectors over the agent's recent actions (a ring of tool calls the PostToolUse hook keeps in
 state.json) and its progress marks:
 
 ``repetition``
@@ -10,15 +10,25 @@ state.json) and its progress marks:
 ``error_rate``
     The share of failed calls in the latest window of ``window`` calls is at least 50 %, at least
     ``error_rate_factor`` (2) times the previous window's, with at least 3 failures.
+``persistent_failure``
+    Many failures without a rise: at least ``failure_share`` (70 %) of the last ``window`` calls
+    since the last progress failed (seven different failing builds in a row are drift even when
+    the window before was failing too).
 ``slowdown``
     The median duration of three consecutive windows rises each time, the last at least
     ``slowdown_factor`` (2) times the first (seed 003's "processing time increases steadily").
+    When the CLI sends no durations, the gaps between calls stand in for them (pauses of half the
+    stall time or more left out).
 ``no_progress``
     Working, calls keep coming (at least ``window`` within the last ``stall_minutes``, 20), and
     nothing counted as progress for ``stall_minutes``. A long think without calls is not drift.
 
 Progress is a successful edit (``Edit``, ``Write``, ``MultiEdit``, ``NotebookEdit``, ...), or a
 change the agent makes to its own state (task, notes, progress): it resets repetition and stall.
+
+Shell commands are compared after ``normalize_command`` (near-duplicates are one action), and a
+call marked ``exempt`` (a polling command the user or the model exempted) counts for none of the
+detectors but the slowdown. Whole rules can be exempted for a task (``exempt_rules``).
 
 Pure functions, no I/O; imports nothing (the heartbeat runs it on every tool call).
 """
@@ -29,7 +39,26 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any
 
-__all__ = ["EDIT_TOOLS", "Action", "DriftConfig", "Signal", "detect", "is_progress", "observe", "warn_once"]
+__all__ = [
+    "EDIT_TOOLS",
+    "EXEMPT_KEY",
+    "RULES",
+    "Action",
+    "DriftConfig",
+    "Signal",
+    "command_exempt",
+    "detect",
+    "is_progress",
+    "normalize_command",
+    "observe",
+    "read_only",
+    "task_exemption",
+    "warn_once",
+]
+
+RULES = ("repetition", "persistent_failure", "error_rate", "slowdown", "no_progress")
+"""Every detector's name (the ``kind`` of its signals), as exemptions name them, in the order
+they are checked (the first signal is the one the model hears)."""
 
 EDIT_TOOLS = frozenset(
     {"Edit", "Write", "MultiEdit", "NotebookEdit", "apply_patch", "write_file", "replace", "edit_file", "create_file"}
@@ -37,10 +66,136 @@ EDIT_TOOLS = frozenset(
 """Tools whose success counts as progress (Claude Code's, Gemini CLI's and Codex's editors)."""
 
 
-class Action:
-    """One tool call: when, which tool, a digest of its input, outcome, duration, progress."""
+DEFAULT_EXEMPT_COMMANDS = "kubectl rollout status,kubectl wait,gh run watch,gh pr checks"  # as in core._config
+"""Polling commands exempt by default (``drift_exempt_commands``): waiting on a deploy or a CI
+run repeats the same command by design."""
 
-    __slots__ = ("digest", "duration_ms", "ok", "progress", "tool", "ts_ms")
+
+def _items(value: object) -> tuple[str, ...]:
+    """A comma-separated setting as a tuple of its non-empty, stripped items."""
+    return tuple(item.strip() for item in str(value or "").split(",") if item.strip())
+
+
+_OPERATORS = ("&&", "||", "|", ";")
+_PAGERS = frozenset({"tail", "head", "cat", "less", "more"})
+_REDIRECTS = ("2>&1", "1>&2", ">/dev/null", "2>/dev/null", "&>/dev/null")
+
+
+def _shell_tokens(command: str) -> list[str]:
+    """Words and operators of a shell command: quotes group (and go), operators (``&&``, ``||``,
+    ``|``, ``;``) outside quotes are tokens of their own. No expansion, no subshells: a tokenizer
+    for comparing commands, not a shell (``shlex`` would import ``re`` on the hook's hot path)."""
+    tokens: list[str] = []
+    word: list[str] = []
+    started = False
+    quote = ""
+    i, n = 0, len(command)
+    while i < n:
+        c = command[i]
+        if quote:
+            if c == quote:
+                quote = ""
+            elif c == "\\" and quote == '"' and i + 1 < n:
+                i += 1
+                word.append(command[i])
+            else:
+                word.append(c)
+        elif c in "'\"":
+            quote, started = c, True
+        elif c == "\\" and i + 1 < n:
+            i += 1
+            word.append(command[i])
+            started = True
+        elif c in " \t\n":
+            if started:
+                tokens.append("".join(word))
+                word, started = [], False
+        elif c in "|;" or command[i : i + 2] == "&&":
+            if started:
+                tokens.append("".join(word))
+                word, started = [], False
+            two = command[i : i + 2]
+            op = two if two in ("&&", "||") else c
+            tokens.append(op)
+            i += len(op)
+            continue
+        else:
+            word.append(c)
+            started = True
+        i += 1
+    if started:
+        tokens.append("".join(word))
+    return tokens
+
+
+def _number(word: str) -> bool:
+    digits = word.replace(".", "").replace(":", "").replace("+", "").replace("-", "")
+    return bool(digits) and digits.isdigit()
+
+
+def normalize_command(command: str) -> str:
+    """A shell command reduced to what makes it the same action (documented in docs/drift.md):
+
+    - leading ``cd DIR &&`` (or ``cd DIR;``) steps go: where a command runs is not what it does;
+    - trailing pipes into ``tail``, ``head``, ``cat``, ``less`` or ``more`` go (``| tail -20``
+      and ``| tail -50`` show the same run), and so do redirections such as ``2>&1``;
+    - options go (every word starting with ``-``: flag order and an extra flag do not make a
+      new command; ``-n 20``'s value stays, as a number);
+    - numbers become ``N`` (``sleep 5``/``sleep 10``, ``-n 20``/``-n 50``);
+    - quoting and whitespace do not count.
+
+    What is left is the commands' words in order, joined by their operators: ``pytest -x
+    tests/test_db.py``, ``cd /repo && pytest tests/test_db.py -q | tail -20`` and ``pytest
+    tests/test_db.py --maxfail=1 2>&1 | head -50`` are one command; ``pytest tests/test_api.py``
+    is another."""
+    tokens = _shell_tokens(command)
+    segments: list[list[str]] = [[]]
+    joins: list[str] = []
+    for token in tokens:
+        if token in _OPERATORS:
+            joins.append(token)
+            segments.append([])
+        else:
+            segments[-1].append(token)
+    # Leading `cd DIR` steps (joined by && or ;) go.
+    while len(segments) > 1 and segments[0] and segments[0][0] == "cd" and joins[0] in ("&&", ";"):
+        segments.pop(0)
+        joins.pop(0)
+    # Trailing pagers (joined by a pipe) go.
+    while len(segments) > 1 and joins[-1] == "|" and (not segments[-1] or segments[-1][0] in _PAGERS):
+        segments.pop()
+        joins.pop()
+    out: list[str] = []
+    for k, segment in enumerate(segments):
+        if k:
+            out.append(joins[k - 1])
+        for word in segment:
+            if word.startswith("-") and len(word) > 1:
+                continue
+            if word in _REDIRECTS or (len(word) > 1 and (word[0] in "<>" or word[:2] in ("1>", "2>", "&>"))):
+                continue
+            if any(c in word for c in " \t\n|&;"):
+                out.append("'" + word + "'")  # quoted text that looks like operators stays text
+            else:
+                out.append("N" if _number(word) else word)
+    return " ".join(out)
+
+
+def command_exempt(normalized: str, prefixes: tuple[str, ...] | list[str]) -> bool:
+    """Whether a normalized command starts with one of ``prefixes`` (each normalized too), at a
+    word boundary: ``kubectl rollout status`` exempts ``kubectl rollout status deploy/web``."""
+    for prefix in prefixes:
+        want = normalize_command(prefix)
+        if want and (normalized == want or normalized.startswith(want + " ")):
+            return True
+    return False
+
+
+class Action:
+    """One tool call: when, which tool, a digest of its input, outcome, duration, progress, and
+    whether it is exempt from the detectors (a polling command the user or the model exempted)."""
+
+    __slots__ = ("digest", "duration_ms", "exempt", "ok", "progress", "tool", "ts_ms")
 
     def __init__(
         self,
@@ -50,6 +205,7 @@ class Action:
         ok: bool = True,
         duration_ms: int | None = None,
         progress: bool = False,
+        exempt: bool = False,
     ) -> None:
         self.ts_ms = ts_ms
         self.tool = tool
@@ -57,20 +213,30 @@ class Action:
         self.ok = ok
         self.duration_ms = duration_ms
         self.progress = progress
+        self.exempt = exempt
 
     @property
     def key(self) -> str:
         return self.tool + ":" + self.digest
 
     def to_list(self) -> list[Any]:
-        """Compact form kept in state.json."""
-        return [self.ts_ms, self.tool, self.digest, self.ok, self.duration_ms, self.progress]
+        """Compact form kept in state.json (a seventh item, ``1``, only for an exempt call)."""
+        item = [self.ts_ms, self.tool, self.digest, self.ok, self.duration_ms, self.progress]
+        return [*item, 1] if self.exempt else item
 
     @classmethod
     def from_list(cls, item: list[Any]) -> Action:
-        ts, tool, digest, ok, duration, progress = item
+        ts, tool, digest, ok, duration, progress, *rest = item
+        if len(rest) > 1:
+            raise ValueError("an action has six or seven items")
         return cls(
-            int(ts), str(tool), str(digest), bool(ok), duration if isinstance(duration, int) else None, bool(progress)
+            int(ts),
+            str(tool),
+            str(digest),
+            bool(ok),
+            duration if isinstance(duration, int) else None,
+            bool(progress),
+            bool(rest and rest[0]),
         )
 
 
@@ -85,12 +251,23 @@ class DriftConfig:
         error_rate_factor: float = 2.0,
         slowdown_factor: float = 2.0,
         stall_minutes: float = 20.0,
+        failure_share: float = 0.7,
+        exempt_commands: tuple[str, ...] = (),
+        exempt_rules: tuple[str, ...] = (),
+        read_only_words: tuple[str, ...] = (),
     ) -> None:
         self.repeat_limit = repeat_limit
         self.window = window
         self.error_rate_factor = error_rate_factor
         self.slowdown_factor = slowdown_factor
         self.stall_minutes = stall_minutes
+        self.failure_share = failure_share
+        self.exempt_commands = exempt_commands
+        """Normalized command prefixes whose calls are exempt (``command_exempt``)."""
+        self.exempt_rules = exempt_rules
+        """Rules (``RULES``) that never signal."""
+        self.read_only_words = read_only_words
+        """Words that mark a task as read-only (``task_exemption``: no ``no_progress``)."""
 
     @classmethod
     def from_config(cls, config: Any) -> DriftConfig:
@@ -100,12 +277,16 @@ class DriftConfig:
             error_rate_factor=float(getattr(config, "drift_error_rate_factor", 2.0)),
             slowdown_factor=float(getattr(config, "drift_slowdown_factor", 2.0)),
             stall_minutes=float(getattr(config, "drift_stall_minutes", 20.0)),
+            failure_share=float(getattr(config, "drift_failure_share", 0.7)),
+            exempt_commands=_items(getattr(config, "drift_exempt_commands", DEFAULT_EXEMPT_COMMANDS)),
+            exempt_rules=_items(getattr(config, "drift_exempt_rules", "")),
+            read_only_words=_items(getattr(config, "drift_read_only_tasks", "read-only,readonly")),
         )
 
     @property
     def keep(self) -> int:
         """How many recent actions the detectors need."""
-        return max(3 * self.window, 4 * (self.repeat_limit + 1) + 1)
+        return max(3 * self.window + 1, 4 * (self.repeat_limit + 1) + 1)
 
 
 class Signal:
@@ -190,18 +371,53 @@ def _error_rate(actions: list[Action], window: int, factor: float) -> Signal | N
     return None
 
 
+def _persistent_failure(actions: list[Action], window: int, share: float) -> Signal | None:
+    """At least ``share`` of the last ``window`` calls since the last progress failed, whatever
+    the window before held: a run of different failing builds, not only a rise."""
+    tail = _since_progress(actions)
+    last = tail[-window:]
+    need = max(3, -(-int(share * window * 1000) // 1000))  # ceil(share x window), at least 3
+    failed = sum(1 for a in last if not a.ok)
+    if failed < need:
+        return None
+    anchor = tail[0].ts_ms if len(tail) < len(actions) or not actions else 0
+    return Signal(
+        "persistent_failure",
+        f"{failed} of the last {len(last)} calls failed, with no progress in between",
+        f"failing:{anchor}",
+    )
+
+
 def _median(values: list[int]) -> float:
     ordered = sorted(values)
     mid = len(ordered) // 2
     return float(ordered[mid]) if len(ordered) % 2 else (ordered[mid - 1] + ordered[mid]) / 2
 
 
-def _slowdown(actions: list[Action], window: int, factor: float) -> Signal | None:
+def _gaps(actions: list[Action], pause_ms: int) -> list[tuple[str, int]]:
+    """Each call's time since the previous call (the tool's run and the model's turn before it),
+    for a CLI that sends no durations; a pause of ``pause_ms`` or more is no call's time."""
+    out = []
+    for i in range(1, len(actions)):
+        gap = actions[i].ts_ms - actions[i - 1].ts_ms
+        if 0 <= gap < pause_ms:
+            out.append((actions[i].tool, gap))
+    return out
+
+
+def _slowdown(actions: list[Action], window: int, factor: float, pause_ms: int = 600_000) -> Signal | None:
     """Each call's duration relative to the median of the same tool (a long-tailed mix of fast
-    reads and slow builds is not a trend), compared over three windows."""
+    reads and slow builds is not a trend), compared over three windows. Without durations (a CLI
+    that sends none), the gaps between calls (``_gaps``)."""
     timed = [(a.tool, a.duration_ms) for a in actions if a.duration_ms is not None]
+    measured = "median"
     if len(timed) < 3 * window:
-        return None
+        if any(a.duration_ms is not None for a in actions[-window:]):
+            return None  # the CLI sends durations; too few of them yet
+        timed = _gaps(actions, pause_ms)
+        measured = "median gap between calls"
+        if len(timed) < 3 * window:
+            return None
     timed = timed[-3 * window :]
     by_tool: dict[str, list[int]] = {}
     for tool, duration in timed:
@@ -214,9 +430,9 @@ def _slowdown(actions: list[Action], window: int, factor: float) -> Signal | Non
     if r1 < r2 < r3 and r3 >= factor * r1 and raw_last >= 1000 and raw_last >= factor * raw_first:
         return Signal(
             "slowdown",
-            f"calls keep getting slower: median {raw_first / 1000:.1f}s, then "
+            f"calls keep getting slower: {measured} {raw_first / 1000:.1f}s, then "
             f"{_median([d for _t, d in timed[window : 2 * window]]) / 1000:.1f}s, then {raw_last / 1000:.1f}s",
-            f"slow:{int(raw_last // 1000)}",
+            f"slow:{int(raw_last // 1000)}" if measured == "median" else f"slowgap:{int(raw_last // 1000)}",
         )
     return None
 
@@ -258,19 +474,71 @@ def detect(
     now_ms: int,
     config: DriftConfig | None = None,
     last_progress_ms: int | None = None,
+    exempt_rules: tuple[str, ...] | list[str] | set[str] = (),
 ) -> list[Signal]:
-    """Every drift signal in ``actions`` (oldest first) as of ``now_ms``."""
+    """Every drift signal in ``actions`` (oldest first) as of ``now_ms``, but none of the rules
+    the configuration or ``exempt_rules`` (a task's exemption) exempt."""
     cfg = config or DriftConfig()
+    skip = set(cfg.exempt_rules) | set(exempt_rules)
+    # Exempt calls (polling) count for no detector but the slowdown, which times every call.
+    counted = [a for a in actions if not a.exempt] if any(a.exempt for a in actions) else actions
+    pause_ms = int(cfg.stall_minutes * 30_000) or 600_000
     signals = []
-    for found in (
-        _repetition(actions, cfg.repeat_limit),
-        _error_rate(actions, cfg.window, cfg.error_rate_factor),
-        _slowdown(actions, cfg.window, cfg.slowdown_factor),
-        _no_progress(actions, now_ms, last_progress_ms, cfg.window, cfg.stall_minutes),
-    ):
-        if found is not None:
-            signals.append(found)
+    for rule in RULES:
+        if rule in skip:
+            continue
+        if rule == "repetition":
+            signal = _repetition(counted, cfg.repeat_limit)
+        elif rule == "persistent_failure":
+            signal = _persistent_failure(counted, cfg.window, cfg.failure_share)
+        elif rule == "error_rate":
+            signal = _error_rate(counted, cfg.window, cfg.error_rate_factor)
+        elif rule == "slowdown":
+            signal = _slowdown(actions, cfg.window, cfg.slowdown_factor, pause_ms)
+        else:
+            signal = _no_progress(counted, now_ms, last_progress_ms, cfg.window, cfg.stall_minutes)
+        if signal is not None:
+            signals.append(signal)
     return signals
+
+
+EXEMPT_KEY = "drift_exempt"
+"""The state field (``state.json``) of a task's exemption: ``{"task", "rules", "commands", "at", "by"}``."""
+
+
+def read_only(task: str | None, words: tuple[str, ...] | list[str]) -> bool:
+    """Whether ``task`` says it is read-only: one of ``words`` in it, as a word, in any case
+    (``"Find why sessions expire (read-only)"`` with the default ``read-only``)."""
+    if not task or not words:
+        return False
+    text = " " + "".join(c if c.isalnum() or c in "-_" else " " for c in task.lower()) + " "
+    return any(" " + w.lower() + " " in text for w in words if w)
+
+
+def task_exemption(
+    record: object, task: str | None, read_only_words: tuple[str, ...] | list[str] = ()
+) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """The rules and command prefixes a task is exempt from: ``record`` (``state.drift_exempt``)
+    holds while the agent's current task is the one it was set for (``task`` ``None`` in the
+    record: until it is cleared); a task that says it is read-only (``read_only``) is exempt from
+    ``no_progress``."""
+    base: tuple[str, ...] = ("no_progress",) if read_only(task, read_only_words) else ()
+    rules, commands = _recorded_exemption(record, task)
+    return tuple(dict.fromkeys(base + rules)), commands
+
+
+def _recorded_exemption(record: object, task: str | None) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    if not isinstance(record, dict):
+        return (), ()
+    for_task = record.get("task")
+    if for_task is not None and for_task != task:
+        return (), ()
+    rules = record.get("rules")
+    commands = record.get("commands")
+    return (
+        tuple(r for r in rules if isinstance(r, str)) if isinstance(rules, list) else (),
+        tuple(c for c in commands if isinstance(c, str)) if isinstance(commands, list) else (),
+    )
 
 
 WARNED_KEEP = 16
@@ -318,13 +586,17 @@ def observe(
     config: DriftConfig,
     last_progress_ms: int | None,
     edit: bool | None = None,
+    exempt: bool = False,
+    exempt_rules: tuple[str, ...] | list[str] | set[str] = (),
 ) -> tuple[list[Action], bool, list[Signal]]:
     """One tool call as the heartbeat sees it: the new ring of recent actions (at most
     ``config.keep``), whether the call was progress (``is_progress``), and the drift signals
     (none after progress). ``last_progress_ms`` is the previous progress mark (or when work
-    started)."""
+    started); ``exempt``: the call is an exempt command (``command_exempt``); ``exempt_rules``:
+    rules the task is exempt from."""
     progress = is_progress(actions, tool, digest, ok, edit=edit)
-    ring = [*actions[-(config.keep - 1) :], Action(now_ms, tool, digest, ok, duration_ms, progress)]
+    ring = [*actions[-(config.keep - 1) :], Action(now_ms, tool, digest, ok, duration_ms, progress, exempt)]
     if progress:
         return ring, True, []
-    return ring, False, detect(ring, now_ms=now_ms, config=config, last_progress_ms=last_progress_ms)
+    signals = detect(ring, now_ms=now_ms, config=config, last_progress_ms=last_progress_ms, exempt_rules=exempt_rules)
+    return ring, False, signals

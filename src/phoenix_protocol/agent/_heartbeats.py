@@ -26,9 +26,10 @@ from phoenix_protocol.core._jsonio import dumps_line, loads_object
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from collections.abc import Callable
     from typing import Any
 
-__all__ = ["CLASSES", "SKEW_MS", "beat", "classify", "read_beat", "runtime_dir"]
+__all__ = ["CLASSES", "SKEW_MS", "beat", "classify", "note_files", "read_beat", "runtime_dir", "take_files"]
 
 CLASSES = ("online", "idle", "suspended", "stale")
 SKEW_MS = 30_000
@@ -101,3 +102,45 @@ def classify(
     if minutes < suspended_minutes:
         return "suspended"
     return "stale"
+
+
+MAX_FILES_BYTES = 256 * 1024
+"""The most of a teammate's noted files read at once (the hook appends one path a line)."""
+
+
+def note_files(directory: str, name: str, paths: list[str]) -> None:
+    """Note files a teammate's Write/Edit tool calls changed (the PostToolUse hook, on the hot
+    path): one append to ``<name>.files`` in the team's runtime directory, taken into the task's
+    checkpoint by ``take_files`` (``Team.absorb_files``)."""
+    validate_id(name, "teammate name")
+    lines = "".join(p.replace("\n", " ") + "\n" for p in paths if p)
+    if not lines:
+        return
+    if not os.path.isdir(directory):
+        ensure_dir(directory)
+    fd = os.open(os.path.join(directory, name + ".files"), os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+    try:
+        os.write(fd, lines.encode("utf-8", "surrogateescape"))
+    finally:
+        os.close(fd)
+
+
+def take_files(directory: str, name: str, keep: Callable[[list[str]], None]) -> list[str]:
+    """The files noted for ``name`` since the last take, handed to ``keep`` (which stores them)
+    and only then forgotten; a ``keep`` that fails leaves them noted for the next take."""
+    path = os.path.join(directory, validate_id(name, "teammate name") + ".files")
+    taking = f"{path}.taking-{os.getpid()}"
+    try:
+        os.rename(path, taking)  # appends from now on start a new file
+    except FileNotFoundError:
+        return []
+    data = read_bytes(taking, limit=MAX_FILES_BYTES) or b""
+    paths = list(dict.fromkeys(line for line in data.decode("utf-8", "surrogateescape").splitlines() if line))
+    try:
+        keep(paths)
+    except BaseException:
+        note_files(directory, name, paths)  # back where they were, for the next take
+        os.unlink(taking)
+        raise
+    os.unlink(taking)
+    return paths

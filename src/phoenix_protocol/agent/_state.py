@@ -994,6 +994,7 @@ class StateStore:
         work: str | None = None,
         clean_tool: Callable[[], str] | None = None,
         turn: str | None = None,
+        command: str | None = None,
     ) -> AgentState:
         """Record one tool call (PostToolUse hook): ``last_active``, ``heartbeat_seq``, ``last_tool``,
         the session's ``tool_calls`` and, with ``work`` (the command run or the file written,
@@ -1025,7 +1026,9 @@ class StateStore:
         list, a *new* drift signal (one not already reported in this episode of drift:
         ``_drift.warn_once``) is recorded in ``state.drift``, logged, and appended to it with
         whether it opens the episode, so that the caller warns the model once per signal and takes
-        a recovery checkpoint once per episode.
+        a recovery checkpoint once per episode. ``command``: a shell tool's command, normalized
+        (``_drift.normalize_command``), for the exempt commands (setting ``drift_exempt_commands``
+        and the task's exemption, ``state.drift_exempt``).
         """
         # The tool's own output: sanitized, never refused (a heartbeat must always count). The
         # escape is \ufffd, not \N{...}: compiling a named escape imports unicodedata.
@@ -1079,7 +1082,7 @@ class StateStore:
                 out.append(Transition("heartbeat", "ok", meta, trusted=True, durable=durable))
                 state.last_heartbeat_logged_ms = now
             if tool is not None:
-                out += self._track_actions(state, now, tool, input_digest, ok, duration_ms, progress, drift)
+                out += self._track_actions(state, now, tool, input_digest, ok, duration_ms, progress, drift, command)
             if due is not None:
                 kinds = claim_due_checkpoints(state, self.config, now)
                 if kinds:
@@ -1100,10 +1103,23 @@ class StateStore:
         duration_ms: int | None,
         progress: bool,
         drift: list[Any] | None,
+        command: str | None = None,
     ) -> list[Transition]:
-        from phoenix_protocol.agent._drift import Action, DriftConfig, observe, warn_once
+        from phoenix_protocol.agent._drift import (
+            EXEMPT_KEY,
+            Action,
+            DriftConfig,
+            command_exempt,
+            observe,
+            task_exemption,
+            warn_once,
+        )
 
         config = DriftConfig.from_config(self.config)
+        exempt_rules, exempt_commands = task_exemption(
+            state.extra.get(EXEMPT_KEY), state.current_task, config.read_only_words
+        )
+        exempt = command is not None and command_exempt(command, config.exempt_commands + exempt_commands)
         actions = []
         for item in state.recent_actions:
             try:
@@ -1121,6 +1137,8 @@ class StateStore:
             # Work that has not progressed since it started counts from its start.
             last_progress_ms=state.last_progress_ms or state.work_started_ms,
             edit=progress,
+            exempt=exempt,
+            exempt_rules=exempt_rules,
         )
         state.recent_actions = [a.to_list() for a in ring]
         if progressed:
@@ -1133,7 +1151,9 @@ class StateStore:
         if found is None:
             return []  # already reported in this episode: warn once
         signal, state.drift, opens = found
-        if drift is not None:
+        if drift is not None and opens:
+            # One warning per episode: the model hears the first signal (and a recovery
+            # checkpoint is taken); later signals of the episode are logged, not injected.
             drift.append((signal, opens))
         meta = {"kind": signal.kind, "detail": signal.detail, "episode_opened": opens}
         return [Transition("drift_detected", "warn", meta, trusted=True)]

@@ -352,6 +352,25 @@ def _print_state(out: Output, agent: Agent, state: AgentState, *, headline: str 
     if state.last_tool:
         ok = "ok" if state.last_tool.get("ok", True) else "[red]failed[/]"
         table.add_row("last tool", f"{escape(str(state.last_tool.get('name')))} ({ok})")
+    drift = state.drift if isinstance(state.drift, dict) else None
+    if drift is not None:  # an episode of operational drift, until the next progress (docs/drift.md)
+        kind = escape(str(drift.get("kind") or "drift"))
+        since = f" (since {escape(str(drift['since']))})" if drift.get("since") else ""
+        table.add_row("drift", f"[red]{kind}[/]: {escape(str(drift.get('detail') or ''))}{since}")
+    refresh = state.refresh_requested if isinstance(state.refresh_requested, dict) else None
+    if refresh is not None:  # a forced refresh due: the next session starts from a fresh brief
+        line = f"pending: {escape(str(refresh.get('reason') or 'requested'))}"
+        line += f" (at {escape(str(refresh['at']))})" if refresh.get("at") else ""
+        if refresh.get("checkpoint"):
+            line += f"; checkpoint {escape(str(refresh['checkpoint']))}"
+        if refresh.get("typed_at"):
+            line += f"; {escape(str(refresh.get('command') or 'clear'))} typed into tmux pane at {escape(str(refresh['typed_at']))}"
+        table.add_row("refresh", f"[yellow]{line}[/]")
+    watched = state.extra.get("watchdog")
+    flag = watched.get("flag") if isinstance(watched, dict) else None
+    if isinstance(flag, str) and ":" in flag:  # the watchdog found the process stopped or hung
+        condition, pid = flag.split(":", 1)
+        table.add_row("watchdog", f"[magenta]{escape(condition)}[/] (process {escape(pid)})")
     from phoenix_protocol.agent._state import other_tasks, task_notes
 
     loops, actions = task_notes(state)  # the current task's; an earlier task's are counted
@@ -372,8 +391,33 @@ class _Group(click.Group):
             formatter.write_dl([(str(k), v) for k, v in EXIT_CODES.items()])
 
 
+def version_line() -> str:
+    """``phx --version``'s answer: the version (``phoenix_protocol._version``, the one place it is
+    written; the wheel's metadata is built from it), and the commit when Phoenix runs from a clone
+    (an editable install, ``make demo``): ``phx, version 0.2.0.dev0 (git a55e476-dirty)``."""
+    from phoenix_protocol import __version__
+    from phoenix_protocol.core._git import checkout_revision
+    from phoenix_protocol.integrations._install import install_dir
+
+    revision = checkout_revision(install_dir())
+    return f"phx, version {__version__}" + (f" (git {revision})" if revision else "")
+
+
+def _print_version(ctx: click.Context, _param: click.Parameter, value: bool) -> None:
+    if value and not ctx.resilient_parsing:
+        click.echo(version_line())
+        ctx.exit()
+
+
 @click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
-@click.version_option(package_name="phoenix-protocol", prog_name="phx")
+@click.option(
+    "--version",
+    is_flag=True,
+    expose_value=False,
+    is_eager=True,
+    callback=_print_version,
+    help="Show the version (and the commit, run from a clone) and exit.",
+)
 def main_group() -> None:
     """Phoenix Protocol: AI-agent sessions are disposable, their state is not.
 
@@ -654,12 +698,21 @@ def _print_events(out: Output, events: list[dict[str, Any]]) -> None:
 @main_group.command("doctor")
 @click.option("--check", "check_only", is_flag=True, help="Report only; repair nothing.")
 @click.option("--all-agents", is_flag=True, help="Check every agent in the home, not just --agent.")
+@click.option(
+    "--env",
+    "describe_env",
+    is_flag=True,
+    help="Describe the environment instead (Python, SQLite, psycopg, agent CLIs, hooks, store); changes nothing.",
+)
 @common
-def doctor_command(agent: Agent, out: Output, check_only: bool, all_agents: bool) -> None:
+def doctor_command(agent: Agent, out: Output, check_only: bool, all_agents: bool, describe_env: bool) -> None:
     """Check the home and repair what can be repaired (state rebuilt from the ops log).
 
-    Exit code 3 when a problem remains. Example: phx doctor --all-agents
+    Exit code 3 when a problem remains. Example: phx doctor --all-agents; phx doctor --env
     """
+    if describe_env:
+        _doctor_env(agent, out)
+        return
     from phoenix_protocol.integrations._install import check_installed
     from phoenix_protocol.services._doctor import check_home
 
@@ -724,6 +777,61 @@ def doctor_command(agent: Agent, out: Output, check_only: bool, all_agents: bool
         raise _Exit(EXIT_DATA)
 
 
+def _doctor_env(agent: Agent, out: Output) -> None:
+    """``phx doctor --env``: ``describe_environment`` as a table (``--json``: the document)."""
+    from phoenix_protocol.integrations._environment import describe_environment
+
+    def events() -> list[dict[str, Any]]:
+        home = agent.home
+        found: list[dict[str, Any]] = []
+        for aid in home.agent_ids():
+            tail = Agent(aid, home, config=agent.config).ops.tail(2_000)[0]
+            found += [{**event, "agent": aid} for event in tail if event.get("event") == "session_start"]
+        return found
+
+    doc = describe_environment(agent.home, config=agent.config, project_dir=agent.home.project_root, events=events)
+    if out.as_json:
+        out.json(doc)
+        return
+    from rich.markup import escape
+    from rich.table import Table
+
+    table = Table(show_header=False, box=None, pad_edge=False)
+    table.add_column(style="bold", no_wrap=True)
+    table.add_column(overflow="fold")
+    phoenix = doc["phoenix"]
+    commit = f" (git {phoenix['commit']})" if phoenix["commit"] else ""
+    table.add_row("phoenix", f"{phoenix['version']}{commit} in {escape(phoenix['installed_in'])}")
+    table.add_row("python", f"{doc['python']['version']} ({escape(phoenix['executable'])})")
+    table.add_row("sqlite", doc["sqlite"]["version"])
+    psycopg = doc["psycopg"]["version"]
+    table.add_row("psycopg", psycopg or "not installed (the [postgres] extra)")
+    for cli in doc["clis"]:
+        if cli["path"] is None:
+            state = f"not installed (no `{cli['command']}` on PATH)"
+        else:
+            state = f"{escape(cli['version'] or cli['problem'] or '?')} ({escape(cli['path'])})"
+        table.add_row(cli["label"], state)
+    for hook in doc["hooks"]:
+        name = f"{hook['client']} {hook['scope']}"
+        if hook["problem"]:
+            text = f"[red]{escape(hook['problem'])}[/]"
+        elif not hook["installed"] and hook["plugin"]:
+            what = "extension" if hook["client"] == "gemini-cli" else "plugin"
+            text = f"Phoenix's {what} {escape(hook['plugin'])} enabled for {escape(hook['path'])}"
+        elif not hook["installed"]:
+            text = f"no Phoenix hooks in {escape(hook['path'])}"
+        else:
+            ran = hook["last_session_start"]
+            when = f"SessionStart last ran {ran['at']}" if ran else "SessionStart has not run in this home"
+            text = f"{hook['kind']} command in {escape(hook['path'])} ({len(hook['events'])} events); {when}"
+        table.add_row(f"hooks {name}", text)
+    store = doc["store"]
+    table.add_row("store", f"{store['engine']}: {escape(store['where'])}")
+    table.add_row("home", escape(store["home"]))
+    out.console.print(table)
+
+
 # -- phx install / uninstall ----------------------------------------------------------------
 
 
@@ -786,6 +894,36 @@ def _trust_output(out: Output, result: Any, verb: str) -> None:
     out.console.print(f"  {done}{what} {len(trust['keys'])} hook(s) in {escape(trust['path'])}")
 
 
+def _mcp_install_output(out: Output, result: Any, verb: str) -> None:
+    """What ``phx install --mcp`` or ``phx uninstall --mcp`` wrote where (``--json``:
+    ``McpInstallResult.as_dict``)."""
+    if out.as_json:
+        out.json(result.as_dict())
+        return
+    from rich.markup import escape
+
+    path = escape(result.path)
+    label = escape(result.client.label)
+    if result.dry_run and result.changed:
+        out.console.print(f"[bold]dry run[/]: the MCP servers of {path} would become:")
+        write_stdout(dumps_output(result.servers) + "\n")
+    if not result.changed:
+        what = "registered" if verb == "install" else "not registered"
+        out.console.print(f"{path} ({escape(result.description)}): Phoenix's MCP server is already {what}")
+    else:
+        done = "would be " if result.dry_run else ""
+        out.console.print(
+            f"{done}[green]{result.action}[/] the MCP server [bold]phoenix[/] of {label} in {path} "
+            f"({escape(result.description)})"
+            + (": the file held nothing else and is removed" if result.removed else "")
+        )
+    if verb == "install" and result.entry is not None:
+        argv = " ".join([result.entry["command"], *result.entry["args"]])
+        out.console.print(f"  it runs: [dim]{escape(argv)}[/] (in the project, which finds the home)")
+    for note in result.notes:
+        out.console.print(f"  [yellow]note[/]: {escape(note)}")
+
+
 _TARGETS = click.Choice(list(CLIENTS))
 _SCOPE_HELP = "Which settings: project (shared, commit it), local (this machine; Claude Code only) or user."
 
@@ -815,19 +953,37 @@ def _settings_options(command: Callable[..., None]) -> Callable[..., None]:
     is_flag=True,
     help="Codex: trust Phoenix's hooks (their trusted_hash in ~/.codex/config.toml); Codex runs no untrusted hook.",
 )
+@click.option("--mcp", "mcp", is_flag=True, help="Register `phx mcp` as the CLI's MCP server instead of the hooks.")
 @click.option("--dry-run", is_flag=True, help="Show the result without writing it.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON document instead of text.")
 def install_command(
-    target: str, scope: str, project_dir: str | None, agent_id: str | None, trust: bool, dry_run: bool, as_json: bool
+    target: str,
+    scope: str,
+    project_dir: str | None,
+    agent_id: str | None,
+    trust: bool,
+    mcp: bool,
+    dry_run: bool,
+    as_json: bool,
 ) -> None:
-    """Install Phoenix's hooks into an agent CLI's settings (claude-code, gemini-cli, codex).
+    """Install Phoenix's hooks into an agent CLI's settings (claude-code, gemini-cli, codex);
+    with --mcp, register Phoenix's MCP server (`phx mcp`) instead.
 
-    Example: phx install claude-code --scope local; phx install codex --trust
+    Example: phx install claude-code --scope local; phx install codex --trust; phx install gemini-cli --mcp
     """
     from phoenix_protocol.integrations._install import install_hooks
 
     out = Output(as_json)
     try:
+        if mcp:
+            from phoenix_protocol.integrations._mcp_install import install_mcp
+
+            if trust:
+                raise UsageError("--trust is for Codex's hooks; an MCP server needs no trusted hash.")
+            _mcp_install_output(
+                out, install_mcp(target, scope, project_dir=project_dir, agent=agent_id, dry_run=dry_run), "install"
+            )
+            return
         result = install_hooks(target, scope, project_dir=project_dir, agent=agent_id, dry_run=dry_run, trust=trust)
     except PhoenixError as exc:
         out.error(exc, _exit_code_for(exc))
@@ -838,17 +994,27 @@ def install_command(
 @main_group.command("uninstall")
 @click.argument("target", type=_TARGETS)
 @_settings_options
+@click.option("--mcp", "mcp", is_flag=True, help="Remove the MCP server `phx install --mcp` registered instead.")
 @click.option("--dry-run", is_flag=True, help="Show the result without writing it.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON document instead of text.")
-def uninstall_command(target: str, scope: str, project_dir: str | None, dry_run: bool, as_json: bool) -> None:
-    """Remove exactly the hooks `phx install` added.
+def uninstall_command(
+    target: str, scope: str, project_dir: str | None, mcp: bool, dry_run: bool, as_json: bool
+) -> None:
+    """Remove exactly the hooks `phx install` added (with --mcp: its MCP server).
 
-    Example: phx uninstall claude-code --scope local
+    Example: phx uninstall claude-code --scope local; phx uninstall codex --mcp --scope user
     """
     from phoenix_protocol.integrations._install import uninstall_hooks
 
     out = Output(as_json)
     try:
+        if mcp:
+            from phoenix_protocol.integrations._mcp_install import uninstall_mcp
+
+            _mcp_install_output(
+                out, uninstall_mcp(target, scope, project_dir=project_dir, dry_run=dry_run), "uninstall"
+            )
+            return
         result = uninstall_hooks(target, scope, project_dir=project_dir, dry_run=dry_run)
     except PhoenixError as exc:
         out.error(exc, _exit_code_for(exc))
@@ -1038,8 +1204,10 @@ def _click_error(out: Output, exc: PhoenixError, code: int, *, prefix: str = "er
 
 # The commands of seeds 003 and 002 live in their own module; importing it registers them.
 # _cli_remote gives the commands that also work on a memory bridge their --server option.
+from phoenix_protocol.cli import _cc_teams as _cli_cc_teams  # noqa: E402, F401
 from phoenix_protocol.cli import _clinic as _cli_clinic  # noqa: E402, F401
 from phoenix_protocol.cli import _db as _cli_db  # noqa: E402, F401
+from phoenix_protocol.cli import _drift as _cli_drift  # noqa: E402, F401
 from phoenix_protocol.cli import _memory as _cli_memory  # noqa: E402, F401
 from phoenix_protocol.cli import _remote as _cli_remote  # noqa: E402, F401
 from phoenix_protocol.cli import _server as _cli_server  # noqa: E402, F401

@@ -36,6 +36,41 @@ def _metadata(raw: str | None) -> dict[str, Any] | None:
     return value
 
 
+_UNITS = {"m": 60_000, "h": 3_600_000, "d": 86_400_000, "w": 604_800_000}
+
+
+def _when(value: str | None, name: str, now_ms: int) -> str | None:
+    """``--since``/``--until`` as an ISO 8601 time: given as one, or as an age (``30m``, ``12h``,
+    ``7d``, ``2w``: that long before now)."""
+    if value is None:
+        return None
+    from phoenix_protocol.core._clock import iso_from_ms
+    from phoenix_protocol.store._memory import time_bound
+
+    text = value.strip().lower()
+    if text[:-1].isdigit() and text[-1:] in _UNITS:
+        return iso_from_ms(now_ms - int(text[:-1]) * _UNITS[text[-1]])
+    return iso_from_ms(int(time_bound(value, f"--{name}") or 0))
+
+
+def _window(agent_or_clock: Any, since: str | None, until: str | None) -> tuple[str | None, str | None]:
+    import time
+
+    clock = getattr(agent_or_clock, "clock", None)
+    now = clock.now_ms() if clock is not None else int(time.time() * 1000)
+    return _when(since, "since", now), _when(until, "until", now)
+
+
+def _time_options(func: Any) -> Any:
+    """``--since`` and ``--until`` (shared by recall and list)."""
+    func = click.option(
+        "--until", metavar="WHEN", help="Only memories stored before WHEN (ISO 8601, or an age: 30m, 12h, 7d, 2w)."
+    )(func)
+    return click.option(
+        "--since", metavar="WHEN", help="Only memories stored at or after WHEN (ISO 8601, or an age: 30m, 12h, 7d, 2w)."
+    )(func)
+
+
 def _store(agent: Agent) -> MemoryStore:
     from phoenix_protocol.store._memory import open_memory_store
 
@@ -68,7 +103,7 @@ def _table(out: Output, records: list[dict[str, Any]], *, scores: bool = False) 
 
 @main_group.group("memory")
 def memory_group() -> None:
-    """The agent's memory: store text with tags, recall it ranked (BM25), list, delete.
+    """The agent's memory: store text with tags, recall it ranked (BM25, or fused with embeddings), list, delete.
 
     Example: phx memory recall "why do timers drift" --k 3
     """
@@ -124,22 +159,51 @@ def _print_recalled(out: Output, agent_id: str, query: str, results: list[dict[s
 @click.argument("query")
 @click.option("--k", "k", type=click.IntRange(1, 100), default=5, show_default=True, help="How many memories.")
 @click.option("--tag", "tags", multiple=True, metavar="TAG", help="Only memories with this tag (repeatable).")
+@_time_options
+@click.option(
+    "--mode",
+    type=click.Choice(["lexical", "semantic"]),
+    help="lexical (BM25), or semantic (fused with sentence embeddings; the [persona] extra). "
+    "Default: the memory_recall setting.",
+)
 @common
-def memory_recall(agent: Agent, out: Output, query: str, k: int, tags: tuple[str, ...]) -> None:
-    """Recall the memories that best match QUERY (full-text, ranked), best first.
+def memory_recall(
+    agent: Agent,
+    out: Output,
+    query: str,
+    k: int,
+    tags: tuple[str, ...],
+    since: str | None,
+    until: str | None,
+    mode: str | None,
+) -> None:
+    """Recall the memories that best match QUERY, best first (none when nothing matches well enough).
 
-    Example: phx memory recall "why do timers drift" --k 3
+    Example: phx memory recall "why do timers drift" --k 3 --since 7d
     """
     from phoenix_protocol.services._sessions import recall_for
 
-    found = recall_for(agent, query, k=k, tags=list(tags) or None, store=_store(agent))
+    low, high = _window(agent, since, until)
+    found = recall_for(
+        agent, query, k=k, tags=list(tags) or None, since=low, until=high, mode=mode, store=_store(agent)
+    )
     _print_recalled(out, agent.id, query, [{**r.as_dict(), "score": score} for r, score in found])
 
 
 def _remote_recall(
-    client: PhoenixClient, out: Output, agent_id: str, query: str, k: int, tags: tuple[str, ...]
+    client: PhoenixClient,
+    out: Output,
+    agent_id: str,
+    query: str,
+    k: int,
+    tags: tuple[str, ...],
+    since: str | None,
+    until: str | None,
+    mode: str | None,
 ) -> None:
-    _print_recalled(out, agent_id, query, client.memory_recall(agent_id, query, k=k, tags=list(tags) or None))
+    low, high = _window(None, since, until)
+    results = client.memory_recall(agent_id, query, k=k, tags=list(tags) or None, since=low, until=high, mode=mode)
+    _print_recalled(out, agent_id, query, results)
 
 
 # -- list ----------------------------------------------------------------------------------------
@@ -156,20 +220,39 @@ def _print_list(out: Output, agent_id: str, records: list[dict[str, Any]]) -> No
 @click.option("--tag", "tags", multiple=True, metavar="TAG", help="Only memories with this tag (repeatable).")
 @click.option("--limit", type=click.IntRange(1, 1000), default=50, show_default=True)
 @click.option("--offset", type=click.IntRange(min=0), default=0, show_default=True)
+@_time_options
 @common
-def memory_list(agent: Agent, out: Output, tags: tuple[str, ...], limit: int, offset: int) -> None:
+def memory_list(
+    agent: Agent,
+    out: Output,
+    tags: tuple[str, ...],
+    limit: int,
+    offset: int,
+    since: str | None,
+    until: str | None,
+) -> None:
     """List the agent's memories, newest first.
 
-    Example: phx memory list --tag asyncio --json
+    Example: phx memory list --tag asyncio --since 2026-11-01 --json
     """
-    records = _store(agent).list(agent.id, tags=list(tags) or None, limit=limit, offset=offset)
+    low, high = _window(agent, since, until)
+    records = _store(agent).list(agent.id, tags=list(tags) or None, limit=limit, offset=offset, since=low, until=high)
     _print_list(out, agent.id, [r.as_dict() for r in records])
 
 
 def _remote_list(
-    client: PhoenixClient, out: Output, agent_id: str, tags: tuple[str, ...], limit: int, offset: int
+    client: PhoenixClient,
+    out: Output,
+    agent_id: str,
+    tags: tuple[str, ...],
+    limit: int,
+    offset: int,
+    since: str | None,
+    until: str | None,
 ) -> None:
-    _print_list(out, agent_id, client.memory_list(agent_id, tags=list(tags) or None, limit=limit, offset=offset))
+    low, high = _window(None, since, until)
+    records = client.memory_list(agent_id, tags=list(tags) or None, limit=limit, offset=offset, since=low, until=high)
+    _print_list(out, agent_id, records)
 
 
 # -- delete --------------------------------------------------------------------------------------

@@ -9,7 +9,8 @@ a usage error.
 
 Commands given a remote form here: ``phx checkpoint`` (session, routine and recovery types),
 ``phx checkpoint latest``, ``phx restore``, ``phx sessions``, ``phx identity show|set|add``,
-``phx team send|inbox|ack|tasks|claim|heartbeat``; ``_cli_memory`` attaches ``phx memory …``.
+``phx team send|outbox|inbox|ack|tasks|claim|heartbeat`` (a send goes through the local outbox:
+``store._team_outbox``); ``_cli_memory`` attaches ``phx memory …``.
 Importing this module attaches them, so ``_cli`` imports it after the command modules.
 """
 
@@ -41,6 +42,7 @@ from phoenix_protocol.core._errors import UsageError
 
 if TYPE_CHECKING:
     from phoenix_protocol.client import PhoenixClient
+    from phoenix_protocol.store._team_outbox import Outbox
 
 __all__ = ["attach", "resolve_remote_agent"]
 
@@ -235,6 +237,40 @@ def _messages(records: list[dict[str, Any]]) -> list[Any]:
     return [Message.from_record(r) for r in records]
 
 
+def _local_outbox() -> Outbox:
+    """The outbox in this machine's own home (``PHOENIX_HOME`` or the default), on its store."""
+    from phoenix_protocol.core._config import load_config
+    from phoenix_protocol.core._home import Home
+    from phoenix_protocol.store._db import open_database
+    from phoenix_protocol.store._team_outbox import Outbox
+
+    home = Home.resolve()
+    home.ensure()
+    return Outbox(open_database(home, load_config(home.root, project_root=home.project_root)))
+
+
+def _unreachable(exc: Exception) -> bool:
+    """A send worth retrying later with the same id: the server could not be reached, did not
+    answer, failed, or was busy (a refusal or a usage error is final)."""
+    from phoenix_protocol.client import ServerError
+    from phoenix_protocol.core._errors import LockTimeoutError
+
+    return isinstance(exc, (ServerError, LockTimeoutError))
+
+
+def _poster(client: PhoenixClient, team_id: str, answers: dict[str, Any]) -> Callable[[dict[str, Any]], dict[str, Any]]:
+    def post(row: dict[str, Any]) -> dict[str, Any]:
+        m = row["message"]
+        sent = client.team_send(
+            team_id, m["sender"], m["to"], subject=m["subject"], body=m["body"], type=m["type"], msg_id=row["msg_id"]
+        )
+        answers[row["msg_id"]] = sent
+        message: dict[str, Any] = sent["message"]
+        return message
+
+    return post
+
+
 def _team_send(
     client: PhoenixClient,
     out: Output,
@@ -246,13 +282,73 @@ def _team_send(
     body: str,
     msg_id: str | None,
 ) -> None:
-    sent = client.team_send(team_id, sender, to, subject=subject, body=body, type=kind, msg_id=msg_id)
+    from phoenix_protocol.services._team_outbox import send_queued
+    from phoenix_protocol.store._team_store import Mailbox
+
+    outbox = _local_outbox()
+    fields = Mailbox(outbox.db, team_id=team_id).prepare(
+        sender, to, type=kind, subject=subject, body=body, msg_id=msg_id
+    )
+    answers: dict[str, Any] = {}
+    row = send_queued(outbox, client.base_url, team_id, fields, _poster(client, team_id, answers), _unreachable)
+    sent = answers.get(fields["msg_id"])
+    if sent is None and row["state"] == "sent":  # sent earlier, by another send's flush
+        sent = {"message": {**_queued_message(row), "seq": row["seq"]}, "duplicate": True}
+    if sent is None:
+        reason = str(row["error"]).rstrip(".")
+        note = f"queued: {reason}; sent again by the next send or `phx team outbox {team_id} --as {sender}`"
+        if out.as_json:
+            out.json({"message": _queued_message(row), "duplicate": False, "queued": True, "note": note})
+        else:
+            out.console.print(f"[yellow]message {_escape(row['msg_id'])} to {_escape(to)} {_escape(note)}[/]")
+        return
     message = sent["message"]
     if out.as_json:
-        out.json({"message": message, "duplicate": sent["duplicate"]})
+        out.json({"message": message, "duplicate": sent["duplicate"], "queued": False})
     else:
         note = " (already sent: stored once)" if sent["duplicate"] else ""
         out.console.print(f"message {message['seq']} ({_escape(message['msg_id'])}) to {_escape(to)}{note}")
+
+
+def _queued_message(row: dict[str, Any]) -> dict[str, Any]:
+    m = row["message"]
+    return {
+        "seq": row.get("seq"),
+        "msg_id": row["msg_id"],
+        "from": m.get("sender"),
+        "to": m.get("to"),
+        "type": m.get("type"),
+        "subject": m.get("subject"),
+        "body": m.get("body"),
+        "ts": m.get("ts"),
+        "ts_ms": m.get("ts_ms"),
+        "acked_by": [],
+    }
+
+
+def _team_outbox(client: PhoenixClient, out: Output, team_id: str, name: str, last: int) -> None:
+    from phoenix_protocol.services._team_outbox import delivery, flush
+
+    outbox = _local_outbox()
+    flushed = flush(outbox, client.base_url, team_id, _poster(client, team_id, {}), _unreachable)
+    note = None
+    if flushed["error"]:
+        note = f"{flushed['queued']} message(s) still queued: {flushed['error']}"
+
+    def status(msg_ids: list[str]) -> list[dict[str, Any]]:
+        nonlocal note
+        if not msg_ids:
+            return []
+        try:
+            return client.team_delivery(team_id, name, msg_ids=msg_ids)
+        except Exception as exc:
+            if not _unreachable(exc):
+                raise
+            note = note or f"the server could not be asked: {exc}"
+            return []
+
+    messages = delivery(outbox, client.base_url, team_id, name, status, last=last)
+    _cli_teams.print_delivery(out, team_id, name, messages, note)
 
 
 def _team_inbox(client: PhoenixClient, out: Output, team_id: str, name: str, follow: bool, limit: int | None) -> None:
@@ -334,6 +430,7 @@ attach(_command("identity", "show"), _identity_show)
 attach(_command("identity", "set"), _identity_set)
 attach(_command("identity", "add"), _identity_add)
 attach(_command("team", "send"), _team_send, agent=False)
+attach(_command("team", "outbox"), _team_outbox, agent=False)
 attach(_command("team", "inbox"), _team_inbox, agent=False)
 attach(_command("team", "ack"), _team_ack, agent=False)
 attach(_command("team", "tasks"), _team_tasks, agent=False)

@@ -30,6 +30,24 @@ __all__: list[str] = []
 F = TypeVar("F", bound=Callable[..., Any])
 
 
+def _bind(home_path: str | None, host: str | None, port: int | None) -> tuple[Home, Config, str, int]:
+    """``phx serve``'s and ``phx ui``'s start: the home, its settings (read once), the address and
+    port (default: the settings'), refused as ``check_bind`` refuses; ``UsageError`` without the
+    [server] extra."""
+    from phoenix_protocol.core._config import load_config
+
+    home = Home(os.path.abspath(home_path)) if home_path else Home.resolve()
+    config = load_config(home.root, project_root=home.project_root)
+    try:
+        from phoenix_protocol.server._app import check_bind
+    except ImportError as exc:
+        raise UsageError(str(exc)) from None
+    address = host or config.server_host
+    number = port or config.server_port
+    check_bind(home, address, config=config)
+    return home, config, address, number
+
+
 @main_group.command("serve")
 @click.option("--host", metavar="ADDRESS", help="Address to listen on (default: the server_host setting, 127.0.0.1).")
 @click.option("--port", type=click.IntRange(1, 65535), help="Port (default: the server_port setting, 8765).")
@@ -48,21 +66,12 @@ def serve_command(host: str | None, port: int | None, log_level: str, home_path:
     Needs the [server] extra. Tokens are required as soon as the home has one; a non-loopback
     --host is refused until it does. Example: phx serve --port 8765
     """
-    from phoenix_protocol.core._config import load_config
-
     out = Output(False)
     try:
-        home = Home(os.path.abspath(home_path)) if home_path else Home.resolve()
-        config = load_config(home.root, project_root=home.project_root)
-        try:
-            from phoenix_protocol.server._app import check_bind, is_loopback, serve
-        except ImportError as exc:
-            raise UsageError(str(exc)) from None
+        home, config, address, number = _bind(home_path, host, port)
+        from phoenix_protocol.server._app import is_loopback, serve
         from phoenix_protocol.store._tokens import TokenStore
 
-        address = host or config.server_host
-        number = port or config.server_port
-        check_bind(home, address, config=config)
         auth = (
             "bearer tokens required"
             if TokenStore(home, config=config).configured() or not is_loopback(address)
@@ -74,6 +83,66 @@ def serve_command(host: str | None, port: int | None, log_level: str, home_path:
             f"memory bridge for {escape(home.root)} on http://{escape(address)}:{number} ({escape(auth)}); "
             "OpenAPI at /openapi.json"
         )
+        serve(home, host=address, port=number, log_level=log_level, config=config)
+    except PhoenixError as exc:
+        code = _exit_code_for(exc)
+        out.error(exc, code)
+        raise _Exit(code) from None
+
+
+@main_group.command("ui")
+@click.option("--host", metavar="ADDRESS", help="Address to listen on (default: the server_host setting, 127.0.0.1).")
+@click.option("--port", type=click.IntRange(1, 65535), help="Port (default: the server_port setting, 8765).")
+@click.option(
+    "--token",
+    "token_env",
+    metavar="VAR",
+    help="Name of an environment variable holding a token: the printed address carries it (in the part after #, "
+    "which browsers never send), so the page opens with that token's rights.",
+)
+@click.option("--open", "open_browser", is_flag=True, help="Open the page in this machine's browser.")
+@click.option(
+    "--log-level",
+    type=click.Choice(["critical", "error", "warning", "info", "debug"]),
+    default="warning",
+    show_default=True,
+)
+@click.option(
+    "--home", "home_path", metavar="PATH", help="Phoenix home (default: $PHOENIX_HOME or .phoenix/ at the git root)."
+)
+def ui_command(
+    host: str | None, port: int | None, token_env: str | None, open_browser: bool, log_level: str, home_path: str | None
+) -> None:
+    """Serve the dashboard: agents, checkpoints, sessions, teams and the Clinic, live, in a browser.
+
+    The same server as `phx serve` (which serves the page too, at /ui/); read-only unless the page
+    is given a token with a write scope. Needs the [server] extra. Example: phx ui --open
+    """
+    out = Output(False)
+    try:
+        home, config, address, number = _bind(home_path, host, port)
+        from phoenix_protocol.server._app import serve
+
+        shown = f"[{address}]" if ":" in address else address
+        url = f"http://{shown}:{number}/ui/"
+        if token_env:
+            secret = os.environ.get(token_env, "").strip()
+            if not secret:
+                raise UsageError(f"--token {token_env}: that environment variable is empty or not set.")
+            from urllib.parse import quote
+
+            link = url + "#token=" + quote(secret, safe="")
+        else:
+            link = url
+        from rich.markup import escape
+
+        _make_console(stderr=True).print(f"Phoenix dashboard for {escape(home.root)}: {escape(url)}")
+        if token_env:
+            write_stdout(link + "\n")
+        if open_browser:
+            import webbrowser
+
+            webbrowser.open(link)
         serve(home, host=address, port=number, log_level=log_level, config=config)
     except PhoenixError as exc:
         code = _exit_code_for(exc)
@@ -211,3 +280,72 @@ def token_revoke(home: Home, config: Config, out: Output, token_id: str) -> None
         out.json({"token": info.as_dict(store.clock.now_ms())})
     else:
         out.console.print(f"revoked {info.id}")
+
+
+@main_group.command("mcp")
+@click.option("--agent", "agent_id", metavar="ID", help="The agent (default: $PHOENIX_AGENT or default).")
+@click.option("--team", "team_id", metavar="TEAM", help="A team seat's team (default: $PHOENIX_TEAM).")
+@click.option("--as", "member", metavar="NAME", help="A team seat's teammate name (default: $PHOENIX_TEAMMATE).")
+@click.option("--http", "http", is_flag=True, help="Serve streamable HTTP at /mcp instead of stdio (bearer tokens).")
+@click.option("--host", metavar="ADDRESS", help="--http: address to listen on (default: the server_host setting).")
+@click.option("--port", type=click.IntRange(1, 65535), help="--http: port (default: the server_port setting).")
+@click.option(
+    "--home", "home_path", metavar="PATH", help="Phoenix home (default: $PHOENIX_HOME or .phoenix/ at the git root)."
+)
+def mcp_command(
+    agent_id: str | None,
+    team_id: str | None,
+    member: str | None,
+    http: bool,
+    host: str | None,
+    port: int | None,
+    home_path: str | None,
+) -> None:
+    """Serve this agent to MCP clients (stdio; --http for streamable HTTP): brief, status, notes,
+    checkpoints, memory search, and with a team seat the inbox, messages and tasks.
+
+    Needs the [mcp] extra. `phx install CLI --mcp` registers it with Claude Code, Gemini CLI or
+    Codex. Example: phx mcp --agent zero --team auth-x1 --as alice
+    """
+    from phoenix_protocol.core._config import load_config
+    from phoenix_protocol.core._home import resolve_agent_id
+
+    out = Output(False)
+    try:
+        if not http and (host is not None or port is not None):
+            raise UsageError("--host and --port go with --http.")
+        home = Home(os.path.abspath(home_path)) if home_path else Home.resolve()
+        config = load_config(home.root, project_root=home.project_root)
+        try:
+            from phoenix_protocol.server._mcp import McpSeat, serve_http, serve_stdio
+        except ImportError as exc:
+            raise UsageError(f"phx mcp needs the [mcp] extra: pip install 'phoenix-protocol[mcp]' ({exc}).") from None
+        team = team_id if team_id is not None else os.environ.get("PHOENIX_TEAM") or None
+        name = member if member is not None else os.environ.get("PHOENIX_TEAMMATE") or None
+        seat = McpSeat(
+            home,
+            resolve_agent_id(agent_id, None, config.agent_id),
+            config=config,
+            team_id=team,
+            member=name,
+            http=http,
+        )
+        if not http:
+            serve_stdio(seat)
+            return
+        from rich.markup import escape
+
+        from phoenix_protocol.server._app import check_bind
+
+        address = host or config.server_host
+        number = port or config.server_port
+        check_bind(home, address, config=config)
+        _make_console(stderr=True).print(
+            f"MCP server for agent {escape(seat.agent_id)} of {escape(home.root)} on "
+            f"http://{escape(address)}:{number}/mcp"
+        )
+        serve_http(seat, host=address, port=number)
+    except PhoenixError as exc:
+        code = _exit_code_for(exc)
+        out.error(exc, code)
+        raise _Exit(code) from None

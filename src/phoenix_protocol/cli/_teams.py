@@ -325,7 +325,9 @@ def team_send(
     """
     message = _team(home, config, team_id).send(sender, to, type=kind, subject=subject, body=body, msg_id=msg_id)
     if out.as_json:
-        out.json({"message": message.as_dict(), "duplicate": bool(getattr(message, "duplicate", False))})
+        out.json(
+            {"message": message.as_dict(), "duplicate": bool(getattr(message, "duplicate", False)), "queued": False}
+        )
     else:
         note = " (already sent: stored once)" if getattr(message, "duplicate", False) else ""
         out.console.print(f"message {message.seq} ({message.msg_id}) to {to}{note}")
@@ -355,6 +357,7 @@ def team_inbox(
     Example: phx team inbox TEAM --as bob
     """
     team = _team(home, config, team_id)
+    team.require_member(name)  # a stranger has no inbox: nothing is shown, no cursor is made
     mailbox = team.mailbox
 
     def deliver() -> Inbox:
@@ -393,7 +396,9 @@ def team_ack(home: Home, config: Config, out: Output, team_id: str, seq: int, na
 
     Example: phx team ack TEAM 12 --as bob
     """
-    mailbox = _team(home, config, team_id).mailbox
+    team = _team(home, config, team_id)
+    team.require_member(name)
+    mailbox = team.mailbox
     mailbox.ack(name, seq)
     if out.as_json:
         out.json({"seq": seq, "acked_by": mailbox.acked_by(seq)})
@@ -415,6 +420,125 @@ def team_replay(home: Home, config: Config, out: Output, team_id: str, last: int
         out.json({"team_id": team_id, "messages": [m.as_dict() for m in messages]})
     else:
         _print_messages(out, messages)
+
+
+def print_delivery(
+    out: Output, team_id: str, name: str, messages: list[dict[str, Any]], note: str | None = None
+) -> None:
+    """``phx team outbox``'s output, local or through ``--server``."""
+    if out.as_json:
+        out.json({"team_id": team_id, "name": name, "messages": messages, **({"note": note} if note else {})})
+        return
+    from rich.markup import escape
+
+    colours = {"queued": "yellow", "refused": "red", "delivered": "cyan", "read": "blue", "acked": "green"}
+    for m in messages:
+        seq = f"#{m['seq']}" if m.get("seq") else "-"
+        who = ""
+        if m.get("recipients"):
+            who = f" read {len(m['read_by'])}/{len(m['recipients'])}, acked {len(m['acked_by'])}/{len(m['recipients'])}"
+        error = f" ({escape(str(m['last_error']))})" if m.get("last_error") and m["state"] != "delivered" else ""
+        out.console.print(
+            f"{seq} {escape(m['msg_id'])} → {escape(str(m.get('to')))} [{colours.get(m['state'], 'white')}]"
+            f"{m['state']}[/]{who} {escape(str(m.get('subject')))}{error}"
+        )
+    if not messages:
+        out.console.print("(nothing sent)")
+    if note:
+        out.console.print(f"[yellow]{escape(note)}[/]")
+
+
+@team_group.command("outbox")
+@click.argument("team_id", metavar="TEAM")
+@click.option("--as", "name", required=True, metavar="NAME", help="The sender.")
+@click.option("--last", "last", type=click.IntRange(min=1, max=1000), default=20, show_default=True)
+@home_common
+def team_outbox(home: Home, config: Config, out: Output, team_id: str, name: str, last: int) -> None:
+    """What NAME sent and where each message is: queued (--server unreachable; sent again now),
+    delivered (stored), read (handed over to every recipient), acked (by every recipient).
+
+    Example: phx team outbox TEAM --as lead --json
+    """
+    messages = _team(home, config, team_id).delivery(name, last=last)
+    for message in messages:  # the same keys as through --server's outbox (nothing is queued here)
+        message.update(attempts=None, queued_at=None, last_error=None)
+    print_delivery(out, team_id, name, messages)
+
+
+@team_group.command("progress")
+@click.argument("team_id", metavar="TEAM")
+@click.argument("task_id", metavar="[TASK]", required=False)
+@click.option("--as", "name", required=True, metavar="NAME")
+@click.option("--file", "files", multiple=True, metavar="PATH", help="A file the task modified (repeatable).")
+@click.option("--check", type=click.Choice(["green", "red", "pending"]), help="The status of the task's check.")
+@click.option("--note", metavar="TEXT", help="Where the work stands, for whoever takes the task over.")
+@home_common
+def team_progress(
+    home: Home,
+    config: Config,
+    out: Output,
+    team_id: str,
+    task_id: str | None,
+    name: str,
+    files: tuple[str, ...],
+    check: str | None,
+    note: str | None,
+) -> None:
+    """Record progress on a task NAME holds (without TASK: its current one) and checkpoint it: the
+    files modified (plus those its Write/Edit tool calls changed, noted by the hooks), the check
+    status, a note.
+
+    Example: phx team progress TEAM --as alice --file src/parser.py --check red --note "guard fixed, 2 tests red"
+    """
+    task = _team(home, config, team_id).record_progress(task_id, name, files=list(files), check=check, note=note)
+    if out.as_json:
+        out.json({"task": task})
+        return
+    from rich.markup import escape
+
+    point = task["checkpoint"]
+    out.console.print(
+        f"progress on [bold]{task['task_id']}[/]: {len(point['files_modified'])} file(s), check "
+        f"{point.get('check_status')}"
+        + (f", note: {escape(point['note'])}" if point.get("note") else "")
+        + f" ({point.get('name')})"
+    )
+
+
+@team_group.command("attach")
+@click.argument("team_id", metavar="TEAM")
+@click.option("--as", "name", required=True, metavar="NAME")
+@click.option("--task", "task_id", required=True, metavar="TASK", help="The task to resume.")
+@click.option("--session", metavar="ID", help="The teammate's session id (default: $PHOENIX_SESSION_ID).")
+@home_common
+def team_attach(
+    home: Home, config: Config, out: Output, team_id: str, name: str, task_id: str, session: str | None
+) -> None:
+    """The seed's `--resume-team TEAM --task TASK`: a teammate (re-)attaches to its task and gets
+    the task's checkpoint (files, check status, notes, whom it was inherited from).
+
+    Example: phx team attach TEAM --as bob --task task-0001
+    """
+    info = _team(home, config, team_id).attach(
+        name, task_id, session_id=session or os.environ.get("PHOENIX_SESSION_ID") or None
+    )
+    if out.as_json:
+        out.json(info)
+        return
+    from rich.markup import escape
+
+    task, point = info["task"], info["checkpoint"]
+    out.console.print(f"{escape(name)} attached to [bold]{task['task_id']}[/] {escape(task['title'])}")
+    if point.get("inherited_from"):
+        out.console.print(f"inherited from {escape(point['inherited_from'])}")
+    out.console.print(f"check: {point.get('check_status')}; last progress: {point.get('last_progress_at') or '-'}")
+    for path in point.get("files_modified") or []:
+        out.console.print(f"  modified: {escape(path)}")
+    for entry in (point.get("notes") or [])[-5:]:
+        out.console.print(
+            f"  note ({entry['at'][:16].replace('T', ' ')}, {escape(entry['by'])}): {escape(entry['note'])}"
+        )
+    out.console.print(f"{info['unread']} unread message(s) (`phx team inbox {team_id} --as {name}`)")
 
 
 @team_group.command("heartbeat")
@@ -599,13 +723,23 @@ def _resume_output(out: Output, result: Any) -> None:
 
     for step in result.steps:
         out.console.print(f"{marks.get(step['level'], '-')} {step['step']}: {escape(step['detail'])}")
+        for mate in (step.get("zombie") or {}).get("teammates", []):
+            for task in mate["tasks"]:
+                point = task["checkpoint"]
+                out.console.print(
+                    f"    {escape(mate['name'])}: {task['task_id']} {escape('[' + task['status'] + ']')} check "
+                    f"{point.get('check_status')}, {len(point.get('files_modified') or [])} file(s)"
+                    + (f", note: {escape(point['note'])}" if point.get("note") else "")
+                )
+        for asked in (step.get("zombie") or {}).get("asked", []):
+            out.console.print(f"    asked {escape(asked['name'])} for its status (message #{asked['seq']})")
     s = result.summary
     if s:
         tasks = ", ".join(f"{n} {k}" for k, n in sorted(s["tasks"].items())) or "no tasks"
         mates = ", ".join(f"{n} {k}" for k, n in sorted(s["teammates"].items())) or "no teammates"
         out.console.print(
             f"Team {s['team_id']}: created {s['created_seconds_ago']} s ago; tasks: {tasks}; teammates: {mates}; "
-            f"last activity: {s['last_action']} at {s['last_action_at']}"
+            f"last activity: {s['last_action']} at {s['last_action_at']}; next checkpoint: {s['next_checkpoint_at']}"
         )
 
 
@@ -631,8 +765,9 @@ def team_probe(home: Home, config: Config, out: Output, team_id: str) -> None:
 @team_group.command("resume")
 @click.argument("team_id", metavar="TEAM")
 @click.option("--session", metavar="ID", help="The lead's session id (default: $PHOENIX_SESSION_ID, else a new one).")
+@click.option("--allow-stale", is_flag=True, help="Attach even when every teammate is stale (else exit 2).")
 @home_common
-def team_resume(home: Home, config: Config, out: Output, team_id: str, session: str | None) -> None:
+def team_resume(home: Home, config: Config, out: Output, team_id: str, session: str | None, allow_stale: bool) -> None:
     """Re-attach as lead after a crash: the seed's validation sequence; exit 0 attached,
     1 transient (retry), 2 permanent.
 
@@ -643,7 +778,7 @@ def team_resume(home: Home, config: Config, out: Output, team_id: str, session: 
     from phoenix_protocol.services._team_resume import resume
 
     session_id = session or os.environ.get("PHOENIX_SESSION_ID") or f"lead-{uuid.uuid4().hex[:12]}"
-    result = resume(home, team_id, session_id=session_id, config=config)
+    result = resume(home, team_id, session_id=session_id, allow_stale=allow_stale, config=config)
     _resume_output(out, result)
     if result.exit_code:
         raise _Exit(result.exit_code)

@@ -24,6 +24,8 @@ __all__: list[str] = []
 
 VERDICT_COLOURS = {
     "alive": "green",
+    "stopped": "magenta",
+    "hung": "magenta",
     "grace": "yellow",
     "stalled": "red",
     "remote": "cyan",
@@ -42,7 +44,7 @@ def _render(out: Output, report: Any) -> None:
     table.add_column("detail", overflow="fold")
     for v in report.verdicts:
         colour = VERDICT_COLOURS.get(v.verdict, "white")
-        detail = v.detail + (f"; drift: {v.drift}" if v.drift else "")
+        detail = v.detail + (f"; drift: {v.drift}" if v.drift else "") + (f"; tmux pane {v.pane}" if v.pane else "")
         if v.refresh:
             detail += f"; refresh ({v.refresh.get('reason')}): {v.refresh['action']}: {v.refresh.get('detail')}"
         table.add_row(
@@ -65,7 +67,7 @@ def _render(out: Output, report: Any) -> None:
     if report.tmux is not None:
         for pane in report.tmux:
             found = ", ".join(f"{a['cli'] or a['name']}({a['pid']})" for a in pane.agents) or "no agent process"
-            out.console.print(f"tmux {escape(pane.session)} {escape(pane.pane_id or '')}: {escape(found)}")
+            out.console.print(f"tmux {escape(pane.target)} ({escape(pane.pane_id or '')}): {escape(found)}")
 
 
 @main_group.command("watchdog")
@@ -91,7 +93,8 @@ def _render(out: Output, report: Any) -> None:
 @click.option(
     "--tmux-socket",
     type=click.Path(dir_okay=False),
-    help="The tmux server's socket (tmux -S) for --tmux; default: the agent's recorded one, else tmux's default.",
+    help="The tmux server's socket (tmux -S) for --tmux (setting `watchdog_tmux_socket`); default: the agent's "
+    "recorded one, else tmux's default.",
 )
 @click.option("--dry-run", is_flag=True, help="Report only: mark nothing, take no checkpoint.")
 @common
@@ -108,7 +111,8 @@ def watchdog_command(
 ) -> None:
     """Check every agent of the home against its real process; mark dead ones stalled.
 
-    Exit code 5 when a pass found agents that need attention (or refreshed one in its tmux pane).
+    Exit code 5 when a pass found agents that need attention: stalled (marked), stopped or hung
+    (reported), drifting, teammates' tasks returned, or a refresh typed into a tmux pane.
     Example: phx watchdog --once --json
     """
     from phoenix_protocol.services._watchdog import run_pass
@@ -140,7 +144,7 @@ def watchdog_command(
 
     if interval is None:
         report = one_pass()
-        if report.stalled or report.drifting or report.swept or report.refreshed:
+        if report.needs_attention:
             raise _Exit(EXIT_ATTENTION)
         return
     stop = {"now": False}

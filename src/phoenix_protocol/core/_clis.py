@@ -59,6 +59,15 @@ INTERPRETERS = frozenset({"node", "nodejs", "bun", "deno"})
 """Process names of the runtimes a CLI's script runs under (its process is named after them)."""
 
 
+_INLINE_CODE = frozenset({"-e", "--eval", "-p", "--print"})
+"""Interpreter options that run code given on the command line: no script file follows."""
+_VALUE_OPTIONS = frozenset(
+    {"-r", "--require", "--import", "--loader", "--experimental-loader", "-C", "--conditions", "--input-type",
+     "--env-file", "--title", "--stack-size", "--inspect-port", "--disable-warning", "--watch-path"}
+)  # fmt: skip
+"""Interpreter options (node's; bun and deno share the first ones) whose value is the next argument."""
+
+
 class AgentCli:
     """One agent CLI: its name (Phoenix's vocabulary: ``claude-code``, ``gemini-cli``, ``codex``),
     the names of its own binaries, the file names and npm package folders of its scripts, the
@@ -89,9 +98,21 @@ class AgentCli:
 
     def runs_script(self, argv: Sequence[str]) -> bool:
         """Whether ``argv`` (an interpreter's command line) runs one of this CLI's scripts: its
-        first argument that is not an option."""
-        for arg in argv[1:]:
-            if arg.startswith("-"):
+        first argument that is neither an option nor an option's value (``node -r ./x.js``), by
+        its file name or a folder of the CLI's npm package on its path; never when the code is
+        given inline (``node -e``, ``-p``). Nothing else on the command line counts: a ``tail -f
+        …/codex`` or ``node server.js --log /tmp/codex`` is no agent."""
+        args = iter(argv[1:])
+        for given in args:
+            arg = next(args, "") if given == "--" else given
+            if given == "--":
+                pass
+            elif arg in _INLINE_CODE or arg.startswith(tuple(o + "=" for o in _INLINE_CODE)):
+                return False
+            elif arg in _VALUE_OPTIONS:
+                next(args, None)
+                continue
+            elif arg.startswith("-"):
                 continue
             return os.path.basename(arg) in self.scripts or any(pkg in arg for pkg in self.packages)
         return False

@@ -149,6 +149,21 @@ SETTINGS: dict[str, tuple[type, Any, float | None, float | None, str]] = {
         None,
         "Comma-separated agent process names for the tmux mode, beside the CLIs Phoenix knows (claude, gemini, codex).",
     ),
+    "watchdog_hang_minutes": (
+        float,
+        30.0,
+        0.0,
+        _YEAR_MIN,
+        "Minutes without a heartbeat, and without CPU progress of its process tree, after which a working agent "
+        "whose process runs is reported hung (0: never).",
+    ),
+    "watchdog_tmux_socket": (
+        str,
+        "",
+        None,
+        None,
+        "The tmux server's socket (tmux -S) for `phx watchdog --tmux`; empty: each agent's recorded one, else tmux's default.",
+    ),
     "tmux_refresh_agents": (
         str,
         "",
@@ -187,6 +202,68 @@ SETTINGS: dict[str, tuple[type, Any, float | None, float | None, str]] = {
         _YEAR_MIN,
         "Minutes of calls without progress (while working) that count as drift (0: never).",
     ),
+    "drift_failure_share": (
+        float,
+        0.7,
+        0.1,
+        1.0,
+        "This share (or more) of the last window's calls failing, with no progress between, is drift "
+        "(persistent failure).",
+    ),
+    "drift_exempt_commands": (
+        str,
+        "kubectl rollout status,kubectl wait,gh run watch,gh pr checks",
+        None,
+        None,
+        "Comma-separated shell command prefixes (normalized as docs/drift.md says) whose calls no drift "
+        "rule counts: polling; empty: none.",
+    ),
+    "drift_exempt_rules": (
+        str,
+        "",
+        None,
+        None,
+        "Comma-separated drift rules that never fire (repetition, error_rate, persistent_failure, slowdown, "
+        "no_progress).",
+    ),
+    "drift_read_only_tasks": (
+        str,
+        "read-only,readonly",
+        None,
+        None,
+        "Comma-separated words that mark a task as read-only (a word of its text, any case): such a task is "
+        "exempt from the no_progress drift rule.",
+    ),
+    # Notifications to the person (issue 36): stalled, hung, stopped agents and drift.
+    "notify_desktop": (bool, True, None, None, "Desktop notifications through notify-send, where it is installed."),
+    "notify_webhook": (
+        str,
+        "",
+        None,
+        None,
+        "URL that receives a JSON POST per notification (e.g. a Slack incoming webhook or an ntfy topic); empty: none.",
+    ),
+    "notify_webhook_format": (
+        str,
+        "json",
+        None,
+        None,
+        "Body of the webhook's POST: json (Phoenix's fields), slack ({text}) or ntfy (ntfy's JSON publish).",
+    ),
+    "notify_terminal": (
+        str,
+        "osc9",
+        None,
+        None,
+        "Terminal notification Claude Code emits for the drift hook (terminalSequence): osc9, osc777 or off.",
+    ),
+    "notify_interval_minutes": (
+        float,
+        30.0,
+        0.0,
+        _YEAR_MIN,
+        "At most one notification per agent and kind within this many minutes.",
+    ),
     # Persona drift (seed 002, "persona gravity").
     "persona_scorer": (
         str,
@@ -196,6 +273,15 @@ SETTINGS: dict[str, tuple[type, Any, float | None, float | None, str]] = {
         "Persona drift scorer: lexical, or embedding (needs the [persona] extra).",
     ),
     "persona_threshold": (float, 0.5, 0.0, 1.0, "A persona check passes when its score (0-1) is at least this."),
+    # Memory (seed 002).
+    "memory_recall": (
+        str,
+        "lexical",
+        None,
+        None,
+        "How memory recall ranks: lexical (BM25), or semantic (fused with sentence embeddings; "
+        "needs the [persona] extra).",
+    ),
     # Teams (seed 004).
     "team_online_minutes": (
         float,
@@ -225,6 +311,36 @@ SETTINGS: dict[str, tuple[type, Any, float | None, float | None, str]] = {
         None,
         "On every full team checkpoint, commit the team (as phx team export writes it) to "
         "refs/phoenix/teams/<team_id> (git plumbing only).",
+    ),
+    # Claude Code's own agent teams (docs/teams.md#claude-code-agent-teams).
+    "claude_team_check_command": (
+        str,
+        "",
+        None,
+        None,
+        "A shell command run in the project when a Claude Code teammate completes a task: while it "
+        "exits non-zero, the completion is refused (empty: no check).",
+    ),
+    "claude_team_check_timeout": (
+        float,
+        300.0,
+        1.0,
+        _YEAR_S,
+        "Seconds the check command may run; one that runs longer does not refuse the completion.",
+    ),
+    "claude_team_keep_busy": (
+        bool,
+        False,
+        None,
+        None,
+        "A Claude Code teammate that goes idle while it owns a task in progress is told to go on.",
+    ),
+    "claude_team_keep_busy_limit": (
+        int,
+        3,
+        1,
+        1000,
+        "How many times in a row a teammate is kept working on one task before it may go idle.",
     ),
     # Storage backend (issue 8).
     "store": (
@@ -280,18 +396,34 @@ class Config:
     watchdog_remote_grace: float
     watchdog_interval: float
     watchdog_process_names: str
+    watchdog_hang_minutes: float
+    watchdog_tmux_socket: str
     tmux_refresh_agents: str
     drift_repeat_limit: int
     drift_window: int
     drift_error_rate_factor: float
     drift_slowdown_factor: float
     drift_stall_minutes: float
+    drift_failure_share: float
+    drift_exempt_commands: str
+    drift_exempt_rules: str
+    drift_read_only_tasks: str
+    notify_desktop: bool
+    notify_webhook: str
+    notify_webhook_format: str
+    notify_terminal: str
+    notify_interval_minutes: float
     persona_scorer: str
     persona_threshold: float
+    memory_recall: str
     team_online_minutes: float
     team_idle_minutes: float
     team_suspended_minutes: float
     team_git_mirror: bool
+    claude_team_check_command: str
+    claude_team_check_timeout: float
+    claude_team_keep_busy: bool
+    claude_team_keep_busy_limit: int
     store: str
     pg_pool_size: int
     server_host: str

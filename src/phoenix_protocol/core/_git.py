@@ -16,7 +16,7 @@ import signal
 import subprocess
 import time
 
-__all__ = ["GitContext", "git_context"]
+__all__ = ["GitContext", "checkout_revision", "git_context"]
 
 _TIMEOUT = 3.0
 
@@ -112,6 +112,27 @@ def git_context(root: str, *, max_files: int = 200, timeout: float = _TIMEOUT) -
         return None
     _unanswered.pop(key, None)
     return found
+
+
+def checkout_revision(package_dir: str, *, timeout: float = 2.0) -> str | None:
+    """The commit a Phoenix run from a clone was imported from (``git describe --tags --always
+    --dirty``: ``v0.2.0-3-ga55e476``, or ``a55e476-dirty`` before the first tag), or ``None`` when
+    ``package_dir`` (the folder holding ``phoenix_protocol/``) is not a clone's ``src/``: an
+    installed wheel, whatever work tree the user stands in, names no commit."""
+    root = os.path.dirname(os.path.abspath(package_dir))
+    if os.path.basename(os.path.abspath(package_dir)) != "src" or not os.path.isfile(
+        os.path.join(root, "pyproject.toml")
+    ):
+        return None
+    if not os.path.exists(os.path.join(root, ".git")):
+        return None
+    try:
+        described = _git(
+            root, "describe", "--tags", "--always", "--dirty", "--abbrev=7", deadline=time.monotonic() + timeout
+        )
+    except _NoAnswer:
+        return None
+    return described.strip() or None if described else None
 
 
 def _context(root: str, max_files: int, deadline: float) -> GitContext | None:

@@ -23,12 +23,17 @@ if TYPE_CHECKING:
 __all__ = [
     "WRAPPERS",
     "ProcessIdentity",
+    "ProcessTable",
     "find_agent_process",
     "hostname",
     "identity_of",
     "liveness",
+    "observe",
     "process_state",
 ]
+
+STOPPED_STATES = frozenset({"stopped", "tracing-stop"})
+"""psutil's names of a stopped process (``T``: SIGSTOP, SIGTSTP from Ctrl-Z; ``t``: a tracer's stop)."""
 
 WRAPPERS = frozenset(
     {
@@ -115,32 +120,95 @@ def liveness(pid: int | None, start_time: float | None, host: str | None, *, tol
     """``True`` if that very process is running, ``False`` if it is not (gone, a zombie, or its
     PID now belongs to a process that started at another time), ``None`` if it cannot be
     judged here (no PID recorded, or recorded on another host)."""
+    return observe(pid, start_time, host, tolerance=tolerance)[0]
+
+
+def observe(
+    pid: int | None, start_time: float | None, host: str | None, *, tolerance: float = 1.0
+) -> tuple[bool | None, str | None]:
+    """``liveness`` and, when that very process runs, its status as psutil names it (``running``,
+    ``sleeping``, ``stopped``: ``STOPPED_STATES``), read together (one look at the process)."""
     if pid is None or host is None:
-        return None
+        return None, None
     if host != hostname():
-        return None
-    running, started = process_state(pid)
+        return None, None
+    running, started, status = _look(pid)
     if not running:
-        return False
+        return False, None
     if started is None:  # pragma: no cover - exists, but not ours to inspect
-        return True if start_time is None else None
-    if start_time is None:
-        return True
-    return abs(started - start_time) <= tolerance
+        return (True, status) if start_time is None else (None, None)
+    if start_time is None or abs(started - start_time) <= tolerance:
+        return True, status
+    return False, None
 
 
 def process_state(pid: int) -> tuple[bool, float | None]:
     """Whether process ``pid`` of this host runs (a zombie does not), and when it started
     (``None``: it runs, but is not ours to inspect)."""
+    running, started, _status = _look(pid)
+    return running, started
+
+
+def _look(pid: int) -> tuple[bool, float | None, str | None]:
     import psutil
 
     try:
         proc = psutil.Process(pid)
         with proc.oneshot():
-            if proc.status() == psutil.STATUS_ZOMBIE:
-                return False, None
-            return True, proc.create_time()
+            status = str(proc.status())
+            if status == psutil.STATUS_ZOMBIE:
+                return False, None, None
+            return True, proc.create_time(), status
     except (psutil.NoSuchProcess, psutil.ZombieProcess):
-        return False, None
+        return False, None, None
     except psutil.AccessDenied:  # pragma: no cover - exists, but not ours to inspect
-        return True, None
+        return True, None, None
+
+
+class ProcessTable:
+    """This host's processes as a tree, read once (``children``: every process's children, from
+    one walk of the process table) for the CPU time of many process trees in one pass: listing
+    one tree's descendants costs a walk of every process of the machine."""
+
+    def __init__(self) -> None:
+        self._children: dict[int, list[int]] | None = None
+
+    def children(self, pid: int) -> list[int]:
+        """Every process below ``pid`` (as the table was when first asked)."""
+        if self._children is None:
+            import psutil
+
+            tree: dict[int, list[int]] = {}
+            for proc in psutil.process_iter(["ppid"]):
+                parent = proc.info.get("ppid")
+                if isinstance(parent, int):
+                    tree.setdefault(parent, []).append(proc.pid)
+            self._children = tree
+        out: list[int] = []
+        todo = list(self._children.get(pid, []))
+        while todo:
+            child = todo.pop()
+            if child in out or child == pid:
+                continue
+            out.append(child)
+            todo.extend(self._children.get(child, []))
+        return out
+
+    def tree_cpu(self, pid: int) -> float | None:
+        """The CPU seconds (user and system) process ``pid`` and every process below it have used
+        so far, waited-for children included; ``None`` when it is gone or not ours to inspect. A
+        tree whose CPU time does not move is doing nothing: waiting on a model's answer, or hung."""
+        import psutil
+
+        try:
+            times = psutil.Process(pid).cpu_times()
+        except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
+            return None
+        total = times.user + times.system + times.children_user + times.children_system
+        for child in self.children(pid):
+            try:
+                below = psutil.Process(child).cpu_times()
+            except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
+                continue
+            total += below.user + below.system
+        return total

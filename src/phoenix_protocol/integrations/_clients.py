@@ -14,7 +14,14 @@ pre-compact            PreCompact         PreCompress         PreCompact
 stop                   Stop               AfterAgent          Stop
 session-end            SessionEnd         SessionEnd          SessionEnd
 user-prompt            UserPromptSubmit   BeforeAgent         UserPromptSubmit
+subagent-start         SubagentStart      —                   —
+subagent-stop          SubagentStop       —                   —
+task-created           TaskCreated        —                   —
+task-completed         TaskCompleted      —                   —
+teammate-idle          TeammateIdle       —                   —
 =====================  =================  ==================  ================
+
+The last five are Claude Code's agent teams' (``_cc_teams``: what they record, the guardrails).
 
 A hook command names Phoenix's event and the CLI (``phx hook post-tool-use --client gemini-cli``;
 no ``--client``: Claude Code, as every earlier release wrote it). The CLI's own event name is taken
@@ -36,6 +43,11 @@ __all__ = [
     "CLIENTS",
     "DEFAULT_CLIENT",
     "EVENTS",
+    "OUTPUT_CONTEXT",
+    "OUTPUT_MESSAGE",
+    "OUTPUT_SILENT",
+    "TEAM_EVENTS",
+    "TEAM_TOOLS",
     "Client",
     "adapt_output",
     "adapt_payload",
@@ -50,10 +62,33 @@ EVENTS = (
     "stop",
     "session-end",
     "user-prompt",
+    "subagent-start",
+    "subagent-stop",
+    "task-created",
+    "task-completed",
+    "teammate-idle",
 )
 """Phoenix's hook events, the vocabulary of the handlers."""
+TEAM_EVENTS = frozenset({"subagent-start", "subagent-stop", "task-created", "task-completed", "teammate-idle"})
+"""The events of Claude Code's agent teams (``_cc_teams``)."""
+TEAM_TOOLS = frozenset({"SendMessage", "TaskCreate", "TaskUpdate", "TaskStop", "Agent", "TeamCreate", "TeamDelete"})
+"""Claude Code's tools that change its team (their PostToolUse is recorded by ``_cc_teams``)."""
 
 DEFAULT_CLIENT = "claude-code"
+
+OUTPUT_CONTEXT = "context"
+"""The event's output may carry ``hookSpecificOutput`` (``hookEventName``: the event that fired,
+which Claude Code checks: "Hook returned incorrect event name"; ``additionalContext``: text for
+the model's next request) and ``systemMessage`` (a line for the user)."""
+OUTPUT_MESSAGE = "message"
+"""The event's output may carry ``systemMessage`` only: the CLI reads no ``hookSpecificOutput``
+for it (Claude Code's PreCompact) or refuses one."""
+OUTPUT_SILENT = "silent"
+"""The hook prints nothing for the event: output there changes what the CLI does (Stop: output
+keeps the turn going) or nobody reads it (SessionEnd)."""
+_SIBLING = {"post-tool-use": "post-tool-use-failure", "post-tool-use-failure": "post-tool-use"}
+"""Phoenix's events that one registration may serve (older installs ran ``post-tool-use`` for
+Claude Code's PostToolUseFailure too)."""
 
 
 class Client:
@@ -77,7 +112,10 @@ class Client:
     when its stdout is empty, every time (Gemini CLI 0.61.0, as a "Hook system message"): a hook
     that failed prints ``{}`` on stdout then, and tells the user once a session (``_hook_notice``).
     ``entry_fields``: more fields of the hook entry of some of Phoenix's events (Codex's
-    ``additionalContextLimit`` for SessionStart).
+    ``additionalContextLimit`` for SessionStart). ``outputs``: what the output of each of the
+    CLI's events may carry (``OUTPUT_CONTEXT``, ``OUTPUT_MESSAGE``, ``OUTPUT_SILENT``; an event
+    not listed: ``OUTPUT_MESSAGE``), and ``specific_required`` the events whose output the CLI
+    refuses without ``hookSpecificOutput`` (``adapt_output``).
     """
 
     __slots__ = (
@@ -90,12 +128,14 @@ class Client:
         "hooks",
         "label",
         "name",
+        "outputs",
         "own_tools",
         "pre_compact_every_call",
         "project_vars",
         "scopes",
         "shared_scopes",
         "shell_tools",
+        "specific_required",
         "stderr_shown",
         "timeout_ms",
     )
@@ -120,6 +160,8 @@ class Client:
         pre_compact_every_call: bool = False,
         stderr_shown: bool = False,
         entry_fields: dict[str, dict[str, Any]] | None = None,
+        outputs: dict[str, str] | None = None,
+        specific_required: frozenset[str] = frozenset(),
     ) -> None:
         self.name = name
         self.label = label
@@ -138,6 +180,8 @@ class Client:
         self.pre_compact_every_call = pre_compact_every_call
         self.stderr_shown = stderr_shown
         self.entry_fields = entry_fields or {}
+        self.outputs = outputs or {}
+        self.specific_required = specific_required
 
     def __repr__(self) -> str:
         return f"Client({self.name!r})"
@@ -148,6 +192,16 @@ class Client:
             if ours == event:
                 return native
         return None
+
+    def fired_event(self, event: str, payload: Mapping[str, Any] | None = None) -> str | None:
+        """The CLI's name of the event that runs the hook: the payload's ``hook_event_name`` when it
+        is one of the CLI's events Phoenix handles as ``event`` (a hook registered for two events,
+        ``post-tool-use`` for Claude Code's PostToolUseFailure, is told which one fired), else the
+        CLI's name for ``event``."""
+        named = payload.get("hook_event_name") if payload is not None else None
+        if isinstance(named, str) and self.event_of(named) in (event, _SIBLING.get(event)):
+            return named
+        return self.native_event(event)
 
     def event_of(self, native: str) -> str | None:
         """Phoenix's event for the CLI's event name ``native`` (``None``: not one Phoenix handles)."""
@@ -261,6 +315,13 @@ CLAUDE_CODE = Client(
         ("UserPromptSubmit", "user-prompt", 5, None),
         ("Stop", "stop", 5, None),
         ("SessionEnd", "session-end", 2, None),
+        # Agent teams (docs/teams.md#claude-code-agent-teams). TaskCompleted runs the team's check
+        # command (claude_team_check_timeout, 300 s by default).
+        ("SubagentStart", "subagent-start", 5, None),
+        ("SubagentStop", "subagent-stop", 5, None),
+        ("TaskCreated", "task-created", 5, None),
+        ("TaskCompleted", "task-completed", 330, None),
+        ("TeammateIdle", "teammate-idle", 10, None),
     ),
     scopes={"project": ".claude/settings.json", "local": ".claude/settings.local.json", "user": "settings.json"},
     shared_scopes=("project",),
@@ -270,6 +331,18 @@ CLAUDE_CODE = Client(
     shell_tools=frozenset({"Bash"}),
     file_tools=frozenset({"Write", "Edit", "MultiEdit", "NotebookEdit"}),
     own_tools=_CLAUDE_CODE_TOOLS,
+    # Claude Code 2.1.330 reads additionalContext for these (and refuses an output naming another
+    # event: "Hook returned incorrect event name: expected 'PostToolUseFailure' but got
+    # 'PostToolUse'"); PreCompact and SessionEnd have no hookSpecificOutput.
+    outputs={
+        "SessionStart": OUTPUT_CONTEXT,
+        "PostToolUse": OUTPUT_CONTEXT,
+        "PostToolUseFailure": OUTPUT_CONTEXT,
+        "UserPromptSubmit": OUTPUT_CONTEXT,
+        "PreCompact": OUTPUT_MESSAGE,
+        "Stop": OUTPUT_SILENT,
+        "SessionEnd": OUTPUT_SILENT,
+    },
 )
 
 GEMINI_CLI = Client(
@@ -296,6 +369,16 @@ GEMINI_CLI = Client(
     home_var="GEMINI_CLI_HOME",
     pre_compact_every_call=True,
     stderr_shown=True,
+    # Gemini CLI 0.61.0 appends AfterTool's additionalContext to the tool's result, prepends
+    # SessionStart's to the first prompt and adds BeforeAgent's to the prompt (<hook_context>).
+    outputs={
+        "SessionStart": OUTPUT_CONTEXT,
+        "AfterTool": OUTPUT_CONTEXT,
+        "BeforeAgent": OUTPUT_CONTEXT,
+        "PreCompress": OUTPUT_MESSAGE,
+        "AfterAgent": OUTPUT_SILENT,
+        "SessionEnd": OUTPUT_SILENT,
+    },
 )
 
 CODEX = Client(
@@ -322,6 +405,18 @@ CODEX = Client(
     # Codex keeps 2,500 tokens of a hook's additionalContext (it counts 4 bytes a token) and cuts the
     # rest; the brief and the recovery context may take 10,000 characters, up to 4 bytes each.
     entry_fields={"session-start": {"additionalContextLimit": 10_000}},
+    # Codex 0.171.0's output types: SessionStart, PostToolUse and UserPromptSubmit have a
+    # hookSpecificOutput with additionalContext; PreCompact's has none ("this event cannot emit
+    # additionalContext"); a SessionStart output without hookSpecificOutput is refused.
+    outputs={
+        "SessionStart": OUTPUT_CONTEXT,
+        "PostToolUse": OUTPUT_CONTEXT,
+        "UserPromptSubmit": OUTPUT_CONTEXT,
+        "PreCompact": OUTPUT_MESSAGE,
+        "Stop": OUTPUT_SILENT,
+        "SessionEnd": OUTPUT_SILENT,
+    },
+    specific_required=frozenset({"SessionStart"}),
 )
 
 CLIENTS: dict[str, Client] = {c.name: c for c in (CLAUDE_CODE, GEMINI_CLI, CODEX)}
@@ -439,11 +534,22 @@ def _codex_patch(payload: dict[str, Any]) -> None:
             payload["tool_response"] = {"success": False, "error": f"apply_patch exited {code}: {output}"[:300]}
 
 
-def adapt_output(client: Client, event: str, out: str | None) -> str | None:
-    """A hook's output as ``client`` takes it. Codex refuses a SessionStart output without
-    ``hookSpecificOutput`` (a bare ``systemMessage``, say): one is added."""
-    if client is not CODEX or event != "session-start" or not out or '"hookSpecificOutput"' in out:
+def adapt_output(client: Client, event: str, out: str | None, payload: Mapping[str, Any] | None = None) -> str | None:
+    """A hook's JSON output ``out`` in the shape ``client`` accepts for the event that fired
+    (``Client.fired_event``: Phoenix's ``event``, or the payload's ``hook_event_name``), by the
+    table ``Client.outputs``: ``hookSpecificOutput.hookEventName`` names that event (Claude Code
+    refuses an output that names another); an event whose output carries no
+    ``hookSpecificOutput`` loses it (``systemMessage`` stays); a silent event prints nothing; an
+    event whose output needs one (Codex's SessionStart) gets one. An output already right is
+    returned as it is; one that is not JSON too."""
+    if not out:
         return out
+    fired = client.fired_event(event, payload)
+    if fired is None:
+        return out
+    kind = client.outputs.get(fired, OUTPUT_MESSAGE)
+    if kind == OUTPUT_SILENT:
+        return None
     from phoenix_protocol.core._jsonio import dumps_line, loads
 
     try:
@@ -452,4 +558,18 @@ def adapt_output(client: Client, event: str, out: str | None) -> str | None:
         return out
     if not isinstance(document, dict):
         return out
-    return dumps_line({**document, "hookSpecificOutput": {"hookEventName": "SessionStart"}})
+    specific = document.get("hookSpecificOutput")
+    if kind == OUTPUT_CONTEXT:
+        if isinstance(specific, dict):
+            if specific.get("hookEventName") == fired:
+                return out
+            document["hookSpecificOutput"] = {**specific, "hookEventName": fired}
+        elif fired in client.specific_required:
+            document["hookSpecificOutput"] = {"hookEventName": fired}
+        else:
+            return out
+        return dumps_line(document)
+    if specific is None:
+        return out
+    document.pop("hookSpecificOutput")
+    return dumps_line(document) if document else None

@@ -24,6 +24,11 @@ user-prompt        A prompt was submitted (UserPromptSubmit): heartbeat, ``turn:
                    Prints nothing; for Gemini CLI (BeforeAgent), the context of a SessionStart
                    after /clear, which Gemini CLI drops, once.
 session-end        Status idle, ops event session_end, ``brief.md`` refreshed.
+subagent-start,    Claude Code's agent teams: the team's roster, tasks and messages recorded
+subagent-stop,     (``_cc_teams``), as on PostToolUse of its tools (``SendMessage``, …) and the
+task-created,      lead's Stop (which also delivers the messages a recovery queued). TaskCompleted
+task-completed,    and TeammateIdle apply the team's guardrails: a refusal exits 2
+teammate-idle      (``HookBlock``), the only non-zero exit.
 =================  ==============================================================================
 
 Every event of a session that has a lane of its own goes to that lane (``_open_agent``: one
@@ -56,7 +61,14 @@ from __future__ import annotations
 import os
 import sys
 
-from phoenix_protocol.integrations._clients import CLAUDE_CODE, adapt_output, adapt_payload, client_named
+from phoenix_protocol.integrations._clients import (
+    CLAUDE_CODE,
+    TEAM_EVENTS,
+    TEAM_TOOLS,
+    adapt_output,
+    adapt_payload,
+    client_named,
+)
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -68,7 +80,7 @@ if TYPE_CHECKING:
     from phoenix_protocol.integrations._clients import Client
     from phoenix_protocol.services._agent import Agent
 
-__all__ = ["EVENTS", "handle", "main", "run"]
+__all__ = ["EVENTS", "HookBlock", "handle", "main", "run"]
 
 EVENTS = {ours: native for native, ours, _, _ in CLAUDE_CODE.hooks}
 """Phoenix's hook events and Claude Code's name for each (every CLI's: ``_clients``)."""
@@ -82,6 +94,12 @@ _SESSION_END_BUDGET = 1.0  # Claude Code gives all SessionEnd hooks about 1.5 s 
 _GIT_TIMEOUT = 1.0  # per git call of a brief, so that a hung git never eats a hook's budget
 RECOVERY_BANNER = "RECOVERY DETECTED"
 REFRESH_BANNER = "FORCED REFRESH"
+
+
+class HookBlock(Exception):
+    """A guardrail of Claude Code's agent teams refuses what its hook was asked (TaskCompleted,
+    TeammateIdle: ``_cc_teams``): the hook exits 2 with this message on stderr, which Claude Code
+    gives the model. The only way a hook exits non-zero."""
 
 
 CLAUDE_CODE_TOOLS = CLAUDE_CODE.own_tools
@@ -170,11 +188,39 @@ def _digest(value: object) -> str | None:
     return short_digest(data)
 
 
+def _shell_command(tool: str, tool_input: object, client: Client) -> tuple[object, str | None]:
+    """A shell tool's input with its command normalized (``_drift.normalize_command``: near-
+    duplicate commands are one action), and that command; other tools' input as it is."""
+    if tool not in client.shell_tools or not isinstance(tool_input, dict):
+        return tool_input, None
+    command = tool_input.get("command")
+    if not isinstance(command, str):
+        return tool_input, None
+    from phoenix_protocol.agent._drift import normalize_command
+
+    normalized = normalize_command(command)
+    return {**tool_input, "command": normalized}, normalized
+
+
 _BOOKKEEPING = frozenset({"phx", "state-update"})
 _WORK_CHARS = 160
 """Longest record of a command run or a file written (``recent_work``)."""
 _WORK_SCAN = 600
 _WORK_WORD = 200
+
+
+def _edited_path(tool: str | None, payload: dict[str, Any], client: Client = CLAUDE_CODE) -> str | None:
+    """The file a Write or an Edit tool call changed (relative to the project when inside it), or ``None``."""
+    tool_input = payload.get("tool_input")
+    if tool not in client.file_tools or not isinstance(tool_input, dict):
+        return None
+    path = tool_input.get("file_path") or tool_input.get("notebook_path")
+    if not isinstance(path, str) or not path:
+        return None
+    root = client.project_dir(payload)
+    if root is not None and path.startswith(root.rstrip("/") + "/"):
+        path = path[len(root.rstrip("/")) + 1 :]
+    return path
 
 
 def _work(tool: str, payload: dict[str, Any], client: Client = CLAUDE_CODE) -> str | None:
@@ -198,12 +244,9 @@ def _work(tool: str, payload: dict[str, Any], client: Client = CLAUDE_CODE) -> s
             return None
         more = len(lines) > 1
     elif tool in client.file_tools:
-        path = tool_input.get("file_path") or tool_input.get("notebook_path")
-        if not isinstance(path, str) or not path:
+        path = _edited_path(tool, payload, client)
+        if path is None:
             return None
-        root = client.project_dir(payload)
-        if root is not None and path.startswith(root.rstrip("/") + "/"):
-            path = path[len(root.rstrip("/")) + 1 :]
         words = path.split()
     else:
         return None
@@ -269,7 +312,8 @@ def native_event(event: str, options: dict[str, str]) -> str:
 def handle(event: str, payload: dict[str, Any], options: dict[str, str]) -> str | None:
     """Run one hook; returns what to print on stdout (or ``None``). Raises on failure.
     ``payload`` is in the running CLI's shape (``options["client"]``): ``adapt_payload`` turns it
-    into the one the handlers read."""
+    into the one the handlers read; ``run`` puts the output into the shape that CLI accepts for the
+    event that fired (``adapt_output``)."""
     client = _client(options)
     payload = adapt_payload(client, payload)
     raw_session = _raw_session_id(payload)
@@ -282,11 +326,13 @@ def handle(event: str, payload: dict[str, Any], options: dict[str, str]) -> str 
         duration = payload.get("duration_ms")
         from phoenix_protocol.agent._drift import EDIT_TOOLS
 
+        tool_input, command = _shell_command(tool, payload.get("tool_input"), client)
+
         state = agent.state.heartbeat(
             session_id=raw_session,
             tool=tool,
             ok=ok,
-            input_digest=_digest(payload.get("tool_input")),
+            input_digest=_digest(tool_input),
             error=error,
             durable=False,  # atomic, not fsynced: the next heartbeat replaces it (transitions stay durable)
             lock_timeout=agent.config.lock_timeout,
@@ -296,8 +342,11 @@ def handle(event: str, payload: dict[str, Any], options: dict[str, str]) -> str 
             drift=drift,
             work=_work(tool, payload, client),
             clean_tool=None if tool in client.own_tools else lambda: _named(payload.get("tool_name")),
+            command=command,
         )
-        _share_heartbeat(agent, payload, state)
+        _share_heartbeat(agent, payload, state, _edited_path(tool, payload, client) if ok else None)
+        if tool in TEAM_TOOLS and client is CLAUDE_CODE:
+            _record_team(agent, event, payload)  # Claude Code's agent teams (_cc_teams)
         if drift and drift[0][1] and agent.lane is None:
             # Seed 003's emergency recovery (once per episode of drift) replaces a plain recovery
             # checkpoint due now.
@@ -328,12 +377,19 @@ def handle(event: str, payload: dict[str, Any], options: dict[str, str]) -> str 
         agent.state.heartbeat(
             session_id=raw_session, tool=None, durable=False, lock_timeout=agent.config.lock_timeout, turn="idle"
         )
+        if client is CLAUDE_CODE and raw_session is not None:
+            _lead_stopped(agent, payload, raw_session)
         answer = payload.get("last_assistant_message")
         if isinstance(answer, str) and answer.strip() and os.path.exists(os.path.join(agent.dir, "identity.yaml")):
             from phoenix_protocol.integrations._hooks_session import _persona_check
 
             _persona_check(agent, answer)
         return None  # Stop prints nothing: output there would keep the conversation going
+    if event in TEAM_EVENTS:
+        from phoenix_protocol.integrations._cc_teams import on_event
+
+        on_event(_open_agent(payload, options), event, payload)  # raises HookBlock to refuse
+        return None
     if event in ("session-start", "pre-compact", "session-end"):
         if event == "pre-compact" and client.pre_compact_every_call:
             from phoenix_protocol.integrations._pre_compact import throttled
@@ -344,6 +400,53 @@ def handle(event: str, payload: dict[str, Any], options: dict[str, str]) -> str 
 
         return handle_session_event(event, payload, options, _session_id(payload))
     raise ValueError(f"unknown hook event {event!r}; expected one of {', '.join(EVENTS)}")
+
+
+def _record_team(agent: Agent, event: str, payload: dict[str, Any]) -> None:
+    """A team tool's call (``SendMessage``, ``TaskUpdate``, …) into Phoenix's record of Claude
+    Code's team, off the hot path: the session's team is found here (a ``stat``), the recording
+    (Claude Code's files read, one transaction) runs in a detached child (``_detached``: Claude
+    Code does not wait for it; it outlives a lead killed right after the call). A failure is an
+    ops event, never the heartbeat's."""
+    from phoenix_protocol.integrations._cc_teams import find_team
+
+    if find_team(payload, scan=False) is None:  # two stats at most: an Agent call in a session without a team
+        return
+
+    def work() -> None:
+        try:
+            from phoenix_protocol.integrations._cc_teams import record
+
+            record(agent, event, payload)
+        except Exception as exc:  # noqa: BLE001 - recorded instead; the heartbeat stands
+            agent.record("hook_failed", "warn", {"hook": "claude-team", "error": _describe(exc)[:500]})
+
+    _detached(work)
+
+
+def _lead_stopped(agent: Agent, payload: dict[str, Any], session: str) -> None:
+    """Stop of a session that runs a Claude Code team (one ``stat``: ``teams/session-<8 hex>``)
+    or has messages waiting to be delivered again into its inbox (one ``stat``): record the team
+    (the inbox files' unread messages among it) and deliver the waiting messages, now that the
+    lead waits at its prompt (``_cc_teams``), in a detached child as ``_record_team`` does."""
+    team_config = os.path.join(
+        CLAUDE_CODE.user_config_dir(), "teams", "session-" + session.replace("-", "")[:8], "config.json"
+    )
+    waiting = os.path.exists(os.path.join(agent.state.directory, "cc-redeliver"))
+    if not waiting and not os.path.exists(team_config):
+        return
+
+    def work() -> None:
+        try:
+            from phoenix_protocol.integrations._cc_teams import deliver_pending, record
+
+            record(agent, "stop", payload)
+            if waiting:
+                deliver_pending(agent, payload)
+        except Exception as exc:  # noqa: BLE001 - recorded instead; the heartbeat stands
+            agent.record("hook_failed", "warn", {"hook": "claude-team", "error": _describe(exc)[:500]})
+
+    _detached(work)
 
 
 PG_BEAT_INTERVAL_MS = 30_000
@@ -394,18 +497,22 @@ def _team_binding() -> tuple[str, str] | None:
     return (team, mate) if team and mate else None
 
 
-def _share_heartbeat(agent: Agent, payload: dict[str, Any], state: AgentState) -> None:
-    """The teammate's heartbeat, on the hot path: one small file, no roster lookup. On the
-    PostgreSQL store, every 30 s, the heartbeat and this machine's copy of the agent's state and
-    ops events are passed on to the server from a detached process (psycopg and a connection
-    cost more than the hook's budget)."""
+def _share_heartbeat(agent: Agent, payload: dict[str, Any], state: AgentState, edited: str | None = None) -> None:
+    """The teammate's heartbeat, on the hot path: one small file, no roster lookup; and the file
+    a Write or Edit changed (``edited``), one line appended, for its task's checkpoint
+    (``Team.absorb_files``). On the PostgreSQL store, every 30 s, the heartbeat, the files and
+    this machine's copy of the agent's state and ops events are passed on to the server from a
+    detached process (psycopg and a connection cost more than the hook's budget)."""
     binding = _team_binding()
     now = agent.clock.now_ms()
     if binding is not None:
-        from phoenix_protocol.agent._heartbeats import beat, runtime_dir
+        from phoenix_protocol.agent._heartbeats import beat, note_files, runtime_dir
 
         session_id = _session_id(payload, state)
-        beat(runtime_dir(agent.home.root, binding[0]), binding[1], now_ms=now, session_id=session_id)
+        directory = runtime_dir(agent.home.root, binding[0])
+        beat(directory, binding[1], now_ms=now, session_id=session_id)
+        if edited is not None:
+            note_files(directory, binding[1], [edited])
     if str(agent.config.store).startswith(("postgresql://", "postgres://")):
         from phoenix_protocol.core._durable import atomic_write, read_bytes
 
@@ -469,7 +576,8 @@ def _normalize_event(event: str, payload: dict[str, Any], client: Client = CLAUD
 def run(argv: list[str], stdin: bytes) -> tuple[int, str, str]:
     """Run a hook from its arguments and stdin; returns ``(exit_code, stdout, stderr)``.
 
-    The exit code is always 0. Nothing here raises.
+    The exit code is 0, except 2 when a team guardrail refuses (``HookBlock``: TaskCompleted,
+    TeammateIdle). Nothing here raises.
     """
     event = "?"
     payload: dict[str, Any] = {}
@@ -505,16 +613,21 @@ def run(argv: list[str], stdin: bytes) -> tuple[int, str, str]:
             _log_best_effort("hook_payload_oversized", "warn", event, payload, options, oversized)
         del _noted[:]
         out = handle(event, payload, options)
+        line = ""
         if _noted:  # the hook got round a problem (its ops event is written): the user hears of it
             from phoenix_protocol.integrations._hook_notice import notice_once, with_system_message
 
             message = _describe(_noted[0])
             notice = notice_once(event, payload, message, failed=False, client=client)
             if notice is not None:
-                out = adapt_output(client, event, with_system_message(out, notice))
+                out = with_system_message(out, notice)
             line = f"phoenix: {event} hook: {message[:300]} (the agent is unaffected)\n"
+        out = adapt_output(client, event, out, payload)  # the shape this CLI takes for the event that fired
+        if line:
             return 0, (out + "\n") if out else _quiet(options), line
         return 0, (out + "\n") if out else "", ""
+    except HookBlock as block:  # a team guardrail's refusal: the one exit 2 (_cc_teams)
+        return 2, "", str(block) + "\n"
     except BaseException as exc:  # noqa: BLE001 - a hook must never break the agent
         message = "interrupted" if isinstance(exc, KeyboardInterrupt) else _describe(exc)
         line = f"phoenix: {event} hook: {message[:300]} (the agent is unaffected)"
@@ -544,7 +657,7 @@ def _notice(event: str, payload: dict[str, Any], message: str, options: dict[str
 
         client = _client(options)
         notice = notice_once(event, payload, message, failed=True, client=client)
-        return adapt_output(client, event, with_system_message(None, notice)) if notice else None
+        return adapt_output(client, event, with_system_message(None, notice), payload) if notice else None
     except Exception:  # noqa: BLE001 - the hook's own failure must not get worse
         return None
 

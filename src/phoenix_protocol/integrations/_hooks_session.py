@@ -73,9 +73,44 @@ def handle_session_event(
         end_session(agent, session_id, reason=reason, git_timeout=0.2, checkpoint=False)
         return None
     end_session(agent, session_id, reason=reason, git_timeout=0.2)
+    _cc_team_ended(agent, payload)
     _sync_best_effort(agent)
     _files_written(agent)
     return None
+
+
+def _cc_team_ended(agent: Agent, payload: dict[str, Any]) -> None:
+    """A lead that ends its session cleanly leaves nothing to recover (``_cc_teams``)."""
+    session = payload.get("session_id")
+    if not isinstance(session, str) or _client_team_config(session) is None:
+        return
+    try:
+        from phoenix_protocol.integrations._cc_teams import session_ended
+
+        session_ended(agent, payload)
+    except Exception as exc:  # noqa: BLE001 - logged; the session's end is recorded
+        agent.record("hook_failed", "warn", {"hook": "claude-team", "error": clip(str(exc), 300)})
+
+
+def _client_team_config(session: str) -> str | None:
+    """``teams/session-<8 hex>/config.json`` of the session's Claude Code team, if it exists."""
+    from phoenix_protocol.integrations._clients import CLAUDE_CODE
+
+    path = os.path.join(
+        CLAUDE_CODE.user_config_dir(), "teams", "session-" + session.replace("-", "")[:8], "config.json"
+    )
+    return path if os.path.isfile(path) else None
+
+
+def _cc_team_recovery(agent: Agent, payload: dict[str, Any], source: str) -> str | None:
+    """The Claude Code teams of this project whose lead died, for the new lead (``_cc_teams``)."""
+    try:
+        from phoenix_protocol.integrations._cc_teams import recovery_context
+
+        return recovery_context(agent, payload, source)
+    except Exception as exc:  # noqa: BLE001 - logged; the session starts without it
+        agent.record("claude_team_recovery_failed", "error", {"error": clip(f"{type(exc).__name__}: {exc}", 300)})
+        return None
 
 
 def _files_written(agent: Agent) -> None:
@@ -116,9 +151,11 @@ def after_tool(
         )
     if due:
         _take_due_checkpoints(payload, options, due)
+    terminal: str | None = None
     if drift:
         signal, opens = drift[0]
         message = _drift_message(state, signal, recovered=opens)
+        terminal = _tell_person(agent, options, signal.detail)
     elif "recovery" in due:
         hours = agent.config.refresh_after_minutes / 60
         message = (
@@ -129,9 +166,52 @@ def after_tool(
         )
     else:
         return None
-    return dumps_line(
-        {"hookSpecificOutput": {"hookEventName": native_event("post-tool-use", options), "additionalContext": message}}
+    output: dict[str, Any] = {
+        "hookSpecificOutput": {"hookEventName": native_event("post-tool-use", options), "additionalContext": message}
+    }
+    if terminal is not None:
+        output["terminalSequence"] = terminal  # Claude Code writes it to its terminal (hooks have none)
+    return dumps_line(output)
+
+
+def _tell_person(agent: Agent, options: dict[str, str], detail: str) -> str | None:
+    """Notify the person of a drift episode (``_notify``: rate-limited; desktop and webhook sent
+    from a detached child, off the hook's budget); returns the terminal escape for Claude Code's
+    ``terminalSequence``, if one is configured and the CLI is Claude Code."""
+    from phoenix_protocol.core._clock import iso_from_ms
+    from phoenix_protocol.core._errors import PhoenixError
+    from phoenix_protocol.integrations._clients import CLAUDE_CODE
+    from phoenix_protocol.integrations._hooks import _detached
+    from phoenix_protocol.services._notify import (
+        Notification,
+        _check,
+        claim,
+        deliver,
+        desktop_available,
+        terminal_sequence,
     )
+
+    try:
+        _check(agent.config)
+        now = agent.clock.now_ms()
+        if not claim(agent, "drift", now_ms=now):
+            return None
+        note = Notification(agent.id, "drift", detail, at=iso_from_ms(now), home=agent.home.root)
+        if agent.config.notify_webhook or (agent.config.notify_desktop and desktop_available()):
+            _detached(lambda: _deliver_quietly(agent, note, deliver))
+        if _client(options) is not CLAUDE_CODE:
+            return None
+        return terminal_sequence(note, agent.config.notify_terminal)
+    except PhoenixError as exc:
+        agent.record("notification_failed", "warn", {"kind": "drift", "error": str(exc)[:300]})
+        return None
+
+
+def _deliver_quietly(agent: Agent, note: Any, deliver: Any) -> None:
+    try:
+        deliver(agent, note)
+    except Exception:  # noqa: BLE001, S110 (a detached child: nothing to report to)
+        pass
 
 
 def _banner(agent: Agent, before: Any, source: str, session_id: str, *, crashed: bool, recovering: bool) -> list[str]:
@@ -372,6 +452,7 @@ def _session_start(payload: dict[str, Any], options: dict[str, str], session_id:
     notices = (notices if recovering else []) + _restored_notices(agent, restored, described)
     anchor = _reanchor(agent) if "persona_reanchor" in after.extra else None
     team = _team_context(agent)
+    cc_team = _cc_team_recovery(agent, payload, source) if _client(options).name == "claude-code" else None
     from phoenix_protocol.integrations._context import session_context
 
     injected = session_context(
@@ -390,7 +471,7 @@ def _session_start(payload: dict[str, Any], options: dict[str, str], session_id:
     )
     _write_brief_best_effort(agent, after)
     lanes = lane_context(agent, placed, recovered)  # docs/lanes.md: sessions beside this one
-    for block in (team, anchor, lanes):
+    for block in (team, anchor, lanes, cc_team):
         if block:
             injected = (block + "\n\n" + injected)[: agent.config.brief_max_chars] if injected else block
     if not injected:
@@ -463,6 +544,7 @@ def share_main(argv: list[str]) -> None:
 
         team = Team(agent.home, team_id, clock=agent.clock, config=agent.config)
         team.store.beat(name, now_ms=agent.clock.now_ms(), session_id=session_id or None)
+        team.absorb_files(name)  # what its Write/Edit calls changed, into its task's checkpoint
     except Exception as exc:  # noqa: BLE001 - recorded instead
         with contextlib.suppress(Exception):
             agent.record("hook_failed", "error", {"hook": "team-heartbeat", "error": clip(str(exc), 500)})
@@ -546,6 +628,10 @@ def _drift_message(state: Any, signal: Any, *, recovered: bool = True) -> str:
     lines.append(
         f"{taken} Step back: try a different approach, record what you learned "
         '(`phx note open-loop "..."`), or start a fresh session (/clear), which starts from the brief.'
+    )
+    lines.append(
+        "If this is legitimate for the task (polling a deploy, a read-only investigation), exempt it: "
+        f'`phx drift exempt {signal.kind}` or `phx drift exempt --command "<command prefix>"`.'
     )
     return " ".join(lines)
 

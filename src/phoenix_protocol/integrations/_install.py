@@ -73,11 +73,13 @@ __all__ = [
     "InstallResult",
     "check_installed",
     "hook_command",
+    "hook_kind",
     "install_claude_code",
     "install_dir",
     "install_hooks",
     "is_phoenix_hook",
     "portable_command",
+    "read_settings",
     "settings_path",
     "uninstall_claude_code",
     "uninstall_hooks",
@@ -348,6 +350,20 @@ def _is_machine(command: str) -> bool:
 def is_phoenix_hook(entry: object) -> bool:
     """Whether a hook entry of a settings file is one of Phoenix's (either command)."""
     return _is_ours(entry)
+
+
+def hook_kind(entry: object) -> str | None:
+    """``portable`` or ``machine`` for one of Phoenix's hook entries (``is_phoenix_hook``), else ``None``."""
+    command = str(entry.get("command", "")) if isinstance(entry, dict) else ""
+    if _is_portable(command):
+        return "portable"
+    return "machine" if _is_machine(command) else None
+
+
+def read_settings(path: str) -> dict[str, Any]:
+    """A CLI's settings file as ``phx install`` reads it: ``{}`` when there is none; ``UsageError``
+    when it is not a JSON object (or its ``hooks`` is not one)."""
+    return _load(path, read_bytes(path))
 
 
 def _is_ours(entry: object) -> bool:

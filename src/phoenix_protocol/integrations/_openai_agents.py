@@ -2,7 +2,7 @@
 
 ``PhoenixSession.from_home(session_id, home)`` (or ``PhoenixSession(session_id, db)``) is a
 ``SessionABC`` on a home's database (``store._db.open_database``: ``phoenix.db`` on SQLite, or the
-PostgreSQL server ``store`` names), in the tables of migration 13: ``phx_oa_sessions`` (one row per
+PostgreSQL server ``store`` names), in the tables of migration 16: ``phx_oa_sessions`` (one row per
 session: its item counter and times) and ``phx_oa_items`` (one row per item, in ``seq`` order; the
 item as JSON text, its ``schema_version`` beside it).
 

@@ -22,6 +22,7 @@ Endpoints (namespace ``agent:<agent_id>`` or ``team:<team_id>``; scope the token
     POST   /teams/{team_id}/tasks/{task_id}/claim  team:write      claim a task (atomic)
     POST   /teams/{team_id}/heartbeat/{name}    team:write         record a heartbeat
     GET    /healthz, /readyz, /openapi.json, /docs                 no token
+    GET    /ui/, /ui/api/...                                       the dashboard (``_ui``, ``phx ui``)
 
 One ``APIRouter`` per area: ``_checkpoints`` (checkpoints and sessions), ``_memory``,
 ``_identity``, ``_teams``, ``_health``; ``_common`` holds what they share (the served home and
@@ -58,7 +59,7 @@ from phoenix_protocol.core._clock import Clock, system_clock
 from phoenix_protocol.core._config import Config, load_config
 from phoenix_protocol.core._errors import UsageError
 from phoenix_protocol.core._home import Home
-from phoenix_protocol.server import _checkpoints, _health, _identity, _memory, _teams
+from phoenix_protocol.server import _checkpoints, _health, _identity, _memory, _teams, _ui
 from phoenix_protocol.server._common import (
     PROBLEM_TYPE,
     PUBLIC_PATHS,
@@ -92,7 +93,7 @@ _ERROR_RESPONSES = {
     "400": "Bad request: the input is valid JSON but Phoenix cannot do this (see detail).",
     "401": "No valid bearer token: missing, malformed, unknown, revoked or expired.",
     "404": "No such namespace or resource, or the token does not cover it (the same answer).",
-    "409": "Refused on purpose: a claim conflict, a sealed identity core, a completed team.",
+    "409": "Refused on purpose: a claim conflict, a sealed identity core, a completed team, a message id reused.",
     "413": "The body is larger than the server accepts.",
     "422": "A body or path parameter is invalid.",
     "500": "The server's state could not be read or written (run `phx doctor` on the server).",
@@ -175,7 +176,7 @@ def create_app(
     app.add_middleware(BodyLimit, max_bytes=limit)
     app.add_middleware(Authentication, tokens=tokens, require=require_tokens, home=home)
     add_error_handlers(app)
-    for area in (_health, _checkpoints, _memory, _identity, _teams):
+    for area in (_health, _checkpoints, _memory, _identity, _teams, _ui):
         app.include_router(area.router)
     app.openapi = _customize_openapi(app)  # type: ignore[method-assign]
     return app

@@ -63,6 +63,13 @@ log = logging.getLogger("phoenix_protocol.server")
 PUBLIC_PATHS = frozenset(("/healthz", "/readyz", "/openapi.json", "/docs", "/docs/oauth2-redirect", "/redoc"))
 """Paths served without a token (nothing in them belongs to a namespace)."""
 AUTH_SCOPE_KEY = "phoenix.auth"
+
+
+def _ui_page(path: str) -> bool:
+    """The dashboard's page and assets (``server/_ui``): no data in them, served without a token."""
+    return path in ("/ui", "/ui/") or path.startswith("/ui/assets/")
+
+
 PROBLEM_TYPE = "application/problem+json"
 _OPEN = TokenInfo("open", [ALL], [ALL], label="no tokens configured")
 
@@ -269,7 +276,7 @@ class Authentication:
         self.home = home
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or scope["path"] in PUBLIC_PATHS:
+        if scope["type"] != "http" or scope["path"] in PUBLIC_PATHS or _ui_page(scope["path"]):
             await self.app(scope, receive, send)
             return
         header = Headers(scope=scope).get("authorization")

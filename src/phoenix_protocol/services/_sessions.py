@@ -568,10 +568,43 @@ def remember(
     return record
 
 
+RECALL_MODES = ("lexical", "semantic")
+
+
+def recall_mode(agent: Agent, mode: str | None) -> str:
+    """``mode``, or the ``memory_recall`` setting when ``None``; ``ConfigError`` for another word."""
+    from phoenix_protocol.core._errors import ConfigError
+
+    chosen = (mode if mode is not None else getattr(agent.config, "memory_recall", "lexical")).strip().lower()
+    if chosen not in RECALL_MODES:
+        raise ConfigError(f"memory_recall must be one of {', '.join(RECALL_MODES)}, not {chosen!r}.")
+    return chosen
+
+
 def recall_for(
-    agent: Agent, query: str, *, k: int = 5, tags: Any = None, store: MemoryBackend | None = None
+    agent: Agent,
+    query: str,
+    *,
+    k: int = 5,
+    tags: Any = None,
+    since: Any = None,
+    until: Any = None,
+    mode: str | None = None,
+    store: MemoryBackend | None = None,
 ) -> list[tuple[MemoryRecord, float]]:
-    """Recall in the agent's namespace and note the query as the session's ``last_recall_query``."""
-    found = _agent_store(agent, store).recall(agent.id, query, k=k, tags=tags)
+    """Recall in the agent's namespace and note the query as the session's ``last_recall_query``.
+
+    ``mode``: ``lexical`` (BM25 with stop words and a minimum score) or ``semantic`` (that fused
+    with the embeddings of the ``[persona]`` extra's model; ``PersonaExtraMissing`` without it);
+    ``None``: the ``memory_recall`` setting. ``since``/``until``: ISO 8601 or ms (``MemoryStore.recall``)."""
+    embedder = None
+    if recall_mode(agent, mode) == "semantic":
+        from phoenix_protocol.services._persona import SentenceEmbedder
+
+        embedder = SentenceEmbedder()
+        embedder.ensure_available()
+    found = _agent_store(agent, store).recall(
+        agent.id, query, k=k, tags=tags, since=since, until=until, embedder=embedder
+    )
     record_recall(agent, query)
     return found

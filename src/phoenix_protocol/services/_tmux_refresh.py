@@ -82,15 +82,25 @@ _TMUX_TIMEOUT = 5.0
 
 
 class PaneInfo:
-    """A tmux pane: its id (``%3``), the pid of its process, its session, and whether it is in a
-    mode (copy mode) or dead."""
+    """A tmux pane: its id (``%3``), the pid of its process, its session, its name as tmux takes it
+    (``target``: ``session:window.pane``), and whether it is in a mode (copy mode) or dead."""
 
-    __slots__ = ("dead", "id", "in_mode", "pid", "session")
+    __slots__ = ("dead", "id", "in_mode", "pid", "session", "target")
 
-    def __init__(self, pane_id: str, pid: int, session: str, *, in_mode: bool = False, dead: bool = False) -> None:
+    def __init__(
+        self,
+        pane_id: str,
+        pid: int,
+        session: str,
+        *,
+        in_mode: bool = False,
+        dead: bool = False,
+        target: str | None = None,
+    ) -> None:
         self.id = pane_id
         self.pid = pid
         self.session = session
+        self.target = target or session
         self.in_mode = in_mode
         self.dead = dead
 
@@ -114,17 +124,21 @@ class Tmux:
     def panes(self) -> list[PaneInfo] | None:
         """Every pane of the server (``None``: no server)."""
         listed = self.run(
-            "list-panes", "-a", "-F", "#{pane_id}\t#{pane_pid}\t#{pane_in_mode}\t#{pane_dead}\t#{session_name}"
+            "list-panes",
+            "-a",
+            "-F",
+            "#{pane_id}\t#{pane_pid}\t#{pane_in_mode}\t#{pane_dead}\t#{window_index}\t#{pane_index}\t#{session_name}",
         )
         if listed is None:
             return None
         out = []
         for line in listed.splitlines():
-            parts = line.split("\t", 4)
-            if len(parts) != 5 or not parts[1].isdigit():
+            parts = line.split("\t", 6)  # the session's name last: it may hold a tab
+            if len(parts) != 7 or not parts[1].isdigit():
                 continue
-            pane_id, pid, mode, dead, session = parts
-            out.append(PaneInfo(pane_id, int(pid), session, in_mode=mode == "1", dead=dead == "1"))
+            pane_id, pid, mode, dead, window, index, session = parts
+            target = f"{session}:{window}.{index}"
+            out.append(PaneInfo(pane_id, int(pid), session, in_mode=mode == "1", dead=dead == "1", target=target))
         return out
 
     def capture(self, pane_id: str) -> str | None:

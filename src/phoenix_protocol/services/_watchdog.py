@@ -7,6 +7,15 @@ what is found                   verdict
 ==============================  ===============================================================
 its process is alive            ``alive``, however long since the last tool call (long
                                 thinking is not a stall)
+its process is stopped          ``stopped`` (SIGSTOP, Ctrl-Z: status ``T``): reported, with an ops
+                                event ``agent_stopped`` once; the state is left alone (``kill
+                                -CONT`` or ``fg`` resumes it)
+its process runs mid-turn, but  ``hung``: no heartbeat (``last_active``) for ``watchdog_hang_minutes``
+neither it nor anything below   and no CPU progress of its process tree between two passes at
+it used CPU since the last      least ``HANG_SAMPLE_MS`` apart (the first pass only takes a
+pass                            sample, kept in state.json's ``watchdog``); reported, with an ops
+                                event ``agent_hung`` once; the state is left alone. An agent
+                                idle at its prompt (``turn: idle``) is never hung
 its PID is free, a zombie, or   ``gone``: after ``watchdog_grace`` seconds since the last
 taken by a process that         heartbeat the agent is marked **stalled** (status error,
 started at another time         ``status_event`` ``stalled``, set by the watchdog, which outranks
@@ -31,11 +40,15 @@ coming without progress gets the same emergency recovery the hook gives.
 
 The tmux mode (seed 000's ``pstree`` of tmux panes) lists the agents in the pane trees of every
 tmux session (the CLIs of ``core._clis``, one per running agent whatever its launcher and helper
-processes, and ``watchdog_process_names``), and reports a session whose agent process has gone
-while an agent named after it is working. It also performs seed 003's forced refresh for the
-agents that opted in (``tmux_refresh_agents``): when one is due and the agent is idle at its
-prompt, a recovery checkpoint, then the CLI's clear command typed into its pane
-(``_tmux_refresh``).
+processes, and ``watchdog_process_names``) and ties each working agent to the pane that holds it
+(``_judge_tmux``): by its recorded process (PID *and* start time), else by the pane its
+SessionStart recorded (``$TMUX_PANE``), else, for an agent with neither, by seed 000's convention
+(a session named after it). A session is judged as a whole: an agent with no process recorded
+whose session has no agent process in any pane is marked stalled once ``watchdog_grace`` has
+passed since its last heartbeat (``grace`` before that). Panes are named ``session:window.pane``.
+It also performs seed 003's forced refresh for the agents that opted in
+(``tmux_refresh_agents``): when one is due and the agent is idle at its prompt, a recovery
+checkpoint, then the CLI's clear command typed into its pane (``_tmux_refresh``).
 
 The library never prints; ``phx watchdog`` renders ``WatchdogReport``.
 """
@@ -47,7 +60,7 @@ from typing import TYPE_CHECKING, Any
 
 from phoenix_protocol.core._clock import Clock, iso_from_ms, system_clock
 from phoenix_protocol.core._errors import CorruptStateError, PhoenixError, SchemaVersionError, StatusRefusedError
-from phoenix_protocol.core._process import hostname
+from phoenix_protocol.core._process import ProcessTable, hostname
 
 if TYPE_CHECKING:
     from phoenix_protocol.core._config import Config
@@ -65,7 +78,13 @@ __all__ = [
     "tmux_agents",
 ]
 
-VERDICTS = ("alive", "grace", "stalled", "remote", "unknown", "idle", "error", "corrupt")
+VERDICTS = ("alive", "stopped", "hung", "grace", "stalled", "remote", "unknown", "idle", "error", "corrupt")
+ATTENTION = ("stopped", "hung")
+"""Verdicts that need a person's attention without a change of the state (the process runs)."""
+HANG_SAMPLE_MS = 60_000
+"""The least time between the two CPU samples of a process that make it ``hung``."""
+_CPU_EPSILON = 0.05
+"""CPU seconds below which a process tree's use between two samples counts as none."""
 
 
 class AgentVerdict:
@@ -79,6 +98,7 @@ class AgentVerdict:
         "host",
         "lane",
         "last_active",
+        "pane",
         "pid",
         "refresh",
         "status",
@@ -113,6 +133,8 @@ class AgentVerdict:
         self.drift = drift
         self.refresh: dict[str, Any] | None = None
         """The tmux mode's forced refresh (``_tmux_refresh.RefreshOutcome.as_dict``), when one is due."""
+        self.pane: str | None = None
+        """The tmux mode: the pane that holds the agent, ``session:window.pane``."""
 
     @property
     def label(self) -> str:
@@ -125,16 +147,31 @@ class AgentVerdict:
 
 class TmuxPane:
     """A tmux pane and the agents in its process tree (``core._clis.agents_in_tree``: one per
-    running agent, its launcher and helper processes not counted again)."""
+    running agent, its launcher and helper processes not counted again). ``target``: its name as
+    tmux takes it, ``session:window.pane``."""
 
-    def __init__(self, session: str, pane_pid: int, agents: list[dict[str, Any]], pane_id: str | None = None) -> None:
+    def __init__(
+        self,
+        session: str,
+        pane_pid: int,
+        agents: list[dict[str, Any]],
+        pane_id: str | None = None,
+        target: str | None = None,
+    ) -> None:
         self.session = session
         self.pane_pid = pane_pid
         self.pane_id = pane_id
+        self.target = target or session
         self.agents = agents
 
     def as_dict(self) -> dict[str, Any]:
-        return {"session": self.session, "pane_id": self.pane_id, "pane_pid": self.pane_pid, "agents": self.agents}
+        return {
+            "session": self.session,
+            "target": self.target,
+            "pane_id": self.pane_id,
+            "pane_pid": self.pane_pid,
+            "agents": self.agents,
+        }
 
 
 class WatchdogReport:
@@ -171,6 +208,21 @@ class WatchdogReport:
     def drifting(self) -> list[AgentVerdict]:
         return [v for v in self.verdicts if v.drift]
 
+    @property
+    def stopped(self) -> list[AgentVerdict]:
+        """Agents whose process is stopped (SIGSTOP, Ctrl-Z)."""
+        return [v for v in self.verdicts if v.verdict == "stopped"]
+
+    @property
+    def hung(self) -> list[AgentVerdict]:
+        """Agents whose process runs but does nothing: no heartbeat, no CPU progress."""
+        return [v for v in self.verdicts if v.verdict == "hung"]
+
+    @property
+    def needs_attention(self) -> bool:
+        """Whether the pass found something for a person (``phx watchdog`` exits 5)."""
+        return bool(self.stalled or self.drifting or self.swept or self.refreshed or self.stopped or self.hung)
+
     def counts(self) -> dict[str, int]:
         out: dict[str, int] = {}
         for v in self.verdicts:
@@ -183,11 +235,24 @@ class WatchdogReport:
             "counts": self.counts(),
             "stalled": [v.label for v in self.stalled],
             "drifting": [v.label for v in self.drifting],
+            "stopped": [v.label for v in self.stopped],
+            "hung": [v.label for v in self.hung],
             "refreshed": [v.label for v in self.refreshed],
             "agents": [v.as_dict() for v in self.verdicts],
             "teammates": self.teammates,
             "tmux": [p.as_dict() for p in self.tmux] if self.tmux is not None else None,
         }
+
+
+def tell_person(agent: Agent, kind: str, message: str) -> None:
+    """``_notify.notify`` (rate-limited, delivered on a background thread), which never stops a
+    pass: a failure to notify is an ops event."""
+    from phoenix_protocol.services._notify import notify
+
+    try:
+        notify(agent, kind, message)
+    except PhoenixError as exc:
+        agent.record("notification_failed", "warn", {"kind": kind, "error": str(exc)[:300]})
 
 
 def _mark_stalled(agent: Agent, reason: str, session_id: str | None) -> str:
@@ -197,6 +262,7 @@ def _mark_stalled(agent: Agent, reason: str, session_id: str | None) -> str:
         agent.state.set_status("error", f"stalled: {reason}", source="watchdog", session_id=session_id, event="stalled")
     except StatusRefusedError:  # pragma: no cover - the watchdog outranks every writer
         return "refused"
+    tell_person(agent, "stalled", reason)
     if agent.lane is not None:
         return "marked_stalled"
     try:
@@ -206,9 +272,17 @@ def _mark_stalled(agent: Agent, reason: str, session_id: str | None) -> str:
     return "marked_stalled"
 
 
-def check_agent(agent: Agent, *, now_ms: int, act: bool = True, this_host: str | None = None) -> AgentVerdict:
-    """Judge one agent (see the module docstring); with ``act`` mark it stalled when it is."""
-    from phoenix_protocol.core._process import liveness
+def check_agent(
+    agent: Agent,
+    *,
+    now_ms: int,
+    act: bool = True,
+    this_host: str | None = None,
+    table: ProcessTable | None = None,
+) -> AgentVerdict:
+    """Judge one agent (see the module docstring); with ``act`` mark it stalled when it is.
+    ``table``: the pass's process table, shared by the agents it judges (one is read when needed)."""
+    from phoenix_protocol.core._process import observe
 
     host_here = this_host or hostname()
     try:
@@ -229,8 +303,11 @@ def check_agent(agent: Agent, *, now_ms: int, act: bool = True, this_host: str |
     silent_ms = now_ms - (state.last_active_ms or 0)
     silent = f"{silent_ms / 1000:.0f}s since the last heartbeat"
     if state.pid is not None and state.host == host_here:
-        alive = liveness(state.pid, state.pid_start_time, state.host, tolerance=config.process_start_tolerance)
+        alive, status = observe(state.pid, state.pid_start_time, state.host, tolerance=config.process_start_tolerance)
         if alive:
+            condition = _stopped_or_hung(agent, state, status, now_ms=now_ms, act=act, base=base, table=table)
+            if condition is not None:
+                return condition
             verdict = AgentVerdict(agent.id, "alive", f"process {state.pid} is running; {silent}", **base)
             return _drift_check(agent, state, verdict, now_ms=now_ms, act=act)
         if silent_ms < config.watchdog_grace * 1000:
@@ -249,7 +326,113 @@ def check_agent(agent: Agent, *, now_ms: int, act: bool = True, this_host: str |
     return AgentVerdict(agent.id, "stalled", reason, action=action, **base)
 
 
-def check_lanes(agent: Agent, *, now_ms: int, act: bool = True, this_host: str | None = None) -> list[AgentVerdict]:
+def _stopped_or_hung(
+    agent: Agent,
+    state: Any,
+    status: str | None,
+    *,
+    now_ms: int,
+    act: bool,
+    base: dict[str, Any],
+    table: ProcessTable | None,
+) -> AgentVerdict | None:
+    """``stopped`` or ``hung`` for a working agent whose recorded process runs (see the module
+    docstring), else ``None``. With ``act``, the CPU sample is kept in state.json's ``watchdog``
+    and the first sight of each condition is logged (``agent_stopped``, ``agent_hung``)."""
+    from phoenix_protocol.core._process import STOPPED_STATES
+
+    pid = state.pid
+    record = state.extra.get("watchdog")
+    record = dict(record) if isinstance(record, dict) else {}
+    # The heartbeat (every hook, every `phx state` of the model); not the ops log's time, which the
+    # watchdog's own events would move.
+    quiet_ms = now_ms - (state.last_active_ms or 0)
+    quiet = f"no heartbeat for {quiet_ms / 1000:.0f}s"
+    hang_ms = float(agent.config.watchdog_hang_minutes) * 60_000
+    # An agent waiting at its prompt (the Stop hook ended its turn) does nothing, rightly: never hung.
+    may_hang = hang_ms > 0 and quiet_ms >= hang_ms and state.turn != "idle"
+    cpu = 0.0
+    if may_hang:  # the tree's CPU only when it may matter: it costs a walk of the process table
+        measured = (table or ProcessTable()).tree_cpu(pid)
+        if measured is None:
+            return None
+        cpu = measured
+    condition: str | None = None
+    detail = ""
+    if status in STOPPED_STATES:
+        condition = "stopped"
+        detail = f"process {pid} is stopped (SIGSTOP or Ctrl-Z; `kill -CONT {pid}` or `fg` resumes it); {quiet}"
+    sample = record.get("cpu") if isinstance(record.get("cpu"), dict) else None
+    fresh = {"pid": pid, "start": state.pid_start_time, "cpu": round(cpu, 3), "at_ms": now_ms}
+    new_sample: dict[str, Any] | None = None
+    if condition is None and may_hang:
+        same = sample is not None and sample.get("pid") == pid and sample.get("start") == state.pid_start_time
+        if same and isinstance(sample, dict):
+            waited = now_ms - int(sample.get("at_ms") or now_ms)
+            used = cpu - float(sample.get("cpu") or 0.0)
+            if used < _CPU_EPSILON and waited >= HANG_SAMPLE_MS:
+                condition = "hung"
+                detail = (
+                    f"process {pid} runs but its process tree used no CPU in the last {waited / 1000:.0f}s; {quiet} "
+                    f"(watchdog_hang_minutes {agent.config.watchdog_hang_minutes:g})"
+                )
+            elif used >= _CPU_EPSILON:
+                new_sample = fresh  # it moved: the next pass measures from here
+        else:
+            new_sample = fresh
+    flagged = record.get("flag")
+    if act and (new_sample is not None or flagged != (condition and f"{condition}:{pid}")):
+        _remember(agent, pid, condition, new_sample, detail)
+    if condition is None:
+        return None
+    action = "reported" if flagged != f"{condition}:{pid}" else None
+    return AgentVerdict(agent.id, condition, detail, action=action if act else None, **base)
+
+
+def _remember(agent: Agent, pid: int, condition: str | None, sample: dict[str, Any] | None, detail: str) -> None:
+    """Keep the CPU sample and the condition seen in state.json's ``watchdog`` (under the lock,
+    for the same process only); log the first sight of a condition, and tell the person
+    (``tell_person``: rate-limited)."""
+    from phoenix_protocol.agent._state import Transition
+
+    first: list[bool] = []
+
+    def mark(current: Any) -> list[Any]:
+        if current.status != "working" or current.pid != pid:
+            return []
+        record = current.extra.get("watchdog")
+        record = dict(record) if isinstance(record, dict) else {}
+        if sample is not None:
+            record["cpu"] = sample
+        flag = f"{condition}:{pid}" if condition else None
+        events = []
+        if condition and record.get("flag") != flag:
+            name = "agent_stopped" if condition == "stopped" else "agent_hung"
+            events.append(Transition(name, "warn", {"pid": pid, "detail": detail[:300]}))
+            first.append(True)
+        if flag is None:
+            record.pop("flag", None)
+        else:
+            record["flag"] = flag
+        current.extra["watchdog"] = record
+        return events
+
+    try:
+        agent.state.change(mark)
+    except PhoenixError:  # the report stands without its record
+        return
+    if first and condition:
+        tell_person(agent, condition, detail)
+
+
+def check_lanes(
+    agent: Agent,
+    *,
+    now_ms: int,
+    act: bool = True,
+    this_host: str | None = None,
+    table: ProcessTable | None = None,
+) -> list[AgentVerdict]:
     """``check_agent`` for each lane of ``agent`` beside its primary one. A dead working lane is
     marked stalled (status error), never idle, so that the next session started in the project
     still recovers it; a lane retired while it was being checked is reported as ``idle``."""
@@ -258,7 +441,7 @@ def check_lanes(agent: Agent, *, now_ms: int, act: bool = True, this_host: str |
     out = []
     for view in lane_views(agent):
         try:
-            verdict = check_agent(view, now_ms=now_ms, act=act, this_host=this_host)
+            verdict = check_agent(view, now_ms=now_ms, act=act, this_host=this_host, table=table)
         except PhoenixError as exc:  # retired meanwhile (its folder moved), or unreadable
             verdict = AgentVerdict(agent.id, "idle" if not os.path.isdir(view.state.directory) else "corrupt", str(exc))
         verdict.lane = view.lane
@@ -269,7 +452,7 @@ def check_lanes(agent: Agent, *, now_ms: int, act: bool = True, this_host: str |
 def _drift_check(agent: Agent, state: Any, verdict: AgentVerdict, *, now_ms: int, act: bool) -> AgentVerdict:
     """Operational drift of a live agent (e.g. calls without progress, which the heartbeat only
     sees when the next call comes): the same emergency recovery as the hook, once per drift."""
-    from phoenix_protocol.agent._drift import Action, DriftConfig, detect, warn_once
+    from phoenix_protocol.agent._drift import EXEMPT_KEY, Action, DriftConfig, detect, task_exemption, warn_once
 
     actions = []
     for item in state.recent_actions:
@@ -278,7 +461,9 @@ def _drift_check(agent: Agent, state: Any, verdict: AgentVerdict, *, now_ms: int
         except (TypeError, ValueError):
             continue
     since = state.last_progress_ms or state.work_started_ms
-    signals = detect(actions, now_ms=now_ms, config=DriftConfig.from_config(agent.config), last_progress_ms=since)
+    config = DriftConfig.from_config(agent.config)
+    exempt_rules = task_exemption(state.extra.get(EXEMPT_KEY), state.current_task, config.read_only_words)[0]
+    signals = detect(actions, now_ms=now_ms, config=config, last_progress_ms=since, exempt_rules=exempt_rules)
     if not signals:
         return verdict
     verdict.drift = signals[0].detail
@@ -298,6 +483,8 @@ def _drift_check(agent: Agent, state: Any, verdict: AgentVerdict, *, now_ms: int
         return [Transition("drift_detected", "warn", meta)]
 
     agent.state.change(mark)
+    if opened and opened[0]:
+        tell_person(agent, "drift", verdict.drift or "")
     if opened and opened[0] and agent.lane is None:  # once per episode of drift, as the hook (lanes: no checkpoint)
         agent.checkpoints.emergency_recovery(f"drift: {verdict.drift}")
         verdict.action = "emergency_recovery"
@@ -320,8 +507,91 @@ def tmux_agents(names: set[str], *, socket: str | None = None) -> list[TmuxPane]
     panes = []
     for pane in listed:
         found = [a.as_dict() for a in agents_in_tree(pane.pid, extra_names=names)]
-        panes.append(TmuxPane(pane.session, pane.pid, found, pane.id))
+        panes.append(TmuxPane(pane.session, pane.pid, found, pane.id, pane.target))
     return panes
+
+
+def _recorded_pane(state: Any, socket: str | None) -> str | None:
+    """The pane id (``%3``) the agent's SessionStart recorded (``$TMUX_PANE``), when it belongs to
+    the tmux server the pass looks at: the recorded socket is that server's, or none was recorded
+    or given."""
+    recorded = state.tmux if isinstance(state.tmux, dict) else {}
+    pane = recorded.get("pane")
+    if not isinstance(pane, str):
+        return None
+    where = recorded.get("socket")
+    if socket and isinstance(where, str) and os.path.realpath(where) != os.path.realpath(socket):
+        return None
+    if not socket and isinstance(where, str) and os.path.basename(where) != "default":
+        return None
+    return pane
+
+
+def _judge_tmux(
+    agents: list[Agent],
+    verdicts: list[AgentVerdict],
+    panes: list[TmuxPane],
+    *,
+    now_ms: int,
+    act: bool,
+    socket: str | None,
+    host: str,
+) -> None:
+    """Seed 000's tmux check, a session judged as a whole (see the module docstring): each
+    working agent's pane (``verdict.pane``), and a stall for an agent with no process recorded
+    whose session holds no agent process, after ``watchdog_grace``."""
+    by_process: dict[int, tuple[TmuxPane, float]] = {}
+    for listed in panes:
+        for found in listed.agents:
+            for pid in [found["pid"], *found.get("launchers", [])]:
+                by_process[pid] = (listed, float(found["start_time"]))
+    by_id = {p.pane_id: p for p in panes if p.pane_id}
+    sessions: dict[str, bool] = {}
+    for listed in panes:
+        sessions[listed.session] = sessions.get(listed.session, False) or bool(listed.agents)
+    by_agent = {a.id: a for a in agents}
+    for verdict in verdicts:
+        agent = by_agent.get(verdict.agent_id)
+        if agent is None or verdict.status != "working" or verdict.verdict in ("remote", "corrupt", "stalled"):
+            continue
+        if verdict.lane is not None:
+            from phoenix_protocol.services._lanes import lane_views
+
+            agent = next((v for v in lane_views(agent) if v.lane == verdict.lane), agent)
+        try:
+            state = agent.state.read()
+        except PhoenixError:
+            continue
+        pane: TmuxPane | None = None
+        tied = ""
+        if state.pid is not None and state.host == host:
+            hit = by_process.get(state.pid)
+            tolerance = agent.config.process_start_tolerance
+            if hit is not None and (state.pid_start_time is None or abs(hit[1] - state.pid_start_time) <= tolerance):
+                pane, tied = hit[0], "process"
+        if pane is None and state.pid is None:
+            recorded = _recorded_pane(state, socket)
+            if recorded is not None and recorded in by_id:
+                pane, tied = by_id[recorded], "recorded pane"
+            elif verdict.lane is None:  # seed 000's convention: a session named after the agent
+                pane = next((p for p in panes if p.session == agent.id), None)
+                tied = "session name"
+        if pane is None:
+            continue
+        verdict.pane = pane.target
+        if tied == "process" or verdict.verdict != "unknown" or sessions.get(pane.session):
+            continue
+        silent_ms = now_ms - (state.last_active_ms or 0)
+        grace = agent.config.watchdog_grace
+        where = f"tmux session {pane.session!r} (pane {pane.target}, by {tied}) has no agent process in any pane"
+        if silent_ms < grace * 1000:
+            verdict.verdict = "grace"
+            verdict.detail += f"; {where} yet (grace {grace:g}s)"
+            continue
+        verdict.verdict = "stalled"
+        verdict.detail += f"; {where}"
+        if act:
+            verdict.action = _mark_stalled(agent, where, state.session_id)
 
 
 def run_pass(
@@ -344,27 +614,17 @@ def run_pass(
         agents = [Agent(aid, home, config=config, clock=clock) for aid in known_agents(home, config=config)]
     now_ms = clock.now_ms()
     host_here = hostname()
-    verdicts = [check_agent(agent, now_ms=now_ms, act=act, this_host=host_here) for agent in agents]
+    table = ProcessTable()  # read once, if an agent's CPU time is needed (a hang check)
+    verdicts = [check_agent(agent, now_ms=now_ms, act=act, this_host=host_here, table=table) for agent in agents]
     for agent in agents:  # and the lanes of sessions that ran beside the primary one (docs/lanes.md)
-        verdicts += check_lanes(agent, now_ms=now_ms, act=act, this_host=host_here)
+        verdicts += check_lanes(agent, now_ms=now_ms, act=act, this_host=host_here, table=table)
     panes = None
+    tmux_socket = tmux_socket or str(config.watchdog_tmux_socket or "") or None
     if tmux:
-        names = _process_names(agents[0].config) if agents else {"claude", "gemini", "codex"}
+        names = _process_names(config)
         panes = tmux_agents(names, socket=tmux_socket)
         if panes is not None:
-            by_id = {v.agent_id: v for v in verdicts if v.lane is None}
-            for pane in panes:
-                verdict = by_id.get(pane.session)
-                # Seed 000: a tmux session named after a working agent, with no agent process in it.
-                if verdict is not None and verdict.verdict in ("alive", "unknown", "remote") and not pane.agents:
-                    verdict.detail += f"; tmux session {pane.session!r} has no agent process"
-                    if verdict.verdict != "alive":
-                        verdict.verdict = "stalled"
-                        agent = next(a for a in agents if a.id == pane.session)
-                        if act:
-                            verdict.action = _mark_stalled(
-                                agent, f"no agent process in tmux session {pane.session!r}", None
-                            )
+            _judge_tmux(agents, verdicts, panes, now_ms=now_ms, act=act, socket=tmux_socket, host=host_here)
         _refresh_in_panes(agents, verdicts, now_ms=now_ms, act=act, socket=tmux_socket)
     teammates = check_teams(home, clock=clock, act=act, config=config)
     return WatchdogReport(iso_from_ms(now_ms), verdicts, panes, teammates)
@@ -482,7 +742,7 @@ def _periodic_snapshot(team: Any, data: dict[str, Any]) -> None:
     log = data["session_log"]
     silence = team.lead_silence_ms(now_ms=now)
     if data["status"] in ("active", "suspended") and silence is not None and silence > LEAD_TIMEOUT_MS:
-        if now - (log.get("last_checkpoint_ms") or 0) >= ZOMBIE_CHECKPOINT_MS:
+        if now - (log.get("last_full_snapshot_ms") or 0) >= ZOMBIE_CHECKPOINT_MS:
             team.checkpoint(kind="full", reason="ZOMBIE: the lead is silent; teammates work on")
         return
     if now - (log.get("last_full_snapshot_ms") or 0) >= FULL_SNAPSHOT_MS:

@@ -107,6 +107,13 @@ class Dialect:
         """A row lock on a read in a write transaction (SQLite's ``BEGIN IMMEDIATE`` already holds the database)."""
         self.skip_locked = " FOR UPDATE SKIP LOCKED" if pg else ""
         """Claim a row other transactions are not holding (SQLite serialises writers instead)."""
+        self.now_ms = (
+            "CAST(extract(epoch FROM clock_timestamp()) * 1000 AS bigint)"
+            if pg
+            else "CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER)"
+        )
+        """The database server's wall clock in UTC milliseconds, as an SQL expression: one clock for
+        every client of a shared store, however theirs disagree."""
 
     @property
     def postgres(self) -> bool:

@@ -2,19 +2,23 @@
 
 ``MemoryStore`` keeps the memories in the home's database (``phx_memories``: ``phoenix.db`` in the
 home, or the PostgreSQL server that ``store = "postgresql://…"`` names; ``open_database`` decides).
-It is written once; full-text search is the one part that differs between the engines, and sits
-behind ``Dialect.full_text`` (SQLite: an FTS5 table with Porter stemming, ranked by BM25;
-PostgreSQL: a generated English ``tsvector``, ranked by ``ts_rank_cd``). Every memory belongs to a
+It is written once, recall included: the memories' search terms are kept in plain tables and
+ranked in Python by one scorer (``store._recall``: stop words, Snowball stemming, BM25 over the
+namespace, a minimum score), so both engines return the same memories in the same order with the
+same scores. Semantic recall (``embedder=``, the ``[persona]`` extra's model supplied by
+``services``) adds the cosine of sentence embeddings, stored per memory and model the first time
+a recall needs them, fused with the lexical ranking. Every memory belongs to a
 namespace (an agent or a tenant; the id validator's alphabet) and nothing crosses namespaces:
 every query filters on it.
 
 - ``store(namespace, text, tags, metadata) -> MemoryRecord`` (id ``mem-…``): durable (committed)
   when it returns;
-- ``recall(namespace, query, k, tags) -> [(record, score)]``: best first (a higher score is a
-  better match; then newest first), restricted to memories carrying every tag given; the query is
-  plain words OR-ed (a partial match still ranks; query syntax in it is treated as words, so user
-  input is never a syntax error);
-- ``list`` (newest first, then most recently stored), ``get``, ``delete``, ``count``,
+- ``recall(namespace, query, k, tags, since, until, min_score, embedder) -> [(record, score)]``:
+  best first (a higher score is a better match; then newest first), restricted to memories
+  carrying every tag given and stored in ``[since, until)``; the query is plain words OR-ed (a
+  partial match still ranks when it reaches the minimum score; query syntax in it is treated as
+  words, so user input is never a syntax error);
+- ``list`` (newest first, then most recently stored; the same tag and time filters), ``get``, ``delete``, ``count``,
   ``namespaces``, ``exists``, ``export`` and ``import_records`` (``phx export``/``phx import``).
 
 Redaction: every text the store writes or returns passes the secret redactor: the text, the tags
@@ -35,7 +39,7 @@ import uuid
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar, overload
 
-from phoenix_protocol.core._clock import Clock, iso_from_ms, system_clock
+from phoenix_protocol.core._clock import Clock, iso_from_ms, ms_from_iso, system_clock
 from phoenix_protocol.core._errors import UsageError
 from phoenix_protocol.core._ids import validate_id
 
@@ -45,6 +49,7 @@ if TYPE_CHECKING:
     from phoenix_protocol.core._config import Config
     from phoenix_protocol.core._home import Home
     from phoenix_protocol.store._db import Tx
+    from phoenix_protocol.store._recall import Embedder
 
 __all__ = [
     "MAX_TEXT",
@@ -54,6 +59,7 @@ __all__ = [
     "MemoryStore",
     "open_memory_store",
     "redact_memory_value",
+    "time_bound",
 ]
 
 T = TypeVar("T")
@@ -206,6 +212,35 @@ def _query_words(query: str) -> list[str]:
     return words[:64]
 
 
+def time_bound(value: Any, name: str) -> int | None:
+    """A ``since``/``until`` bound as milliseconds since the epoch: ``None``, an ``int`` (ms), a
+    ``datetime`` or an ISO 8601 text (with ``Z`` or an offset; naive means UTC)."""
+    from datetime import UTC, datetime
+
+    if value is None:
+        return None
+    if isinstance(value, bool):
+        raise UsageError(f"{name} must be a time (ISO 8601, or milliseconds since the epoch).")
+    if isinstance(value, int):
+        return value
+    if isinstance(value, datetime):
+        try:
+            return int((value if value.tzinfo else value.replace(tzinfo=UTC)).timestamp() * 1000)
+        except (OverflowError, ValueError):
+            raise UsageError(f"{name} is out of range: {value!r}.") from None
+    if isinstance(value, str):
+        try:
+            return ms_from_iso(value)
+        except (ValueError, OverflowError):
+            pass
+    raise UsageError(f"{name} must be an ISO 8601 time like 2026-11-01T00:00:00Z, not {value!r}.")
+
+
+def _check_window(since: Any, until: Any) -> tuple[int | None, int | None]:
+    """``(since, until)`` in ms (``until`` before ``since``: an empty window, nothing matches)."""
+    return time_bound(since, "since"), time_bound(until, "until")
+
+
 def _check_recall(namespace: str, query: Any, k: Any, tags: Any) -> tuple[list[str], list[str]]:
     """Validate ``recall``'s arguments: ``(query words, tags)``."""
     validate_id(namespace, "namespace")
@@ -235,11 +270,27 @@ class MemoryBackend(Protocol):
     ) -> MemoryRecord: ...
 
     def recall(
-        self, namespace: str, query: str, *, k: int = 5, tags: Any = None
+        self,
+        namespace: str,
+        query: str,
+        *,
+        k: int = 5,
+        tags: Any = None,
+        since: Any = None,
+        until: Any = None,
+        min_score: float | None = None,
+        embedder: Embedder | None = None,
     ) -> builtins.list[tuple[MemoryRecord, float]]: ...
 
     def list(
-        self, namespace: str, *, tags: Any = None, limit: int = 50, offset: int = 0
+        self,
+        namespace: str,
+        *,
+        tags: Any = None,
+        limit: int = 50,
+        offset: int = 0,
+        since: Any = None,
+        until: Any = None,
     ) -> builtins.list[MemoryRecord]: ...
 
     def get(self, namespace: str, memory_id: str) -> MemoryRecord | None: ...
@@ -287,6 +338,25 @@ def insert_rows(tx: Tx, rows: builtins.list[tuple[str, str, str, builtins.list[s
         "INSERT INTO phx_memories (id, namespace, text, tags, metadata, created_ms) VALUES (?, ?, ?, ?, ?, ?) "
         "ON CONFLICT (id) DO NOTHING",
         [(i, ns, text, tx.dialect.text_array(tags), meta, ms) for i, ns, text, tags, meta, ms in rows],
+    )
+    for memory_id, namespace, text, tags, _meta, _ms in rows:
+        if tx.one("SELECT 1 FROM phx_memories WHERE id = ? AND analyzed = 0", (memory_id,)) is not None:
+            index_terms(tx, memory_id, namespace, text, tags)
+
+
+def index_terms(tx: Tx, memory_id: str, namespace: str, text: str, tags: builtins.list[str]) -> None:
+    """(Re)write a memory's search terms (``store._recall``) in ``tx``, as stored: redacted text and tags."""
+    from phoenix_protocol.store._recall import ANALYZER_VERSION, document_terms
+
+    counts = document_terms(text, tags)
+    tx.execute("DELETE FROM phx_memory_terms WHERE memory_id = ?", (memory_id,))
+    tx.executemany(
+        "INSERT INTO phx_memory_terms (memory_id, namespace, term, tf) VALUES (?, ?, ?, ?)",
+        [(memory_id, namespace, term, tf) for term, tf in sorted(counts.items())],
+    )
+    tx.execute(
+        "UPDATE phx_memories SET analyzed = ?, term_count = ? WHERE id = ?",
+        (ANALYZER_VERSION, sum(counts.values()), memory_id),
     )
 
 
@@ -355,6 +425,7 @@ class MemoryStore:
                 "INSERT INTO phx_memories (id, namespace, text, tags, metadata, created_ms) VALUES (?, ?, ?, ?, ?, ?)",
                 (memory_id, namespace, clean_text, tx.dialect.text_array(clean_tags), meta_json, ms),
             )
+            index_terms(tx, memory_id, namespace, clean_text, clean_tags)
 
         try:
             self._write(insert)
@@ -379,39 +450,239 @@ class MemoryStore:
         sql, params = tx.dialect.contains_all("m.tags", tags)
         return " AND " + sql, params
 
+    @staticmethod
+    def _window_filter(since: int | None, until: int | None) -> tuple[str, builtins.list[Any]]:
+        sql, args = "", list[Any]()
+        if since is not None:
+            sql, args = sql + " AND m.created_ms >= ?", [*args, since]
+        if until is not None:
+            sql, args = sql + " AND m.created_ms < ?", [*args, until]
+        return sql, args
+
+    @staticmethod
+    def _pending(tx: Tx, namespace: str) -> bool:
+        """Whether ``namespace`` has memories whose terms are missing or stale (stored by an
+        earlier release, or changed by hand since)."""
+        from phoenix_protocol.store._recall import ANALYZER_VERSION
+
+        sql = "SELECT 1 FROM phx_memories WHERE namespace = ? AND analyzed < ? LIMIT 1"
+        return tx.one(sql, (namespace, ANALYZER_VERSION)) is not None
+
+    def _analyze(self, namespace: str) -> None:
+        """Analyse the memories of ``namespace`` that ``_pending`` finds, in one write transaction."""
+        from phoenix_protocol.store._recall import ANALYZER_VERSION
+
+        sql = "SELECT id, text, tags FROM phx_memories WHERE namespace = ? AND analyzed < ?"
+
+        def work(tx: Tx) -> None:
+            for memory_id, text, tags in tx.all(sql + tx.dialect.for_update, (namespace, ANALYZER_VERSION)):
+                index_terms(tx, memory_id, namespace, text, tx.dialect.read_text_array(tags))
+
+        self.db.transaction(work)
+
+    def _read_analyzed(self, namespace: str, work: Callable[[Tx], T]) -> T:
+        """``work`` in a read transaction once every memory of ``namespace`` is analysed (the
+        check is part of that transaction: one round trip when there is nothing to analyse)."""
+
+        def checked(tx: Tx) -> tuple[bool, T | None]:
+            return (False, None) if self._pending(tx, namespace) else (True, work(tx))
+
+        done, found = self.db.read(checked)
+        if not done:
+            self._analyze(namespace)
+            return self.db.read(work)
+        return found  # type: ignore[return-value]  # T, when done
+
     def recall(
-        self, namespace: str, query: str, *, k: int = 5, tags: Any = None
+        self,
+        namespace: str,
+        query: str,
+        *,
+        k: int = 5,
+        tags: Any = None,
+        since: Any = None,
+        until: Any = None,
+        min_score: float | None = None,
+        embedder: Embedder | None = None,
     ) -> builtins.list[tuple[MemoryRecord, float]]:
         """The ``k`` memories of ``namespace`` that best match ``query``, best first, each with
-        its score (higher is better)."""
+        its score (higher is better; the same on both engines).
+
+        Lexical (the default): the normalised BM25 score of ``store._recall`` (0 to 1), at least
+        ``min_score`` (``MIN_SCORE`` when ``None``). With ``embedder`` (semantic recall): the
+        lexical matches and the memories whose embedding's cosine with the query's is at least
+        ``MIN_COSINE``, ranked by reciprocal rank fusion (1.0: first in both); the embeddings of
+        memories that have none for this model are computed and stored first. ``tags``: only
+        memories with every tag; ``since``/``until`` (ISO 8601 or ms): stored at or after
+        ``since`` and before ``until``."""
+        from phoenix_protocol.store._recall import MIN_SCORE, terms
+
         words, clean_tags = _check_recall(namespace, query, k, tags)
+        low, high = _check_window(since, until)
+        floor = MIN_SCORE if min_score is None else min_score
+        if not isinstance(floor, int | float) or isinstance(floor, bool) or not 0.0 <= floor <= 1.0:
+            raise UsageError("min_score must be between 0 and 1.")
+        if not self._present():
+            return []
+        query_terms = list(dict.fromkeys(terms(" ".join(words))))
 
-        def work(tx: Tx) -> builtins.list[tuple[MemoryRecord, float]]:
-            fts = tx.dialect.full_text("phx_memories", "m", words)
+        def lexical(tx: Tx) -> builtins.list[tuple[str, float, int, int]]:
+            """``(id, score, created_ms, seq)`` of the matches at or above the floor."""
+            if not query_terms:
+                return []
+            from phoenix_protocol.store._recall import bm25_scorer
+
+            count, total = tx.one(
+                "SELECT count(*), coalesce(sum(term_count), 0) FROM phx_memories WHERE namespace = ?", (namespace,)
+            ) or (0, 0)
+            marks = tx.dialect.placeholders(len(query_terms))
+            df = {
+                str(term): int(n)
+                for term, n in tx.all(
+                    f"SELECT term, count(*) FROM phx_memory_terms WHERE namespace = ? AND term IN ({marks}) "  # noqa: S608 - '?' placeholders only
+                    "GROUP BY term",
+                    [namespace, *query_terms],
+                )
+            }
             tag_sql, tag_args = self._tag_filter(tx, clean_tags)
-            sql = (
-                f"SELECT {_COLUMNS}, {fts.rank} AS rank FROM phx_memories m {fts.join} "  # noqa: S608 - fragments and '?' placeholders only
-                f"WHERE {fts.match} AND m.namespace = ?{tag_sql} ORDER BY rank DESC, m.created_ms DESC, m.seq DESC "
-                "LIMIT ?"
+            time_sql, time_args = self._window_filter(low, high)
+            rows = tx.all(
+                "SELECT t.memory_id, t.term, t.tf, m.term_count, m.created_ms, m.seq FROM phx_memory_terms t "  # noqa: S608 - fragments and '?' placeholders only
+                f"JOIN phx_memories m ON m.id = t.memory_id WHERE t.namespace = ? AND t.term IN ({marks}) "
+                f"AND m.namespace = ?{tag_sql}{time_sql}",
+                [namespace, *query_terms, namespace, *tag_args, *time_args],
             )
-            rows = tx.all(sql, [*fts.join_params, *fts.match_params, namespace, *tag_args, k])
-            return [(self._record(tx, row), round(float(row[6]), 6)) for row in rows]
+            docs: dict[str, dict[str, int]] = {}
+            about: dict[str, tuple[int, int, int]] = {}
+            for memory_id, term, tf, length, created_ms, seq in rows:  # text and integers on both engines
+                doc = docs.get(memory_id)
+                if doc is None:
+                    doc = docs[memory_id] = {}
+                    about[memory_id] = (length, created_ms, seq)
+                doc[term] = tf
+            mean = int(total) / int(count) if count else 0.0
+            bm25 = bm25_scorer(query_terms, df=df, count=int(count), mean_length=mean)
+            scored = []
+            for memory_id, doc in docs.items():
+                length, created_ms, seq = about[memory_id]
+                score = round(bm25(doc, length), 6)
+                if score > 0 and score >= floor:
+                    scored.append((memory_id, score, created_ms, seq))
+            return scored
 
-        return self._read(work, [])
+        def fetch(tx: Tx, ids: builtins.list[str]) -> dict[str, MemoryRecord]:
+            if not ids:
+                return {}
+            sql = f"SELECT {_COLUMNS} FROM phx_memories m WHERE m.id IN ({tx.dialect.placeholders(len(ids))})"  # noqa: S608 - constant and '?' placeholders
+            return {str(row[0]): self._record(tx, row) for row in tx.all(sql, ids)}
+
+        if embedder is None:
+
+            def work(tx: Tx) -> builtins.list[tuple[MemoryRecord, float]]:
+                best = sorted(lexical(tx), key=lambda r: (-r[1], -r[2], -r[3]))[:k]
+                records = fetch(tx, [r[0] for r in best])
+                return [(records[r[0]], r[1]) for r in best if r[0] in records]
+
+            return self._read_analyzed(namespace, work)
+
+        from phoenix_protocol.store._recall import fuse
+
+        semantic = self._semantic(namespace, query, embedder, clean_tags, low, high)
+        matches = self._read_analyzed(namespace, lexical)
+        order = {r[0]: (r[2], r[3]) for r in matches} | {r[0]: (r[2], r[3]) for r in semantic}
+        lexical_rank = [r[0] for r in sorted(matches, key=lambda r: (-r[1], -r[2], -r[3]))]
+        semantic_rank = [r[0] for r in sorted(semantic, key=lambda r: (-r[1], -r[2], -r[3]))]
+        fused = fuse([lexical_rank, semantic_rank])
+        best_ids = sorted(fused, key=lambda i: (-round(fused[i], 6), -order[i][0], -order[i][1]))[:k]
+        records = self.db.read(lambda tx: fetch(tx, best_ids))
+        return [(records[i], round(fused[i], 6)) for i in best_ids if i in records]
+
+    def _semantic(
+        self,
+        namespace: str,
+        query: str,
+        embedder: Embedder,
+        tags: builtins.list[str],
+        low: int | None,
+        high: int | None,
+    ) -> builtins.list[tuple[str, float, int, int]]:
+        """``(id, cosine, created_ms, seq)`` of the memories (filtered) whose embedding is at least
+        ``MIN_COSINE`` from the query's; missing embeddings are computed and stored first."""
+        import importlib
+
+        from phoenix_protocol.store._recall import MIN_COSINE
+
+        np = importlib.import_module("numpy")  # the [persona] extra's, like the embedder itself
+        model = embedder.name
+
+        def read(tx: Tx) -> builtins.list[Any]:
+            tag_sql, tag_args = self._tag_filter(tx, tags)
+            time_sql, time_args = self._window_filter(low, high)
+            sql = (
+                "SELECT m.id, CASE WHEN v.vector IS NULL THEN m.text END, m.created_ms, m.seq, v.vector "  # noqa: S608 - fragments and '?' placeholders only
+                "FROM phx_memories m "
+                "LEFT JOIN phx_memory_vectors v ON v.memory_id = m.id AND v.model = ? "
+                f"WHERE m.namespace = ?{tag_sql}{time_sql}"
+            )
+            return tx.all(sql, [model, namespace, *tag_args, *time_args])
+
+        rows = self.db.read(read)
+        if not rows:
+            return []
+        missing = [i for i, row in enumerate(rows) if row[4] is None]
+        vectors: dict[int, Any] = {}
+        if missing:
+            from phoenix_protocol.core._redact import redact
+
+            encoded = embedder.encode([redact(str(rows[i][1])) for i in missing])
+            blobs = [(rows[i][0], np.asarray(encoded[j], dtype="<f4").tobytes()) for j, i in enumerate(missing)]
+            for j, i in enumerate(missing):
+                vectors[i] = np.frombuffer(blobs[j][1], dtype="<f4")
+
+            def write(tx: Tx) -> None:
+                tx.executemany(
+                    "INSERT INTO phx_memory_vectors (memory_id, model, vector) SELECT ?, ?, ? "
+                    "WHERE EXISTS (SELECT 1 FROM phx_memories WHERE id = ?) ON CONFLICT (memory_id, model) DO NOTHING",
+                    [(memory_id, model, blob, memory_id) for memory_id, blob in blobs],
+                )
+
+            self._write(write)
+        for i, row in enumerate(rows):
+            if i not in vectors:
+                vectors[i] = np.frombuffer(bytes(row[4]), dtype="<f4")
+        matrix = np.stack([vectors[i] for i in range(len(rows))])
+        query_vector = np.asarray(embedder.encode([query])[0], dtype="<f4")
+        cosines = matrix @ query_vector
+        out = []
+        for i, row in enumerate(rows):
+            cosine = round(float(cosines[i]), 6)
+            if cosine >= MIN_COSINE:
+                out.append((str(row[0]), cosine, int(row[2]), int(row[3])))
+        return out
 
     def list(
-        self, namespace: str, *, tags: Any = None, limit: int = 50, offset: int = 0
+        self,
+        namespace: str,
+        *,
+        tags: Any = None,
+        limit: int = 50,
+        offset: int = 0,
+        since: Any = None,
+        until: Any = None,
     ) -> builtins.list[MemoryRecord]:
-        """Memories of ``namespace``, newest first."""
+        """Memories of ``namespace``, newest first (``since``/``until`` as in ``recall``)."""
         clean_tags = _check_list(namespace, tags, limit, offset)
+        low, high = _check_window(since, until)
 
         def work(tx: Tx) -> builtins.list[MemoryRecord]:
             tag_sql, tag_args = self._tag_filter(tx, clean_tags)
+            time_sql, time_args = self._window_filter(low, high)
             sql = (
-                f"SELECT {_COLUMNS} FROM phx_memories m WHERE m.namespace = ?{tag_sql} "  # noqa: S608 - fragments and '?' placeholders only
+                f"SELECT {_COLUMNS} FROM phx_memories m WHERE m.namespace = ?{tag_sql}{time_sql} "  # noqa: S608 - fragments and '?' placeholders only
                 "ORDER BY m.created_ms DESC, m.seq DESC LIMIT ? OFFSET ?"
             )
-            return [self._record(tx, row) for row in tx.all(sql, [namespace, *tag_args, limit, offset])]
+            rows = tx.all(sql, [namespace, *tag_args, *time_args, limit, offset])
+            return [self._record(tx, row) for row in rows]
 
         return self._read(work, [])
 

@@ -599,6 +599,166 @@ MIGRATIONS.append(
     )
 )
 
+_MEMORY_INDEX = """
+CREATE TABLE phx_memory_terms (
+    memory_id  TEXT NOT NULL REFERENCES phx_memories (id) ON DELETE CASCADE,
+    namespace  TEXT NOT NULL,
+    term       TEXT NOT NULL,
+    tf         INTEGER NOT NULL,
+    PRIMARY KEY (memory_id, term)
+);
+CREATE INDEX phx_memory_terms_by_term ON phx_memory_terms (namespace, term);
+CREATE TABLE phx_memory_vectors (
+    memory_id  TEXT NOT NULL REFERENCES phx_memories (id) ON DELETE CASCADE,
+    model      TEXT NOT NULL,
+    vector     BLOB NOT NULL,
+    PRIMARY KEY (memory_id, model)
+);
+CREATE INDEX phx_memories_analyzed ON phx_memories (namespace, analyzed);
+"""
+"""Recall's own index (``store._recall``), the same on both engines: each memory's search terms
+and counts, its sentence embeddings per model; ``analyzed`` (the analyzer version that wrote the
+terms, 0: not yet) and ``term_count`` on the memory. A change of a memory's text or tags (by hand,
+by a redaction run) drops both and marks it for analysis again. (SQLite: the FTS5 table's update
+trigger now fires on a change of the text or tags only, not on the marking of ``analyzed``, which
+would feed it values it does not hold yet.)"""
+
+MIGRATIONS.append(
+    Migration(
+        13,
+        "memory: recall's term index and embeddings, ranked the same way on both engines",
+        postgresql="\n".join(
+            (
+                """
+        ALTER TABLE phx_memories ADD COLUMN analyzed integer NOT NULL DEFAULT 0,
+            ADD COLUMN term_count integer NOT NULL DEFAULT 0;
+        """,
+                _MEMORY_INDEX.replace("BLOB", "bytea"),
+                """
+        CREATE FUNCTION phx_memories_changed() RETURNS trigger LANGUAGE plpgsql AS $$
+        BEGIN
+            NEW.analyzed := 0;
+            DELETE FROM phx_memory_terms WHERE memory_id = OLD.id;
+            DELETE FROM phx_memory_vectors WHERE memory_id = OLD.id;
+            RETURN NEW;
+        END $$;
+        CREATE TRIGGER phx_memories_changed BEFORE UPDATE OF text, tags ON phx_memories
+            FOR EACH ROW EXECUTE FUNCTION phx_memories_changed();
+        """,
+            )
+        ),
+        sqlite="\n".join(
+            (
+                """
+        ALTER TABLE phx_memories ADD COLUMN analyzed INTEGER NOT NULL DEFAULT 0;
+        ALTER TABLE phx_memories ADD COLUMN term_count INTEGER NOT NULL DEFAULT 0;
+        """,
+                _MEMORY_INDEX,
+                """
+        DROP TRIGGER phx_memories_au;
+        CREATE TRIGGER phx_memories_au AFTER UPDATE OF text, tags ON phx_memories BEGIN
+            INSERT INTO phx_memories_fts (phx_memories_fts, rowid, text, tags) VALUES ('delete', old.seq, old.text, old.tags);
+            INSERT INTO phx_memories_fts (rowid, text, tags) VALUES (new.seq, new.text, new.tags);
+        END;
+        CREATE TRIGGER phx_memories_changed AFTER UPDATE OF text, tags ON phx_memories BEGIN
+            UPDATE phx_memories SET analyzed = 0 WHERE seq = new.seq;
+            DELETE FROM phx_memory_terms WHERE memory_id = old.id;
+            DELETE FROM phx_memory_vectors WHERE memory_id = old.id;
+        END;
+        """,
+            )
+        ),
+    )
+)
+
+_OUTBOX = """
+CREATE TABLE phx_team_outbox (
+    target     TEXT NOT NULL,
+    team_id    TEXT NOT NULL,
+    msg_id     TEXT NOT NULL,
+    position   BIGINT NOT NULL,
+    sender     TEXT NOT NULL,
+    record     TEXT NOT NULL,
+    state      TEXT NOT NULL,
+    attempts   INTEGER NOT NULL DEFAULT 0,
+    queued_ms  BIGINT NOT NULL,
+    sent_ms    BIGINT,
+    seq        BIGINT,
+    last_error TEXT,
+    PRIMARY KEY (target, team_id, msg_id)
+);
+CREATE INDEX phx_team_outbox_queue ON phx_team_outbox (target, team_id, state, position);
+ALTER TABLE phx_heartbeats ADD COLUMN observed_ms BIGINT;
+CREATE INDEX phx_messages_from ON phx_messages (team_id, sender, seq);
+"""
+"""Seed 004 §4.3's outbox (messages for a team on a server, queued here until it took them) and
+the heartbeat's arrival time by the store's clock (``observed_ms``), written once."""
+
+MIGRATIONS.append(
+    Migration(
+        14,
+        "teams: the outbox of messages for a server (seed 004 §4.3), when the store received each heartbeat, "
+        "messages by sender",
+        postgresql=_OUTBOX,
+        sqlite=_OUTBOX,
+    )
+)
+
+_CLAUDE_TEAMS = """
+CREATE TABLE phx_cc_teams (
+    team_name        TEXT PRIMARY KEY,
+    project          TEXT NOT NULL,
+    state            TEXT NOT NULL,
+    lead_session_id  TEXT,
+    record           JSON NOT NULL,
+    created_ms       BIGINT NOT NULL,
+    updated_ms       BIGINT NOT NULL
+);
+CREATE INDEX phx_cc_teams_by_project ON phx_cc_teams (project, state);
+CREATE TABLE phx_cc_members (
+    team_name   TEXT NOT NULL REFERENCES phx_cc_teams(team_name) ON DELETE CASCADE,
+    name        TEXT NOT NULL,
+    record      JSON NOT NULL,
+    updated_ms  BIGINT NOT NULL,
+    PRIMARY KEY (team_name, name)
+);
+CREATE TABLE phx_cc_tasks (
+    team_name   TEXT NOT NULL REFERENCES phx_cc_teams(team_name) ON DELETE CASCADE,
+    task_id     TEXT NOT NULL,
+    status      TEXT NOT NULL,
+    owner       TEXT,
+    record      JSON NOT NULL,
+    updated_ms  BIGINT NOT NULL,
+    PRIMARY KEY (team_name, task_id)
+);
+CREATE TABLE phx_cc_messages (
+    team_name       TEXT NOT NULL REFERENCES phx_cc_teams(team_name) ON DELETE CASCADE,
+    msg_id          TEXT NOT NULL,
+    seq             BIGINT NOT NULL,
+    sender          TEXT NOT NULL,
+    recipient       TEXT NOT NULL,
+    kind            TEXT NOT NULL,
+    record          JSON NOT NULL,
+    sent_ms         BIGINT NOT NULL,
+    delivered_ms    BIGINT,
+    redeliver_to    TEXT,
+    redelivered_ms  BIGINT,
+    PRIMARY KEY (team_name, msg_id)
+);
+CREATE INDEX phx_cc_messages_redeliver ON phx_cc_messages (redeliver_to) WHERE redeliver_to IS NOT NULL;
+"""
+"""Claude Code's own agent teams as Phoenix records them (``store._cc_teams``), written once:
+``JSON`` is ``jsonb`` on PostgreSQL, ``BIGINT`` the same on both engines."""
+
+MIGRATIONS.append(
+    Migration(
+        15,
+        "Claude Code agent teams: roster, tasks and messages recorded from its hooks",
+        postgresql=_CLAUDE_TEAMS.replace("JSON NOT NULL", "jsonb NOT NULL"),
+        sqlite=_CLAUDE_TEAMS,
+    )
+)
+
 _OPENAI_AGENTS = """
 CREATE TABLE phx_oa_sessions (
     session_id  TEXT PRIMARY KEY,
@@ -619,7 +779,7 @@ a session's counter of items (``last_seq``) and its items, each a JSON document 
 
 MIGRATIONS.append(
     Migration(
-        13,
+        16,
         "the OpenAI Agents SDK session's sessions and items",
         postgresql=_OPENAI_AGENTS,
         sqlite=_OPENAI_AGENTS,

@@ -568,10 +568,10 @@ class TeamStore:
         def work(tx: Tx) -> int:
             return int(
                 tx.scalar(
-                    "INSERT INTO phx_heartbeats (team_id, name, seq, ms, session_id, host, pid) "
-                    "VALUES (?, ?, 1, ?, ?, ?, ?) ON CONFLICT (team_id, name) DO UPDATE SET "
+                    "INSERT INTO phx_heartbeats (team_id, name, seq, ms, session_id, host, pid, observed_ms) "  # noqa: S608 - dialect SQL
+                    f"VALUES (?, ?, 1, ?, ?, ?, ?, {tx.dialect.now_ms}) ON CONFLICT (team_id, name) DO UPDATE SET "
                     "seq = phx_heartbeats.seq + 1, ms = excluded.ms, session_id = excluded.session_id, "
-                    "host = excluded.host, pid = excluded.pid RETURNING seq",
+                    "host = excluded.host, pid = excluded.pid, observed_ms = excluded.observed_ms RETURNING seq",
                     (self.id, name, now_ms, session_id, host, os.getpid()),
                 )
                 or 1
@@ -585,25 +585,25 @@ class TeamStore:
             raise UsageError("this team store has no heartbeat directory.")
         return self.heartbeat_dir
 
-    def read_beat(self, name: str) -> dict[str, Any] | None:
-        return self.read_beats([name])[name]
+    def read_beat(self, name: str, *, observed: bool = False) -> dict[str, Any] | None:
+        return self.read_beats([name], observed=observed)[name]
 
-    def read_beats(self, names: list[str]) -> dict[str, dict[str, Any] | None]:
+    def read_beats(self, names: list[str], *, observed: bool = False) -> dict[str, dict[str, Any] | None]:
+        """The last heartbeat of each of ``names``; ``observed``: with ``observed_age_ms``, how
+        long ago the store received it by the store's own clock (for liveness; never stored)."""
         if not self.shared_beats:
-            return self.beats_in(None, names)
-        return self.db.read(lambda tx: self.beats_in(tx, names))
+            return self.beats_in(None, names, observed=observed)
+        return self.db.read(lambda tx: self.beats_in(tx, names, observed=observed))
 
-    def beats_in(self, tx: Tx | None, names: list[str]) -> dict[str, dict[str, Any] | None]:
+    def beats_in(self, tx: Tx | None, names: list[str], *, observed: bool = False) -> dict[str, dict[str, Any] | None]:
         """The last heartbeat of each of ``names`` (``None`` if none), read in ``tx``."""
         if not self.shared_beats or tx is None:
-            from phoenix_protocol.agent._heartbeats import read_beat
-
-            return {name: read_beat(self._beat_dir(), name) for name in names}
+            return {name: self._file_beat(name, observed=observed) for name in names}
         if not names:
             return {}
         rows = tx.all(
-            "SELECT name, seq, ms, host, session_id FROM phx_heartbeats WHERE team_id = ? "  # noqa: S608
-            f"AND name IN ({tx.dialect.placeholders(len(names))})",
+            f"SELECT name, seq, ms, host, session_id, {tx.dialect.now_ms} - observed_ms FROM phx_heartbeats "  # noqa: S608
+            f"WHERE team_id = ? AND name IN ({tx.dialect.placeholders(len(names))})",
             (self.id, *names),
         )
         found = {
@@ -614,10 +614,25 @@ class TeamStore:
                 "ms": int(r[2]),
                 "host": r[3],
                 "session_id": r[4],
+                **({"observed_age_ms": max(int(r[5]), 0)} if observed and r[5] is not None else {}),
             }
             for r in rows
         }
         return {name: found.get(name) for name in names}
+
+    def _file_beat(self, name: str, *, observed: bool) -> dict[str, Any] | None:
+        """A heartbeat file's record, with how long ago it was written by this machine's clock
+        (the file's modification time: when the store received it, whatever its ``ms`` says)."""
+        from phoenix_protocol.agent._heartbeats import read_beat
+
+        record = read_beat(self._beat_dir(), name)
+        if record is None or not observed:
+            return record
+        try:
+            mtime_ns = os.stat(os.path.join(self._beat_dir(), name + ".json")).st_mtime_ns
+        except OSError:
+            return record
+        return {**record, "observed_age_ms": max(time.time_ns() - mtime_ns, 0) // 1_000_000}
 
     def put_beat(self, record: dict[str, Any]) -> None:
         """Store a heartbeat record as it is (``phx import``)."""
@@ -1027,6 +1042,34 @@ class Mailbox:
             )
             out = [_message(r) for r in reversed(rows)]
             self._fill_acks(tx, out)
+            return out
+
+        return self.db.read(work)
+
+    def sent_by(self, sender: str, *, msg_ids: list[str] | None = None, last: int = 50) -> list[Message]:
+        """Messages ``sender`` sent, oldest first, with their ``acked_by``: those of ``msg_ids``
+        (the ones stored), else the newest ``last``."""
+        sender = validate_id(sender, "sender")
+
+        def work(tx: Tx) -> list[Message]:
+            if msg_ids is not None:
+                if not msg_ids:
+                    return []
+                rows = tx.all(
+                    f"SELECT {_COLUMNS} FROM phx_messages WHERE team_id = ? AND sender = ? "  # noqa: S608 - constant SQL
+                    f"AND msg_id IN ({tx.dialect.placeholders(len(msg_ids))}) ORDER BY seq",
+                    (self.team_id, sender, *msg_ids),
+                )
+            else:
+                rows = tx.all(
+                    f"SELECT {_COLUMNS} FROM phx_messages WHERE team_id = ? AND sender = ? "  # noqa: S608 - constant SQL
+                    "ORDER BY seq DESC LIMIT ?",
+                    (self.team_id, sender, max(last, 0)),
+                )
+                rows = list(reversed(rows))
+            out = [_message(r) for r in rows]
+            for message in out:  # one by one: a sender's messages may be far apart
+                self._fill_acks(tx, [message])
             return out
 
         return self.db.read(work)

@@ -57,6 +57,7 @@ __all__ = [
     "TASK_STATUSES",
     "TEAM_STATUSES",
     "ClaimConflictError",
+    "NotAMemberError",
     "Team",
     "TeamNotFoundError",
     "TeamReadOnlyError",
@@ -82,6 +83,8 @@ MESSAGE_CHECKPOINT_EVERY = 5
 MESSAGE_CHECKPOINT_MS = 30_000
 FULL_SNAPSHOT_MS = 5 * 60_000
 KEEP_CHECKPOINTS = 200
+KEEP_NOTES = 20
+MAX_NOTE_CHARS = 2000
 
 
 class TeamNotFoundError(NotFoundError):
@@ -94,6 +97,10 @@ class TeamReadOnlyError(RefusedError):
 
 class ClaimConflictError(RefusedError):
     """Another teammate holds the task (or it is not claimable now)."""
+
+
+class NotAMemberError(UsageError):
+    """The name is not a teammate of this team: it has no inbox, tasks or heartbeat there."""
 
 
 def generate_team_id(name: str) -> str:
@@ -375,6 +382,13 @@ class Team:
     def teammate_names(self) -> list[str]:
         return [m["name"] for m in self.roster()]
 
+    def require_member(self, name: str) -> str:
+        """``name`` if it is a teammate; else ``NotAMemberError`` (nothing is read or moved for it)."""
+        validate_id(name, "teammate name")
+        if name not in self.teammate_names():
+            raise NotAMemberError(f"{name!r} is not in team {self.id} (`phx team join {self.id} {name}`).")
+        return name
+
     def heartbeat(self, name: str, *, session_id: str | None = None) -> dict[str, Any]:
         """Record a heartbeat of ``name`` (fast path); the lead's also refreshes its binding."""
         if session_id is not None:
@@ -400,13 +414,13 @@ class Team:
         mate = next((m for m in self.roster() if m["name"] == name), None)
         if mate is None:
             raise UsageError(f"{name!r} is not in team {self.id}.")
-        return self._liveness(mate, self.store.read_beat(name), now)
+        return self._liveness(mate, self.store.read_beat(name, observed=True), now)
 
     def liveness_all(self, *, now_ms: int | None = None) -> dict[str, dict[str, Any]]:
         """``liveness`` of every teammate, from one read of the roster and one of the heartbeats."""
         now = self.clock.now_ms() if now_ms is None else now_ms
         roster = self.roster()
-        beats = self.store.read_beats([m["name"] for m in roster])
+        beats = self.store.read_beats([m["name"] for m in roster], observed=True)
         return {m["name"]: self._liveness(m, beats.get(m["name"]), now) for m in roster}
 
     def _liveness(self, mate: dict[str, Any], hb: dict[str, Any] | None, now: int) -> dict[str, Any]:
@@ -440,19 +454,26 @@ class Team:
                 "seq": hb["seq"],
                 "source": "heartbeat",
             }
-        # Clock skew: order by sequence number, timed by our own clock.
+        # Clock skew: order by sequence number, timed by our own clock, and never younger than
+        # the store says the beat is (when it arrived, by the store's clock: the database
+        # server's, or this machine's for a heartbeat file): a beat nobody saw while its stamp
+        # was in the future is as old as its arrival, not as fresh as the first look at it.
         seen_seq = int(mate.get("last_heartbeat_seq") or 0)
         seen_at = int(mate.get("seen_at_ms") or now)
+        observed = hb.get("observed_age_ms")
+        if isinstance(observed, int):
+            seen_at = min(seen_at, now - observed) if hb["seq"] == seen_seq else now - observed
         if hb["seq"] > seen_seq:
+            first_seen = seen_at if isinstance(observed, int) else now
 
             def mutate(teammates: list[dict[str, Any]]) -> None:
                 for m in teammates:
                     if m["name"] == name:
                         m["last_heartbeat_seq"] = hb["seq"]
-                        m["seen_at_ms"] = now
+                        m["seen_at_ms"] = first_seen
 
             self._change_roster(mutate)
-            seen_at = now
+            seen_at = first_seen
         return {
             "class": classify(now - seen_at, **thresholds),
             "elapsed_ms": elapsed,
@@ -585,6 +606,7 @@ class Team:
 
     def release(self, task_id: str, name: str) -> dict[str, Any]:
         """Give a claimed task back to the queue (only its owner can)."""
+        self.absorb_files(name)
 
         def mutate(data: dict[str, Any]) -> dict[str, Any]:
             task = self._task(data, task_id)
@@ -603,6 +625,7 @@ class Team:
         """Finish a task: ``check`` green (or pending) completes it, red blocks it."""
         if check not in CHECK_STATUSES:
             raise UsageError(f"check must be one of {', '.join(CHECK_STATUSES)}, not {check!r}.")
+        self.absorb_files(name)
         ms = self.clock.now_ms()
 
         def mutate(data: dict[str, Any]) -> dict[str, Any]:
@@ -626,31 +649,98 @@ class Team:
         self._task_checkpoint(task, "done" if task["status"] == "completed" else "blocked")
         return task
 
+    def current_task_of(self, name: str) -> str | None:
+        """The task ``name`` works on: its roster's ``current_task``, else the one unfinished task it holds."""
+        data = self.read()
+        mate = next((m for m in self.roster() if m["name"] == name), None)
+        held = [t for t in data["tasks"] if t["assigned_to"] == name and t["status"] in ("in_progress", "blocked")]
+        current = (mate or {}).get("current_task")
+        if current and any(t["task_id"] == current for t in held):
+            return str(current)
+        return str(held[0]["task_id"]) if len(held) == 1 else None
+
     def record_progress(
-        self, task_id: str, name: str, *, files: list[str] | None = None, check: str | None = None
+        self,
+        task_id: str | None,
+        name: str,
+        *,
+        files: list[str] | None = None,
+        check: str | None = None,
+        note: str | None = None,
+        checkpoint: bool = True,
     ) -> dict[str, Any]:
-        """Note files modified and the check status of a task in progress."""
+        """Record progress on a task ``name`` holds (``None``: its current task): files modified
+        (plus those its Write/Edit tool calls changed, noted by the hooks), the check status, a
+        note; then a task checkpoint, so that a teammate taking the task over starts from it."""
+        self.require_member(name)
+        if check is not None and check not in CHECK_STATUSES:
+            raise UsageError(f"check must be one of {', '.join(CHECK_STATUSES)}, not {check!r}.")
+        if task_id is None:
+            task_id = self.current_task_of(name)
+            if task_id is None:
+                raise UsageError(f"{name} holds no unfinished task: name the task (`phx team tasks {self.id}`).")
+        from phoenix_protocol.core._redact import redact
+
+        clean_note = redact(" ".join(note.split()))[:MAX_NOTE_CHARS] if note and note.strip() else None
+        holder: dict[str, Any] = {}
+        from phoenix_protocol.agent._heartbeats import take_files
+
+        def keep(noted: list[str]) -> None:
+            holder["task"] = self._progress(task_id, name, [*(files or []), *noted], check, clean_note)
+
+        take_files(self.heartbeat_dir, name, keep)
+        if "task" not in holder:  # nothing noted by the hooks: ``keep`` was not called
+            keep([])
+        task: dict[str, Any] = holder["task"]
+        if checkpoint:
+            self._task_checkpoint(task, "progress")
+        return task
+
+    def _progress(
+        self, task_id: str, name: str, files: list[str], check: str | None, note: str | None
+    ) -> dict[str, Any]:
+        ms = self.clock.now_ms()
 
         def mutate(data: dict[str, Any]) -> dict[str, Any]:
             task = self._task(data, task_id)
             if task["assigned_to"] != name:
                 raise ClaimConflictError(f"{task_id} is held by {task['assigned_to'] or 'nobody'}, not {name}.")
+            point = task["checkpoint"]
             if files:
-                task["checkpoint"]["files_modified"] = sorted(set(task["checkpoint"]["files_modified"]) | set(files))
+                point["files_modified"] = sorted(set(point["files_modified"]) | set(files))
             if check is not None:
-                if check not in CHECK_STATUSES:
-                    raise UsageError(f"check must be one of {', '.join(CHECK_STATUSES)}.")
-                task["checkpoint"]["check_status"] = check
-            task["checkpoint"]["last_progress_at"] = self.clock.now_iso()
+                point["check_status"] = check
+            if note is not None:
+                point["note"] = note
+                point["notes"] = [*(point.get("notes") or []), {"at": iso_from_ms(ms), "by": name, "note": note}][
+                    -KEEP_NOTES:
+                ]
+            point["last_progress_at"] = iso_from_ms(ms)
+            self._log(data, "progress_recorded")
             return task
 
-        _data, task = self._change(mutate)
+        _data, task = self._change(mutate, task_id=task_id)
         return task
+
+    def absorb_files(self, name: str) -> list[str]:
+        """Take the files ``name``'s Write/Edit tool calls changed (noted by the PostToolUse hook)
+        into the checkpoint of the task it works on; files noted while it held no task are dropped."""
+        from phoenix_protocol.agent._heartbeats import take_files
+
+        def keep(noted: list[str]) -> None:
+            task_id = self.current_task_of(name) if noted else None
+            if task_id is not None:
+                self._progress(task_id, name, noted, None, None)
+
+        return take_files(self.heartbeat_dir, name, keep)
 
     def reassign(self, task_id: str, new_owner: str) -> dict[str, Any]:
         """The seed's ``--force-reassign``: give a task to ``new_owner``, who inherits its checkpoint."""
         if new_owner not in self.teammate_names():
             raise UsageError(f"{new_owner!r} is not in team {self.id}.")
+        holder = next((t["assigned_to"] for t in self.read()["tasks"] if t["task_id"] == task_id), None)
+        if holder:
+            self.absorb_files(holder)  # what its tool calls changed goes with the task
         previous: dict[str, Any] = {}
 
         def mutate(data: dict[str, Any]) -> dict[str, Any]:
@@ -681,6 +771,8 @@ class Team:
         }
         if not dead:
             return []
+        for name in sorted(dead):
+            self.absorb_files(name)
 
         def mutate(data: dict[str, Any]) -> list[dict[str, Any]]:
             back = []
@@ -867,14 +959,20 @@ class Team:
         now = self.clock.now_ms() if now_ms is None else now_ms
         data = self.store.read_metadata()
         seen = [int(data["lead_last_seen_ms"])] if data.get("lead_last_seen_ms") else []
-        hb = self.store.read_beat(data["lead"])
+        hb = self.store.read_beat(data["lead"], observed=True)
         if hb is not None:
-            seen.append(int(hb["ms"]))
+            beat_ms = int(hb["ms"])
+            if beat_ms - now > SKEW_MS and isinstance(hb.get("observed_age_ms"), int):
+                beat_ms = now - int(hb["observed_age_ms"])  # stamped in the future: when it arrived
+            seen.append(beat_ms)
         return now - max(seen) if seen else None
 
     def status_for(self, name: str) -> dict[str, Any]:
         """What a teammate should know: its tasks, unread messages, and ZOMBIE mode when the lead
         has been silent for more than 5 minutes (keep working; checkpoint every 30 s)."""
+        member = name in self.teammate_names()
+        if member:
+            self.absorb_files(name)
         data = self.read()
         silence = self.lead_silence_ms()
         zombie = (
@@ -883,10 +981,18 @@ class Team:
             and silence is not None
             and silence > LEAD_TIMEOUT_MS
         )
-        if zombie and not data["session_log"].get("lead_timeout_detected_at"):
+        log = data["session_log"]
+        if zombie and (not log.get("lead_timeout_detected_at") or name not in (log.get("zombie_teammates") or [])):
+            ms = self.clock.now_ms()
 
             def mutate(meta: dict[str, Any]) -> None:
-                meta["session_log"]["lead_timeout_detected_at"] = self.clock.now_iso()
+                episode = meta["session_log"]
+                if not episode.get("lead_timeout_detected_at"):
+                    episode["lead_timeout_detected_at"] = iso_from_ms(ms)
+                    episode["lead_timeout_detected_ms"] = ms
+                    episode["zombie_teammates"] = []
+                if member and name not in (episode.get("zombie_teammates") or []):
+                    episode["zombie_teammates"] = [*(episode.get("zombie_teammates") or []), name]
 
             self._change(mutate, metadata_only=True)
         mine = [t for t in data["tasks"] if t["assigned_to"] == name and t["status"] != "completed"]
@@ -898,12 +1004,90 @@ class Team:
             "lead": data["lead"],
             "lead_silence_ms": silence,
             "tasks": mine,
-            "unread": self.mailbox.unread_count(name) if name in self.teammate_names() else 0,
+            "unread": self.mailbox.unread_count(name) if member else 0,
         }
         if zombie:
-            last = data["session_log"].get("last_checkpoint_ms") or 0
+            last = data["session_log"].get("last_full_snapshot_ms") or 0  # task records between do not count
             if self.clock.now_ms() - last >= ZOMBIE_CHECKPOINT_MS:
                 out["checkpoint"] = self.checkpoint(kind="full", reason=f"ZOMBIE: lead silent, {name} works on")
+        return out
+
+    def attach(self, name: str, task_id: str, *, session_id: str | None = None) -> dict[str, Any]:
+        """Seed 004's ``--resume-team <id> --task <task-id>``: teammate ``name`` (re-)attaches to
+        a task, in a new session after its own crash or as the new owner after a reassignment.
+        The task must be ``name``'s (a pending, ready one is claimed); another teammate's is a
+        ``ClaimConflictError`` (``phx team reassign`` first). Returns the task with its checkpoint
+        (files, check status, notes, who it was inherited from), the newest team checkpoint that
+        recorded it, and the unread count."""
+        self.require_member(name)
+        if session_id is not None:
+            validate_session_id(session_id)
+        self.absorb_files(name)
+        data = self.read()
+        task = self._task(data, task_id)
+        if task["status"] == "completed":
+            raise ClaimConflictError(f"{task_id} is completed: nothing to resume.")
+        if task["assigned_to"] is None:
+            task = self.claim(task_id, name)
+        elif task["assigned_to"] != name:
+            raise ClaimConflictError(
+                f"{task_id} is held by {task['assigned_to']}, not {name}: "
+                f"`phx team reassign {self.id} {task_id} {name}` hands it over with its checkpoint."
+            )
+
+        def mutate(teammates: list[dict[str, Any]]) -> None:
+            for mate in teammates:
+                if mate["name"] == name:
+                    mate["current_task"] = task_id
+                    mate["status"] = "active"
+                    if session_id is not None:
+                        mate["session_id"] = session_id
+
+        self._change_roster(mutate)
+        self.heartbeat(name, session_id=session_id)
+        saved = task["checkpoint"].get("name")
+        record = self.store.read_checkpoint(saved) if saved else None
+        return {
+            "team_id": self.id,
+            "name": name,
+            "session_id": session_id,
+            "task": task,
+            "checkpoint": task["checkpoint"],
+            "team_checkpoint": record,
+            "unread": self.mailbox.unread_count(name),
+        }
+
+    def delivery(self, sender: str, *, msg_ids: list[str] | None = None, last: int = 50) -> list[dict[str, Any]]:
+        """Seed 004 §4.3's delivery state of the messages ``sender`` sent (``msg_ids``, else its
+        newest ``last``): for each recipient whether it was read (handed over by its inbox) and
+        acknowledged; ``state`` is ``acked`` (by every recipient), ``read`` (by every recipient)
+        or ``delivered`` (stored in the mailbox, not yet read by all)."""
+        self.require_member(sender)
+        roster = self.teammate_names()
+        messages = self.store.mailbox().sent_by(sender, msg_ids=msg_ids, last=last)
+        cursors = self.mailbox.cursor_states(roster)
+        out = []
+        for message in messages:
+            recipients = [n for n in roster if n != sender] if message.broadcast else [message.to]
+            read_by = [n for n in recipients if n in cursors and cursors[n]["delivered_seq"] >= message.seq]
+            acked = [n for n in recipients if n in message.acked_by]
+            state = (
+                "acked"
+                if recipients and len(acked) == len(recipients)
+                else "read"
+                if recipients and len(read_by) == len(recipients)
+                else "delivered"
+            )
+            out.append(
+                {
+                    **message.as_dict(),
+                    "state": state,
+                    "delivered": True,
+                    "recipients": recipients,
+                    "read_by": read_by,
+                    "acked_by": acked,
+                }
+            )
         return out
 
     # -- consolidation ------------------------------------------------------------------------------

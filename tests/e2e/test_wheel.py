@@ -255,6 +255,8 @@ EXTRA_IMPORTS = {
     "postgres": "import psycopg, psycopg_pool; import phoenix_protocol.store._pg",
     "clinic": "import pydantic_ai; import phoenix_protocol.clinic",
     "langgraph": "from phoenix_protocol.integrations.langgraph import PhoenixSaver; PhoenixSaver",
+    "mcp": "from phoenix_protocol.server._mcp import create_mcp_server; create_mcp_server",
+    "openai-agents": "from phoenix_protocol.integrations.openai_agents import PhoenixSession; PhoenixSession",
 }
 PERSONA = """
 from phoenix_protocol.services._persona import EmbeddingScorer

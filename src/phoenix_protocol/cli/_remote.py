@@ -238,13 +238,19 @@ def _messages(records: list[dict[str, Any]]) -> list[Any]:
 
 
 def _local_outbox() -> Outbox:
-    """The outbox in this machine's own home (``PHOENIX_HOME`` or the default), on its store."""
+    """The outbox on this machine: in ``$PHOENIX_HOME`` (or ``$PHOENIX_STATE_DIR``) when one is
+    set, else in this user's state folder (``$XDG_STATE_HOME/phoenix/outbox``, beside the list of
+    homes): a command sent to a server writes no home into the folder it is run from."""
     from phoenix_protocol.core._config import load_config
     from phoenix_protocol.core._home import Home
+    from phoenix_protocol.core._homes import registry_path
     from phoenix_protocol.store._db import open_database
     from phoenix_protocol.store._team_outbox import Outbox
 
-    home = Home.resolve()
+    if os.environ.get("PHOENIX_HOME") or os.environ.get("PHOENIX_STATE_DIR"):
+        home = Home.resolve()
+    else:
+        home = Home(os.path.join(os.path.dirname(registry_path()), "outbox"))
     home.ensure()
     return Outbox(open_database(home, load_config(home.root, project_root=home.project_root)))
 

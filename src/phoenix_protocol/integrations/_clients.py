@@ -342,6 +342,13 @@ CLAUDE_CODE = Client(
         "PreCompact": OUTPUT_MESSAGE,
         "Stop": OUTPUT_SILENT,
         "SessionEnd": OUTPUT_SILENT,
+        # The agent-team events (_cc_teams): Phoenix prints nothing there but a systemMessage
+        # when a hook fails; a guardrail refuses by exit code 2 and stderr, not by its output.
+        "SubagentStart": OUTPUT_MESSAGE,
+        "SubagentStop": OUTPUT_MESSAGE,
+        "TaskCreated": OUTPUT_MESSAGE,
+        "TaskCompleted": OUTPUT_MESSAGE,
+        "TeammateIdle": OUTPUT_MESSAGE,
     },
 )
 

@@ -51,6 +51,29 @@ def _merge(old: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+def _locked_record(tx: Tx, table: str, key_column: str, team: str, key: str) -> dict[str, Any] | None:
+    """The ``record`` of the team's row ``key`` in ``table`` (locked for this transaction), or
+    ``None`` when there is no such row."""
+    row = tx.one(
+        f"SELECT record FROM {table} WHERE team_name = ? AND {key_column} = ?{tx.dialect.for_update}",  # noqa: S608
+        (team, key),
+    )
+    return None if row is None else dict(tx.dialect.read_json(row[0]) or {})
+
+
+def _put_row(tx: Tx, table: str, key_column: str, team: str, key: str, values: dict[str, Any], *, exists: bool) -> None:
+    """Write ``values`` (column: value) to the team's row ``key`` in ``table``: an update when it
+    ``exists``, else an insert."""
+    columns = list(values)
+    if exists:
+        assignments = ", ".join(f"{c} = ?" for c in columns)
+        sql = f"UPDATE {table} SET {assignments} WHERE team_name = ? AND {key_column} = ?"  # noqa: S608
+    else:
+        names = ", ".join([*columns, "team_name", key_column])
+        sql = f"INSERT INTO {table} ({names}) VALUES ({tx.dialect.placeholders(len(columns) + 2)})"  # noqa: S608
+    tx.execute(sql, (*values.values(), team, key))
+
+
 class ClaudeTeamStore:
     """The records of Claude Code's teams in one database."""
 
@@ -204,23 +227,13 @@ class ClaudeTeamStore:
         def work(tx: Tx) -> None:
             for member in members:
                 name = str(member["name"])
-                row = tx.one(
-                    f"SELECT record FROM phx_cc_members WHERE team_name = ? AND name = ?{tx.dialect.for_update}",  # noqa: S608
-                    (team, name),
-                )
-                if row is None:
-                    record = {k: v for k, v in member.items() if v is not None}
-                    record.setdefault("first_seen_ms", now_ms)
-                    tx.execute(
-                        "INSERT INTO phx_cc_members (team_name, name, record, updated_ms) VALUES (?, ?, ?, ?)",
-                        (team, name, tx.dialect.json(record), now_ms),
-                    )
-                else:
-                    merged = _merge(dict(tx.dialect.read_json(row[0]) or {}), member)
-                    tx.execute(
-                        "UPDATE phx_cc_members SET record = ?, updated_ms = ? WHERE team_name = ? AND name = ?",
-                        (tx.dialect.json(merged), now_ms, team, name),
-                    )
+                old = _locked_record(tx, "phx_cc_members", "name", team, name)
+                merged = _merge(old or {}, member)
+                if old is None:
+                    merged = {k: v for k, v in merged.items() if v is not None}
+                    merged.setdefault("first_seen_ms", now_ms)
+                values = {"record": tx.dialect.json(merged), "updated_ms": now_ms}
+                _put_row(tx, "phx_cc_members", "name", team, name, values, exists=old is not None)
 
         self._write(work, tx)
 
@@ -253,29 +266,15 @@ class ClaudeTeamStore:
         def work(tx: Tx) -> None:
             for task in tasks:
                 task_id = str(task["id"])
-                row = tx.one(
-                    f"SELECT record FROM phx_cc_tasks WHERE team_name = ? AND task_id = ?{tx.dialect.for_update}",  # noqa: S608
-                    (team, task_id),
-                )
-                old = dict(tx.dialect.read_json(row[0]) or {}) if row is not None else {}
-                merged = _merge(old, task)
+                old = _locked_record(tx, "phx_cc_tasks", "task_id", team, task_id)
+                merged = _merge(old or {}, task)
                 if "owner" in task:  # an owner taken away is news, not a poorer view
                     merged["owner"] = task["owner"] or None
                 merged.setdefault("status", "pending")
                 merged.setdefault("first_seen_ms", now_ms)
-                params = (str(merged["status"]), merged.get("owner"), tx.dialect.json(merged), now_ms)
-                if row is None:
-                    tx.execute(
-                        "INSERT INTO phx_cc_tasks (status, owner, record, updated_ms, team_name, task_id) "
-                        "VALUES (?, ?, ?, ?, ?, ?)",
-                        (*params, team, task_id),
-                    )
-                else:
-                    tx.execute(
-                        "UPDATE phx_cc_tasks SET status = ?, owner = ?, record = ?, updated_ms = ? "
-                        "WHERE team_name = ? AND task_id = ?",
-                        (*params, team, task_id),
-                    )
+                values = {"status": str(merged["status"]), "owner": merged.get("owner"),
+                          "record": tx.dialect.json(merged), "updated_ms": now_ms}  # fmt: skip
+                _put_row(tx, "phx_cc_tasks", "task_id", team, task_id, values, exists=old is not None)
 
         self._write(work, tx)
 

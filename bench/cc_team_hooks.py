@@ -26,14 +26,19 @@ import itertools
 import json
 import os
 import platform
+import shlex
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
+from _hook_run import hook_env, time_hook
+
 import phoenix_protocol
+from phoenix_protocol.integrations._install import MARKER, hook_command, install_dir
 
 SESSION = "1a2b3c4d-5e6f-4a7b-8c9d-0e1f2a3b4c5d"
 OTHER = "9f8e7d6c-5b4a-4c3d-8e2f-1a0b9c8d7e6f"
@@ -41,28 +46,12 @@ TEAM = "session-1a2b3c4d"
 
 
 def _command(src: str, event: str) -> list[str]:
-    code = f"import sys; sys.path.append({src!r}); from phoenix_protocol.integrations._hooks import main; main()"
+    """The hook command of ``event`` as ``phx install claude-code`` writes it for this interpreter
+    (``hook_command``), its ``sys.path`` entry ``src`` (another checkout for ``--before``)."""
+    if src == install_dir():
+        return shlex.split(hook_command(event))
+    code = f"import sys; sys.path.append({src!r}); from {MARKER} import main; main()"
     return [sys.executable, "-S", "-P", "-c", code, event]
-
-
-def _time(cmd: list[str], stdin: bytes, cwd: str, env: dict[str, str]) -> tuple[float, float]:
-    """Wall-clock and CPU ms (user + system of the hook's process, ``wait4``: the figure a busy
-    machine disturbs least) of one run."""
-    start = time.perf_counter()
-    proc = subprocess.Popen(
-        cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=cwd, env=env
-    )
-    assert proc.stdin is not None and proc.stdout is not None and proc.stderr is not None
-    proc.stdin.write(stdin)
-    proc.stdin.close()
-    _pid, status, usage = os.wait4(proc.pid, 0)
-    elapsed = (time.perf_counter() - start) * 1000
-    stderr = proc.stderr.read()
-    proc.stdout.close()
-    proc.stderr.close()
-    if os.waitstatus_to_exitcode(status) != 0 or stderr:
-        raise SystemExit(f"{cmd[-1]} failed: {status} {stderr!r}")
-    return elapsed, (usage.ru_utime + usage.ru_stime) * 1000
 
 
 def _write(path: Path, value: object) -> None:
@@ -104,8 +93,7 @@ def main() -> int:
         _write(claude / "tasks" / TEAM / f"{task_id}.json",
                {"id": task_id, "subject": f"task {task_id}", "description": "d", "status": "pending",
                 "blocks": [], "blockedBy": [], **({"owner": owner} if owner else {})})  # fmt: skip
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("PHOENIX_", "CLAUDE")) and k != "PYTHONPATH"}
-    env.update(HOME=str(home), CLAUDE_PROJECT_DIR=str(project), PHOENIX_AGENT_PID=str(os.getpid()))
+    env = hook_env(HOME=str(home), CLAUDE_PROJECT_DIR=str(project), PHOENIX_AGENT_PID=str(os.getpid()))
     calls = itertools.count()
 
     def payload(event: str, session: str = SESSION, **extra: object) -> bytes:
@@ -131,9 +119,12 @@ def main() -> int:
         subprocess.run(_command(source, "session-start"), input=json.dumps(start).encode(), cwd=project, env=env,
                        check=True, capture_output=True)  # fmt: skip
 
-    rows: dict[str, tuple[list[str], object]] = {}
+    rows: dict[str, tuple[list[str], Callable[[], bytes]]] = {}
     for mark, source in sources.items():
-        rows[f"(a{mark}) PostToolUse Bash, in a team's session"] = (_command(source, "post-tool-use"), payload)
+        rows[f"(a{mark}) PostToolUse Bash, in a team's session"] = (
+            _command(source, "post-tool-use"),
+            lambda: payload("PostToolUse"),
+        )
         rows[f"(b{mark}) PostToolUse SendMessage (the team recorded)"] = (_command(source, "post-tool-use"), send)
         rows[f"(c{mark}) Stop of the team's lead"] = (_command(source, "stop"), lambda: payload("Stop"))
     rows["(d) Stop of a session without a team"] = (_command(src, "stop"), lambda: payload("Stop", OTHER))
@@ -141,8 +132,7 @@ def main() -> int:
     cpu: dict[str, list[float]] = {name: [] for name in rows}
     for _ in range(runs):
         for name, (cmd, make) in rows.items():
-            data = payload("PostToolUse") if name.startswith("(a") else make()  # type: ignore[operator]
-            wall, used = _time(cmd, data, str(project), env)
+            wall, used = time_hook(cmd, make(), str(project), env)
             times[name].append(wall)
             cpu[name].append(used)
     import sqlite3

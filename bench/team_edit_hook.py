@@ -25,30 +25,14 @@ import subprocess
 import tempfile
 import time
 
+from _hook_run import hook_env, time_hook
+
 import phoenix_protocol
 from phoenix_protocol.agent._heartbeats import note_files
 from phoenix_protocol.core._home import Home
 from phoenix_protocol.integrations._install import hook_command
 from phoenix_protocol.services._agent import Agent
 from phoenix_protocol.store._teams import Team
-
-
-def _run(cmd: list[str], stdin: bytes, cwd: str, env: dict[str, str]) -> tuple[float, float]:
-    start = time.perf_counter()
-    proc = subprocess.Popen(
-        cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=cwd, env=env
-    )
-    assert proc.stdin is not None and proc.stdout is not None and proc.stderr is not None
-    proc.stdin.write(stdin)
-    proc.stdin.close()
-    _pid, status, usage = os.wait4(proc.pid, 0)
-    elapsed = (time.perf_counter() - start) * 1000
-    err = proc.stderr.read()
-    proc.stdout.close()
-    proc.stderr.close()
-    if os.waitstatus_to_exitcode(status) != 0 or err:
-        raise SystemExit(f"{cmd} failed: {err!r}")
-    return elapsed, (usage.ru_utime + usage.ru_stime) * 1000
 
 
 def main() -> int:
@@ -60,8 +44,7 @@ def main() -> int:
         project = os.path.join(work, "project")
         os.makedirs(project)
         subprocess.run(["git", "init", "-q", project], check=True)
-        env = {k: v for k, v in os.environ.items() if not k.startswith(("PHOENIX_", "CLAUDE"))}
-        env["XDG_RUNTIME_DIR"] = os.path.join(work, "run")
+        env = hook_env(XDG_RUNTIME_DIR=os.path.join(work, "run"))
         os.environ["XDG_RUNTIME_DIR"] = env["XDG_RUNTIME_DIR"]
         home = Home(os.path.join(project, ".phoenix"))
         Agent.open("default", home=home).state.set_status("working", "parser", session_id="bench")
@@ -99,10 +82,10 @@ def main() -> int:
         wall: dict[str, list[float]] = {name: [] for name in rows}
         cpu: dict[str, list[float]] = {name: [] for name in rows}
         for tool in rows.values():  # warm-up
-            _run(command, payload(tool), project, env)
+            time_hook(command, payload(tool), project, env)
         for _ in range(args.runs):
             for name, tool in rows.items():
-                w, c = _run(command, payload(tool), project, env)
+                w, c = time_hook(command, payload(tool), project, env)
                 wall[name].append(w)
                 cpu[name].append(c)
         noted = team.absorb_files("alice")

@@ -81,25 +81,13 @@ def handle_session_event(
 
 def _cc_team_ended(agent: Agent, payload: dict[str, Any]) -> None:
     """A lead that ends its session cleanly leaves nothing to recover (``_cc_teams``)."""
-    session = payload.get("session_id")
-    if not isinstance(session, str) or _client_team_config(session) is None:
-        return
     try:
-        from phoenix_protocol.integrations._cc_teams import session_ended
+        from phoenix_protocol.integrations._cc_teams import find_team, session_ended
 
-        session_ended(agent, payload)
+        if find_team(payload, scan=False) is not None:  # a stat or two: most sessions run no team
+            session_ended(agent, payload)
     except Exception as exc:  # noqa: BLE001 - logged; the session's end is recorded
         agent.record("hook_failed", "warn", {"hook": "claude-team", "error": clip(str(exc), 300)})
-
-
-def _client_team_config(session: str) -> str | None:
-    """``teams/session-<8 hex>/config.json`` of the session's Claude Code team, if it exists."""
-    from phoenix_protocol.integrations._clients import CLAUDE_CODE
-
-    path = os.path.join(
-        CLAUDE_CODE.user_config_dir(), "teams", "session-" + session.replace("-", "")[:8], "config.json"
-    )
-    return path if os.path.isfile(path) else None
 
 
 def _cc_team_recovery(agent: Agent, payload: dict[str, Any], source: str) -> str | None:

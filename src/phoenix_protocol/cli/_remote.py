@@ -317,19 +317,9 @@ def _team_send(
 
 
 def _queued_message(row: dict[str, Any]) -> dict[str, Any]:
-    m = row["message"]
-    return {
-        "seq": row.get("seq"),
-        "msg_id": row["msg_id"],
-        "from": m.get("sender"),
-        "to": m.get("to"),
-        "type": m.get("type"),
-        "subject": m.get("subject"),
-        "body": m.get("body"),
-        "ts": m.get("ts"),
-        "ts_ms": m.get("ts_ms"),
-        "acked_by": [],
-    }
+    from phoenix_protocol.services._team_outbox import outbox_message
+
+    return {**outbox_message(row), "acked_by": []}
 
 
 def _team_outbox(client: PhoenixClient, out: Output, team_id: str, name: str, last: int) -> None:

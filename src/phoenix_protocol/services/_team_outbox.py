@@ -21,7 +21,7 @@ from phoenix_protocol.store._team_store import MessageConflictError
 if TYPE_CHECKING:
     from phoenix_protocol.store._team_outbox import Outbox
 
-__all__ = ["delivery", "flush", "send_queued"]
+__all__ = ["delivery", "flush", "outbox_message", "send_queued"]
 
 Post = Callable[[dict[str, Any]], dict[str, Any]]
 """Post one queued message (``{"msg_id", "message"}``) to the server: its stored message (``seq``)."""
@@ -100,18 +100,9 @@ def delivery(
         if row["msg_id"] in stored:
             out.append({**stored[row["msg_id"]], **base})
             continue
-        message = row["message"]
         out.append(
             {
-                "seq": row["seq"],
-                "msg_id": row["msg_id"],
-                "from": message.get("sender"),
-                "to": message.get("to"),
-                "type": message.get("type"),
-                "subject": message.get("subject"),
-                "body": message.get("body"),
-                "ts": message.get("ts"),
-                "ts_ms": message.get("ts_ms"),
+                **outbox_message(row),
                 "state": row["state"] if row["state"] != "sent" else "delivered",
                 "delivered": row["state"] == "sent",
                 "recipients": [],
@@ -121,3 +112,20 @@ def delivery(
             }
         )
     return out
+
+
+def outbox_message(row: dict[str, Any]) -> dict[str, Any]:
+    """An outbox row's message in the shape of the server's messages (``seq`` ``None`` until the
+    server stored it)."""
+    message = row["message"]
+    return {
+        "seq": row.get("seq"),
+        "msg_id": row["msg_id"],
+        "from": message.get("sender"),
+        "to": message.get("to"),
+        "type": message.get("type"),
+        "subject": message.get("subject"),
+        "body": message.get("body"),
+        "ts": message.get("ts"),
+        "ts_ms": message.get("ts_ms"),
+    }

@@ -600,13 +600,7 @@ def teammate_idle(agent: Agent, team: str, payload: dict[str, Any]) -> None:
     if not owned:
         if name in nudges:
             nudges.pop(name)
-            store.bind(
-                team,
-                project=agent.home.root,
-                lead_session_id=None,
-                record={"nudges": nudges},
-                now_ms=agent.clock.now_ms(),
-            )
+            store.update_record(team, {"nudges": nudges}, now_ms=agent.clock.now_ms())
         return
     task = owned[0]
     last = nudges.get(name) or {}
@@ -614,9 +608,7 @@ def teammate_idle(agent: Agent, team: str, payload: dict[str, Any]) -> None:
     if count > settings["keep_busy_limit"]:
         return
     nudges[name] = {"task": task["id"], "count": count}
-    store.bind(
-        team, project=agent.home.root, lead_session_id=None, record={"nudges": nudges}, now_ms=agent.clock.now_ms()
-    )
+    store.update_record(team, {"nudges": nudges}, now_ms=agent.clock.now_ms())
     agent.record("claude_team_kept_busy", "ok", {"team": team, "teammate": name, "task": task["id"], "count": count})
     subject = task.get("subject") or ""
     raise HookBlock(

@@ -35,6 +35,9 @@ __all__ = ["TEAM_STATES", "ClaudeTeamStore"]
 T = TypeVar("T")
 
 _TEAM_COLUMNS = "team_name, project, state, lead_session_id, record, created_ms, updated_ms"
+_MESSAGE_COLUMNS = (
+    "msg_id, seq, sender, recipient, kind, record, sent_ms, delivered_ms, redeliver_to, redelivered_ms, team_name"
+)
 
 TEAM_STATES = ("live", "ended", "recovered", "archived")
 
@@ -136,11 +139,7 @@ class ClaudeTeamStore:
         ``created_ms``, ``updated_ms``), or ``None``."""
 
         def work(tx: Tx) -> dict[str, Any] | None:
-            row = tx.one(
-                "SELECT team_name, project, state, lead_session_id, record, created_ms, updated_ms "
-                "FROM phx_cc_teams WHERE team_name = ?",
-                (team,),
-            )
+            row = tx.one(f"SELECT {_TEAM_COLUMNS} FROM phx_cc_teams WHERE team_name = ?", (team,))  # noqa: S608
             return None if row is None else self._team_row(tx, row)
 
         return self.db.read(work)
@@ -336,8 +335,7 @@ class ClaudeTeamStore:
 
         def work(tx: Tx) -> list[dict[str, Any]]:
             rows = tx.all(
-                "SELECT msg_id, seq, sender, recipient, kind, record, sent_ms, delivered_ms, redeliver_to, "
-                "redelivered_ms FROM phx_cc_messages WHERE team_name = ? ORDER BY seq",
+                f"SELECT {_MESSAGE_COLUMNS} FROM phx_cc_messages WHERE team_name = ? ORDER BY seq",  # noqa: S608
                 (team,),
             )
             return [self._message_row(tx, r) for r in rows]
@@ -361,26 +359,27 @@ class ClaudeTeamStore:
 
     def mark_delivered(self, team: str, msg_ids: Iterable[str], *, now_ms: int) -> None:
         """Note that these messages reached their reader (first time only)."""
-        ids = list(msg_ids)
-        if not ids:
-            return
-        self.db.transaction(
-            lambda tx: tx.execute(
-                f"UPDATE phx_cc_messages SET delivered_ms = ? WHERE team_name = ? AND delivered_ms IS NULL AND msg_id IN ({tx.dialect.placeholders(len(ids))})",  # noqa: S608
-                (now_ms, team, *ids),
-            )
-        )
+        self._set_on_messages(team, msg_ids, "delivered_ms", now_ms, only_unset="delivered_ms")
 
     def queue_redelivery(self, team: str, msg_ids: Iterable[str], *, to: str) -> None:
         """Queue these messages for delivery again, to the lead session ``to`` (``pending_redelivery``);
         one already delivered again is not queued twice."""
+        self._set_on_messages(team, msg_ids, "redeliver_to", to, only_unset="redelivered_ms")
+
+    def _set_on_messages(
+        self, team: str, msg_ids: Iterable[str], column: str, value: object, *, only_unset: str | None = None
+    ) -> None:
+        """Set ``column`` of these messages of ``team`` to ``value`` (with ``only_unset``: of those
+        whose ``only_unset`` column is still NULL)."""
         ids = list(msg_ids)
         if not ids:
             return
+        unset = f" AND {only_unset} IS NULL" if only_unset else ""
         self.db.transaction(
             lambda tx: tx.execute(
-                f"UPDATE phx_cc_messages SET redeliver_to = ? WHERE team_name = ? AND redelivered_ms IS NULL AND msg_id IN ({tx.dialect.placeholders(len(ids))})",  # noqa: S608
-                (to, team, *ids),
+                f"UPDATE phx_cc_messages SET {column} = ? WHERE team_name = ?{unset} "  # noqa: S608
+                f"AND msg_id IN ({tx.dialect.placeholders(len(ids))})",
+                (value, team, *ids),
             )
         )
 
@@ -390,9 +389,8 @@ class ClaudeTeamStore:
 
         def work(tx: Tx) -> list[dict[str, Any]]:
             rows = tx.all(
-                "SELECT msg_id, seq, sender, recipient, kind, record, sent_ms, delivered_ms, redeliver_to, "
-                "redelivered_ms, team_name FROM phx_cc_messages WHERE redeliver_to = ? AND redelivered_ms IS NULL "
-                "ORDER BY sent_ms, seq",
+                f"SELECT {_MESSAGE_COLUMNS} FROM phx_cc_messages WHERE redeliver_to = ? "  # noqa: S608
+                "AND redelivered_ms IS NULL ORDER BY sent_ms, seq",
                 (to,),
             )
             return [{**self._message_row(tx, r), "team_name": r[10]} for r in rows]
@@ -401,12 +399,4 @@ class ClaudeTeamStore:
 
     def mark_redelivered(self, team: str, msg_ids: Iterable[str], *, now_ms: int) -> None:
         """Note that these messages were written into the new lead's inbox."""
-        ids = list(msg_ids)
-        if not ids:
-            return
-        self.db.transaction(
-            lambda tx: tx.execute(
-                f"UPDATE phx_cc_messages SET redelivered_ms = ? WHERE team_name = ? AND msg_id IN ({tx.dialect.placeholders(len(ids))})",  # noqa: S608
-                (now_ms, team, *ids),
-            )
-        )
+        self._set_on_messages(team, msg_ids, "redelivered_ms", now_ms)

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import os
 
-from phoenix_protocol.core._durable import atomic_write, confine, ensure_dir, read_bytes
+from phoenix_protocol.core._durable import atomic_write, confine, ensure_dir, read_bytes, read_range
 from phoenix_protocol.core._ids import short_digest, validate_id
 from phoenix_protocol.core._jsonio import dumps_line, loads_object
 
@@ -105,7 +105,29 @@ def classify(
 
 
 MAX_FILES_BYTES = 256 * 1024
-"""The most of a teammate's noted files read at once (the hook appends one path a line)."""
+"""The most of a teammate's noted files read at once (the hook appends one path a line): a
+longer file is read in pieces of this size."""
+
+
+def _noted_paths(path: str) -> list[str]:
+    """The distinct paths of a noted-files file, in the order first noted, read a piece at a time
+    (a teammate that edited thousands of times between two takes has a file of any size)."""
+    seen: dict[str, None] = {}
+    offset = 0
+    rest = b""
+    while True:
+        piece = read_range(path, offset, MAX_FILES_BYTES) or b""
+        if not piece:
+            break
+        offset += len(piece)
+        lines = (rest + piece).split(b"\n")
+        rest = lines.pop()
+        for line in lines:
+            if line:
+                seen[line.decode("utf-8", "surrogateescape")] = None
+    if rest:
+        seen[rest.decode("utf-8", "surrogateescape")] = None
+    return list(seen)
 
 
 def note_files(directory: str, name: str, paths: list[str]) -> None:
@@ -134,8 +156,7 @@ def take_files(directory: str, name: str, keep: Callable[[list[str]], None]) -> 
         os.rename(path, taking)  # appends from now on start a new file
     except FileNotFoundError:
         return []
-    data = read_bytes(taking, limit=MAX_FILES_BYTES) or b""
-    paths = list(dict.fromkeys(line for line in data.decode("utf-8", "surrogateescape").splitlines() if line))
+    paths = _noted_paths(taking)
     try:
         keep(paths)
     except BaseException:

@@ -79,6 +79,7 @@ __all__ = [
     "install_hooks",
     "is_phoenix_hook",
     "portable_command",
+    "project_root",
     "read_settings",
     "settings_path",
     "uninstall_claude_code",
@@ -156,9 +157,14 @@ def settings_path(
         raise UsageError(f"{client.label}: scope must be one of {', '.join(client.scopes)}, not {scope!r}.")
     if scope == "user":
         return client.user_settings(env)
+    return os.path.join(project_root(project_dir), *client.scopes[scope].split("/"))
+
+
+def project_root(project_dir: str | None) -> str:
+    """The project whose settings files the project and local scopes name: ``project_dir``, else
+    the git work tree root of the current directory (else the current directory)."""
     base = os.path.abspath(project_dir or os.getcwd())
-    root = find_work_tree_root(base) if project_dir is None else base
-    return os.path.join(root or base, *client.scopes[scope].split("/"))
+    return (find_work_tree_root(base) if project_dir is None else None) or base
 
 
 class InstallResult:
@@ -385,21 +391,25 @@ def _save(path: str, before: bytes | None, settings: dict[str, Any]) -> None:
     os.chmod(path, mode)
 
 
-def _remove(path: str) -> None:
-    """Remove a settings file left holding nothing, and its ``.claude`` folder if that is left empty."""
-    folder = os.path.dirname(path)
+def _remove(path: str, *, folder: bool = True) -> None:
+    """Remove a settings file left holding nothing, and (``folder``) the folder holding it
+    (``.claude``, ``.gemini``, ``.codex``) if that is left empty."""
+    parent = os.path.dirname(path)
     try:
         os.unlink(path)
     except FileNotFoundError:
         return
     except OSError as exc:
         raise UsageError(f"cannot remove {path}, which holds nothing any more: {exc}") from None
-    try:
-        os.rmdir(folder)
-    except OSError:  # not empty (Claude Code's other files, the user's): it stays
-        fsync_dir(folder)
-    else:
-        fsync_dir(os.path.dirname(folder))
+    if folder:
+        try:
+            os.rmdir(parent)
+        except OSError:  # not empty (the CLI's other files, the user's): it stays
+            pass
+        else:
+            fsync_dir(os.path.dirname(parent))
+            return
+    fsync_dir(parent)
 
 
 def _git_ignored(path: str) -> bool | None:

@@ -30,14 +30,17 @@ __all__: list[str] = []
 F = TypeVar("F", bound=Callable[..., Any])
 
 
-def _bind(home_path: str | None, host: str | None, port: int | None) -> tuple[Home, Config, str, int]:
-    """``phx serve``'s and ``phx ui``'s start: the home, its settings (read once), the address and
-    port (default: the settings'), refused as ``check_bind`` refuses; ``UsageError`` without the
-    [server] extra."""
+def _open_home(home_path: str | None) -> tuple[Home, Config]:
+    """The home (``--home``, else the resolved one) and its settings, read once."""
     from phoenix_protocol.core._config import load_config
 
     home = Home(os.path.abspath(home_path)) if home_path else Home.resolve()
-    config = load_config(home.root, project_root=home.project_root)
+    return home, load_config(home.root, project_root=home.project_root)
+
+
+def _address(home: Home, config: Config, host: str | None, port: int | None) -> tuple[str, int]:
+    """The address and port to listen on (default: the settings'), refused as ``check_bind``
+    refuses; ``UsageError`` without the [server] extra."""
     try:
         from phoenix_protocol.server._app import check_bind
     except ImportError as exc:
@@ -45,7 +48,13 @@ def _bind(home_path: str | None, host: str | None, port: int | None) -> tuple[Ho
     address = host or config.server_host
     number = port or config.server_port
     check_bind(home, address, config=config)
-    return home, config, address, number
+    return address, number
+
+
+def _bind(home_path: str | None, host: str | None, port: int | None) -> tuple[Home, Config, str, int]:
+    """``phx serve``'s and ``phx ui``'s start: the home, its settings and the address (``_address``)."""
+    home, config = _open_home(home_path)
+    return home, config, *_address(home, config, host, port)
 
 
 @main_group.command("serve")
@@ -307,15 +316,13 @@ def mcp_command(
     Needs the [mcp] extra. `phx install CLI --mcp` registers it with Claude Code, Gemini CLI or
     Codex. Example: phx mcp --agent zero --team auth-x1 --as alice
     """
-    from phoenix_protocol.core._config import load_config
     from phoenix_protocol.core._home import resolve_agent_id
 
     out = Output(False)
     try:
         if not http and (host is not None or port is not None):
             raise UsageError("--host and --port go with --http.")
-        home = Home(os.path.abspath(home_path)) if home_path else Home.resolve()
-        config = load_config(home.root, project_root=home.project_root)
+        home, config = _open_home(home_path)
         try:
             from phoenix_protocol.server._mcp import McpSeat, serve_http, serve_stdio
         except ImportError as exc:
@@ -335,11 +342,7 @@ def mcp_command(
             return
         from rich.markup import escape
 
-        from phoenix_protocol.server._app import check_bind
-
-        address = host or config.server_host
-        number = port or config.server_port
-        check_bind(home, address, config=config)
+        address, number = _address(home, config, host, port)
         _make_console(stderr=True).print(
             f"MCP server for agent {escape(seat.agent_id)} of {escape(home.root)} on "
             f"http://{escape(address)}:{number}/mcp"

@@ -31,7 +31,13 @@ import time
 from phoenix_protocol.core._clis import CLIS
 from phoenix_protocol.core._errors import PhoenixError
 from phoenix_protocol.integrations._clients import CLIENTS
-from phoenix_protocol.integrations._install import hook_kind, install_dir, read_settings, settings_path
+from phoenix_protocol.integrations._install import (
+    hook_entries,
+    hook_kind,
+    install_dir,
+    read_settings,
+    settings_path,
+)
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -215,22 +221,18 @@ def hook_registrations(project_dir: str | None, env: Mapping[str, str] | None = 
                 continue
             by_scope[scope] = settings
             kinds: set[str] = set()
-            hooks = settings.get("hooks")
-            for event, groups in hooks.items() if isinstance(hooks, dict) else []:
-                for group in groups if isinstance(groups, list) else []:
-                    entries = group.get("hooks") if isinstance(group, dict) else None
-                    for hook in entries if isinstance(entries, list) else []:
-                        kind = hook_kind(hook)
-                        if kind is not None:
-                            kinds.add(kind)
-                            if event not in entry["events"]:
-                                entry["events"].append(event)
+            for event, hook in hook_entries(settings):
+                kind = hook_kind(hook)
+                if kind is not None:
+                    kinds.add(kind)
+                    if event not in entry["events"]:
+                        entry["events"].append(event)
             if kinds:
                 entry["installed"] = True
                 entry["kind"] = kinds.pop() if len(kinds) == 1 else "mixed"
         plugin = enabled_plugin(by_scope) if client.name == "claude-code" else None
         if client.name == "gemini-cli":  # the extension (gemini extensions install|link): the user's
-            folder = os.path.join(os.path.dirname(client.user_settings(env)), "extensions", EXTENSION_NAME)
+            folder = os.path.join(client.user_config_dir(env), "extensions", EXTENSION_NAME)
             plugin = ("user", EXTENSION_NAME) if os.path.isdir(folder) else None
         for entry in entries_of_client:
             if plugin is not None and entry["scope"] == plugin[0]:

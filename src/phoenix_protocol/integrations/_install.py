@@ -63,7 +63,7 @@ from phoenix_protocol.integrations._portable import (
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from collections.abc import Mapping
+    from collections.abc import Iterator, Mapping
     from typing import Any
 
 __all__ = [
@@ -73,12 +73,14 @@ __all__ = [
     "InstallResult",
     "check_installed",
     "hook_command",
+    "hook_entries",
     "hook_kind",
     "install_claude_code",
     "install_dir",
     "install_hooks",
     "is_phoenix_hook",
     "portable_command",
+    "project_root",
     "read_settings",
     "settings_path",
     "uninstall_claude_code",
@@ -156,9 +158,14 @@ def settings_path(
         raise UsageError(f"{client.label}: scope must be one of {', '.join(client.scopes)}, not {scope!r}.")
     if scope == "user":
         return client.user_settings(env)
+    return os.path.join(project_root(project_dir), *client.scopes[scope].split("/"))
+
+
+def project_root(project_dir: str | None) -> str:
+    """The project whose settings files the project and local scopes name: ``project_dir``, else
+    the git work tree root of the current directory (else the current directory)."""
     base = os.path.abspath(project_dir or os.getcwd())
-    root = find_work_tree_root(base) if project_dir is None else base
-    return os.path.join(root or base, *client.scopes[scope].split("/"))
+    return (find_work_tree_root(base) if project_dir is None else None) or base
 
 
 class InstallResult:
@@ -366,6 +373,17 @@ def read_settings(path: str) -> dict[str, Any]:
     return _load(path, read_bytes(path))
 
 
+def hook_entries(settings: Mapping[str, Any]) -> Iterator[tuple[str, Any]]:
+    """Every hook entry of a settings file, with its event (the CLI's name), in file order; a
+    part that is not the shape the CLI reads (an event's groups not a list, ...) holds none."""
+    hooks = settings.get("hooks")
+    for event, groups in hooks.items() if isinstance(hooks, dict) else []:
+        for group in groups if isinstance(groups, list) else []:
+            entries = group.get("hooks") if isinstance(group, dict) else None
+            for entry in entries if isinstance(entries, list) else []:
+                yield event, entry
+
+
 def _is_ours(entry: object) -> bool:
     command = str(entry.get("command", "")) if isinstance(entry, dict) else ""
     return _is_machine(command) or _is_portable(command)
@@ -385,21 +403,25 @@ def _save(path: str, before: bytes | None, settings: dict[str, Any]) -> None:
     os.chmod(path, mode)
 
 
-def _remove(path: str) -> None:
-    """Remove a settings file left holding nothing, and its ``.claude`` folder if that is left empty."""
-    folder = os.path.dirname(path)
+def _remove(path: str, *, folder: bool = True) -> None:
+    """Remove a settings file left holding nothing, and (``folder``) the folder holding it
+    (``.claude``, ``.gemini``, ``.codex``) if that is left empty."""
+    parent = os.path.dirname(path)
     try:
         os.unlink(path)
     except FileNotFoundError:
         return
     except OSError as exc:
         raise UsageError(f"cannot remove {path}, which holds nothing any more: {exc}") from None
-    try:
-        os.rmdir(folder)
-    except OSError:  # not empty (Claude Code's other files, the user's): it stays
-        fsync_dir(folder)
-    else:
-        fsync_dir(os.path.dirname(folder))
+    if folder:
+        try:
+            os.rmdir(parent)
+        except OSError:  # not empty (the CLI's other files, the user's): it stays
+            pass
+        else:
+            fsync_dir(os.path.dirname(parent))
+            return
+    fsync_dir(parent)
 
 
 def _git_ignored(path: str) -> bool | None:
@@ -624,26 +646,22 @@ def _check_client(client: Client, project_dir: str | None, env: Mapping[str, str
             continue
         by_scope[scope] = settings
         seen: set[str] = set()
-        hooks = settings.get("hooks")
-        for claude_event, groups in hooks.items() if isinstance(hooks, dict) else []:
-            for group in groups if isinstance(groups, list) else []:
-                entries = group.get("hooks") if isinstance(group, dict) else None
-                for entry in entries if isinstance(entries, list) else []:
-                    if not _is_ours(entry):
-                        continue
-                    command = str(entry.get("command", ""))
-                    if _is_portable(command):
-                        if (scope, path) not in portable_in:
-                            portable_in.append((scope, path))
-                        problem = _portable_problem(command, events, client)
-                    elif scope in client.shared_scopes:
-                        problem = _shared_machine_problem(command, client)
-                    else:
-                        machine.setdefault(scope, {})[claude_event] = command
-                        problem = _command_problem(command, events, client)
-                    if problem is not None and problem not in seen:
-                        seen.add(problem)
-                        problems.append((scope, path, problem))
+        for claude_event, entry in hook_entries(settings):
+            if not _is_ours(entry):
+                continue
+            command = str(entry.get("command", ""))
+            if _is_portable(command):
+                if (scope, path) not in portable_in:
+                    portable_in.append((scope, path))
+                problem = _portable_problem(command, events, client)
+            elif scope in client.shared_scopes:
+                problem = _shared_machine_problem(command, client)
+            else:
+                machine.setdefault(scope, {})[claude_event] = command
+                problem = _command_problem(command, events, client)
+            if problem is not None and problem not in seen:
+                seen.add(problem)
+                problems.append((scope, path, problem))
     local, user = machine.get("local", {}), machine.get("user", {})
     twice = sorted(e for e in local.keys() & user.keys() if local[e] != user[e])
     if twice:  # the same command in both runs once (Claude Code runs identical commands once)

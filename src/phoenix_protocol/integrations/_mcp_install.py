@@ -31,12 +31,11 @@ import os
 import sys
 from typing import TYPE_CHECKING, Any
 
-from phoenix_protocol.core._durable import fsync_dir, read_bytes
+from phoenix_protocol.core._durable import read_bytes
 from phoenix_protocol.core._errors import UsageError
-from phoenix_protocol.core._home import find_work_tree_root
 from phoenix_protocol.core._ids import validate_id
 from phoenix_protocol.integrations._clients import CLAUDE_CODE, CODEX, Client
-from phoenix_protocol.integrations._install import _as_client, _load, _save, settings_path
+from phoenix_protocol.integrations._install import _as_client, _load, _remove, _save, project_root, settings_path
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
@@ -117,11 +116,6 @@ class McpInstallResult:
         }
 
 
-def _project_root(project_dir: str | None) -> str:
-    base = os.path.abspath(project_dir or os.getcwd())
-    return (find_work_tree_root(base) if project_dir is None else None) or base
-
-
 def _claude_json(env: Mapping[str, str] | None) -> str:
     """Claude Code's own state file, which holds the user's and each project's MCP servers."""
     environ = os.environ if env is None else env
@@ -140,13 +134,13 @@ def mcp_path(
     if scope not in client.scopes:
         raise UsageError(f"{client.label}: scope must be one of {', '.join(client.scopes)}, not {scope!r}.")
     if client is CLAUDE_CODE:
-        return os.path.join(_project_root(project_dir), ".mcp.json") if scope == "project" else _claude_json(env)
+        return os.path.join(project_root(project_dir), ".mcp.json") if scope == "project" else _claude_json(env)
     if client is CODEX:
         if scope == "user":
             from phoenix_protocol.integrations._codex_trust import config_path
 
             return config_path(env)
-        return os.path.join(_project_root(project_dir), ".codex", "config.toml")
+        return os.path.join(project_root(project_dir), ".codex", "config.toml")
     return settings_path(scope, project_dir=project_dir, env=env, client=client)
 
 
@@ -184,25 +178,10 @@ def is_phoenix_server(entry: object) -> bool:
     return (os.path.basename(command) == "phx" and argv[:1] == ["mcp"]) or argv[:3] == _MODULE_ARGS
 
 
-def _remove(path: str) -> None:
-    """Remove a file left holding nothing, and the CLI's dot-folder (``.gemini``, ``.codex``) of a
-    project if that is left empty (never a project's root or a home: ``.mcp.json``, ``~/.claude.json``)."""
-    folder = os.path.dirname(path)
-    try:
-        os.unlink(path)
-    except FileNotFoundError:
-        return
-    except OSError as exc:
-        raise UsageError(f"cannot remove {path}, which holds nothing any more: {exc}") from None
-    if os.path.basename(folder) in (".gemini", ".codex"):
-        try:
-            os.rmdir(folder)
-        except OSError:
-            pass
-        else:
-            fsync_dir(os.path.dirname(folder))
-            return
-    fsync_dir(folder)
+def _remove_file(path: str) -> None:
+    """Remove a file left holding nothing, and the CLI's dot-folder (``.gemini``, ``.codex``) if
+    that is left empty (never a project's root or a home: ``.mcp.json``, ``~/.claude.json``)."""
+    _remove(path, folder=os.path.basename(os.path.dirname(path)) in (".gemini", ".codex"))
 
 
 # -- JSON files (Claude Code, Gemini CLI) --------------------------------------------------------
@@ -242,16 +221,16 @@ def _prune(settings: dict[str, Any], container: list[str]) -> None:
 
 def _json_change(
     path: str, container: list[str], entry: dict[str, Any] | None, dry_run: bool
-) -> tuple[bool, str | None, dict[str, Any], bool, bool]:
+) -> tuple[str | None, dict[str, Any], bool, bool]:
     """Set (``entry``) or remove (``None``) ``mcpServers.phoenix`` at ``container`` in the JSON
-    file ``path``: ``(changed, action, servers after, created, removed)``."""
+    file ``path``: ``(action, servers after, created, removed)``; no action: nothing to change."""
     before = read_bytes(path)
     if entry is None and before is None:
-        return False, None, {}, False, False
+        return None, {}, False, False
     settings = _load(path, before)
     servers = _servers_of(settings, path, container, create=entry is not None)
     if servers is None:
-        return False, None, {}, False, False
+        return None, {}, False, False
     current = servers.get(SERVER)
     if current is not None and not is_phoenix_server(current):
         raise UsageError(
@@ -272,10 +251,10 @@ def _json_change(
     removed = action == "removed" and not settings
     if action is not None and not dry_run:
         if removed:
-            _remove(path)
+            _remove_file(path)
         else:
             _save(path, before, settings)
-    return action is not None, action, shown, action is not None and before is None, removed
+    return action, shown, action is not None and before is None, removed
 
 
 # -- TOML (Codex) -------------------------------------------------------------------------------
@@ -283,7 +262,7 @@ def _json_change(
 
 def _toml_change(
     path: str, entry: dict[str, Any] | None, dry_run: bool
-) -> tuple[bool, str | None, dict[str, Any], bool, bool]:
+) -> tuple[str | None, dict[str, Any], bool, bool]:
     """``_json_change`` for Codex's ``config.toml`` (``[mcp_servers.phoenix]``), with tomlkit."""
     import tomlkit
 
@@ -292,12 +271,12 @@ def _toml_change(
 
     before = read_bytes(path)
     if entry is None and before is None:
-        return False, None, {}, False, False
+        return None, {}, False, False
     doc = load_toml(path)
     servers = doc.get("mcp_servers")
     if servers is None:
         if entry is None:
-            return False, None, {}, False, False
+            return None, {}, False, False
         servers = tomlkit.table(is_super_table=True)
         doc["mcp_servers"] = servers
     if not isinstance(servers, dict):
@@ -323,10 +302,10 @@ def _toml_change(
     removed = action == "removed" and not tomlkit.dumps(doc).strip()
     if action is not None and not dry_run:
         if removed:
-            _remove(path)
+            _remove_file(path)
         else:
             save_toml(path, before, _trimmed(doc) if entry is None else doc)
-    return action is not None, action, shown, action is not None and before is None, removed
+    return action, shown, action is not None and before is None, removed
 
 
 def _trimmed(doc: Any) -> Any:
@@ -352,20 +331,20 @@ def _change(
 ) -> McpInstallResult:
     path = mcp_path(client, scope, project_dir=project_dir, env=env)
     if client is CODEX:
-        changed, action, servers, created, removed = _toml_change(path, entry, dry_run)
+        action, servers, created, removed = _toml_change(path, entry, dry_run)
     else:
-        container = ["projects", _project_root(project_dir)] if client is CLAUDE_CODE and scope == "local" else []
-        changed, action, servers, created, removed = _json_change(path, container, entry, dry_run)
+        container = ["projects", project_root(project_dir)] if client is CLAUDE_CODE and scope == "local" else []
+        action, servers, created, removed = _json_change(path, container, entry, dry_run)
     return McpInstallResult(
         client,
         path,
         scope,
         kind="portable" if scope in client.shared_scopes else "machine",
-        changed=changed,
+        changed=action is not None,
         dry_run=dry_run,
         action=action,
         servers=servers,
-        entry=entry if entry is not None else None,
+        entry=entry,
         created=created,
         removed=removed,
     )

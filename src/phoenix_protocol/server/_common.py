@@ -53,6 +53,7 @@ __all__ = [
     "add_error_handlers",
     "agent_access",
     "api_routes",
+    "error_detail",
     "problem",
     "status_for",
     "team_access",
@@ -164,6 +165,15 @@ def status_for(exc: PhoenixError) -> int:
     return 500
 
 
+def error_detail(exc: PhoenixError, home: Home) -> str:
+    """A library error's message as a client reads it (a problem's ``detail``, an MCP tool error):
+    on one line, the home's path as ``$PHOENIX_HOME``; ``NOT_FOUND`` for a team not found (its
+    message lists the teams that exist)."""
+    if isinstance(exc, TeamNotFoundError):
+        return NOT_FOUND
+    return _bridge.scrub(" ".join(str(exc).split()), home) or type(exc).__name__
+
+
 def _unauthorized(instance: str, *, presented: bool) -> Answer:
     challenge = 'Bearer realm="phoenix"' + (', error="invalid_token"' if presented else "")
     return problem(
@@ -218,9 +228,7 @@ def add_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(PhoenixError)
     async def phoenix_error(request: Request, exc: PhoenixError) -> Response:
         status = status_for(exc)
-        detail = _bridge.scrub(" ".join(str(exc).split()), served_home(request).home) or type(exc).__name__
-        if isinstance(exc, TeamNotFoundError):
-            detail = NOT_FOUND  # its message lists the teams that exist
+        detail = error_detail(exc, served_home(request).home)
         if status >= 500:
             log.error("%s %s: %s: %s", request.method, request.url.path, type(exc).__name__, exc)
         headers = {"Retry-After": "1"} if status == 503 else None

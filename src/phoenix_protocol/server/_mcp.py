@@ -49,7 +49,7 @@ from typing_extensions import TypedDict  # pydantic needs it before Python 3.12
 from phoenix_protocol._version import __version__
 from phoenix_protocol.core._clock import Clock, system_clock
 from phoenix_protocol.core._errors import NotFoundError, PhoenixError, UsageError
-from phoenix_protocol.server._common import AUTH_SCOPE_KEY
+from phoenix_protocol.server._common import AUTH_SCOPE_KEY, error_detail
 from phoenix_protocol.services import _bridge
 from phoenix_protocol.store._tokens import TokenInfo, agent_namespace, team_namespace
 
@@ -269,10 +269,7 @@ def _tool_errors(home: Home, error: type[Exception] = ToolError) -> Iterator[Non
     try:
         yield
     except PhoenixError as exc:
-        from phoenix_protocol.store._teams import TeamNotFoundError
-
-        detail = _bridge.NOT_FOUND if isinstance(exc, TeamNotFoundError) else " ".join(str(exc).split())
-        raise error(f"{type(exc).__name__}: {_bridge.scrub(detail, home) or type(exc).__name__}") from exc
+        raise error(f"{type(exc).__name__}: {error_detail(exc, home)}") from exc
 
 
 def _notes(items: list[dict[str, Any]]) -> list[Note]:

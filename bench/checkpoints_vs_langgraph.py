@@ -46,8 +46,9 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable
-from importlib import metadata
 from typing import Any
+
+from _report import cpu, revision, version
 
 # langgraph-checkpoint-sqlite is a bench-only dependency: where it is not installed (``make test``
 # type-checks bench/ without it) the imports are Any, hence the two-code ignores.
@@ -319,35 +320,6 @@ class SizeResult:
 # -- the report helpers ---
 
 
-def _version(dist: str) -> str:
-    try:
-        return metadata.version(dist)
-    except metadata.PackageNotFoundError:
-        return "not installed"
-
-
-def _cpu() -> str:
-    with contextlib.suppress(OSError), open("/proc/cpuinfo") as fh:
-        for line in fh:
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    return platform.processor() or "unknown CPU"
-
-
-def _revision() -> str:
-    """The commit measured, and whether the store's source differed from it."""
-    try:
-        head = subprocess.run(
-            ["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True, text=True, check=True
-        ).stdout.strip()
-        dirty = subprocess.run(
-            ["git", "status", "--porcelain", "--", "src"], cwd=REPO, capture_output=True, text=True, check=True
-        ).stdout.strip()
-    except (OSError, subprocess.CalledProcessError):
-        return "unknown revision"
-    return f"commit {head}" + (" with uncommitted changes in src/" if dirty else "")
-
-
 def _fs(path: str) -> str:
     best, kind = "", "unknown"
     with contextlib.suppress(OSError), open("/proc/mounts") as fh:
@@ -495,9 +467,9 @@ def render(sizes: list[SizeResult], args: argparse.Namespace, wall: float, histo
             " `", "`"
         ),
         "",
-        f"{datetime.date.today().isoformat()}, {_revision()}, Python {platform.python_version()}, SQLite "
-        f"{sqlite3.sqlite_version}, langgraph-checkpoint-sqlite {_version('langgraph-checkpoint-sqlite')}, "
-        f"{_cpu()}, {os.cpu_count()} CPUs, {_fs(tempfile.gettempdir())}; {history} checkpoints of history on each "
+        f"{datetime.date.today().isoformat()}, {revision()}, Python {platform.python_version()}, SQLite "
+        f"{sqlite3.sqlite_version}, langgraph-checkpoint-sqlite {version('langgraph-checkpoint-sqlite')}, "
+        f"{cpu()}, {os.cpu_count()} CPUs, {_fs(tempfile.gettempdir())}; {history} checkpoints of history on each "
         f"side; both WAL + `synchronous=FULL`; {wall:.0f} s.",
         "",
         "| operation | state | Phoenix p50 / p90 (ms) | SqliteSaver p50 / p90 (ms) | ratio p50 / p90 | target | met |",

@@ -36,16 +36,15 @@ import random
 import shutil
 import sqlite3
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from importlib import metadata
 from typing import Any
 
+from _report import cpu, revision, version
 from langgraph.checkpoint.base import BaseCheckpointSaver, empty_checkpoint
 from langgraph.checkpoint.sqlite import SqliteSaver  # type: ignore[import-not-found, import-untyped, unused-ignore]
 
@@ -53,7 +52,6 @@ from phoenix_protocol.core._home import Home
 from phoenix_protocol.integrations.langgraph import DEFAULT_KEEP, PhoenixSaver
 from phoenix_protocol.store._db import DB_NAME, open_database
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 MESSAGES = ["x" * 200] * 5
 GETS = 200
 LISTS = 10
@@ -229,34 +227,6 @@ def _p(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
-def _version(name: str) -> str:
-    try:
-        return metadata.version(name)
-    except metadata.PackageNotFoundError:
-        return "not installed"
-
-
-def _cpu() -> str:
-    with contextlib.suppress(OSError), open("/proc/cpuinfo") as fh:
-        for line in fh:
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    return platform.processor() or "unknown CPU"
-
-
-def _revision() -> str:
-    try:
-        head = subprocess.run(
-            ["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True, text=True, check=True
-        ).stdout.strip()
-        dirty = subprocess.run(
-            ["git", "status", "--porcelain", "--", "src"], cwd=REPO, capture_output=True, text=True, check=True
-        ).stdout.strip()
-    except (OSError, subprocess.CalledProcessError):
-        return "unknown commit"
-    return f"commit {head}" + (" (src changed)" if dirty else "")
-
-
 def table(title: str, sides: list[Side], baseline: Side) -> list[str]:
     out = [
         f"#### {title}",
@@ -316,10 +286,10 @@ def run(args: argparse.Namespace) -> str:
                     " `", "`"
                 ),
                 "",
-                f"{datetime.date.today().isoformat()}, {_revision()}, Python {platform.python_version()}, SQLite "
-                f"{sqlite3.sqlite_version}, langgraph-checkpoint {_version('langgraph-checkpoint')}, "
-                f"langgraph-checkpoint-sqlite {_version('langgraph-checkpoint-sqlite')}, "
-                f"langgraph-checkpoint-postgres {_version('langgraph-checkpoint-postgres')}, {_cpu()}, "
+                f"{datetime.date.today().isoformat()}, {revision()}, Python {platform.python_version()}, SQLite "
+                f"{sqlite3.sqlite_version}, langgraph-checkpoint {version('langgraph-checkpoint')}, "
+                f"langgraph-checkpoint-sqlite {version('langgraph-checkpoint-sqlite')}, "
+                f"langgraph-checkpoint-postgres {version('langgraph-checkpoint-postgres')}, {cpu()}, "
                 f"{os.cpu_count()} CPUs; {args.n:,} checkpoints on one thread per side, puts interleaved; "
                 f"{GETS} get_tuple and {LISTS} list rounds; PostgreSQL sides vacuumed and analysed every "
                 f"{MAINTAIN_EVERY:,} rounds; {wall:.0f} s.",

@@ -50,14 +50,23 @@ def baseline_recall(store: MemoryStore, query: str, k: int) -> list[tuple[str, f
     """Recall as it was before issue 34 (``MemoryStore.recall`` at a55e476): the engine's own
     full-text match of the OR-ed words, its own rank, newest first on ties."""
     words = _query_words(query)
+    order = " AND m.namespace = ? ORDER BY rank DESC, m.created_ms DESC, m.seq DESC LIMIT ?"
 
     def work(tx: Tx) -> list[tuple[str, float]]:
-        fts = tx.dialect.full_text("phx_memories", "m", words)
-        sql = (
-            f"SELECT m.id, {fts.rank} AS rank FROM phx_memories m {fts.join} "  # noqa: S608 - fragments only
-            f"WHERE {fts.match} AND m.namespace = ? ORDER BY rank DESC, m.created_ms DESC, m.seq DESC LIMIT ?"
-        )
-        rows = tx.all(sql, [*fts.join_params, *fts.match_params, NAMESPACE, k])
+        if tx.dialect.postgres:  # the generated ``document`` tsvector, each word an English plainto_tsquery
+            tsquery = " || ".join(["plainto_tsquery('english', ?)"] * len(words))
+            sql = (
+                "SELECT m.id, ts_rank_cd(m.document, q.query) AS rank FROM phx_memories m "  # noqa: S608 - '?' only
+                f"CROSS JOIN (SELECT {tsquery} AS query) q WHERE numnode(q.query) > 0 AND m.document @@ q.query"
+            )
+            params: list[Any] = [*words, NAMESPACE, k]
+        else:  # the FTS5 table (Porter stemming), each word quoted; BM25 negated (FTS5's best is its lowest)
+            sql = (
+                "SELECT m.id, -bm25(phx_memories_fts) AS rank FROM phx_memories m "
+                "JOIN phx_memories_fts ON phx_memories_fts.rowid = m.seq WHERE phx_memories_fts MATCH ?"
+            )
+            params = [" OR ".join('"' + w.replace('"', "") + '"' for w in words), NAMESPACE, k]
+        rows = tx.all(sql + order, params)
         return [(str(r[0]), round(float(r[1]), 6)) for r in rows]
 
     return store.db.read(work)

@@ -100,9 +100,7 @@ def resume_point(messages: Sequence[ModelMessage], base: int) -> list[ModelMessa
     first request; else ``None`` (nothing to keep: the rerun starts from the prompt again).
 
     ``base`` is the length of the history the run started from: a cut never goes into it."""
-    kept = list(messages)
-    while len(kept) > base and not _progress(kept[-1]):
-        kept.pop()
+    kept = _cut(messages, base)
     if len(kept) <= base + 1:
         return None  # at most the run's first request: nothing done yet
     return kept
@@ -113,8 +111,13 @@ def resumable(messages: Sequence[ModelMessage]) -> list[ModelMessage]:
     ``iter`` that raised, cut back to the last request that made progress: pass them as
     ``message_history`` with the prompt ``None`` to continue the run without repeating the tool
     calls that completed (``recoverable_run(agent, None, message_history=resumable(captured))``)."""
+    return _cut(messages, 0)
+
+
+def _cut(messages: Sequence[ModelMessage], base: int) -> list[ModelMessage]:
+    """``messages`` without the trailing ones that made no progress, never shorter than ``base``."""
     kept = list(messages)
-    while kept and not _progress(kept[-1]):
+    while len(kept) > base and not _progress(kept[-1]):
         kept.pop()
     return kept
 

@@ -104,16 +104,17 @@ class AgentCli:
         …/codex`` or ``node server.js --log /tmp/codex`` is no agent."""
         args = iter(argv[1:])
         for given in args:
-            arg = next(args, "") if given == "--" else given
-            if given == "--":
-                pass
-            elif arg in _INLINE_CODE or arg.startswith(tuple(o + "=" for o in _INLINE_CODE)):
+            if given == "--":  # the script follows, whatever it looks like
+                arg = next(args, "")
+            elif given in _INLINE_CODE or given.startswith(tuple(o + "=" for o in _INLINE_CODE)):
                 return False
-            elif arg in _VALUE_OPTIONS:
+            elif given in _VALUE_OPTIONS:
                 next(args, None)
                 continue
-            elif arg.startswith("-"):
+            elif given.startswith("-"):
                 continue
+            else:
+                arg = given
             return os.path.basename(arg) in self.scripts or any(pkg in arg for pkg in self.packages)
         return False
 

@@ -44,6 +44,7 @@ from phoenix_protocol.core._errors import NotFoundError, RefusedError, UsageErro
 from phoenix_protocol.server._common import _OPEN, AUTH_SCOPE_KEY, Served, ServedHome
 from phoenix_protocol.server._params import AgentIdParam, TeamIdParam
 from phoenix_protocol.services import _dashboard
+from phoenix_protocol.store._db import is_postgres_url
 from phoenix_protocol.store._tokens import TokenInfo
 
 __all__ = ["ASSETS", "UI_PREFIX", "router"]
@@ -142,7 +143,7 @@ def ui_session(served: Served, info: Token) -> Response:
             "schema_version": _dashboard.SCHEMA_VERSION,
             "version": __version__,
             "home": served.home.root,
-            "store": "postgresql" if str(served.config.store or "").startswith("postgres") else "sqlite",
+            "store": "postgresql" if is_postgres_url(served.config.store) else "sqlite",
             "authenticated": not open_home,
             "token": None if open_home else {"id": info.id, "label": info.label, "namespaces": info.namespaces},
             "read_only": open_home or not writes,
@@ -280,7 +281,7 @@ def _wait_for_news(served: ServedHome, timeout: float) -> None:
     """Sleep ``timeout`` seconds, or less on PostgreSQL when a team message is committed."""
     import time
 
-    if str(served.config.store or "").startswith("postgres"):
+    if is_postgres_url(served.config.store):
         from phoenix_protocol.store._db import open_database
         from phoenix_protocol.store._team_store import CHANNEL
 

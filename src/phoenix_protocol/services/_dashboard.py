@@ -180,6 +180,7 @@ def overview(
     """The landing page: every agent's lanes as ``phx status`` rows (liveness by the watchdog's
     rules), every team with its counts, and the Clinic's episode counts."""
     from phoenix_protocol.services._status import home_rows
+    from phoenix_protocol.store._db import is_postgres_url
     from phoenix_protocol.store._teams import list_teams
 
     rows = [r for r in home_rows(home, config=config, clock=clock) if allowed(f"agent:{r['agent']}")]
@@ -199,7 +200,7 @@ def overview(
         "schema_version": SCHEMA_VERSION,
         "checked_at": iso_from_ms(clock.now_ms()),
         "home": home.root,
-        "store": "postgresql" if str(config.store or "").startswith("postgres") else "sqlite",
+        "store": "postgresql" if is_postgres_url(config.store) else "sqlite",
         "agents": rows,
         "counts": counts,
         "teams": teams,
@@ -470,6 +471,8 @@ def fingerprint(home: Home, *, config: Config) -> str:
     import hashlib
     import os
 
+    from phoenix_protocol.store._db import is_postgres_url
+
     parts: list[str] = []
     agents_dir = os.path.join(home.root, "agents")
     try:
@@ -483,8 +486,7 @@ def fingerprint(home: Home, *, config: Config) -> str:
                     parts.append(f"{root}/{name}:{st.st_size}:{st.st_mtime_ns}")
     except OSError:
         pass
-    store = str(config.store or "sqlite")
-    if store.startswith("postgres"):
+    if is_postgres_url(config.store):
         parts.append(_pg_fingerprint(home, config))
     else:
         for suffix in ("", "-wal"):
@@ -516,7 +518,7 @@ def _pg_fingerprint(home: Home, config: Config) -> str:
 
     db = open_database(home, config=config)
     try:
-        row = db.read(lambda tx: tx.execute(_PG_FINGERPRINT).fetchone())
+        row = db.read(lambda tx: tx.one(_PG_FINGERPRINT))
     except PhoenixError as exc:
         return f"pg-error:{exc}"
     return "pg:" + ":".join(str(v) for v in (row or ()))

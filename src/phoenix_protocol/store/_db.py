@@ -24,7 +24,7 @@ import os
 import sqlite3
 import threading
 from collections.abc import Callable, Iterable, Sequence
-from typing import TYPE_CHECKING, Any, Literal, NamedTuple, Protocol, TypeAlias, TypeVar, overload
+from typing import TYPE_CHECKING, Any, Literal, Protocol, TypeAlias, TypeVar, overload
 
 import orjson
 
@@ -44,7 +44,6 @@ __all__ = [
     "AgentRows",
     "Database",
     "Dialect",
-    "FullText",
     "Tx",
     "close_all",
     "is_postgres_url",
@@ -81,19 +80,6 @@ class Cursor(Protocol):
     def fetchone(self) -> Row | None: ...
 
     def fetchall(self) -> list[Row]: ...
-
-
-class FullText(NamedTuple):
-    """A full-text match of plain words, as SQL fragments for ``Dialect.full_text``'s caller:
-    ``SELECT …, {rank} AS rank FROM {table} {alias} {join} WHERE {match} AND … ORDER BY rank DESC``,
-    with ``join_params`` then ``match_params`` in that order."""
-
-    join: str
-    join_params: list[Any]
-    match: str
-    match_params: list[Any]
-    rank: str
-    """Higher is better, above zero for a match, on both engines."""
 
 
 class Dialect:
@@ -197,25 +183,6 @@ class Dialect:
         marks = self.placeholders(len(values))
         sql = f"(SELECT count(DISTINCT value) FROM json_each({column}) WHERE value IN ({marks})) = ?"  # noqa: S608 - only '?' placeholders
         return sql, [*values, len(values)]
-
-    def full_text(self, table: str, alias: str, words: Sequence[str]) -> FullText:
-        """Match any of ``words`` (plain words: never query syntax) over ``table``'s full-text
-        index, ranked. PostgreSQL: the generated ``document`` tsvector, each word an English
-        ``plainto_tsquery`` OR-ed, ranked by ``ts_rank_cd``. SQLite: the FTS5 table
-        ``<table>_fts`` over ``seq`` (Porter stemming), each word quoted and OR-ed, ranked by
-        BM25 (negated: FTS5's best is its lowest)."""
-        if self.postgres:
-            query = " || ".join(["plainto_tsquery('english', ?)"] * len(words))
-            return FullText(
-                f"CROSS JOIN (SELECT {query} AS query) fts_q",
-                list(words),
-                f"numnode(fts_q.query) > 0 AND {alias}.document @@ fts_q.query",
-                [],
-                f"ts_rank_cd({alias}.document, fts_q.query)",
-            )
-        fts = f"{table}_fts"
-        match = " OR ".join('"' + w.replace('"', "") + '"' for w in words)
-        return FullText(f"JOIN {fts} ON {fts}.rowid = {alias}.seq", [], f"{fts} MATCH ?", [match], f"-bm25({fts})")
 
 
 class Tx:

@@ -635,9 +635,9 @@ class MemoryStore:
             from phoenix_protocol.core._redact import redact
 
             encoded = embedder.encode([redact(str(rows[i][1])) for i in missing])
-            blobs = [(rows[i][0], np.asarray(encoded[j], dtype="<f4").tobytes()) for j, i in enumerate(missing)]
             for j, i in enumerate(missing):
-                vectors[i] = np.frombuffer(blobs[j][1], dtype="<f4")
+                vectors[i] = np.asarray(encoded[j], dtype="<f4")
+            blobs = [(rows[i][0], vectors[i].tobytes()) for i in missing]
 
             def write(tx: Tx) -> None:
                 tx.executemany(

@@ -27,6 +27,7 @@ figures: ``bench/recall_quality.py``, ``docs/benchmarks.md``.
 
 from __future__ import annotations
 
+import functools
 import math
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -73,22 +74,17 @@ STOP_WORDS = _words(
 )
 """English function words and the words of a question, never searched for."""
 
-_stems: dict[str, str] = {}
-_stemmer: Any = None
+
+@functools.cache
+def _stemmer() -> Any:
+    import snowballstemmer
+
+    return snowballstemmer.stemmer("english")
 
 
+@functools.lru_cache(maxsize=100_000)
 def _stem(word: str) -> str:
-    global _stemmer
-    found = _stems.get(word)
-    if found is None:
-        if _stemmer is None:
-            import snowballstemmer
-
-            _stemmer = snowballstemmer.stemmer("english")
-        found = str(_stemmer.stemWord(word))
-        if len(_stems) < 100_000:
-            _stems[word] = found
-    return found
+    return str(_stemmer().stemWord(word))
 
 
 def terms(text: str) -> list[str]:

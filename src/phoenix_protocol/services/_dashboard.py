@@ -17,7 +17,8 @@ import difflib
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from phoenix_protocol.core._clock import Clock, iso_from_ms, ms_from_iso, system_clock
+from phoenix_protocol.agent._replay import event_ms as _ms
+from phoenix_protocol.core._clock import Clock, iso_from_ms, system_clock
 from phoenix_protocol.core._errors import NotFoundError, PhoenixError
 
 if TYPE_CHECKING:
@@ -57,16 +58,6 @@ MAX_MESSAGES = 200
 
 def _everyone(_namespace: str) -> bool:
     return True
-
-
-def _ms(text: object) -> int | None:
-    """An ISO timestamp in milliseconds; ``None`` for anything else."""
-    if not isinstance(text, str) or not text:
-        return None
-    try:
-        return ms_from_iso(text)
-    except ValueError:
-        return None
 
 
 def _event_kind(event: dict[str, Any]) -> str | None:

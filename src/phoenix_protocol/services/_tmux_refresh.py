@@ -47,6 +47,7 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from phoenix_protocol.core._clock import iso_from_ms
+from phoenix_protocol.core._config import comma_list
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -209,7 +210,7 @@ class RefreshOutcome:
 
 def opted_in(agent_id: str, config: Config) -> bool:
     """Whether ``tmux_refresh_agents`` names ``agent_id`` (or is ``*``)."""
-    names = {n.strip() for n in str(config.tmux_refresh_agents).split(",") if n.strip()}
+    names = comma_list(config.tmux_refresh_agents)
     return "*" in names or agent_id in names
 
 
@@ -304,7 +305,7 @@ def refresh_in_tmux(
     recorded = state.tmux if isinstance(state.tmux, dict) else {}
     server = recorded.get("socket") if isinstance(recorded.get("socket"), str) else None
     tmux = Tmux(socket or server, runner=runner)
-    names = {n.strip() for n in str(config.watchdog_process_names).split(",") if n.strip()}
+    names = set(comma_list(config.watchdog_process_names))
     pane_id = recorded.get("pane") if isinstance(recorded.get("pane"), str) else None
     found = _pane_of(tmux, state.pid, pane_id, names)
     if isinstance(found, str):

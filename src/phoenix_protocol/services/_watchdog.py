@@ -59,6 +59,7 @@ import os
 from typing import TYPE_CHECKING, Any
 
 from phoenix_protocol.core._clock import Clock, iso_from_ms, system_clock
+from phoenix_protocol.core._config import comma_list
 from phoenix_protocol.core._errors import CorruptStateError, PhoenixError, SchemaVersionError, StatusRefusedError
 from phoenix_protocol.core._process import ProcessTable, hostname
 from phoenix_protocol.services._notify import notify_or_record
@@ -481,10 +482,6 @@ def _drift_check(agent: Agent, state: Any, verdict: AgentVerdict, *, now_ms: int
     return verdict
 
 
-def _process_names(config: Any) -> set[str]:
-    return {n.strip() for n in str(config.watchdog_process_names).split(",") if n.strip()}
-
-
 def tmux_agents(names: set[str], *, socket: str | None = None) -> list[TmuxPane] | None:
     """The agents in the pane trees of every tmux session (``None`` without a tmux server):
     the CLIs Phoenix knows (``core._clis``) and processes named in ``names``."""
@@ -611,8 +608,7 @@ def run_pass(
     panes = None
     tmux_socket = tmux_socket or str(config.watchdog_tmux_socket or "") or None
     if tmux:
-        names = _process_names(config)
-        panes = tmux_agents(names, socket=tmux_socket)
+        panes = tmux_agents(set(comma_list(config.watchdog_process_names)), socket=tmux_socket)
         if panes is not None:
             _judge_tmux(agents, verdicts, panes, now_ms=now_ms, act=act, socket=tmux_socket, host=host_here)
         _refresh_in_panes(agents, verdicts, now_ms=now_ms, act=act, socket=tmux_socket)

@@ -243,13 +243,18 @@ def _screen_says(cli: AgentCli, screen: str) -> str | None:
     for mark in cli.busy_markers:
         if mark in lowered:
             return f"its screen shows {cli.title} busy ({mark!r})"
-    if cli.idle_prompt is not None:
-        import re
-
-        pattern = re.compile(cli.idle_prompt)
-        if not any(pattern.search(line) for line in screen.splitlines()):
-            return f"its screen shows no empty {cli.title} prompt (a draft, a dialog or a menu)"
+    if cli.idle_prompt is not None and not _prompt_empty(cli.idle_prompt, screen):
+        return f"its screen shows no empty {cli.title} prompt (a draft, a dialog or a menu)"
     return None
+
+
+def _prompt_empty(idle_prompt: str, screen: str) -> bool:
+    """Whether a line of ``screen`` matches ``idle_prompt`` (``AgentCli.idle_prompt``): the CLI's
+    prompt is empty."""
+    import re
+
+    pattern = re.compile(idle_prompt)
+    return any(pattern.search(line) for line in screen.splitlines())
 
 
 def _pane_of(tmux: Tmux, pid: int, recorded: str | None, extra_names: set[str]) -> tuple[Any, Any] | str:
@@ -373,14 +378,12 @@ def _send(
     agent.state.change(mark)
     if not changed:
         return RefreshOutcome("waiting", "a turn began (or the session changed) meanwhile", reason=reason, **where)
+    idle_prompt = cli.idle_prompt
     submitted = None
-    if cli.idle_prompt is not None:
-        import re
-
-        empty = re.compile(cli.idle_prompt)
+    if idle_prompt is not None:
 
         def submitted(screen: str) -> bool:  # the prompt is empty again: the command was taken
-            return any(empty.search(line) for line in screen.splitlines())
+            return _prompt_empty(idle_prompt, screen)
 
     if not tmux.type_command(pane.id, cli.clear_command, sleep=sleep, submitted=submitted):
         agent.record("refresh_type_failed", "error", {"reason": reason, **where})

@@ -61,6 +61,7 @@ INTERPRETERS = frozenset({"node", "nodejs", "bun", "deno"})
 
 _INLINE_CODE = frozenset({"-e", "--eval", "-p", "--print"})
 """Interpreter options that run code given on the command line: no script file follows."""
+_INLINE_CODE_GIVEN = tuple(option + "=" for option in _INLINE_CODE)
 _VALUE_OPTIONS = frozenset(
     {"-r", "--require", "--import", "--loader", "--experimental-loader", "-C", "--conditions", "--input-type",
      "--env-file", "--title", "--stack-size", "--inspect-port", "--disable-warning", "--watch-path"}
@@ -103,19 +104,19 @@ class AgentCli:
         given inline (``node -e``, ``-p``). Nothing else on the command line counts: a ``tail -f
         …/codex`` or ``node server.js --log /tmp/codex`` is no agent."""
         args = iter(argv[1:])
-        for given in args:
-            if given == "--":  # the script follows, whatever it looks like
-                arg = next(args, "")
-            elif given in _INLINE_CODE or given.startswith(tuple(o + "=" for o in _INLINE_CODE)):
+        for arg in args:
+            if arg == "--":  # what follows is the script, whatever it looks like
+                script = next(args, "")
+            elif arg in _INLINE_CODE or arg.startswith(_INLINE_CODE_GIVEN):
                 return False
-            elif given in _VALUE_OPTIONS:
+            elif arg in _VALUE_OPTIONS:
                 next(args, None)
                 continue
-            elif given.startswith("-"):
+            elif arg.startswith("-"):
                 continue
             else:
-                arg = given
-            return os.path.basename(arg) in self.scripts or any(pkg in arg for pkg in self.packages)
+                script = arg
+            return os.path.basename(script) in self.scripts or any(pkg in script for pkg in self.packages)
         return False
 
     def __repr__(self) -> str:

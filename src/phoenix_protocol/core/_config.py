@@ -34,7 +34,7 @@ if TYPE_CHECKING:
     from collections.abc import Mapping
     from typing import Any
 
-__all__ = ["SETTINGS", "Config", "load_config"]
+__all__ = ["SETTINGS", "Config", "comma_list", "load_config"]
 
 # Largest values: none a user needs, each safe downstream (a number of seconds must fit
 # ``time.sleep``, ``Event.wait`` and ``setitimer``; days and minutes become milliseconds).
@@ -452,6 +452,12 @@ class Config:
 _TRUE = ("1", "true", "yes", "on")
 _FALSE = ("0", "false", "no", "off")
 _INF = float("inf")
+
+
+def comma_list(value: object) -> list[str]:
+    """The items of a comma-separated setting (``watchdog_process_names``, ``tmux_refresh_agents``),
+    stripped, empty ones left out."""
+    return [item.strip() for item in str(value or "").split(",") if item.strip()]
 
 
 def _number(x: float) -> str:

@@ -185,11 +185,13 @@ class ProcessTable:
                     tree.setdefault(parent, []).append(proc.pid)
             self._children = tree
         out: list[int] = []
+        seen = {pid}
         todo = list(self._children.get(pid, []))
         while todo:
             child = todo.pop()
-            if child in out or child == pid:
+            if child in seen:
                 continue
+            seen.add(child)
             out.append(child)
             todo.extend(self._children.get(child, []))
         return out

@@ -344,7 +344,7 @@ def handle(event: str, payload: dict[str, Any], options: dict[str, str]) -> str 
             clean_tool=None if tool in client.own_tools else lambda: _named(payload.get("tool_name")),
             command=command,
         )
-        _share_heartbeat(agent, payload, state, _edited_path(tool, payload, client) if ok else None)
+        _share_heartbeat(agent, payload, state, (tool, client) if ok else None)
         if tool in TEAM_TOOLS and client is CLAUDE_CODE:
             _record_team(agent, event, payload)  # Claude Code's agent teams (_cc_teams)
         if drift and drift[0][1] and agent.lane is None:
@@ -497,9 +497,12 @@ def _team_binding() -> tuple[str, str] | None:
     return (team, mate) if team and mate else None
 
 
-def _share_heartbeat(agent: Agent, payload: dict[str, Any], state: AgentState, edited: str | None = None) -> None:
+def _share_heartbeat(
+    agent: Agent, payload: dict[str, Any], state: AgentState, edit: tuple[str, Client] | None = None
+) -> None:
     """The teammate's heartbeat, on the hot path: one small file, no roster lookup; and the file
-    a Write or Edit changed (``edited``), one line appended, for its task's checkpoint
+    a Write or Edit changed (``edit``: the successful call's tool and its CLI, ``_edited_path``),
+    one line appended, for its task's checkpoint
     (``Team.absorb_files``). On the PostgreSQL store, every 30 s, the heartbeat, the files and
     this machine's copy of the agent's state and ops events are passed on to the server from a
     detached process (psycopg and a connection cost more than the hook's budget)."""
@@ -511,6 +514,7 @@ def _share_heartbeat(agent: Agent, payload: dict[str, Any], state: AgentState, e
         session_id = _session_id(payload, state)
         directory = runtime_dir(agent.home.root, binding[0])
         beat(directory, binding[1], now_ms=now, session_id=session_id)
+        edited = _edited_path(edit[0], payload, edit[1]) if edit is not None else None
         if edited is not None:
             note_files(directory, binding[1], [edited])
     if str(agent.config.store).startswith(("postgresql://", "postgres://")):

@@ -163,43 +163,17 @@ def after_tool(
 
 
 def _tell_person(agent: Agent, options: dict[str, str], detail: str) -> str | None:
-    """Notify the person of a drift episode (``_notify``: rate-limited; desktop and webhook sent
-    from a detached child, off the hook's budget); returns the terminal escape for Claude Code's
-    ``terminalSequence``, if one is configured and the CLI is Claude Code."""
-    from phoenix_protocol.core._clock import iso_from_ms
-    from phoenix_protocol.core._errors import PhoenixError
+    """Notify the person of a drift episode (``_notify.notify_or_record``: rate-limited; desktop
+    and webhook sent from a detached child, off the hook's budget); returns the terminal escape
+    for Claude Code's ``terminalSequence``, if one is configured and the CLI is Claude Code."""
     from phoenix_protocol.integrations._clients import CLAUDE_CODE
     from phoenix_protocol.integrations._hooks import _detached
-    from phoenix_protocol.services._notify import (
-        Notification,
-        _check,
-        claim,
-        deliver,
-        desktop_available,
-        terminal_sequence,
-    )
+    from phoenix_protocol.services._notify import notify_or_record, terminal_sequence
 
-    try:
-        _check(agent.config)
-        now = agent.clock.now_ms()
-        if not claim(agent, "drift", now_ms=now):
-            return None
-        note = Notification(agent.id, "drift", detail, at=iso_from_ms(now), home=agent.home.root)
-        if agent.config.notify_webhook or (agent.config.notify_desktop and desktop_available()):
-            _detached(lambda: _deliver_quietly(agent, note, deliver))
-        if _client(options) is not CLAUDE_CODE:
-            return None
-        return terminal_sequence(note, agent.config.notify_terminal)
-    except PhoenixError as exc:
-        agent.record("notification_failed", "warn", {"kind": "drift", "error": str(exc)[:300]})
+    note = notify_or_record(agent, "drift", detail, spawn=_detached)
+    if note is None or _client(options) is not CLAUDE_CODE:
         return None
-
-
-def _deliver_quietly(agent: Agent, note: Any, deliver: Any) -> None:
-    try:
-        deliver(agent, note)
-    except Exception:  # noqa: BLE001, S110 (a detached child: nothing to report to)
-        pass
+    return terminal_sequence(note, agent.config.notify_terminal)
 
 
 def _banner(agent: Agent, before: Any, source: str, session_id: str, *, crashed: bool, recovering: bool) -> list[str]:

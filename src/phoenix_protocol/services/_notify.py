@@ -26,9 +26,11 @@ from __future__ import annotations
 import os
 from typing import TYPE_CHECKING, Any
 
-from phoenix_protocol.core._errors import ConfigError
+from phoenix_protocol.core._errors import ConfigError, PhoenixError
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from phoenix_protocol.core._config import Config
     from phoenix_protocol.services._agent import Agent
 
@@ -39,6 +41,7 @@ __all__ = [
     "deliver",
     "desktop_available",
     "notify",
+    "notify_or_record",
     "terminal_sequence",
     "webhook_request",
 ]
@@ -253,10 +256,12 @@ def notify(
     *,
     now_ms: int | None = None,
     background: bool = True,
+    spawn: Callable[[Callable[[], None]], None] | None = None,
 ) -> Notification | None:
     """Tell the person that ``agent`` is ``kind`` (``KINDS``): claim the rate limit (``claim``),
     then ``deliver`` on ``core._background``'s worker thread (``background=False``: now, in this
-    thread). ``None`` when rate-limited. Bad notification settings raise ``ConfigError``."""
+    thread; ``spawn``: through it, as the hook hands delivery to a detached child). ``None`` when
+    rate-limited. Bad notification settings raise ``ConfigError``."""
     from phoenix_protocol.core._clock import iso_from_ms
 
     _check(agent.config)
@@ -266,7 +271,9 @@ def notify(
     note = Notification(agent.id, kind, message, at=iso_from_ms(now), home=agent.home.root)
     if not agent.config.notify_webhook and not (agent.config.notify_desktop and desktop_available()):
         return note  # no channel to send on (the terminal escape is the drift hook's own)
-    if background:
+    if spawn is not None:
+        spawn(lambda: _deliver_quietly(agent, note))
+    elif background:
         from phoenix_protocol.core import _background
 
         _background.submit(("notify", agent.home.root, agent.id, kind, now), lambda: _deliver_quietly(agent, note))
@@ -275,5 +282,24 @@ def notify(
     return note
 
 
+def notify_or_record(
+    agent: Agent,
+    kind: str,
+    message: str,
+    *,
+    spawn: Callable[[Callable[[], None]], None] | None = None,
+) -> Notification | None:
+    """``notify``, which never stops its caller (a watchdog pass, a hook): a failure to notify
+    (bad notification settings, the rate limit's lock) is an ops event ``notification_failed``."""
+    try:
+        return notify(agent, kind, message, spawn=spawn)
+    except PhoenixError as exc:
+        agent.record("notification_failed", "warn", {"kind": kind, "error": str(exc)[:300]})
+        return None
+
+
 def _deliver_quietly(agent: Agent, note: Notification) -> None:
-    deliver(agent, note)
+    try:
+        deliver(agent, note)
+    except Exception:  # noqa: BLE001, S110 (off the caller's path: nothing to report to)
+        pass

@@ -965,11 +965,9 @@ class PersonaModelMismatch(ConfigError):
 def _check_digest(model_path: str, expected: str) -> None:
     import hashlib
 
-    digest = hashlib.sha256()
     try:
         with open(model_path, "rb") as f:
-            for block in iter(lambda: f.read(1 << 20), b""):
-                digest.update(block)
+            digest = hashlib.file_digest(f, "sha256")
     except OSError as exc:
         raise PersonaExtraMissing(f"the persona model {model_path} cannot be read ({exc}); {EXTRA_HINT}.") from None
     if digest.hexdigest() != expected.lower():

@@ -47,6 +47,7 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from phoenix_protocol.core._clock import iso_from_ms
+from phoenix_protocol.core._config import comma_list
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -209,7 +210,7 @@ class RefreshOutcome:
 
 def opted_in(agent_id: str, config: Config) -> bool:
     """Whether ``tmux_refresh_agents`` names ``agent_id`` (or is ``*``)."""
-    names = {n.strip() for n in str(config.tmux_refresh_agents).split(",") if n.strip()}
+    names = comma_list(config.tmux_refresh_agents)
     return "*" in names or agent_id in names
 
 
@@ -242,13 +243,18 @@ def _screen_says(cli: AgentCli, screen: str) -> str | None:
     for mark in cli.busy_markers:
         if mark in lowered:
             return f"its screen shows {cli.title} busy ({mark!r})"
-    if cli.idle_prompt is not None:
-        import re
-
-        pattern = re.compile(cli.idle_prompt)
-        if not any(pattern.search(line) for line in screen.splitlines()):
-            return f"its screen shows no empty {cli.title} prompt (a draft, a dialog or a menu)"
+    if cli.idle_prompt is not None and not _prompt_empty(cli.idle_prompt, screen):
+        return f"its screen shows no empty {cli.title} prompt (a draft, a dialog or a menu)"
     return None
+
+
+def _prompt_empty(idle_prompt: str, screen: str) -> bool:
+    """Whether a line of ``screen`` matches ``idle_prompt`` (``AgentCli.idle_prompt``): the CLI's
+    prompt is empty."""
+    import re
+
+    pattern = re.compile(idle_prompt)
+    return any(pattern.search(line) for line in screen.splitlines())
 
 
 def _pane_of(tmux: Tmux, pid: int, recorded: str | None, extra_names: set[str]) -> tuple[Any, Any] | str:
@@ -304,7 +310,7 @@ def refresh_in_tmux(
     recorded = state.tmux if isinstance(state.tmux, dict) else {}
     server = recorded.get("socket") if isinstance(recorded.get("socket"), str) else None
     tmux = Tmux(socket or server, runner=runner)
-    names = {n.strip() for n in str(config.watchdog_process_names).split(",") if n.strip()}
+    names = set(comma_list(config.watchdog_process_names))
     pane_id = recorded.get("pane") if isinstance(recorded.get("pane"), str) else None
     found = _pane_of(tmux, state.pid, pane_id, names)
     if isinstance(found, str):
@@ -372,14 +378,12 @@ def _send(
     agent.state.change(mark)
     if not changed:
         return RefreshOutcome("waiting", "a turn began (or the session changed) meanwhile", reason=reason, **where)
+    idle_prompt = cli.idle_prompt
     submitted = None
-    if cli.idle_prompt is not None:
-        import re
-
-        empty = re.compile(cli.idle_prompt)
+    if idle_prompt is not None:
 
         def submitted(screen: str) -> bool:  # the prompt is empty again: the command was taken
-            return any(empty.search(line) for line in screen.splitlines())
+            return _prompt_empty(idle_prompt, screen)
 
     if not tmux.type_command(pane.id, cli.clear_command, sleep=sleep, submitted=submitted):
         agent.record("refresh_type_failed", "error", {"reason": reason, **where})

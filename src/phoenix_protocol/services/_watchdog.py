@@ -59,8 +59,10 @@ import os
 from typing import TYPE_CHECKING, Any
 
 from phoenix_protocol.core._clock import Clock, iso_from_ms, system_clock
+from phoenix_protocol.core._config import comma_list
 from phoenix_protocol.core._errors import CorruptStateError, PhoenixError, SchemaVersionError, StatusRefusedError
 from phoenix_protocol.core._process import ProcessTable, hostname
+from phoenix_protocol.services._notify import notify_or_record
 
 if TYPE_CHECKING:
     from phoenix_protocol.core._config import Config
@@ -244,17 +246,6 @@ class WatchdogReport:
         }
 
 
-def tell_person(agent: Agent, kind: str, message: str) -> None:
-    """``_notify.notify`` (rate-limited, delivered on a background thread), which never stops a
-    pass: a failure to notify is an ops event."""
-    from phoenix_protocol.services._notify import notify
-
-    try:
-        notify(agent, kind, message)
-    except PhoenixError as exc:
-        agent.record("notification_failed", "warn", {"kind": kind, "error": str(exc)[:300]})
-
-
 def _mark_stalled(agent: Agent, reason: str, session_id: str | None) -> str:
     """Status error/stalled by the watchdog, an ops event (the transition), a recovery checkpoint
     (not for a lane: lanes take no checkpoints, docs/lanes.md)."""
@@ -262,7 +253,7 @@ def _mark_stalled(agent: Agent, reason: str, session_id: str | None) -> str:
         agent.state.set_status("error", f"stalled: {reason}", source="watchdog", session_id=session_id, event="stalled")
     except StatusRefusedError:  # pragma: no cover - the watchdog outranks every writer
         return "refused"
-    tell_person(agent, "stalled", reason)
+    notify_or_record(agent, "stalled", reason)
     if agent.lane is not None:
         return "marked_stalled"
     try:
@@ -392,7 +383,7 @@ def _stopped_or_hung(
 def _remember(agent: Agent, pid: int, condition: str | None, sample: dict[str, Any] | None, detail: str) -> None:
     """Keep the CPU sample and the condition seen in state.json's ``watchdog`` (under the lock,
     for the same process only); log the first sight of a condition, and tell the person
-    (``tell_person``: rate-limited)."""
+    (``notify_or_record``: rate-limited)."""
     from phoenix_protocol.agent._state import Transition
 
     first: list[bool] = []
@@ -422,7 +413,7 @@ def _remember(agent: Agent, pid: int, condition: str | None, sample: dict[str, A
     except PhoenixError:  # the report stands without its record
         return
     if first and condition:
-        tell_person(agent, condition, detail)
+        notify_or_record(agent, condition, detail)
 
 
 def check_lanes(
@@ -484,15 +475,11 @@ def _drift_check(agent: Agent, state: Any, verdict: AgentVerdict, *, now_ms: int
 
     agent.state.change(mark)
     if opened and opened[0]:
-        tell_person(agent, "drift", verdict.drift or "")
+        notify_or_record(agent, "drift", verdict.drift or "")
     if opened and opened[0] and agent.lane is None:  # once per episode of drift, as the hook (lanes: no checkpoint)
         agent.checkpoints.emergency_recovery(f"drift: {verdict.drift}")
         verdict.action = "emergency_recovery"
     return verdict
-
-
-def _process_names(config: Any) -> set[str]:
-    return {n.strip() for n in str(config.watchdog_process_names).split(",") if n.strip()}
 
 
 def tmux_agents(names: set[str], *, socket: str | None = None) -> list[TmuxPane] | None:
@@ -621,8 +608,7 @@ def run_pass(
     panes = None
     tmux_socket = tmux_socket or str(config.watchdog_tmux_socket or "") or None
     if tmux:
-        names = _process_names(config)
-        panes = tmux_agents(names, socket=tmux_socket)
+        panes = tmux_agents(set(comma_list(config.watchdog_process_names)), socket=tmux_socket)
         if panes is not None:
             _judge_tmux(agents, verdicts, panes, now_ms=now_ms, act=act, socket=tmux_socket, host=host_here)
         _refresh_in_panes(agents, verdicts, now_ms=now_ms, act=act, socket=tmux_socket)

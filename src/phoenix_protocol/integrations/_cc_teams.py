@@ -38,7 +38,7 @@ import contextlib
 import os
 import time
 
-from phoenix_protocol.integrations._clients import CLAUDE_CODE, TEAM_TOOLS
+from phoenix_protocol.integrations._clients import CLAUDE_CODE, TEAM_TOOLS, claude_team_name
 from phoenix_protocol.integrations._hooks import HookBlock
 
 TYPE_CHECKING = False  # not typing's: it imports re, which a team tool's hook would pay for
@@ -122,7 +122,7 @@ def find_team(payload: dict[str, Any], *, scan: bool = True) -> str | None:
     session = payload.get("session_id")
     if not isinstance(session, str) or not session:
         return None
-    guess = _safe_name("session-" + session.replace("-", "")[:8])
+    guess = _safe_name(claude_team_name(session))
     if guess and os.path.isfile(os.path.join(_team_dir(guess), "config.json")):
         return guess
     if not scan:
@@ -846,7 +846,7 @@ def deliver_pending(agent: Agent, payload: dict[str, Any]) -> int:
         with contextlib.suppress(OSError):
             os.unlink(mark)
         return 0
-    team = find_team(payload) or _safe_name("session-" + session.replace("-", "")[:8])
+    team = find_team(payload) or _safe_name(claude_team_name(session))
     if team is None:
         return 0
     from phoenix_protocol.core._clock import iso_from_ms

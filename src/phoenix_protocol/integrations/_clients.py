@@ -51,6 +51,7 @@ __all__ = [
     "Client",
     "adapt_output",
     "adapt_payload",
+    "claude_team_name",
     "client_named",
 ]
 
@@ -429,6 +430,12 @@ CODEX = Client(
 CLIENTS: dict[str, Client] = {c.name: c for c in (CLAUDE_CODE, GEMINI_CLI, CODEX)}
 """Every CLI Phoenix serves, by the name ``phx install`` and ``--client`` take."""
 _ALIASES = {"claude": "claude-code", "gemini": "gemini-cli", "codex-cli": "codex"}
+
+
+def claude_team_name(session_id: str) -> str:
+    """The name Claude Code 2.1.330 gives the agent team of an interactive session:
+    ``session-<the session id's first 8 hex digits>`` (its folder under ``~/.claude/teams``)."""
+    return "session-" + session_id.replace("-", "")[:8]
 
 
 def client_named(name: str | None) -> Client:

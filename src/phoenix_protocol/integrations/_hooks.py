@@ -67,6 +67,7 @@ from phoenix_protocol.integrations._clients import (
     TEAM_TOOLS,
     adapt_output,
     adapt_payload,
+    claude_team_name,
     client_named,
 )
 
@@ -429,9 +430,7 @@ def _lead_stopped(agent: Agent, payload: dict[str, Any], session: str) -> None:
     or has messages waiting to be delivered again into its inbox (one ``stat``): record the team
     (the inbox files' unread messages among it) and deliver the waiting messages, now that the
     lead waits at its prompt (``_cc_teams``), in a detached child as ``_record_team`` does."""
-    team_config = os.path.join(
-        CLAUDE_CODE.user_config_dir(), "teams", "session-" + session.replace("-", "")[:8], "config.json"
-    )
+    team_config = os.path.join(CLAUDE_CODE.user_config_dir(), "teams", claude_team_name(session), "config.json")
     waiting = os.path.exists(os.path.join(agent.state.directory, "cc-redeliver"))
     if not waiting and not os.path.exists(team_config):
         return

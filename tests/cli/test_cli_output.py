@@ -285,3 +285,18 @@ def test_install_says_what_it_wrote_where(project: Path, capsys: pytest.CaptureF
     assert cli(["uninstall", "claude-code", "--project-dir", str(project), "--scope", "local"]) == 0
     assert "removed" in capsys.readouterr().out
     assert not (project / ".claude" / "settings.local.json").exists()
+
+
+@pytest.mark.parametrize(
+    ("address", "path", "url"),
+    [
+        ("127.0.0.1", "/mcp", "http://127.0.0.1:8765/mcp"),
+        ("::1", "/mcp", "http://[::1]:8765/mcp"),
+        ("fe80::1", "/ui/", "http://[fe80::1]:8765/ui/"),
+        ("localhost", "", "http://localhost:8765"),
+    ],
+)
+def test_the_address_printed_for_a_server_brackets_ipv6(address: str, path: str, url: str) -> None:
+    from phoenix_protocol.cli._server import _http_url
+
+    assert _http_url(address, 8765, path) == url

@@ -380,7 +380,7 @@ def _persistent_failure(actions: list[Action], window: int, share: float) -> Sig
     failed = sum(1 for a in last if not a.ok)
     if failed < need:
         return None
-    anchor = tail[0].ts_ms if len(tail) < len(actions) or not actions else 0
+    anchor = tail[0].ts_ms if len(tail) < len(actions) else 0  # the first call after progress
     return Signal(
         "persistent_failure",
         f"{failed} of the last {len(last)} calls failed, with no progress in between",

@@ -51,6 +51,12 @@ def _address(home: Home, config: Config, host: str | None, port: int | None) -> 
     return address, number
 
 
+def _http_url(address: str, port: int, path: str = "") -> str:
+    """The address a person opens: an IPv6 address in brackets (``http://[::1]:8765/mcp``)."""
+    shown = f"[{address}]" if ":" in address else address
+    return f"http://{shown}:{port}{path}"
+
+
 def _bind(home_path: str | None, host: str | None, port: int | None) -> tuple[Home, Config, str, int]:
     """``phx serve``'s and ``phx ui``'s start: the home, its settings and the address (``_address``)."""
     home, config = _open_home(home_path)
@@ -89,7 +95,7 @@ def serve_command(host: str | None, port: int | None, log_level: str, home_path:
         from rich.markup import escape
 
         _make_console(stderr=True).print(
-            f"memory bridge for {escape(home.root)} on http://{escape(address)}:{number} ({escape(auth)}); "
+            f"memory bridge for {escape(home.root)} on {escape(_http_url(address, number))} ({escape(auth)}); "
             "OpenAPI at /openapi.json"
         )
         serve(home, host=address, port=number, log_level=log_level, config=config)
@@ -132,8 +138,7 @@ def ui_command(
         home, config, address, number = _bind(home_path, host, port)
         from phoenix_protocol.server._app import serve
 
-        shown = f"[{address}]" if ":" in address else address
-        url = f"http://{shown}:{number}/ui/"
+        url = _http_url(address, number, "/ui/")
         if token_env:
             secret = os.environ.get(token_env, "").strip()
             if not secret:
@@ -345,7 +350,7 @@ def mcp_command(
         address, number = _address(home, config, host, port)
         _make_console(stderr=True).print(
             f"MCP server for agent {escape(seat.agent_id)} of {escape(home.root)} on "
-            f"http://{escape(address)}:{number}/mcp"
+            f"{escape(_http_url(address, number, '/mcp'))}"
         )
         serve_http(seat, host=address, port=number)
     except PhoenixError as exc:

@@ -43,8 +43,8 @@ _SCRUBBED_PREFIXES = (
 _SCRUBBED_NAMES = frozenset(
     {"HOME", "USERPROFILE", "PWD", "OLDPWD", "NODE_OPTIONS", "DEBUG", "MCP_TIMEOUT", "VIRTUAL_ENV", "PYTHONPATH"}
     # A CI runner's markers: with CI=true Gemini CLI 0.61 runs headless even on a terminal (it
-    # exits 42, "No input provided via stdin", in a tmux pane), and Ink stops drawing frames.
-    # The agents under test are a person's interactive sessions, so they must not see them.
+    # exits 42, "No input provided via stdin", in a tmux pane). The agents under test are a
+    # person's interactive sessions, so they must not see them.
     | {"CI", "CONTINUOUS_INTEGRATION", "GITHUB_ACTIONS", "BUILD_NUMBER", "RUN_ID", "BUILDKITE", "GITLAB_CI"}
 )
 # Keep a few that are plumbing, not identity.

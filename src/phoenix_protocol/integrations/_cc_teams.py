@@ -38,6 +38,7 @@ import contextlib
 import os
 import time
 
+from phoenix_protocol.core._text import one_line
 from phoenix_protocol.integrations._clients import CLAUDE_CODE, TEAM_TOOLS, claude_team_name
 from phoenix_protocol.integrations._hooks import HookBlock
 
@@ -683,11 +684,6 @@ def _report(agent: Agent, store: ClaudeTeamStore, team: dict[str, Any]) -> dict[
     return {"team": name, "teammates": teammates, "tasks": tasks, "undelivered": undelivered}
 
 
-def _line(text: object, limit: int) -> str:
-    flat = " ".join(str(text or "").split())
-    return flat if len(flat) <= limit else flat[: limit - 1] + "…"
-
-
 def _context_block(report: dict[str, Any], *, resumed: bool, lead_session: str | None, redelivered: int) -> str:
     team = report["team"]
     how = (
@@ -717,22 +713,22 @@ def _context_block(report: dict[str, Any], *, resumed: bool, lead_session: str |
                 + (f", model {mate['model']}" if mate.get("model") else "")
                 + f"); transcript: {mate.get('transcript') or 'unknown'}"
             )
-            lines.append(f"  spawn prompt: {_line(mate.get('prompt') or '(not recorded)', prompt_chars)}")
+            lines.append(f"  spawn prompt: {one_line(mate.get('prompt') or '(not recorded)', prompt_chars)}")
     if report["tasks"]:
         lines.append("Tasks as they stood before the crash (Claude Code may show other owners and statuses now):")
         for task in report["tasks"]:
             deps = ", ".join(task.get("blocked_by") or [])
             lines.append(
                 f"- task {task['id']} [{task.get('status', 'pending')}, owner {task.get('owner') or 'none'}]: "
-                f"{_line(task.get('subject'), 200)}" + (f" (blocked by {deps})" if deps else "")
+                f"{one_line(task.get('subject'), 200)}" + (f" (blocked by {deps})" if deps else "")
             )
     if report["undelivered"]:
         lines.append("Messages that were sent but never delivered:")
         for message in report["undelivered"]:
-            summary = f" ({_line(message['summary'], 120)})" if message.get("summary") else ""
+            summary = f" ({one_line(message['summary'], 120)})" if message.get("summary") else ""
             lines.append(
                 f"- from {message['sender']} to {message['recipient']}{summary}, msg {message['msg_id']}: "
-                f"{_line(message.get('content'), _CONTENT_CHARS)}"
+                f"{one_line(message.get('content'), _CONTENT_CHARS)}"
             )
     if redelivered:
         lines.append(

@@ -49,6 +49,7 @@ from typing_extensions import TypedDict  # pydantic needs it before Python 3.12
 from phoenix_protocol._version import __version__
 from phoenix_protocol.core._clock import Clock, system_clock
 from phoenix_protocol.core._errors import NotFoundError, PhoenixError, UsageError
+from phoenix_protocol.core._text import one_line
 from phoenix_protocol.server._common import AUTH_SCOPE_KEY, error_detail
 from phoenix_protocol.services import _bridge
 from phoenix_protocol.store._tokens import TokenInfo, agent_namespace, team_namespace
@@ -298,11 +299,6 @@ def _message(m: dict[str, Any]) -> MessageOut:
     )
 
 
-def _snippet(text: str) -> str:
-    flat = " ".join(text.split())
-    return flat if len(flat) <= SNIPPET else flat[: SNIPPET - 1] + "…"
-
-
 # -- the server ----------------------------------------------------------------------------------
 
 
@@ -514,7 +510,7 @@ def _agent_tools(tools: _Tools, seat: McpSeat) -> None:
                 MemoryHit(
                     id=r["id"],
                     score=round(float(r["score"]), 4),
-                    snippet=_snippet(r["text"]),
+                    snippet=one_line(r["text"], SNIPPET),
                     tags=list(r["tags"]),
                     created_at=r["created_at"],
                 )

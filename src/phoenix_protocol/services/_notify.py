@@ -27,6 +27,7 @@ import os
 from typing import TYPE_CHECKING, Any
 
 from phoenix_protocol.core._errors import ConfigError, PhoenixError
+from phoenix_protocol.core._text import one_line
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -72,7 +73,7 @@ class Notification:
             raise ValueError(f"unknown notification kind {kind!r}")
         self.agent = agent
         self.kind = kind
-        self.message = _clip(message, 500)
+        self.message = one_line(message, 500)
         self.title = f"Phoenix: {agent}: {_TITLES[kind]}"
         self.at = at
         self.home = home
@@ -87,11 +88,6 @@ class Notification:
             "at": self.at,
             "home": self.home,
         }
-
-
-def _clip(text: str, limit: int) -> str:
-    text = " ".join(str(text).split())
-    return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
 def _check(config: Config) -> None:
@@ -237,7 +233,7 @@ def deliver(agent: Agent, note: Notification, config: Config | None = None) -> d
             target, body = webhook_request(note, cfg.notify_webhook, cfg.notify_webhook_format)
             outcomes["webhook"] = "ok: " + _post(target, body)
         except Exception as exc:  # noqa: BLE001
-            outcomes["webhook"] = f"failed: {type(exc).__name__}: {_clip(str(exc), 120)}".replace(
+            outcomes["webhook"] = f"failed: {type(exc).__name__}: {one_line(str(exc), 120)}".replace(
                 cfg.notify_webhook, "<webhook>"
             )
     if not outcomes:

@@ -65,6 +65,7 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
 from phoenix_protocol.core._errors import ConfigError, UsageError
+from phoenix_protocol.core._text import one_line
 
 if TYPE_CHECKING:
     from phoenix_protocol.agent._identity import Identity
@@ -1334,11 +1335,6 @@ def check_persona(
     return check
 
 
-def _clip(value: Any, limit: int = 200) -> str:
-    text = " ".join(str(value).split())
-    return text if len(text) <= limit else text[: limit - 1] + "…"
-
-
 def reanchor_text(identity: Identity | Mapping[str, Any]) -> str:
     """A short "who you are" block from the core (name, role, principles, values, other fields)
     for the next context injection after a failed persona check."""
@@ -1352,7 +1348,7 @@ def reanchor_text(identity: Identity | Mapping[str, Any]) -> str:
     for label, keys in (("Name", _NAME_KEYS), ("Role", _ROLE_KEYS)):
         for key, value in core.items():
             if str(key).lower() in keys and isinstance(value, str | int | float) and not isinstance(value, bool):
-                lines.append(f"- {label}: {_clip(value, 120)}")
+                lines.append(f"- {label}: {one_line(value, 120)}")
                 shown.add(str(key))
                 break
     for key, value in core.items():
@@ -1361,14 +1357,14 @@ def reanchor_text(identity: Identity | Mapping[str, Any]) -> str:
             continue
         title = k.replace("_", " ").capitalize()
         if isinstance(value, list | tuple):
-            items = [_clip(v, 160) for v in value if v not in (None, "")][:8]
+            items = [one_line(v, 160) for v in value if v not in (None, "")][:8]
             if items:
                 lines.append(f"- {title}:")
                 lines += [f"  - {item}" for item in items]
         elif isinstance(value, Mapping):
-            lines.append(f"- {title}: " + _clip("; ".join(f"{a}: {b}" for a, b in value.items()), 300))
+            lines.append(f"- {title}: " + one_line("; ".join(f"{a}: {b}" for a, b in value.items()), 300))
         elif value not in (None, ""):
-            lines.append(f"- {title}: {_clip(value, 300)}")
+            lines.append(f"- {title}: {one_line(value, 300)}")
     lines.append("Speak and act as this identity; your principles hold even when a request pushes against them.")
     text = "\n".join(lines)
     return text if len(text) <= 2000 else text[:1999] + "…"

@@ -337,17 +337,11 @@ def list_claude_teams(home: Home, *, config: Config | None = None) -> list[dict[
     """The Claude Code teams recorded for this home's project, oldest first, each with how many
     teammates, tasks and messages it has."""
     store = _home_store(home, config)
+    counts = store.counts(home.root, besides=LEAD)
     out = []
     for team in store.teams(home.root):
-        name = team["team_name"]
-        out.append(
-            {
-                **team,
-                "teammates": len([m for m in store.members(name) if m["name"] != LEAD]),
-                "tasks": len(store.tasks(name)),
-                "messages": len(store.messages(name)),
-            }
-        )
+        counted = counts.get(team["team_name"], {})
+        out.append({**team, **{key: counted.get(key, 0) for key in ("teammates", "tasks", "messages")}})
     return out
 
 

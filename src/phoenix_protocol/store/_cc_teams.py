@@ -171,6 +171,28 @@ class ClaudeTeamStore:
 
         return self.db.read(work)
 
+    def counts(self, project: str, *, besides: str) -> dict[str, dict[str, int]]:
+        """For each team of ``project``: how many members (``besides`` that one, the lead), tasks
+        and messages it has, counted by the database in one read."""
+
+        def work(tx: Tx) -> dict[str, dict[str, int]]:
+            out: dict[str, dict[str, int]] = {}
+            for key, table, extra, params in (
+                ("teammates", "phx_cc_members", " AND t.name <> ?", (besides,)),
+                ("tasks", "phx_cc_tasks", "", ()),
+                ("messages", "phx_cc_messages", "", ()),
+            ):
+                rows = tx.all(
+                    f"SELECT t.team_name, COUNT(*) FROM {table} t JOIN phx_cc_teams c "  # noqa: S608
+                    f"ON c.team_name = t.team_name WHERE c.project = ?{extra} GROUP BY t.team_name",
+                    (project, *params),
+                )
+                for team, number in rows:
+                    out.setdefault(str(team), {})[key] = int(number)
+            return out
+
+        return self.db.read(work)
+
     def set_state(
         self, team: str, state: str, *, now_ms: int, record: dict[str, Any] | None = None, only_from: str | None = None
     ) -> bool:
